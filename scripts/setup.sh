@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every build and runtime dependency of boostlm from Debian 12's packages.
+# Idempotent: packages already present are skipped by apt.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libdnnl-dev ocl-icd-opencl-dev   # oneDNN (its CMake config needs OpenCL headers)
+  libopenmpi-dev openmpi-bin       # MPI (not MPICH: it collapses when ranks exceed cores)
+  libsentencepiece-dev sentencepiece
+  libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=""
+  [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "setup: all dependencies installed"

@@ -1,0 +1,35 @@
+// Element types. Parameters, gradients, optimizer state and activations are fp32; `bf16` is the
+// precision GEMM inputs are rounded to in mixed-precision training (fp32 accumulation).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace boostlm {
+
+enum class DType { f32, bf16 };
+
+std::string to_string(DType dtype);
+// Parses "fp32"/"f32"/"float32" and "bf16"/"bfloat16"; throws Error otherwise.
+DType parse_dtype(const std::string& text);
+
+using bf16_t = uint16_t;
+
+// Round-to-nearest-even, NaN preserved (matches what hardware conversion instructions do).
+inline bf16_t float_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<bf16_t>(bits >> 16);
+}
+
+inline float bf16_to_float(bf16_t value) {
+  uint32_t bits = static_cast<uint32_t>(value) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+}  // namespace boostlm

@@ -1,0 +1,22 @@
+// AdamW (decoupled weight decay) over a contiguous range of the flat buffers.
+#pragma once
+
+#include <cstdint>
+
+namespace boostlm {
+
+struct AdamWHyper {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+
+// p -= lr · (m̂ / (sqrt(v̂) + eps) + wd · p), with m, v updated from g first.
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
+                  const AdamWHyper& h);
+
+// Σ x² in double precision (for the global gradient norm).
+double sum_squares(const float* x, int64_t n);
+// x *= s
+void scale_inplace(float* x, int64_t n, float s);
+
+}  // namespace boostlm

@@ -1,0 +1,31 @@
+// Causal grouped-query attention, fused and tiled the way FlashAttention is.
+//
+// Forward streams key/value tiles through an online softmax and keeps only the per-row
+// log-sum-exp; backward recomputes the probabilities tile by tile from it. No [T, T] score matrix is
+// ever held, so activation memory is O(N·d) (the output and the lse), not O(b·heads·T²).
+//
+// Layouts: token n = b·T + t owns one row of q ([n, n_heads·head_dim], row stride ldq) and of
+// k, v ([n, n_kv_heads·head_dim]); query head h reads kv head h / (n_heads / n_kv_heads).
+// Softmax scale 1/sqrt(head_dim).
+#pragma once
+
+#include <cstdint>
+
+namespace boostlm {
+
+struct AttentionShape {
+  int64_t batch, seq_len, n_heads, n_kv_heads, head_dim;
+};
+
+// out: [B·T, n_heads·head_dim] (row stride ldo); lse: [B, n_heads, T].
+void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                       int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
+                       float* lse);
+
+// dq, dk, dv are overwritten.
+void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                        int64_t ldk, const float* v, int64_t ldv, const float* out, int64_t ldo,
+                        const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
+                        float* dk, int64_t lddk, float* dv, int64_t lddv);
+
+}  // namespace boostlm

@@ -1,0 +1,40 @@
+#include "kernels/cross_entropy.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace boostlm {
+
+void cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targets, int64_t rows,
+                           int64_t V, float* losses, float* lse) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * ld;
+    BOOSTLM_ASSERT(targets[r] >= 0 && targets[r] < V);
+    float max = -INFINITY;
+#pragma omp simd reduction(max : max)
+    for (int64_t j = 0; j < V; ++j) max = std::max(max, row[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(row[j] - max);
+    lse[r] = max + std::log(sum);
+    losses[r] = lse[r] - row[targets[r]];
+  }
+}
+
+void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targets,
+                            const float* lse, int64_t rows, int64_t V, float scale, float* dlogits,
+                            int64_t ldd) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * ld;
+    float* drow = dlogits + r * ldd;
+    const float m = lse[r];
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) drow[j] = scale * std::exp(row[j] - m);
+    drow[targets[r]] -= scale;
+  }
+}
+
+}  // namespace boostlm

@@ -1,0 +1,34 @@
+#include "kernels/embedding.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace boostlm {
+
+void embedding_forward(const int32_t* tokens, int64_t n, const float* weight, int64_t V, int64_t D,
+                       float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    BOOSTLM_ASSERT(tokens[i] >= 0 && tokens[i] < V);
+    std::memcpy(out + i * D, weight + static_cast<int64_t>(tokens[i]) * D, D * sizeof(float));
+  }
+}
+
+void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t V, int64_t D,
+                        float* dweight) {
+  constexpr int64_t kCols = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < D; j0 += kCols) {
+    const int64_t j1 = std::min(D, j0 + kCols);
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = dweight + static_cast<int64_t>(tokens[i]) * D;
+      const float* g = dout + i * D;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) row[j] += g[j];
+    }
+  }
+}
+
+}  // namespace boostlm

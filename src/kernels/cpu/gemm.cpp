@@ -1,0 +1,118 @@
+#include "kernels/gemm.h"
+
+#include <chrono>
+#include <map>
+#include <tuple>
+
+#include <dnnl.h>
+#include <dnnl.hpp>
+
+#include "core/error.h"
+
+namespace boostlm {
+
+namespace {
+
+GemmCounters g_counters;
+bool g_recording = false;
+std::vector<GemmShape> g_shapes;
+
+// Matmul primitives are expensive to create; one is built per distinct shape and reused.
+struct Bf16Engine {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, float, float>;
+  struct Cached {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul primitive;
+  };
+  std::map<Key, Cached> primitives;
+  std::vector<bf16_t> a_scratch, b_scratch;
+};
+
+Bf16Engine& bf16_engine() {
+  static Bf16Engine engine;
+  return engine;
+}
+
+// Copies a rows x cols fp32 block (row stride ld) into a contiguous bf16 array.
+void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, std::vector<bf16_t>& dst) {
+  if (dst.size() < static_cast<size_t>(rows * cols)) dst.resize(rows * cols);
+  bf16_t* out = dst.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = src + r * ld;
+    bf16_t* o = out + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) o[c] = float_to_bf16(in[c]);
+  }
+}
+
+void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  using dnnl::memory;
+  Bf16Engine& e = bf16_engine();
+  // op(A) is stored as [M, K] (N) or [K, M] (T); the copy is contiguous in the stored layout and the
+  // memory descriptor's strides express the transposition, so oneDNN sees a plain or "ba" matrix.
+  if (ta == Trans::N) to_bf16(A, M, K, lda, e.a_scratch);
+  else to_bf16(A, K, M, lda, e.a_scratch);
+  if (tb == Trans::N) to_bf16(B, K, N, ldb, e.b_scratch);
+  else to_bf16(B, N, K, ldb, e.b_scratch);
+
+  Bf16Engine::Key key{static_cast<int>(ta), static_cast<int>(tb), M, N, K, alpha, beta};
+  auto it = e.primitives.find(key);
+  if (it == e.primitives.end()) {
+    memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
+    memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};
+    memory::desc a_md({M, K}, memory::data_type::bf16, a_strides);
+    memory::desc b_md({K, N}, memory::data_type::bf16, b_strides);
+    memory::desc c_md({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, e.engine);
+    it = e.primitives.emplace(key, Bf16Engine::Cached{pd, dnnl::matmul(pd)}).first;
+  }
+  const dnnl::matmul::primitive_desc& pd = it->second.pd;
+  memory a_mem(pd.src_desc(), e.engine, e.a_scratch.data());
+  memory b_mem(pd.weights_desc(), e.engine, e.b_scratch.data());
+  memory c_mem(pd.dst_desc(), e.engine, C);
+  it->second.primitive.execute(e.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  e.stream.wait();
+}
+
+}  // namespace
+
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+          DType compute) {
+  BOOSTLM_ASSERT(M >= 0 && N >= 0 && K >= 0);
+  if (M == 0 || N == 0) return;
+  const auto start = std::chrono::steady_clock::now();
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+  } else if (compute == DType::f32) {
+    dnnl_status_t status = dnnl_sgemm(ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T', M, N,
+                                      K, alpha, A, lda, B, ldb, beta, C, ldc);
+    BOOSTLM_ASSERT_MSG(status == dnnl_success, "dnnl_sgemm failed");
+  } else {
+    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  g_counters.calls += 1;
+  g_counters.flops += 2.0 * static_cast<double>(M) * N * K;
+  g_counters.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (g_recording) g_shapes.push_back({ta, tb, M, N, K, beta, compute});
+}
+
+GemmCounters& gemm_counters() { return g_counters; }
+void gemm_record_shapes(bool on) { g_recording = on; }
+const std::vector<GemmShape>& gemm_recorded_shapes() { return g_shapes; }
+void gemm_clear_recorded_shapes() { g_shapes.clear(); }
+
+}  // namespace boostlm

@@ -1,0 +1,59 @@
+#include "kernels/rope.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace boostlm {
+
+RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta) {
+  BOOSTLM_ASSERT(head_dim % 2 == 0);
+  RopeTable t;
+  t.max_pos = max_pos;
+  t.head_dim = head_dim;
+  const int64_t half = head_dim / 2;
+  t.cos.resize(max_pos * half);
+  t.sin.resize(max_pos * half);
+  for (int64_t p = 0; p < max_pos; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      // Angles in double: fp32 loses accuracy for large positions.
+      double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+      double angle = static_cast<double>(p) * inv_freq;
+      t.cos[p * half + i] = static_cast<float>(std::cos(angle));
+      t.sin[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return t;
+}
+
+namespace {
+template <int Sign>
+void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table) {
+  BOOSTLM_ASSERT(T <= table.max_pos);
+  const int64_t hd = table.head_dim, half = hd / 2;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < B * T; ++n) {
+    const float* c = table.cos.data() + (n % T) * half;
+    const float* s = table.sin.data() + (n % T) * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + n * ld + h * hd;
+#pragma omp simd
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - Sign * b * s[i];
+        v[i + half] = b * c[i] + Sign * a * s[i];
+      }
+    }
+  }
+}
+}  // namespace
+
+void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
+  rotate<1>(x, ld, B, T, heads, t);
+}
+void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                   const RopeTable& t) {
+  rotate<-1>(dx, ld, B, T, heads, t);
+}
+
+}  // namespace boostlm

@@ -1,0 +1,24 @@
+// Rotary position embedding (SPEC §2), Hugging Face LLaMA's "rotate half" convention:
+// for i < hd/2, with angle = pos · theta^(−2i/hd):
+//   y[i] = x[i]·cos − x[i+hd/2]·sin,   y[i+hd/2] = x[i+hd/2]·cos + x[i]·sin.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace boostlm {
+
+// cos/sin for positions [0, max_pos) and i < head_dim/2, each [max_pos, head_dim/2].
+struct RopeTable {
+  int64_t max_pos = 0, head_dim = 0;
+  std::vector<float> cos, sin;
+};
+RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta);
+
+// In place on x: [B·T, heads, head_dim] with row stride ld (per token); token n has position n % T.
+void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table);
+// The adjoint (rotation by −angle), in place on the gradient.
+void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                   const RopeTable& table);
+
+}  // namespace boostlm

@@ -1,0 +1,36 @@
+// The parameter contract of SPEC §2: names, full shapes and initialisation of every tensor.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "core/param_table.h"
+#include "model/config.h"
+
+namespace boostlm {
+
+enum class ProjKind { q, k, v, o, gate, up, down };
+constexpr int kProjectionsPerBlock = 7;
+
+// One of a block's seven projections: y = x W (dense) or y = σ(x A) B (low-rank), x: [N, d_in].
+struct ProjDims {
+  ProjKind kind;
+  const char* module;  // "self_attn.q_proj", ..., "mlp.down_proj"
+  int64_t d_in, d_out;
+  int64_t rank;  // 0 for dense
+};
+
+std::array<ProjDims, kProjectionsPerBlock> block_projections(const ModelConfig& config);
+
+// "model.layers.{layer}.{module}"
+std::string projection_prefix(int64_t layer, const ProjDims& proj);
+
+// Std of a low-rank factor (SPEC §2): r^(−1/4) · (d_in + d_out)^(−1/4).
+float low_rank_factor_std(int64_t d_in, int64_t d_out, int64_t rank);
+
+// All tensors of the model, whole (unsharded), in a fixed order: embedding, then per layer
+// input_layernorm, q, k, v, o, post_attention_layernorm, gate, up, down, then model.norm, lm_head.
+ParamTable build_param_table(const ModelConfig& config);
+
+}  // namespace boostlm

@@ -1,0 +1,40 @@
+// One projection of a block, forward and backward (SPEC §1):
+//   dense:  y = x Wᵀ               (W stored [d_out, d_in], Hugging Face layout)
+//   svd:    z = x A,  y = z B       (A [d_in, r], B [r, d_out])
+//   cola:   z = x A,  h = σ(z),  y = h B,  σ = SiLU
+// The latent z (and h for cola) are what backward needs besides the input x.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/param_table.h"
+#include "model/params.h"
+
+namespace boostlm {
+
+struct ProjectionWeights {
+  int64_t d_in = 0, d_out = 0, rank = 0;  // rank 0: dense
+  bool latent_act = false;                // cola: SiLU between the factors
+  const float* weight = nullptr;          // dense [d_out, d_in]
+  float* dweight = nullptr;
+  const float* a = nullptr;  // [d_in, rank]
+  const float* b = nullptr;  // [rank, d_out]
+  float* da = nullptr;
+  float* db = nullptr;
+};
+
+ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool latent_act,
+                                  const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads);
+
+// x: [N, d_in] (row stride ldx), y: [N, d_out] (ldy). For low-rank, z and h are [N, rank]
+// (h == z allowed when !latent_act). Unused for dense.
+void projection_forward(const ProjectionWeights& p, const float* x, int64_t ldx, int64_t N,
+                        float* z, float* h, float* y, int64_t ldy, DType compute);
+
+// Accumulates weight gradients; dx = dx_beta·dx + ∂L/∂x. dlatent: [N, rank] scratch.
+void projection_backward(const ProjectionWeights& p, const float* x, int64_t ldx, int64_t N,
+                         const float* z, const float* h, const float* dy, int64_t lddy, float* dx,
+                         int64_t lddx, float dx_beta, float* dlatent, DType compute);
+
+}  // namespace boostlm

@@ -1,0 +1,105 @@
+// Fused causal GQA attention against a naive reference that materialises the scores, and its
+// gradients against finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/grad_check.h"
+
+namespace boostlm {
+namespace {
+
+using testing::check_gradient;
+using testing::dot;
+using testing::random_vector;
+
+// Naive causal softmax attention in double, contiguous layouts.
+void reference_attention(const AttentionShape& s, const float* q, const float* k, const float* v,
+                         std::vector<double>& out, std::vector<double>& lse) {
+  const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int64_t qd = s.n_heads * hd, kd = s.n_kv_heads * hd;
+  out.assign(s.batch * T * qd, 0.0);
+  lse.assign(s.batch * s.n_heads * T, 0.0);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.n_heads; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> sc(i + 1);
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          double d = 0;
+          for (int64_t c = 0; c < hd; ++c)
+            d += q[(b * T + i) * qd + h * hd + c] * k[(b * T + j) * kd + (h / group) * hd + c];
+          sc[j] = d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, sc[j]);
+        }
+        double z = 0;
+        for (double x : sc) z += std::exp(x - mx);
+        lse[(b * s.n_heads + h) * T + i] = mx + std::log(z);
+        for (int64_t j = 0; j <= i; ++j)
+          for (int64_t c = 0; c < hd; ++c)
+            out[(b * T + i) * qd + h * hd + c] +=
+                std::exp(sc[j] - mx) / z * v[(b * T + j) * kd + (h / group) * hd + c];
+      }
+}
+
+class AttentionTest : public ::testing::TestWithParam<AttentionShape> {};
+
+TEST_P(AttentionTest, ForwardMatchesNaiveReference) {
+  const AttentionShape s = GetParam();
+  const int64_t N = s.batch * s.seq_len, qd = s.n_heads * s.head_dim, kd = s.n_kv_heads * s.head_dim;
+  auto q = random_vector(N * qd, 1), k = random_vector(N * kd, 2), v = random_vector(N * kd, 3);
+  std::vector<float> out(N * qd), lse(s.batch * s.n_heads * s.seq_len);
+  attention_forward(s, q.data(), qd, k.data(), kd, v.data(), kd, out.data(), qd, lse.data());
+  std::vector<double> ref_out, ref_lse;
+  reference_attention(s, q.data(), k.data(), v.data(), ref_out, ref_lse);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref_out[i], 2e-5) << i;
+  for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], ref_lse[i], 2e-5) << i;
+}
+
+TEST_P(AttentionTest, GradientsMatchFiniteDifferences) {
+  const AttentionShape s = GetParam();
+  const int64_t N = s.batch * s.seq_len, qd = s.n_heads * s.head_dim, kd = s.n_kv_heads * s.head_dim;
+  auto q = random_vector(N * qd, 1), k = random_vector(N * kd, 2), v = random_vector(N * kd, 3);
+  auto w = random_vector(N * qd, 4);
+  std::vector<float> out(N * qd), lse(s.batch * s.n_heads * s.seq_len);
+  auto loss = [&] {
+    attention_forward(s, q.data(), qd, k.data(), kd, v.data(), kd, out.data(), qd, lse.data());
+    return dot(out.data(), w.data(), N * qd);
+  };
+  loss();
+  std::vector<float> dq(N * qd), dk(N * kd), dv(N * kd);
+  attention_backward(s, q.data(), qd, k.data(), kd, v.data(), kd, out.data(), qd, lse.data(),
+                     w.data(), qd, dq.data(), qd, dk.data(), kd, dv.data(), kd);
+  EXPECT_TRUE(check_gradient(loss, q.data(), dq.data(), N * qd)) << "dq";
+  EXPECT_TRUE(check_gradient(loss, k.data(), dk.data(), N * kd)) << "dk";
+  EXPECT_TRUE(check_gradient(loss, v.data(), dv.data(), N * kd)) << "dv";
+}
+
+// Sequence lengths that are not multiples of the tiles (32 queries, 64 keys) and span several.
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttentionShape{1, 5, 2, 2, 4},
+                                           AttentionShape{2, 70, 4, 2, 8},    // GQA, group 2
+                                           AttentionShape{1, 131, 4, 1, 16},  // MQA
+                                           AttentionShape{3, 33, 3, 3, 6}));
+
+TEST(Attention, HandlesRowStridesOfAPackedQkvBuffer) {
+  // q, k, v interleaved in one [N, qd + 2·kd] buffer, as a fused QKV projection would write them.
+  const AttentionShape s{2, 40, 4, 2, 8};
+  const int64_t N = 80, qd = 32, kd = 16, ld = qd + 2 * kd;
+  auto qkv = random_vector(N * ld, 1);
+  std::vector<float> q(N * qd), k(N * kd), v(N * kd);
+  for (int64_t n = 0; n < N; ++n) {
+    std::copy_n(qkv.data() + n * ld, qd, q.data() + n * qd);
+    std::copy_n(qkv.data() + n * ld + qd, kd, k.data() + n * kd);
+    std::copy_n(qkv.data() + n * ld + qd + kd, kd, v.data() + n * kd);
+  }
+  std::vector<float> a(N * qd), b(N * qd), lse(2 * 4 * 40);
+  attention_forward(s, q.data(), qd, k.data(), kd, v.data(), kd, a.data(), qd, lse.data());
+  attention_forward(s, qkv.data(), ld, qkv.data() + qd, ld, qkv.data() + qd + kd, ld, b.data(), qd,
+                    lse.data());
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace boostlm

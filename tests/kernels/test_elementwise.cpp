@@ -1,0 +1,183 @@
+// Finite-difference checks of every non-GEMM, non-attention kernel (fp32), plus closed-form checks.
+// Tolerances: see GradCheckOptions (central differences with eps 1e-2 on fp32 kernels; the loss is
+// summed in double, so the FD error is dominated by fp32 rounding of ~1e-4 absolute).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/activation.h"
+#include "kernels/adamw.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/grad_check.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+
+namespace boostlm {
+namespace {
+
+using testing::check_gradient;
+using testing::dot;
+using testing::random_vector;
+
+TEST(RmsNorm, ForwardMatchesDefinition) {
+  const int64_t rows = 3, D = 10;
+  auto x = random_vector(rows * D, 1), g = random_vector(D, 2);
+  std::vector<float> y(rows * D), rstd(rows);
+  rmsnorm_forward(x.data(), D, g.data(), rows, D, 1e-6f, y.data(), D, rstd.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int64_t j = 0; j < D; ++j) ms += x[r * D + j] * x[r * D + j] / D;
+    for (int64_t j = 0; j < D; ++j)
+      EXPECT_NEAR(y[r * D + j], x[r * D + j] / std::sqrt(ms + 1e-6) * g[j], 1e-5);
+  }
+}
+
+TEST(RmsNorm, GradientsMatchFiniteDifferences) {
+  const int64_t rows = 5, D = 70, ld = 75;  // D > 64 exercises two column blocks of dγ
+  auto x = random_vector(rows * ld, 1), g = random_vector(D, 2), w = random_vector(rows * D, 3);
+  std::vector<float> y(rows * D), rstd(rows), dx(rows * ld, 0.5f), dg(D, 0.0f);
+  auto loss = [&] {
+    rmsnorm_forward(x.data(), ld, g.data(), rows, D, 1e-6f, y.data(), D, rstd.data());
+    return dot(y.data(), w.data(), rows * D);
+  };
+  loss();
+  rmsnorm_backward(w.data(), D, x.data(), ld, g.data(), rstd.data(), rows, D, dx.data(), ld,
+                   dg.data(), /*accumulate=*/true);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < D; ++j) dx[r * ld + j] -= 0.5f;  // remove what was accumulated onto
+    for (int64_t j = D; j < ld; ++j) {
+      ASSERT_EQ(dx[r * ld + j], 0.5f) << "backward wrote outside the row";
+      dx[r * ld + j] = 0.0f;  // padding does not affect the loss
+    }
+  }
+  EXPECT_TRUE(check_gradient(loss, x.data(), dx.data(), rows * ld));
+  EXPECT_TRUE(check_gradient(loss, g.data(), dg.data(), D));
+}
+
+TEST(Rope, MatchesRotateHalfDefinition) {
+  const int64_t B = 1, T = 5, H = 2, hd = 8;
+  auto x = random_vector(B * T * H * hd, 1);
+  auto y = x;
+  const RopeTable table = make_rope_table(T, hd, 10000.0f);
+  rope_forward(y.data(), H * hd, B, T, H, table);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        const double angle = t * std::pow(10000.0, -2.0 * i / hd);
+        const float* v = x.data() + (t * H + h) * hd;
+        const float* o = y.data() + (t * H + h) * hd;
+        EXPECT_NEAR(o[i], v[i] * std::cos(angle) - v[i + hd / 2] * std::sin(angle), 1e-5);
+        EXPECT_NEAR(o[i + hd / 2], v[i + hd / 2] * std::cos(angle) + v[i] * std::sin(angle), 1e-5);
+      }
+}
+
+TEST(Rope, BackwardIsTheAdjoint) {
+  const int64_t B = 2, T = 6, H = 3, hd = 8, ld = H * hd + 4;
+  auto x = random_vector(B * T * ld, 1), w = random_vector(B * T * ld, 2);
+  const RopeTable table = make_rope_table(T, hd, 10000.0f);
+  auto loss = [&] {
+    auto y = x;
+    rope_forward(y.data(), ld, B, T, H, table);
+    double s = 0;  // only the logical columns count
+    for (int64_t n = 0; n < B * T; ++n) s += dot(y.data() + n * ld, w.data() + n * ld, H * hd);
+    return s;
+  };
+  auto grad = w;
+  rope_backward(grad.data(), ld, B, T, H, table);
+  for (int64_t n = 0; n < B * T; ++n)
+    for (int64_t c = H * hd; c < ld; ++c) grad[n * ld + c] = 0.0f;
+  EXPECT_TRUE(check_gradient(loss, x.data(), grad.data(), B * T * ld));
+}
+
+TEST(Silu, GradientMatchesFiniteDifferences) {
+  const int64_t rows = 4, cols = 9;
+  auto x = random_vector(rows * cols, 1, 2.0f), w = random_vector(rows * cols, 2);
+  std::vector<float> y(rows * cols), dx(rows * cols);
+  auto loss = [&] {
+    silu_forward(x.data(), cols, rows, cols, y.data(), cols);
+    return dot(y.data(), w.data(), rows * cols);
+  };
+  silu_backward(w.data(), cols, x.data(), cols, rows, cols, dx.data(), cols);
+  EXPECT_TRUE(check_gradient(loss, x.data(), dx.data(), rows * cols));
+}
+
+TEST(SwiGlu, GradientsMatchFiniteDifferencesWithAndWithoutGateActivation) {
+  for (bool gate_act : {true, false}) {
+    const int64_t n = 40;
+    auto g = random_vector(n, 1, 2.0f), u = random_vector(n, 2), w = random_vector(n, 3);
+    std::vector<float> h(n), dg(n), du(n);
+    auto loss = [&] {
+      swiglu_forward(g.data(), u.data(), n, gate_act, h.data());
+      return dot(h.data(), w.data(), n);
+    };
+    swiglu_backward(w.data(), g.data(), u.data(), n, gate_act, dg.data(), du.data());
+    EXPECT_TRUE(check_gradient(loss, g.data(), dg.data(), n)) << "gate_act=" << gate_act;
+    EXPECT_TRUE(check_gradient(loss, u.data(), du.data(), n)) << "gate_act=" << gate_act;
+  }
+}
+
+TEST(Embedding, GradientMatchesFiniteDifferencesWithRepeatedTokens) {
+  const int64_t V = 7, D = 70, n = 9;
+  std::vector<int32_t> tokens = {3, 1, 3, 6, 0, 3, 1, 2, 5};
+  auto W = random_vector(V * D, 1), w = random_vector(n * D, 2);
+  std::vector<float> out(n * D), dW(V * D, 0.0f);
+  auto loss = [&] {
+    embedding_forward(tokens.data(), n, W.data(), V, D, out.data());
+    return dot(out.data(), w.data(), n * D);
+  };
+  embedding_backward(tokens.data(), n, w.data(), V, D, dW.data());
+  EXPECT_TRUE(check_gradient(loss, W.data(), dW.data(), V * D, {.samples = 200}));
+}
+
+TEST(CrossEntropy, LossAndGradientMatchDefinition) {
+  const int64_t rows = 4, V = 11, ld = 13;
+  auto logits = random_vector(rows * ld, 1, 3.0f);
+  std::vector<int32_t> targets = {0, 10, 5, 5};
+  std::vector<float> losses(rows), lse(rows), dlogits(rows * ld, 0.0f);
+  auto loss = [&] {
+    cross_entropy_forward(logits.data(), ld, targets.data(), rows, V, losses.data(), lse.data());
+    double s = 0;
+    for (float l : losses) s += l;
+    return s / rows;
+  };
+  loss();
+  for (int64_t r = 0; r < rows; ++r) {
+    double z = 0;
+    for (int64_t j = 0; j < V; ++j) z += std::exp(static_cast<double>(logits[r * ld + j]));
+    EXPECT_NEAR(losses[r], std::log(z) - logits[r * ld + targets[r]], 1e-5);
+  }
+  cross_entropy_backward(logits.data(), ld, targets.data(), lse.data(), rows, V, 1.0f / rows,
+                         dlogits.data(), ld);
+  std::vector<float> masked(rows * ld, 0.0f);  // the padding columns are not logits
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < V; ++j) masked[r * ld + j] = dlogits[r * ld + j];
+  EXPECT_TRUE(check_gradient(loss, logits.data(), masked.data(), rows * ld, {.samples = 100}));
+}
+
+TEST(AdamW, MatchesClosedFormForTwoSteps) {
+  std::vector<float> p = {1.0f, -2.0f}, m(2, 0.0f), v(2, 0.0f);
+  const std::vector<float> g1 = {0.5f, -1.0f}, g2 = {0.25f, 2.0f};
+  AdamWHyper h{0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 1};
+  std::vector<double> P = {1.0, -2.0}, M(2, 0.0), Vv(2, 0.0);
+  for (int step = 1; step <= 2; ++step) {
+    const auto& g = step == 1 ? g1 : g2;
+    h.step = step;
+    adamw_update(p.data(), g.data(), m.data(), v.data(), 2, h);
+    for (int i = 0; i < 2; ++i) {
+      M[i] = 0.9 * M[i] + 0.1 * g[i];
+      Vv[i] = 0.95 * Vv[i] + 0.05 * g[i] * g[i];
+      const double mhat = M[i] / (1 - std::pow(0.9, step)), vhat = Vv[i] / (1 - std::pow(0.95, step));
+      P[i] -= 0.1 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.01 * P[i]);
+    }
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(p[i], P[i], 1e-6);
+}
+
+TEST(SumSquares, IsExactInDouble) {
+  std::vector<float> x = {3.0f, 4.0f, 12.0f};
+  EXPECT_DOUBLE_EQ(sum_squares(x.data(), 3), 169.0);
+}
+
+}  // namespace
+}  // namespace boostlm

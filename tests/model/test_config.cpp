@@ -1,0 +1,109 @@
+// Bad configurations are refused with a message naming what is wrong, never a crash.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/config.h"
+
+namespace boostlm {
+namespace {
+
+nlohmann::json base() {
+  return {{"arch", "cola"}, {"vocab_size", 100}, {"d_model", 64}, {"n_layers", 2},
+          {"n_heads", 4},   {"n_kv_heads", 2},   {"d_ff", 96},    {"attn_rank", 16},
+          {"mlp_rank", 24}};
+}
+
+void expect_error(const nlohmann::json& j, const std::string& fragment) {
+  try {
+    ModelConfig::from_json(j);
+    ADD_FAILURE() << "accepted: " << j.dump();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "message '" << e.what() << "' does not mention '" << fragment << "'";
+  }
+}
+
+TEST(Config, AcceptsAValidConfigAndRoundTrips) {
+  const ModelConfig c = ModelConfig::from_json(base());
+  EXPECT_EQ(c.head_dim(), 16);
+  EXPECT_EQ(c.kv_dim(), 32);
+  const ModelConfig again = ModelConfig::from_json(c.to_json());
+  EXPECT_EQ(again.to_json(), c.to_json());
+}
+
+TEST(Config, RejectsHeadsNotDivisibleByKvHeads) {
+  auto j = base();
+  j["n_kv_heads"] = 3;
+  expect_error(j, "n_heads=4 is not divisible by n_kv_heads=3");
+}
+
+TEST(Config, RejectsRankLargerThanTheDimensionItFactorises) {
+  auto j = base();
+  j["attn_rank"] = 40;  // k/v project 64 -> 32
+  expect_error(j, "attn_rank=40 exceeds");
+  j = base();
+  j["mlp_rank"] = 97;
+  expect_error(j, "mlp_rank=97 exceeds");
+}
+
+TEST(Config, RejectsUnknownArchitecture) {
+  auto j = base();
+  j["arch"] = "lora";
+  expect_error(j, "unknown arch 'lora'");
+}
+
+TEST(Config, RejectsMissingAndUnknownAndMistypedFields) {
+  auto j = base();
+  j.erase("d_ff");
+  expect_error(j, "missing required field 'd_ff'");
+  j = base();
+  j.erase("attn_rank");
+  expect_error(j, "missing required field 'attn_rank'");
+  j = base();
+  j["dmodel"] = 64;
+  expect_error(j, "unknown field 'dmodel'");
+  j = base();
+  j["n_layers"] = "two";
+  expect_error(j, "field 'n_layers' has the wrong type");
+  j = base();
+  j["d_model"] = 0;
+  expect_error(j, "d_model=0 must be positive");
+}
+
+TEST(Config, DenseNeedsNoRanks) {
+  auto j = base();
+  j["arch"] = "dense";
+  j.erase("attn_rank");
+  j.erase("mlp_rank");
+  EXPECT_NO_THROW(ModelConfig::from_json(j));
+}
+
+TEST(Config, LoadReportsTheFileForBadJson) {
+  const auto path = std::filesystem::temp_directory_path() / "boostlm_bad_config.json";
+  std::ofstream(path) << "{ \"arch\": ";
+  try {
+    ModelConfig::load(path.string());
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ModelConfig::load("/nonexistent/config.json"), Error);
+}
+
+TEST(Config, EveryPresetLoads) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(BOOSTLM_SOURCE_DIR "/configs")) {
+    if (entry.path().extension() != ".json") continue;
+    EXPECT_NO_THROW(ModelConfig::load(entry.path().string())) << entry.path();
+    ++count;
+  }
+  EXPECT_GE(count, 18);  // 6 shapes x 3 architectures
+}
+
+}  // namespace
+}  // namespace boostlm
