@@ -4,7 +4,9 @@
 
 namespace boostlm {
 
-std::string to_string(DType dtype) { return dtype == DType::f32 ? "fp32" : "bf16"; }
+std::string to_string(DType dtype) {
+  return dtype == DType::f32 ? "fp32" : "bf16";
+}
 
 DType parse_dtype(const std::string& text) {
   if (text == "fp32" || text == "f32" || text == "float32") return DType::f32;

@@ -5,7 +5,9 @@
 
 namespace boostlm {
 namespace {
-void default_abort(const std::string&) { std::abort(); }
+void default_abort(const std::string&) {
+  std::abort();
+}
 AbortHandler g_abort_handler = default_abort;
 }  // namespace
 

@@ -3,7 +3,8 @@
 // Two kinds of failure, kept apart on purpose (STYLE.md):
 //  - boostlm::Error: bad input at a boundary (config, data files, checkpoints, flags). It carries a
 //    message the user can act on and is thrown, so the caller can report it and exit cleanly.
-//  - BOOSTLM_ASSERT: a broken invariant inside the engine. It prints file:line and aborts the process
+//  - BOOSTLM_ASSERT: a broken invariant inside the engine. It prints file:line and aborts the
+//  process
 //    through an abort handler (under MPI the handler ends the whole job).
 #pragma once
 
@@ -34,12 +35,12 @@ AbortHandler set_abort_handler(AbortHandler handler);
 
 }  // namespace boostlm
 
-#define BOOSTLM_ASSERT(cond)                                             \
-  do {                                                                   \
+#define BOOSTLM_ASSERT(cond)                                            \
+  do {                                                                  \
     if (!(cond)) ::boostlm::assert_fail(#cond, __FILE__, __LINE__, ""); \
   } while (0)
 
-#define BOOSTLM_ASSERT_MSG(cond, msg)                                     \
-  do {                                                                    \
+#define BOOSTLM_ASSERT_MSG(cond, msg)                                    \
+  do {                                                                   \
     if (!(cond)) ::boostlm::assert_fail(#cond, __FILE__, __LINE__, msg); \
   } while (0)

@@ -17,7 +17,9 @@ int64_t product(const std::vector<int64_t>& shape) {
 }
 }  // namespace
 
-int64_t ParamInfo::full_numel() const { return product(shape); }
+int64_t ParamInfo::full_numel() const {
+  return product(shape);
+}
 
 const ParamInfo& ParamTable::add(std::string name, std::vector<int64_t> shape, Init init,
                                  float init_std, bool weight_decay, int shard_axis,
@@ -29,7 +31,8 @@ const ParamInfo& ParamTable::add(std::string name, std::vector<int64_t> shape, I
   info.local_shape = shape;
   if (shard_axis >= 0) {
     BOOSTLM_ASSERT(shard_axis < static_cast<int>(shape.size()));
-    BOOSTLM_ASSERT(shard_begin >= 0 && shard_size > 0 && shard_begin + shard_size <= shape[shard_axis]);
+    BOOSTLM_ASSERT(shard_begin >= 0 && shard_size > 0 &&
+                   shard_begin + shard_size <= shape[shard_axis]);
     info.shard_axis = shard_axis;
     info.shard_begin = shard_begin;
     info.local_shape[shard_axis] = shard_size;
@@ -70,7 +73,9 @@ FlatBuffer::FlatBuffer(int64_t size) : size_(size) {
   data_.reset(p);
 }
 
-void FlatBuffer::Free::operator()(float* p) const { std::free(p); }
+void FlatBuffer::Free::operator()(float* p) const {
+  std::free(p);
+}
 
 void FlatBuffer::zero() {
   if (size_) std::memset(data_.get(), 0, static_cast<size_t>(size_) * sizeof(float));

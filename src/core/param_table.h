@@ -43,7 +43,7 @@ class ParamTable {
   const ParamInfo* find(std::string_view name) const;
   const std::vector<ParamInfo>& entries() const { return entries_; }
   int64_t total_elements() const { return total_; }  // including alignment padding
-  int64_t parameter_count() const;                    // local, without padding
+  int64_t parameter_count() const;                   // local, without padding
 
  private:
   std::vector<ParamInfo> entries_;

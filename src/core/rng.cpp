@@ -61,7 +61,9 @@ uint64_t Rng::next_u64() {
   return result;
 }
 
-double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+double Rng::uniform() {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+}
 
 float Rng::normal() {
   double u1 = 1.0 - uniform();
@@ -69,6 +71,8 @@ float Rng::normal() {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
 }
 
-int64_t Rng::below(int64_t n) { return static_cast<int64_t>(uniform() * static_cast<double>(n)); }
+int64_t Rng::below(int64_t n) {
+  return static_cast<int64_t>(uniform() * static_cast<double>(n));
+}
 
 }  // namespace boostlm

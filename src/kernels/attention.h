@@ -1,8 +1,8 @@
 // Causal grouped-query attention, fused and tiled the way FlashAttention is.
 //
 // Forward streams key/value tiles through an online softmax and keeps only the per-row
-// log-sum-exp; backward recomputes the probabilities tile by tile from it. No [T, T] score matrix is
-// ever held, so activation memory is O(N·d) (the output and the lse), not O(b·heads·T²).
+// log-sum-exp; backward recomputes the probabilities tile by tile from it. No [T, T] score matrix
+// is ever held, so activation memory is O(N·d) (the output and the lse), not O(b·heads·T²).
 //
 // Layouts: token n = b·T + t owns one row of q ([n, n_heads·head_dim], row stride ldq) and of
 // k, v ([n, n_kv_heads·head_dim]); query head h reads kv head h / (n_heads / n_kv_heads).

@@ -15,4 +15,9 @@ void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targ
                             const float* lse, int64_t rows, int64_t V, float scale, float* dlogits,
                             int64_t ldd);
 
+// Training: both in one sweep. Returns losses[r] and overwrites logits with
+// scale · (softmax(logits) − onehot(targets)).
+void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
+                                    int64_t V, float scale, float* losses);
+
 }  // namespace boostlm

@@ -36,7 +36,7 @@ struct GemmCounters {
 
 // Process-wide counters (not thread-safe: GEMM is called from the main thread; oneDNN threads it).
 GemmCounters& gemm_counters();
-void gemm_record_shapes(bool on);          // start/stop recording the shape of every call
+void gemm_record_shapes(bool on);  // start/stop recording the shape of every call
 const std::vector<GemmShape>& gemm_recorded_shapes();
 void gemm_clear_recorded_shapes();
 

@@ -16,7 +16,8 @@ struct RopeTable {
 RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta);
 
 // In place on x: [B·T, heads, head_dim] with row stride ld (per token); token n has position n % T.
-void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table);
+void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                  const RopeTable& table);
 // The adjoint (rotation by −angle), in place on the gradient.
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                    const RopeTable& table);

@@ -11,9 +11,12 @@ namespace boostlm {
 
 std::string to_string(Arch arch) {
   switch (arch) {
-    case Arch::dense: return "dense";
-    case Arch::svd: return "svd";
-    case Arch::cola: return "cola";
+    case Arch::dense:
+      return "dense";
+    case Arch::svd:
+      return "svd";
+    case Arch::cola:
+      return "cola";
   }
   return "?";
 }
@@ -82,9 +85,9 @@ void ModelConfig::validate() const {
 ModelConfig ModelConfig::from_json(const nlohmann::json& json) {
   if (!json.is_object()) throw error("config: expected a JSON object");
   static const std::set<std::string> known = {
-      "arch",      "vocab_size",  "d_model",         "n_layers",     "n_heads",
-      "n_kv_heads", "d_ff",       "attn_rank",       "mlp_rank",     "max_seq_len",
-      "tied_embeddings", "mlp_gate_act", "rms_eps",   "rope_theta",   "name"};
+      "arch",    "vocab_size", "d_model",  "n_layers",    "n_heads",         "n_kv_heads",
+      "d_ff",    "attn_rank",  "mlp_rank", "max_seq_len", "tied_embeddings", "mlp_gate_act",
+      "rms_eps", "rope_theta", "name"};
   for (const auto& item : json.items())
     if (!known.count(item.key())) throw error("config: unknown field '", item.key(), "'");
 

@@ -38,12 +38,15 @@ Model::Model(const ModelConfig& config, DType compute)
     bw.norm2 = weights_.view(n2);
     bw.dnorm2 = grads_.view(n2);
     for (int i = 0; i < kProjectionsPerBlock; ++i)
-      bw.proj[i] = bind_projection(dims[i], l, config_.arch == Arch::cola, table_, weights_, grads_);
+      bw.proj[i] =
+          bind_projection(dims[i], l, config_.arch == Arch::cola, table_, weights_, grads_);
     blocks_.push_back(bw);
   }
 }
 
-void Model::init_weights(uint64_t seed) { init_parameters(table_, weights_, seed); }
+void Model::init_weights(uint64_t seed) {
+  init_parameters(table_, weights_, seed);
+}
 
 void Model::prepare(int64_t B, int64_t T) {
   if (T > config_.max_seq_len)
@@ -108,7 +111,8 @@ int64_t Model::activation_bytes() const {
   return elements * static_cast<int64_t>(sizeof(float));
 }
 
-// x_out = x_mid + Down(act(Gate(n2)) ⊙ Up(n2)),  x_mid = x_in + O(Attn(RoPE(Q(n1)), RoPE(K(n1)), V(n1)))
+// x_out = x_mid + Down(act(Gate(n2)) ⊙ Up(n2)),  x_mid = x_in + O(Attn(RoPE(Q(n1)), RoPE(K(n1)),
+// V(n1)))
 void Model::block_forward(int64_t layer, float* x_out) {
   BlockActivations& a = acts_[layer];
   const BlockWeights& w = blocks_[layer];
@@ -195,11 +199,13 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
     const float* x = norm_final_.data() + r0 * d;
     gemm(Trans::N, Trans::T, rows, V, d, 1.0f, x, d, weights_.view(head), d, 0.0f, logits_.data(),
          V, compute_);
-    cross_entropy_forward(logits_.data(), V, targets + r0, rows, V, losses_.data() + r0,
-                          ce_lse_.data() + r0);
-    if (!backward) continue;
-    cross_entropy_backward(logits_.data(), V, targets + r0, ce_lse_.data() + r0, rows, V,
-                           grad_scale / static_cast<float>(N), logits_.data(), V);
+    if (!backward) {
+      cross_entropy_forward(logits_.data(), V, targets + r0, rows, V, losses_.data() + r0,
+                            ce_lse_.data() + r0);
+      continue;
+    }
+    cross_entropy_forward_backward(logits_.data(), V, targets + r0, rows, V,
+                                   grad_scale / static_cast<float>(N), losses_.data() + r0);
     gemm(Trans::T, Trans::N, V, d, rows, 1.0f, logits_.data(), V, x, d, 1.0f, grads_.view(head), d,
          compute_);
     gemm(Trans::N, Trans::N, rows, d, V, 1.0f, logits_.data(), V, weights_.view(head), d, 0.0f,

@@ -1,8 +1,8 @@
 // The single-process model: forward and backward of SPEC §2 written out as explicit steps.
 //
 // Weights and gradients live in one flat buffer each, laid out by the parameter table. Activations
-// are kept per block in named arrays (what each backward step reads is visible in BlockActivations),
-// allocated once for a batch shape and reused.
+// are kept per block in named arrays (what each backward step reads is visible in
+// BlockActivations), allocated once for a batch shape and reused.
 #pragma once
 
 #include <array>
@@ -24,8 +24,8 @@ struct LatentActivations {
 };
 
 struct BlockActivations {
-  FlatBuffer x_in;            // block input (residual stream), [N, d]
-  FlatBuffer norm1, rstd1;    // input_layernorm output [N, d] and its 1/rms [N]
+  FlatBuffer x_in;          // block input (residual stream), [N, d]
+  FlatBuffer norm1, rstd1;  // input_layernorm output [N, d] and its 1/rms [N]
   std::array<LatentActivations, kProjectionsPerBlock> latents;
   FlatBuffer q, k, v;         // after RoPE (q, k): [N, d], [N, kv], [N, kv]
   FlatBuffer attn, attn_lse;  // attention output [N, d], log-sum-exp [B, heads, T]

@@ -38,7 +38,8 @@ ParamTable build_param_table(const ModelConfig& c) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string layer = "model.layers." + std::to_string(l);
     for (const auto& p : projections) {
-      if (p.kind == ProjKind::q) t.add(layer + ".input_layernorm.weight", {d}, Init::ones, 0, false);
+      if (p.kind == ProjKind::q)
+        t.add(layer + ".input_layernorm.weight", {d}, Init::ones, 0, false);
       if (p.kind == ProjKind::gate)
         t.add(layer + ".post_attention_layernorm.weight", {d}, Init::ones, 0, false);
       const std::string prefix = projection_prefix(l, p);

@@ -5,10 +5,7 @@
 namespace boostlm {
 
 AdamW::AdamW(const ParamTable& table, OptimizerConfig config)
-    : table_(table),
-      config_(config),
-      m_(table.total_elements()),
-      v_(table.total_elements()) {}
+    : table_(table), config_(config), m_(table.total_elements()), v_(table.total_elements()) {}
 
 float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr) {
   // Padding between views is zero, so the whole buffer can be reduced in one pass.

@@ -12,10 +12,10 @@
 namespace boostlm::testing {
 
 struct GradCheckOptions {
-  float eps = 1e-2f;    // perturbation
-  double atol = 2e-3;   // |fd − analytic| <= atol + rtol·|analytic|
+  float eps = 1e-2f;   // perturbation
+  double atol = 2e-3;  // |fd − analytic| <= atol + rtol·|analytic|
   double rtol = 2e-2;
-  int samples = 48;     // coordinates checked (all when n <= samples)
+  int samples = 48;  // coordinates checked (all when n <= samples)
   uint64_t seed = 7;
 };
 

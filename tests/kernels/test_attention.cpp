@@ -47,7 +47,8 @@ class AttentionTest : public ::testing::TestWithParam<AttentionShape> {};
 
 TEST_P(AttentionTest, ForwardMatchesNaiveReference) {
   const AttentionShape s = GetParam();
-  const int64_t N = s.batch * s.seq_len, qd = s.n_heads * s.head_dim, kd = s.n_kv_heads * s.head_dim;
+  const int64_t N = s.batch * s.seq_len, qd = s.n_heads * s.head_dim,
+                kd = s.n_kv_heads * s.head_dim;
   auto q = random_vector(N * qd, 1), k = random_vector(N * kd, 2), v = random_vector(N * kd, 3);
   std::vector<float> out(N * qd), lse(s.batch * s.n_heads * s.seq_len);
   attention_forward(s, q.data(), qd, k.data(), kd, v.data(), kd, out.data(), qd, lse.data());
@@ -59,7 +60,8 @@ TEST_P(AttentionTest, ForwardMatchesNaiveReference) {
 
 TEST_P(AttentionTest, GradientsMatchFiniteDifferences) {
   const AttentionShape s = GetParam();
-  const int64_t N = s.batch * s.seq_len, qd = s.n_heads * s.head_dim, kd = s.n_kv_heads * s.head_dim;
+  const int64_t N = s.batch * s.seq_len, qd = s.n_heads * s.head_dim,
+                kd = s.n_kv_heads * s.head_dim;
   auto q = random_vector(N * qd, 1), k = random_vector(N * kd, 2), v = random_vector(N * kd, 3);
   auto w = random_vector(N * qd, 4);
   std::vector<float> out(N * qd), lse(s.batch * s.n_heads * s.seq_len);

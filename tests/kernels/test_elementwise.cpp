@@ -167,7 +167,8 @@ TEST(AdamW, MatchesClosedFormForTwoSteps) {
     for (int i = 0; i < 2; ++i) {
       M[i] = 0.9 * M[i] + 0.1 * g[i];
       Vv[i] = 0.95 * Vv[i] + 0.05 * g[i] * g[i];
-      const double mhat = M[i] / (1 - std::pow(0.9, step)), vhat = Vv[i] / (1 - std::pow(0.95, step));
+      const double mhat = M[i] / (1 - std::pow(0.9, step)),
+                   vhat = Vv[i] / (1 - std::pow(0.95, step));
       P[i] -= 0.1 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.01 * P[i]);
     }
   }
@@ -177,6 +178,26 @@ TEST(AdamW, MatchesClosedFormForTwoSteps) {
 TEST(SumSquares, IsExactInDouble) {
   std::vector<float> x = {3.0f, 4.0f, 12.0f};
   EXPECT_DOUBLE_EQ(sum_squares(x.data(), 3), 169.0);
+}
+
+}  // namespace
+}  // namespace boostlm
+
+namespace boostlm {
+namespace {
+
+TEST(CrossEntropy, FusedForwardBackwardMatchesSeparateKernels) {
+  const int64_t rows = 5, V = 300;
+  auto logits = testing::random_vector(rows * V, 4, 5.0f);
+  std::vector<int32_t> targets = {0, 299, 7, 7, 150};
+  std::vector<float> losses(rows), lse(rows), dlogits(rows * V), fused_losses(rows);
+  cross_entropy_forward(logits.data(), V, targets.data(), rows, V, losses.data(), lse.data());
+  cross_entropy_backward(logits.data(), V, targets.data(), lse.data(), rows, V, 0.25f,
+                         dlogits.data(), V);
+  cross_entropy_forward_backward(logits.data(), V, targets.data(), rows, V, 0.25f,
+                                 fused_losses.data());
+  for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(fused_losses[r], losses[r], 1e-5);
+  for (int64_t i = 0; i < rows * V; ++i) ASSERT_NEAR(logits[i], dlogits[i], 1e-7) << i;
 }
 
 }  // namespace

@@ -13,9 +13,9 @@ namespace boostlm {
 namespace {
 
 nlohmann::json base() {
-  return {{"arch", "cola"}, {"vocab_size", 100}, {"d_model", 64}, {"n_layers", 2},
-          {"n_heads", 4},   {"n_kv_heads", 2},   {"d_ff", 96},    {"attn_rank", 16},
-          {"mlp_rank", 24}};
+  return {{"arch", "cola"}, {"vocab_size", 100}, {"d_model", 64},
+          {"n_layers", 2},  {"n_heads", 4},      {"n_kv_heads", 2},
+          {"d_ff", 96},     {"attn_rank", 16},   {"mlp_rank", 24}};
 }
 
 void expect_error(const nlohmann::json& j, const std::string& fragment) {

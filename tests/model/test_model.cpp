@@ -52,7 +52,8 @@ TEST(ModelParams, NamesAndShapesFollowTheSpec) {
   EXPECT_EQ(cola.entries().size(), 1 + 2 * (2 + 14) + 1 + 1);
 
   const ParamTable dense = build_param_table(tiny(Arch::dense, /*tied=*/true));
-  EXPECT_EQ(dense.at("model.layers.0.self_attn.v_proj.weight").shape, (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(dense.at("model.layers.0.self_attn.v_proj.weight").shape,
+            (std::vector<int64_t>{8, 16}));
   EXPECT_EQ(dense.at("model.layers.0.mlp.up_proj.weight").shape, (std::vector<int64_t>{24, 16}));
   EXPECT_EQ(dense.find("lm_head.weight"), nullptr);
 }
@@ -166,9 +167,10 @@ TEST(Model, Bf16LossAndGradientsAgreeWithFp32) {
     model.grads().zero();
     const float loss16 = model.forward_backward(tokens.data(), targets.data(), 2, 64);
     EXPECT_NEAR(loss16, loss32, 1e-3 * loss32) << to_string(arch);
-    const double cos = testing::dot(g32.data(), model.grads().data(), g32.size()) /
-                       std::sqrt(testing::dot(g32.data(), g32.data(), g32.size()) *
-                                 testing::dot(model.grads().data(), model.grads().data(), g32.size()));
+    const double cos =
+        testing::dot(g32.data(), model.grads().data(), g32.size()) /
+        std::sqrt(testing::dot(g32.data(), g32.data(), g32.size()) *
+                  testing::dot(model.grads().data(), model.grads().data(), g32.size()));
     EXPECT_GT(cos, 0.999) << to_string(arch);
   }
 }

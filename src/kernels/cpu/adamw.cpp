@@ -2,9 +2,12 @@
 
 #include <cmath>
 
+#include "core/profile.h"
+
 namespace boostlm {
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h) {
+  BOOSTLM_PHASE("optimizer");
   const float c1 = 1.0f - static_cast<float>(std::pow(h.beta1, static_cast<double>(h.step)));
   const float c2 = 1.0f - static_cast<float>(std::pow(h.beta2, static_cast<double>(h.step)));
 #pragma omp parallel for simd schedule(static)
@@ -19,6 +22,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
 }
 
 double sum_squares(const float* x, int64_t n) {
+  BOOSTLM_PHASE("optimizer");
   double sum = 0.0;
 #pragma omp parallel for simd reduction(+ : sum) schedule(static)
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
@@ -26,6 +30,7 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 void scale_inplace(float* x, int64_t n, float s) {
+  BOOSTLM_PHASE("optimizer");
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }

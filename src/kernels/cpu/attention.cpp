@@ -4,25 +4,32 @@
 #include <cmath>
 #include <vector>
 
+#include <dnnl.h>
+
 #include "core/error.h"
+#include "core/profile.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace boostlm {
 
 namespace {
 
-constexpr int64_t kQueryTile = 32;  // query rows per forward task
-constexpr int64_t kKeyTile = 64;    // keys per tile (K and V tiles stay in L1/L2)
+// Tiles: a 64-query x 128-key score tile (32 KiB) and the K/V tiles stay in L2; the tile products
+// are dnnl_sgemm calls, which run single-threaded inside the OpenMP tasks here.
+constexpr int64_t kQueryTile = 64;
+constexpr int64_t kKeyTile = 128;
+
+inline void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t status = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  BOOSTLM_ASSERT(status == dnnl_success);
+}
 
 inline float dot(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
-}
-
-inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
 void check_shape(const AttentionShape& s) {
@@ -35,6 +42,7 @@ void check_shape(const AttentionShape& s) {
 void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
                        int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
                        float* lse) {
+  BOOSTLM_PHASE("attention");
   check_shape(s);
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t query_tiles = (T + kQueryTile - 1) / kQueryTile;
@@ -42,7 +50,7 @@ void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, con
 
 #pragma omp parallel
   {
-    std::vector<float> scores(kKeyTile), acc(kQueryTile * hd), row_max(kQueryTile),
+    std::vector<float> scores(kQueryTile * kKeyTile), acc(kQueryTile * hd), row_max(kQueryTile),
         row_sum(kQueryTile);
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
@@ -50,46 +58,50 @@ void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, con
         for (int64_t tile = 0; tile < query_tiles; ++tile) {
           // Later tiles see more keys; reversed order gives dynamic scheduling the big ones first.
           const int64_t i0 = (query_tiles - 1 - tile) * kQueryTile;
-          const int64_t i1 = std::min(T, i0 + kQueryTile);
+          const int64_t rows = std::min(T, i0 + kQueryTile) - i0;
           const int64_t kvh = h / group;
+          const float* q_tile = q + (b * T + i0) * ldq + h * hd;
           std::fill(acc.begin(), acc.end(), 0.0f);
           std::fill(row_max.begin(), row_max.end(), -INFINITY);
           std::fill(row_sum.begin(), row_sum.end(), 0.0f);
-          for (int64_t j0 = 0; j0 < i1; j0 += kKeyTile) {
-            const int64_t j1 = std::min(i1, j0 + kKeyTile);
-            for (int64_t i = i0; i < i1; ++i) {
-              const int64_t jend = std::min(j1, i + 1);  // causal: keys j <= i
-              if (jend <= j0) continue;
-              const int64_t r = i - i0;
-              const float* qi = q + (b * T + i) * ldq + h * hd;
+          for (int64_t j0 = 0; j0 < i0 + rows; j0 += kKeyTile) {
+            const int64_t cols = std::min(i0 + rows, j0 + kKeyTile) - j0;
+            const float* k_tile = k + (b * T + j0) * ldk + kvh * hd;
+            const float* v_tile = v + (b * T + j0) * ldv + kvh * hd;
+            // S = scale · Q Kᵀ, then the online softmax: rescale what was accumulated so far by
+            // exp(old max − new max) and add this tile's exp(S − new max) V.
+            sgemm('N', 'T', rows, cols, hd, scale, q_tile, ldq, k_tile, ldk, 0.0f, scores.data(),
+                  kKeyTile);
+            for (int64_t r = 0; r < rows; ++r) {
+              float* sr = scores.data() + r * kKeyTile;
+              const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
               float tile_max = -INFINITY;
-              for (int64_t j = j0; j < jend; ++j) {
-                const float sc = scale * dot(qi, k + (b * T + j) * ldk + kvh * hd, hd);
-                scores[j - j0] = sc;
-                tile_max = std::max(tile_max, sc);
-              }
+#pragma omp simd reduction(max : tile_max)
+              for (int64_t c = 0; c < valid; ++c) tile_max = std::max(tile_max, sr[c]);
               const float new_max = std::max(row_max[r], tile_max);
-              const float correction = std::exp(row_max[r] - new_max);
-              float* a = acc.data() + r * hd;
+              float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+              for (int64_t c = 0; c < cols; ++c) {
+                const float p = c < valid ? cpu::exp_vec(sr[c] - new_max) : 0.0f;
+                sr[c] = p;
+                sum += p;
+              }
+              const float correction = valid > 0 ? cpu::exp_vec(row_max[r] - new_max) : 1.0f;
               if (correction != 1.0f) {
+                float* a = acc.data() + r * hd;
                 for (int64_t c = 0; c < hd; ++c) a[c] *= correction;
               }
-              float sum = 0.0f;
-              for (int64_t j = j0; j < jend; ++j) {
-                const float p = std::exp(scores[j - j0] - new_max);
-                sum += p;
-                axpy(p, v + (b * T + j) * ldv + kvh * hd, a, hd);
-              }
               row_sum[r] = row_sum[r] * correction + sum;
-              row_max[r] = new_max;
+              if (valid > 0) row_max[r] = new_max;
             }
+            sgemm('N', 'N', rows, hd, cols, 1.0f, scores.data(), kKeyTile, v_tile, ldv, 1.0f,
+                  acc.data(), hd);
           }
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t r = i - i0;
+          for (int64_t r = 0; r < rows; ++r) {
             const float inv = 1.0f / row_sum[r];
-            float* o = out + (b * T + i) * ldo + h * hd;
+            float* o = out + (b * T + i0 + r) * ldo + h * hd;
             for (int64_t c = 0; c < hd; ++c) o[c] = acc[r * hd + c] * inv;
-            lse[(b * s.n_heads + h) * T + i] = row_max[r] + std::log(row_sum[r]);
+            lse[(b * s.n_heads + h) * T + i0 + r] = row_max[r] + std::log(row_sum[r]);
           }
         }
       }
@@ -97,21 +109,22 @@ void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, con
   }
 }
 
-// Per (batch, kv head) task, so dk/dv of a kv head are written by one thread only. With
-// P = exp(scale·q·kᵀ − lse), D_i = Σ dout_i ⊙ out_i:
-//   dv_j += P_ij dout_i;  dP_ij = dout_i·v_j;  dS_ij = P_ij (dP_ij − D_i);
-//   dq_i += scale Σ_j dS_ij k_j;  dk_j += scale Σ_i dS_ij q_i.
+// Per (batch, kv head) task, so dk/dv of a kv head (and dq of its query heads) are written by one
+// thread only. Key tiles outer, query tiles inner (FlashAttention-2's order). With
+// P = exp(scale·Q Kᵀ − lse) and D_i = Σ dout_i ⊙ out_i:
+//   dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P ⊙ (dP − D) · scale;  dQ += dS K;  dK += dSᵀ Q.
 void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
                         int64_t ldk, const float* v, int64_t ldv, const float* out, int64_t ldo,
                         const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
                         float* dk, int64_t lddk, float* dv, int64_t lddv) {
+  BOOSTLM_PHASE("attention");
   check_shape(s);
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
 #pragma omp parallel
   {
-    std::vector<float> delta(T);
+    std::vector<float> delta(T), probs(kQueryTile * kKeyTile), dprobs(kQueryTile * kKeyTile);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
@@ -122,25 +135,43 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
           const float* lse_h = lse + (b * s.n_heads + h) * T;
           for (int64_t i = 0; i < T; ++i) {
-            delta[i] = dot(dout + (b * T + i) * lddo + h * hd, out + (b * T + i) * ldo + h * hd, hd);
+            delta[i] =
+                dot(dout + (b * T + i) * lddo + h * hd, out + (b * T + i) * ldo + h * hd, hd);
             std::fill_n(dq + (b * T + i) * lddq + h * hd, hd, 0.0f);
           }
           for (int64_t j0 = 0; j0 < T; j0 += kKeyTile) {
-            const int64_t j1 = std::min(T, j0 + kKeyTile);
-            for (int64_t i = j0; i < T; ++i) {  // queries that see at least key j0
-              const int64_t jend = std::min(j1, i + 1);
-              const float* qi = q + (b * T + i) * ldq + h * hd;
-              const float* doi = dout + (b * T + i) * lddo + h * hd;
-              float* dqi = dq + (b * T + i) * lddq + h * hd;
-              for (int64_t j = j0; j < jend; ++j) {
-                const float* kj = k + (b * T + j) * ldk + kvh * hd;
-                const float* vj = v + (b * T + j) * ldv + kvh * hd;
-                const float p = std::exp(scale * dot(qi, kj, hd) - lse_h[i]);
-                axpy(p, doi, dv + (b * T + j) * lddv + kvh * hd, hd);
-                const float ds = p * (dot(doi, vj, hd) - delta[i]) * scale;
-                axpy(ds, kj, dqi, hd);
-                axpy(ds, qi, dk + (b * T + j) * lddk + kvh * hd, hd);
+            const int64_t cols = std::min(T, j0 + kKeyTile) - j0;
+            const float* k_tile = k + (b * T + j0) * ldk + kvh * hd;
+            const float* v_tile = v + (b * T + j0) * ldv + kvh * hd;
+            float* dk_tile = dk + (b * T + j0) * lddk + kvh * hd;
+            float* dv_tile = dv + (b * T + j0) * lddv + kvh * hd;
+            for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < T; i0 += kQueryTile) {
+              const int64_t rows = std::min(T, i0 + kQueryTile) - i0;
+              const float* q_tile = q + (b * T + i0) * ldq + h * hd;
+              const float* do_tile = dout + (b * T + i0) * lddo + h * hd;
+              float* dq_tile = dq + (b * T + i0) * lddq + h * hd;
+              sgemm('N', 'T', rows, cols, hd, scale, q_tile, ldq, k_tile, ldk, 0.0f, probs.data(),
+                    kKeyTile);
+              sgemm('N', 'T', rows, cols, hd, 1.0f, do_tile, lddo, v_tile, ldv, 0.0f, dprobs.data(),
+                    kKeyTile);
+              for (int64_t r = 0; r < rows; ++r) {
+                float* pr = probs.data() + r * kKeyTile;
+                float* dpr = dprobs.data() + r * kKeyTile;
+                const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
+                const float row_lse = lse_h[i0 + r], row_delta = delta[i0 + r];
+#pragma omp simd
+                for (int64_t c = 0; c < cols; ++c) {
+                  const float p = c < valid ? cpu::exp_vec(pr[c] - row_lse) : 0.0f;
+                  pr[c] = p;
+                  dpr[c] = p * (dpr[c] - row_delta) * scale;
+                }
               }
+              sgemm('T', 'N', cols, hd, rows, 1.0f, probs.data(), kKeyTile, do_tile, lddo, 1.0f,
+                    dv_tile, lddv);
+              sgemm('N', 'N', rows, hd, cols, 1.0f, dprobs.data(), kKeyTile, k_tile, ldk, 1.0f,
+                    dq_tile, lddq);
+              sgemm('T', 'N', cols, hd, rows, 1.0f, dprobs.data(), kKeyTile, q_tile, ldq, 1.0f,
+                    dk_tile, lddk);
             }
           }
         }

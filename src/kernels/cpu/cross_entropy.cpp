@@ -3,11 +3,14 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/profile.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace boostlm {
 
 void cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                            int64_t V, float* losses, float* lse) {
+  BOOSTLM_PHASE("cross_entropy");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * ld;
@@ -17,7 +20,7 @@ void cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targe
     for (int64_t j = 0; j < V; ++j) max = std::max(max, row[j]);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(row[j] - max);
+    for (int64_t j = 0; j < V; ++j) sum += cpu::exp_vec(row[j] - max);
     lse[r] = max + std::log(sum);
     losses[r] = lse[r] - row[targets[r]];
   }
@@ -26,14 +29,41 @@ void cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targe
 void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targets,
                             const float* lse, int64_t rows, int64_t V, float scale, float* dlogits,
                             int64_t ldd) {
+  BOOSTLM_PHASE("cross_entropy");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * ld;
     float* drow = dlogits + r * ldd;
     const float m = lse[r];
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j) drow[j] = scale * std::exp(row[j] - m);
+    for (int64_t j = 0; j < V; ++j) drow[j] = scale * cpu::exp_vec(row[j] - m);
     drow[targets[r]] -= scale;
+  }
+}
+
+void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
+                                    int64_t V, float scale, float* losses) {
+  BOOSTLM_PHASE("cross_entropy");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = logits + r * ld;
+    BOOSTLM_ASSERT(targets[r] >= 0 && targets[r] < V);
+    const float target_logit = row[targets[r]];
+    float max = -INFINITY;
+#pragma omp simd reduction(max : max)
+    for (int64_t j = 0; j < V; ++j) max = std::max(max, row[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) {
+      const float e = cpu::exp_vec(row[j] - max);
+      row[j] = e;
+      sum += e;
+    }
+    losses[r] = max + std::log(sum) - target_logit;
+    const float factor = scale / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) row[j] *= factor;
+    row[targets[r]] -= scale;
   }
 }
 

@@ -4,11 +4,13 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/profile.h"
 
 namespace boostlm {
 
 void embedding_forward(const int32_t* tokens, int64_t n, const float* weight, int64_t V, int64_t D,
                        float* out) {
+  BOOSTLM_PHASE("embedding");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     BOOSTLM_ASSERT(tokens[i] >= 0 && tokens[i] < V);
@@ -18,6 +20,7 @@ void embedding_forward(const int32_t* tokens, int64_t n, const float* weight, in
 
 void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t V, int64_t D,
                         float* dweight) {
+  BOOSTLM_PHASE("embedding");
   constexpr int64_t kCols = 64;
 #pragma omp parallel for schedule(static)
   for (int64_t j0 = 0; j0 < D; j0 += kCols) {

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/profile.h"
+
 namespace boostlm {
 
 void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                      float eps, float* y, int64_t ldy, float* rstd) {
+  BOOSTLM_PHASE("rmsnorm");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
@@ -25,6 +28,7 @@ void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t ro
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate) {
+  BOOSTLM_PHASE("rmsnorm");
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/profile.h"
 
 namespace boostlm {
 
@@ -49,10 +50,11 @@ void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const Rop
 }  // namespace
 
 void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
+  BOOSTLM_PHASE("rope");
   rotate<1>(x, ld, B, T, heads, t);
 }
-void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
-                   const RopeTable& t) {
+void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
+  BOOSTLM_PHASE("rope");
   rotate<-1>(dx, ld, B, T, heads, t);
 }
 
