@@ -3,9 +3,11 @@
 //   C[M, N] = alpha * op(A)[M, K] · op(B)[K, N] + beta * C        (row-major, ld = row stride)
 //
 // `compute` picks the input precision: fp32 (oneDNN's sgemm), or bf16 (inputs rounded to bf16,
-// fp32 accumulation and output; oneDNN's matmul primitive, which uses the CPU's bf16/AMX units).
+// fp32 accumulation and output; oneDNN's matmul primitive on the CPU's bf16 units). In bf16 an
+// input can arrive already rounded (a GemmInput with a bf16 copy): weights are rounded once per
+// step, and an operand read by several GEMMs is rounded once, not at every call.
 // Every call is counted (calls, FLOPs, time) so benchmarks can report the share of time in GEMM,
-// and can optionally be recorded so the same shapes can be replayed in isolation.
+// and can be recorded so the same shapes can be replayed in isolation.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +19,28 @@ namespace boostlm {
 
 enum class Trans { N, T };
 
-void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc, DType compute);
+// A stored matrix operand: fp32 values and/or the same values rounded to bf16, same row stride.
+struct GemmInput {
+  const float* f32 = nullptr;
+  const bf16_t* bf16 = nullptr;
+  int64_t ld = 0;
+  GemmInput(const float* values, int64_t ld_) : f32(values), ld(ld_) {}
+  GemmInput(const float* values, const bf16_t* rounded, int64_t ld_)
+      : f32(values), bf16(rounded), ld(ld_) {}
+};
+
+void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
+          GemmInput B, float beta, float* C, int64_t ldc, DType compute);
+
+inline void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc, DType compute) {
+  gemm(trans_a, trans_b, M, N, K, alpha, GemmInput(A, lda), GemmInput(B, ldb), beta, C, ldc,
+       compute);
+}
+
+// Rounds a rows x cols fp32 block (row stride ld) to bf16, contiguous (row stride cols).
+void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst);
 
 struct GemmShape {
   Trans trans_a, trans_b;

@@ -27,7 +27,20 @@ Model::Model(const ModelConfig& config, DType compute)
   config_.validate();
   weights_ = FlatBuffer(table_.total_elements());
   grads_ = FlatBuffer(table_.total_elements());
+  bind_weights();
+}
+
+void Model::set_compute(DType compute) {
+  compute_ = compute;
+  bind_weights();
+}
+
+void Model::bind_weights() {
+  if (compute_ == DType::bf16) weights_bf16_.resize(table_.total_elements());
+  else std::vector<bf16_t>().swap(weights_bf16_);
+  const bf16_t* rounded = weights_bf16_.empty() ? nullptr : weights_bf16_.data();
   const auto dims = block_projections(config_);
+  blocks_.clear();
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     const std::string layer = "model.layers." + std::to_string(l);
     BlockWeights bw;
@@ -38,10 +51,18 @@ Model::Model(const ModelConfig& config, DType compute)
     bw.norm2 = weights_.view(n2);
     bw.dnorm2 = grads_.view(n2);
     for (int i = 0; i < kProjectionsPerBlock; ++i)
-      bw.proj[i] =
-          bind_projection(dims[i], l, config_.arch == Arch::cola, table_, weights_, grads_);
+      bw.proj[i] = bind_projection(dims[i], l, config_.arch == Arch::cola, table_, weights_, grads_,
+                                   rounded);
     blocks_.push_back(bw);
   }
+}
+
+GemmInput Model::shared_input(const float* x, int64_t rows, int64_t cols,
+                              std::vector<bf16_t>& scratch) {
+  if (compute_ != DType::bf16) return {x, cols};
+  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
+  round_to_bf16(x, rows, cols, cols, scratch.data());
+  return {x, scratch.data(), cols};
 }
 
 void Model::init_weights(uint64_t seed) {
@@ -118,32 +139,33 @@ void Model::block_forward(int64_t layer, float* x_out) {
   const BlockWeights& w = blocks_[layer];
   const int64_t B = batch_, T = seq_len_, N = B * T;
   const int64_t d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-  auto project = [&](int i, const float* x, float* y) {
+  auto project = [&](int i, GemmInput x, float* y) {
     LatentActivations& lat = a.latents[i];
     float* h = lat.h.size() ? lat.h.data() : lat.z.data();
-    projection_forward(w.proj[i], x, w.proj[i].d_in, N, lat.z.data(), h, y, w.proj[i].d_out,
-                       compute_);
+    projection_forward(w.proj[i], x, N, lat.z.data(), h, y, w.proj[i].d_out, compute_);
   };
 
   rmsnorm_forward(a.x_in.data(), d, w.norm1, N, d, config_.rms_eps, a.norm1.data(), d,
                   a.rstd1.data());
-  project(q_, a.norm1.data(), a.q.data());
-  project(k_, a.norm1.data(), a.k.data());
-  project(v_, a.norm1.data(), a.v.data());
+  const GemmInput norm1 = shared_input(a.norm1.data(), N, d, input_bf16_);
+  project(q_, norm1, a.q.data());
+  project(k_, norm1, a.k.data());
+  project(v_, norm1, a.v.data());
   rope_forward(a.q.data(), d, B, T, config_.n_heads, rope_);
   rope_forward(a.k.data(), kv, B, T, config_.n_kv_heads, rope_);
   const AttentionShape shape{B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim()};
   attention_forward(shape, a.q.data(), d, a.k.data(), kv, a.v.data(), kv, a.attn.data(), d,
                     a.attn_lse.data());
-  project(o_, a.attn.data(), proj_out_.data());
+  project(o_, {a.attn.data(), d}, proj_out_.data());
   add(a.x_in.data(), proj_out_.data(), a.x_mid.data(), N * d);
 
   rmsnorm_forward(a.x_mid.data(), d, w.norm2, N, d, config_.rms_eps, a.norm2.data(), d,
                   a.rstd2.data());
-  project(gate_, a.norm2.data(), a.gate.data());
-  project(up_, a.norm2.data(), a.up.data());
+  const GemmInput norm2 = shared_input(a.norm2.data(), N, d, input_bf16_);
+  project(gate_, norm2, a.gate.data());
+  project(up_, norm2, a.up.data());
   swiglu_forward(a.gate.data(), a.up.data(), N * ff, config_.mlp_gate_act, a.hidden.data());
-  project(down_, a.hidden.data(), proj_out_.data());
+  project(down_, {a.hidden.data(), ff}, proj_out_.data());
   add(a.x_mid.data(), proj_out_.data(), x_out, N * d);
 }
 
@@ -152,34 +174,36 @@ void Model::block_backward(int64_t layer, float* dx) {
   const BlockWeights& w = blocks_[layer];
   const int64_t B = batch_, T = seq_len_, N = B * T;
   const int64_t d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-  auto project_back = [&](int i, const float* x, const float* dy, float* dxi, float beta) {
+  auto project_back = [&](int i, GemmInput x, const float* dy, float* dxi, float beta) {
     const LatentActivations& lat = a.latents[i];
     const float* h = lat.h.size() ? lat.h.data() : lat.z.data();
     const ProjectionWeights& p = w.proj[i];
-    projection_backward(p, x, p.d_in, N, lat.z.data(), h, dy, p.d_out, dxi, p.d_in, beta,
-                        d_latent_.data(), compute_);
+    projection_backward(p, x, N, lat.z.data(), h, dy, p.d_out, dxi, p.d_in, beta, d_latent_.data(),
+                        compute_);
   };
 
   // MLP sub-block; dx holds ∂L/∂x_out, which is also ∂L/∂(down output).
-  project_back(down_, a.hidden.data(), dx, d_hidden_.data(), 0.0f);
+  project_back(down_, {a.hidden.data(), ff}, dx, d_hidden_.data(), 0.0f);
   swiglu_backward(d_hidden_.data(), a.gate.data(), a.up.data(), N * ff, config_.mlp_gate_act,
                   d_gate_.data(), d_up_.data());
-  project_back(gate_, a.norm2.data(), d_gate_.data(), d_norm_.data(), 0.0f);
-  project_back(up_, a.norm2.data(), d_up_.data(), d_norm_.data(), 1.0f);
+  const GemmInput norm2 = shared_input(a.norm2.data(), N, d, input_bf16_);
+  project_back(gate_, norm2, d_gate_.data(), d_norm_.data(), 0.0f);
+  project_back(up_, norm2, d_up_.data(), d_norm_.data(), 1.0f);
   rmsnorm_backward(d_norm_.data(), d, a.x_mid.data(), d, w.norm2, a.rstd2.data(), N, d, dx, d,
                    w.dnorm2, /*accumulate=*/true);  // dx is now ∂L/∂x_mid
 
   // Attention sub-block.
-  project_back(o_, a.attn.data(), dx, d_attn_.data(), 0.0f);
+  project_back(o_, {a.attn.data(), d}, dx, d_attn_.data(), 0.0f);
   const AttentionShape shape{B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim()};
   attention_backward(shape, a.q.data(), d, a.k.data(), kv, a.v.data(), kv, a.attn.data(), d,
                      a.attn_lse.data(), d_attn_.data(), d, d_q_.data(), d, d_k_.data(), kv,
                      d_v_.data(), kv);
   rope_backward(d_q_.data(), d, B, T, config_.n_heads, rope_);
   rope_backward(d_k_.data(), kv, B, T, config_.n_kv_heads, rope_);
-  project_back(q_, a.norm1.data(), d_q_.data(), d_norm_.data(), 0.0f);
-  project_back(k_, a.norm1.data(), d_k_.data(), d_norm_.data(), 1.0f);
-  project_back(v_, a.norm1.data(), d_v_.data(), d_norm_.data(), 1.0f);
+  const GemmInput norm1 = shared_input(a.norm1.data(), N, d, input_bf16_);
+  project_back(q_, norm1, d_q_.data(), d_norm_.data(), 0.0f);
+  project_back(k_, norm1, d_k_.data(), d_norm_.data(), 1.0f);
+  project_back(v_, norm1, d_v_.data(), d_norm_.data(), 1.0f);
   rmsnorm_backward(d_norm_.data(), d, a.x_in.data(), d, w.norm1, a.rstd1.data(), N, d, dx, d,
                    w.dnorm1, /*accumulate=*/true);  // dx is now ∂L/∂x_in
 }
@@ -194,11 +218,13 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   rmsnorm_forward(x_final_.data(), d, weights_.view(fnorm), N, d, config_.rms_eps,
                   norm_final_.data(), d, rstd_final_.data());
   const int64_t chunk = logits_.size() / V;
+  const GemmInput x_all = shared_input(norm_final_.data(), N, d, norm_final_bf16_);
+  const GemmInput w_head(weights_.view(head),
+                         weights_bf16_.empty() ? nullptr : weights_bf16_.data() + head.offset, d);
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
-    const float* x = norm_final_.data() + r0 * d;
-    gemm(Trans::N, Trans::T, rows, V, d, 1.0f, x, d, weights_.view(head), d, 0.0f, logits_.data(),
-         V, compute_);
+    const GemmInput x(x_all.f32 + r0 * d, x_all.bf16 ? x_all.bf16 + r0 * d : nullptr, d);
+    gemm(Trans::N, Trans::T, rows, V, d, 1.0f, x, w_head, 0.0f, logits_.data(), V, compute_);
     if (!backward) {
       cross_entropy_forward(logits_.data(), V, targets + r0, rows, V, losses_.data() + r0,
                             ce_lse_.data() + r0);
@@ -206,10 +232,10 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
     }
     cross_entropy_forward_backward(logits_.data(), V, targets + r0, rows, V,
                                    grad_scale / static_cast<float>(N), losses_.data() + r0);
-    gemm(Trans::T, Trans::N, V, d, rows, 1.0f, logits_.data(), V, x, d, 1.0f, grads_.view(head), d,
+    const GemmInput dlogits = shared_input(logits_.data(), rows, V, logits_bf16_);
+    gemm(Trans::T, Trans::N, V, d, rows, 1.0f, dlogits, x, 1.0f, grads_.view(head), d, compute_);
+    gemm(Trans::N, Trans::N, rows, d, V, 1.0f, dlogits, w_head, 0.0f, d_norm_.data() + r0 * d, d,
          compute_);
-    gemm(Trans::N, Trans::N, rows, d, V, 1.0f, logits_.data(), V, weights_.view(head), d, 0.0f,
-         d_norm_.data() + r0 * d, d, compute_);
   }
   if (backward) {
     rmsnorm_backward(d_norm_.data(), d, x_final_.data(), d, weights_.view(fnorm),
@@ -222,6 +248,9 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
 
 void Model::forward_blocks(const int32_t* tokens, int64_t B, int64_t T) {
   prepare(B, T);
+  // The weights may have changed since the last call (optimizer step, checkpoint load).
+  if (compute_ == DType::bf16)
+    round_to_bf16(weights_.data(), 1, weights_.size(), weights_.size(), weights_bf16_.data());
   const ParamInfo& embed = table_.at("model.embed_tokens.weight");
   embedding_forward(tokens, B * T, weights_.view(embed), config_.vocab_size, config_.d_model,
                     acts_.empty() ? x_final_.data() : acts_[0].x_in.data());

@@ -40,7 +40,7 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   DType compute() const { return compute_; }
-  void set_compute(DType compute) { compute_ = compute; }
+  void set_compute(DType compute);
   const ParamTable& params() const { return table_; }
   FlatBuffer& weights() { return weights_; }
   FlatBuffer& grads() { return grads_; }
@@ -57,7 +57,10 @@ class Model {
   int64_t activation_bytes() const;
 
  private:
+  void bind_weights();  // (re)builds blocks_ views into the flat buffers
   void prepare(int64_t B, int64_t T);
+  // x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
+  GemmInput shared_input(const float* x, int64_t rows, int64_t cols, std::vector<bf16_t>& scratch);
   void forward_blocks(const int32_t* tokens, int64_t B, int64_t T);
   void block_forward(int64_t layer, float* x_out);
   void block_backward(int64_t layer, float* dx);  // dx: ∂L/∂x_out in, ∂L/∂x_in out
@@ -75,6 +78,7 @@ class Model {
   DType compute_;
   ParamTable table_;
   FlatBuffer weights_, grads_;
+  std::vector<bf16_t> weights_bf16_;  // bf16 training: weights rounded once per forward
   std::vector<BlockWeights> blocks_;
 
   int64_t batch_ = 0, seq_len_ = 0;
@@ -84,6 +88,7 @@ class Model {
   // Scratch shared by all blocks (not kept across steps).
   FlatBuffer proj_out_, d_resid_, d_norm_, d_q_, d_k_, d_v_, d_attn_, d_gate_, d_up_, d_hidden_,
       d_latent_, logits_, ce_lse_, losses_;
+  std::vector<bf16_t> input_bf16_, norm_final_bf16_, logits_bf16_;
 };
 
 }  // namespace boostlm

@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/param_table.h"
+#include "kernels/gemm.h"
 #include "model/params.h"
 
 namespace boostlm {
@@ -22,19 +23,25 @@ struct ProjectionWeights {
   const float* b = nullptr;  // [rank, d_out]
   float* da = nullptr;
   float* db = nullptr;
+  // The same weights rounded to bf16 (set when the model trains in bf16), refreshed per step.
+  const bf16_t* weight_bf16 = nullptr;
+  const bf16_t* a_bf16 = nullptr;
+  const bf16_t* b_bf16 = nullptr;
 };
 
+// weights_bf16: the flat weights rounded to bf16 (same offsets), or nullptr.
 ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool latent_act,
-                                  const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads);
+                                  const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
+                                  const bf16_t* weights_bf16);
 
-// x: [N, d_in] (row stride ldx), y: [N, d_out] (ldy). For low-rank, z and h are [N, rank]
-// (h == z allowed when !latent_act). Unused for dense.
-void projection_forward(const ProjectionWeights& p, const float* x, int64_t ldx, int64_t N,
-                        float* z, float* h, float* y, int64_t ldy, DType compute);
+// x: [N, d_in] (possibly with its bf16 rounding), y: [N, d_out] (row stride ldy). For low-rank,
+// z and h are [N, rank] (h == z allowed when !latent_act). Unused for dense.
+void projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* z, float* h,
+                        float* y, int64_t ldy, DType compute);
 
 // Accumulates weight gradients; dx = dx_beta·dx + ∂L/∂x. dlatent: [N, rank] scratch.
-void projection_backward(const ProjectionWeights& p, const float* x, int64_t ldx, int64_t N,
-                         const float* z, const float* h, const float* dy, int64_t lddy, float* dx,
-                         int64_t lddx, float dx_beta, float* dlatent, DType compute);
+void projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, const float* z,
+                         const float* h, const float* dy, int64_t lddy, float* dx, int64_t lddx,
+                         float dx_beta, float* dlatent, DType compute);
 
 }  // namespace boostlm

@@ -23,7 +23,7 @@ std::vector<GemmShape> g_shapes;
 struct Bf16Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, float, float>;
+  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
   struct Cached {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
@@ -37,46 +37,66 @@ Bf16Engine& bf16_engine() {
   return engine;
 }
 
-// Copies a rows x cols fp32 block (row stride ld) into a contiguous bf16 array.
-void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, std::vector<bf16_t>& dst) {
-  if (dst.size() < static_cast<size_t>(rows * cols)) dst.resize(rows * cols);
-  bf16_t* out = dst.data();
+}  // namespace
+
+namespace {
+void round_rows(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = src + r * ld;
-    bf16_t* o = out + r * cols;
+    bf16_t* out = dst + r * cols;
     int64_t c = 0;
 #ifdef __AVX512BF16__
     // One instruction per 16 values (round-to-nearest-even, as float_to_bf16).
     for (; c + 16 <= cols; c += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
                           (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(in + c)));
 #endif
-    for (; c < cols; ++c) o[c] = float_to_bf16(in[c]);
+    for (; c < cols; ++c) out[c] = float_to_bf16(in[c]);
   }
 }
+}  // namespace
 
-void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+// Counted as its own phase when the model rounds; inside gemm() it is part of the GEMM's time.
+void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst) {
+  BOOSTLM_PHASE("bf16_round");
+  round_rows(src, rows, cols, ld, dst);
+}
+
+namespace {
+
+// The bf16 data of an operand whose stored shape is rows x cols: its own copy when it has one,
+// otherwise a fresh rounding into scratch. Returns the pointer and sets ld.
+const bf16_t* bf16_operand(const GemmInput& in, int64_t rows, int64_t cols,
+                           std::vector<bf16_t>& scratch, int64_t& ld) {
+  if (in.bf16) {
+    ld = in.ld;
+    return in.bf16;
+  }
+  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
+  round_rows(in.f32, rows, cols, in.ld, scratch.data());
+  ld = cols;
+  return scratch.data();
+}
+
+void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
+               const GemmInput& B, float beta, float* C, int64_t ldc) {
   using dnnl::memory;
   Bf16Engine& e = bf16_engine();
-  // op(A) is stored as [M, K] (N) or [K, M] (T); the copy is contiguous in the stored layout and
-  // the memory descriptor's strides express the transposition, so oneDNN sees a plain or "ba"
-  // matrix.
-  if (ta == Trans::N)
-    to_bf16(A, M, K, lda, e.a_scratch);
-  else
-    to_bf16(A, K, M, lda, e.a_scratch);
-  if (tb == Trans::N)
-    to_bf16(B, K, N, ldb, e.b_scratch);
-  else
-    to_bf16(B, N, K, ldb, e.b_scratch);
+  // op(A) is stored as [M, K] (N) or [K, M] (T); the memory descriptor's strides express the
+  // transposition, so oneDNN sees a plain or transposed ("ba") matrix without a copy.
+  int64_t lda = 0, ldb = 0;
+  const bf16_t* a = ta == Trans::N ? bf16_operand(A, M, K, e.a_scratch, lda)
+                                   : bf16_operand(A, K, M, e.a_scratch, lda);
+  const bf16_t* b = tb == Trans::N ? bf16_operand(B, K, N, e.b_scratch, ldb)
+                                   : bf16_operand(B, N, K, e.b_scratch, ldb);
 
-  Bf16Engine::Key key{static_cast<int>(ta), static_cast<int>(tb), M, N, K, alpha, beta};
+  Bf16Engine::Key key{static_cast<int>(ta), static_cast<int>(tb), M, N, K, lda, ldb, ldc,
+                      alpha, beta};
   auto it = e.primitives.find(key);
   if (it == e.primitives.end()) {
-    memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
-    memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};
+    memory::dims a_strides = ta == Trans::N ? memory::dims{lda, 1} : memory::dims{1, lda};
+    memory::dims b_strides = tb == Trans::N ? memory::dims{ldb, 1} : memory::dims{1, ldb};
     memory::desc a_md({M, K}, memory::data_type::bf16, a_strides);
     memory::desc b_md({K, N}, memory::data_type::bf16, b_strides);
     memory::desc c_md({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
@@ -91,8 +111,8 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
     it = e.primitives.emplace(key, Bf16Engine::Cached{pd, dnnl::matmul(pd)}).first;
   }
   const dnnl::matmul::primitive_desc& pd = it->second.pd;
-  memory a_mem(pd.src_desc(), e.engine, e.a_scratch.data());
-  memory b_mem(pd.weights_desc(), e.engine, e.b_scratch.data());
+  memory a_mem(pd.src_desc(), e.engine, const_cast<bf16_t*>(a));
+  memory b_mem(pd.weights_desc(), e.engine, const_cast<bf16_t*>(b));
   memory c_mem(pd.dst_desc(), e.engine, C);
   it->second.primitive.execute(
       e.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
@@ -101,9 +121,8 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
 
 }  // namespace
 
-void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-          DType compute) {
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
+          GemmInput B, float beta, float* C, int64_t ldc, DType compute) {
   BOOSTLM_ASSERT(M >= 0 && N >= 0 && K >= 0);
   if (M == 0 || N == 0) return;
   const auto start = std::chrono::steady_clock::now();
@@ -111,11 +130,12 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
   } else if (compute == DType::f32) {
+    BOOSTLM_ASSERT_MSG(A.f32 && B.f32, "fp32 GEMM needs fp32 operands");
     dnnl_status_t status = dnnl_sgemm(ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T', M, N,
-                                      K, alpha, A, lda, B, ldb, beta, C, ldc);
+                                      K, alpha, A.f32, A.ld, B.f32, B.ld, beta, C, ldc);
     BOOSTLM_ASSERT_MSG(status == dnnl_success, "dnnl_sgemm failed");
   } else {
-    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_bf16(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
   }
   g_counters.calls += 1;
   g_counters.flops += 2.0 * static_cast<double>(M) * N * K;
