@@ -1,0 +1,6 @@
+# Data layer (tokenizer, shards, loader, corpus preparation): sources of boostlm_core.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+target_sources(boostlm_core PRIVATE
+)
+target_link_libraries(boostlm_core PUBLIC PkgConfig::SENTENCEPIECE)
