@@ -36,8 +36,10 @@ void Model::set_compute(DType compute) {
 }
 
 void Model::bind_weights() {
-  if (compute_ == DType::bf16) weights_bf16_.resize(table_.total_elements());
-  else std::vector<bf16_t>().swap(weights_bf16_);
+  if (compute_ == DType::bf16)
+    weights_bf16_.resize(table_.total_elements());
+  else
+    std::vector<bf16_t>().swap(weights_bf16_);
   const bf16_t* rounded = weights_bf16_.empty() ? nullptr : weights_bf16_.data();
   const auto dims = block_projections(config_);
   blocks_.clear();
@@ -73,10 +75,13 @@ void Model::prepare(int64_t B, int64_t T) {
   if (T > config_.max_seq_len)
     throw error("sequence length ", T, " exceeds the model's max_seq_len=", config_.max_seq_len);
   if (B == batch_ && T == seq_len_) return;
+  if (T != seq_len_) rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
   batch_ = B;
   seq_len_ = T;
+  // Buffers are sized by token count; a smaller batch shape (generation) reuses them.
+  if (B * T <= capacity_tokens_) return;
+  capacity_tokens_ = B * T;
   const int64_t N = B * T, d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-  rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
   const auto dims = block_projections(config_);
   acts_.clear();
   acts_.resize(config_.n_layers);
@@ -93,7 +98,7 @@ void Model::prepare(int64_t B, int64_t T) {
     a.k = FlatBuffer(N * kv);
     a.v = FlatBuffer(N * kv);
     a.attn = FlatBuffer(N * d);
-    a.attn_lse = FlatBuffer(B * config_.n_heads * T);
+    a.attn_lse = FlatBuffer(N * config_.n_heads);
     a.x_mid = FlatBuffer(N * d);
     a.norm2 = FlatBuffer(N * d);
     a.rstd2 = FlatBuffer(N);
@@ -258,6 +263,19 @@ void Model::forward_blocks(const int32_t* tokens, int64_t B, int64_t T) {
     float* x_out = l + 1 < config_.n_layers ? acts_[l + 1].x_in.data() : x_final_.data();
     block_forward(l, x_out);
   }
+}
+
+void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
+  forward_blocks(tokens, 1, T);
+  const int64_t d = config_.d_model;
+  const ParamInfo& fnorm = table_.at("model.norm.weight");
+  const ParamInfo& head =
+      table_.at(config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  const float* x = x_final_.data() + (T - 1) * d;
+  rmsnorm_forward(x, d, weights_.view(fnorm), 1, d, config_.rms_eps, norm_final_.data(), d,
+                  rstd_final_.data());
+  gemm(Trans::N, Trans::T, 1, config_.vocab_size, d, 1.0f, norm_final_.data(), d,
+       weights_.view(head), d, 0.0f, out, config_.vocab_size, DType::f32);
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {

@@ -44,6 +44,7 @@ class Model {
   const ParamTable& params() const { return table_; }
   FlatBuffer& weights() { return weights_; }
   FlatBuffer& grads() { return grads_; }
+  const FlatBuffer& weights() const { return weights_; }
 
   void init_weights(uint64_t seed);
 
@@ -52,6 +53,9 @@ class Model {
   // Also adds grad_scale · ∂(mean loss)/∂θ to grads() (grads are not zeroed here).
   float forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                          float grad_scale = 1.0f);
+
+  // Logits at the last position of one sequence tokens[0, T) into out[vocab_size] (inference).
+  void last_logits(const int32_t* tokens, int64_t T, float* out);
 
   // Bytes of activations held for backward at the current batch shape.
   int64_t activation_bytes() const;
@@ -82,6 +86,7 @@ class Model {
   std::vector<BlockWeights> blocks_;
 
   int64_t batch_ = 0, seq_len_ = 0;
+  int64_t capacity_tokens_ = 0;  // activations are allocated for this many tokens (B·T)
   RopeTable rope_;
   std::vector<BlockActivations> acts_;
   FlatBuffer x_final_, norm_final_, rstd_final_;

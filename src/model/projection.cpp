@@ -50,8 +50,8 @@ void projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, floa
     silu_forward(z, r, N, r, h, r);
     latent = h;
   }
-  gemm(Trans::N, Trans::N, N, p.d_out, r, 1.0f, {latent, r}, {p.b, p.b_bf16, p.d_out}, 0.0f, y,
-       ldy, compute);
+  gemm(Trans::N, Trans::N, N, p.d_out, r, 1.0f, {latent, r}, {p.b, p.b_bf16, p.d_out}, 0.0f, y, ldy,
+       compute);
 }
 
 void projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, const float* z,
@@ -61,8 +61,8 @@ void projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, con
     // dW += dyᵀ x;  dx = dy W
     gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, {dy, lddy}, x, 1.0f, p.dweight, p.d_in,
          compute);
-    gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, {dy, lddy}, {p.weight, p.weight_bf16, p.d_in},
-         dx_beta, dx, lddx, compute);
+    gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, {dy, lddy},
+         {p.weight, p.weight_bf16, p.d_in}, dx_beta, dx, lddx, compute);
     return;
   }
   const int64_t r = p.rank;

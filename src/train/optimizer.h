@@ -17,11 +17,16 @@ struct OptimizerConfig {
 class AdamW {
  public:
   AdamW(const ParamTable& table, OptimizerConfig config);
-  // One update with learning rate lr. Returns the global gradient norm before clipping.
+  // One update with learning rate lr. Returns the global gradient norm before clipping; when it is
+  // not finite nothing is updated (the caller decides what to do about the bad step).
   float step(FlatBuffer& weights, FlatBuffer& grads, float lr);
   int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t steps) { step_ = steps; }
+  const ParamTable& table() const { return table_; }
   FlatBuffer& first_moment() { return m_; }
   FlatBuffer& second_moment() { return v_; }
+  const FlatBuffer& first_moment() const { return m_; }
+  const FlatBuffer& second_moment() const { return v_; }
 
  private:
   const ParamTable& table_;

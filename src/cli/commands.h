@@ -1,0 +1,18 @@
+// The `boostlm` command line: one file per subcommand, each registering itself on the app.
+// A subcommand's callback throws boostlm::Error for bad input; main prints it and exits 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace boostlm::cli {
+
+void add_prepare(CLI::App& app);
+void add_train(CLI::App& app);
+void add_eval(CLI::App& app);
+void add_init(CLI::App& app);
+void add_generate(CLI::App& app);
+
+// The exit code a subcommand asks main to return (default 0).
+int& exit_code();
+
+}  // namespace boostlm::cli

@@ -1,0 +1,60 @@
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "train/trainer.h"
+
+namespace boostlm::cli {
+
+void add_train(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "train a model on prepared token shards");
+  auto o = std::make_shared<TrainOptions>();
+  auto precision = std::make_shared<std::string>("fp32");
+  cmd->add_option("--config,-c", o->config_path, "model preset (configs/*.json)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--data,-d", o->data_dir, "directory from `boostlm prepare`")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--out,-o", o->out_dir, "run directory (metrics.jsonl, checkpoints/)")
+      ->required();
+  cmd->add_option("--resume", o->resume, "continue a run from a checkpoint or run directory");
+  cmd->add_option("--init-from", o->init_from,
+                  "start from a checkpoint's weights, fresh optimizer");
+  cmd->add_option("--vocab-size", o->vocab_size, "override the preset's vocabulary size");
+  cmd->add_option("--batch-size,-b", o->batch_size, "sequences per micro-batch")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", o->steps, "total optimizer steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per step")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", o->schedule.max_lr, "peak learning rate");
+  cmd->add_option("--min-lr", o->schedule.min_lr, "final learning rate of the cosine schedule");
+  cmd->add_option("--warmup", o->schedule.warmup_steps, "linear warm-up steps");
+  cmd->add_option("--schedule", o->schedule.kind, "cosine or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}));
+  cmd->add_option("--weight-decay", o->optimizer.weight_decay, "AdamW decoupled weight decay");
+  cmd->add_option("--grad-clip", o->optimizer.grad_clip, "clip the global grad norm (0: off)");
+  cmd->add_option("--beta2", o->optimizer.beta2, "AdamW beta2");
+  cmd->add_option("--precision", *precision, "fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--seed", o->seed, "initialisation and shuffling seed");
+  cmd->add_flag("--shuffle", o->shuffle, "shuffle windows per epoch");
+  cmd->add_option("--eval-interval", o->eval_interval, "steps between validations (0: end only)");
+  cmd->add_option("--eval-batches", o->eval_batches, "validation windows");
+  cmd->add_option("--save-interval", o->save_interval, "steps between checkpoints (0: end only)");
+  cmd->add_option("--keep", o->keep_checkpoints, "checkpoints kept");
+  cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)");
+  cmd->callback([o, precision] {
+    o->precision = parse_dtype(*precision);
+    const TrainResult r = train(*o);
+    nlohmann::json summary = {{"steps", r.steps_done},        {"train_loss", r.last_loss},
+                              {"seconds", r.seconds},         {"checkpoint", r.checkpoint},
+                              {"interrupted", r.interrupted}, {"diverged", r.diverged}};
+    if (r.val_loss >= 0) summary["val_loss"] = r.val_loss;
+    std::printf("%s\n", summary.dump().c_str());
+    if (r.diverged) exit_code() = 3;
+  });
+}
+
+}  // namespace boostlm::cli

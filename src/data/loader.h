@@ -1,0 +1,88 @@
+// Deterministic training batches from one token shard, in llm.c's windowing scheme.
+//
+// A window is B*T+1 consecutive tokens: inputs are its first B*T tokens and targets the same
+// shifted by one, both [B, T] row-major. Indexing is circular: a window running past the end of
+// the shard continues at token 0.
+//
+// Global window g = step * dp_size + dp_rank, so the dp_size ranks of one step together read
+// dp_size consecutive windows (the global batch), each rank its own.
+//  - shuffle off: window g starts at token g*B*T (mod N), i.e. the shard is read as an endless
+//    cyclic stream cut into B*T chunks.
+//  - shuffle on: an epoch is W = ceil(N / (B*T)) windows, one starting at every multiple of B*T,
+//    so every token is an input once per epoch. Window g is slot g % W of epoch g / W, and the
+//    slots of an epoch are a permutation of the W starts drawn from (seed, epoch) alone.
+// Either way a batch is a pure function of (tokens, config, step); the step is all the state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace boostlm {
+
+struct LoaderConfig {
+  int64_t batch_size = 1;  // B
+  int64_t seq_len = 1;     // T
+  int64_t dp_rank = 0;
+  int64_t dp_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+};
+
+struct Batch {
+  int64_t batch_size = 0;
+  int64_t seq_len = 0;
+  std::vector<int32_t> inputs;   // [batch_size, seq_len]
+  std::vector<int32_t> targets;  // [batch_size, seq_len], inputs shifted by one token
+};
+
+class DataLoader {
+ public:
+  // `source` names the tokens in error messages (usually the shard path). Throws Error for a bad
+  // config or fewer than B*T+1 tokens.
+  DataLoader(std::vector<int32_t> tokens, const LoaderConfig& config,
+             std::string source = "tokens");
+  static DataLoader from_shard(const std::string& path, const LoaderConfig& config);
+
+  // The batch of the current step; advances the position by one step.
+  Batch next();
+  // The batch this rank reads at `step`, without moving the position.
+  Batch batch_at(int64_t step);
+
+  // The next step to read. Saving it and restoring it with set_position resumes bit-exactly.
+  int64_t position() const { return step_; }
+  void set_position(int64_t step);
+
+  // The position plus what it is only meaningful with; load_state refuses a mismatch.
+  nlohmann::json state() const;
+  void load_state(const nlohmann::json& state);
+
+  // Token index where this rank's window of `step` starts.
+  int64_t window_start(int64_t step);
+  int64_t windows_per_epoch() const;
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  const LoaderConfig& config() const { return config_; }
+
+  // Window `index` in reading order from token 0 without shuffling (start index*B*T, circular):
+  // the training windows of a no-shuffle, dp_size=1 run, and the evaluation windows.
+  // `source` names the tokens in error messages.
+  static Batch window(const std::vector<int32_t>& tokens, int64_t index, int64_t batch_size,
+                      int64_t seq_len, const std::string& source = "tokens");
+  // How many windows fit from token 0 without wrapping: floor((N - 1) / (B*T)).
+  static int64_t full_windows(int64_t num_tokens, int64_t batch_size, int64_t seq_len);
+
+ private:
+  Batch read_window(int64_t start) const;
+  const std::vector<int64_t>& epoch_permutation(int64_t epoch);
+
+  std::vector<int32_t> tokens_;
+  LoaderConfig config_;
+  std::string source_;
+  int64_t step_ = 0;
+  int64_t cached_epoch_ = -1;  // epoch whose permutation is in permutation_
+  std::vector<int64_t> permutation_;
+};
+
+}  // namespace boostlm

@@ -1,0 +1,150 @@
+#include "data/shard.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace boostlm {
+
+// The format is little-endian; we write and read memory images, which is only right on such hosts.
+static_assert(std::endian::native == std::endian::little, "shard I/O assumes a little-endian host");
+
+namespace {
+
+constexpr int64_t kHeaderBytes = kShardHeaderWords * sizeof(int32_t);
+
+void check_writable_tokens(const std::string& path, const std::vector<uint32_t>& tokens,
+                           int64_t vocab_size) {
+  if (tokens.empty()) throw error(path, ": refusing to write a shard with zero tokens");
+  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    throw error(path, ": ", tokens.size(), " tokens do not fit the header's int32 token count");
+  }
+  if (vocab_size <= 0 || vocab_size > (int64_t{1} << 31)) {
+    throw error(path, ": vocab_size=", vocab_size, " is outside [1, 2^31]");
+  }
+  const uint32_t largest = *std::max_element(tokens.begin(), tokens.end());
+  if (largest >= vocab_size) {
+    throw error(path, ": token ", largest, " is not below vocab_size=", vocab_size);
+  }
+}
+
+int bytes_per_token_of(const std::string& path, int32_t magic, int32_t version) {
+  if (magic == kShardMagicU16) {
+    if (version != kShardVersionU16) {
+      throw error(path, ": unknown shard version ", version, " for magic ", magic, " (expected ",
+                  kShardVersionU16, ")");
+    }
+    return 2;
+  }
+  if (magic == kShardMagicU32) {
+    if (version != kShardVersionU32) {
+      throw error(path, ": unknown shard version ", version, " for magic ", magic, " (expected ",
+                  kShardVersionU32, ")");
+    }
+    return 4;
+  }
+  throw error(path, ": bad magic ", magic, ", not a token shard (expected ", kShardMagicU16, " or ",
+              kShardMagicU32, ")");
+}
+
+template <typename Stored>
+std::vector<int32_t> read_tokens(std::ifstream& in, const std::string& path, int64_t count) {
+  std::vector<Stored> stored(static_cast<size_t>(count));
+  in.read(reinterpret_cast<char*>(stored.data()), count * static_cast<int64_t>(sizeof(Stored)));
+  if (!in) throw error(path, ": read failed after the header");
+  std::vector<int32_t> tokens(stored.size());
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if constexpr (sizeof(Stored) == 4) {
+      if (stored[i] > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+        throw error(path, ": token ", stored[i], " at position ", i, " does not fit int32");
+      }
+    }
+    tokens[i] = static_cast<int32_t>(stored[i]);
+  }
+  return tokens;
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, int64_t vocab_size) {
+  check_writable_tokens(path, tokens, vocab_size);
+  const bool narrow = vocab_size <= 65536;
+  std::vector<int32_t> header(kShardHeaderWords, 0);
+  header[0] = narrow ? kShardMagicU16 : kShardMagicU32;
+  header[1] = narrow ? kShardVersionU16 : kShardVersionU32;
+  header[2] = static_cast<int32_t>(tokens.size());
+  AtomicFile file(path);  // a crash leaves the old file or the new one, never half of one
+  file.write(header.data(), header.size() * sizeof(int32_t));
+  if (narrow) {
+    const std::vector<uint16_t> narrowed(tokens.begin(), tokens.end());
+    file.write(narrowed.data(), narrowed.size() * sizeof(uint16_t));
+  } else {
+    file.write(tokens.data(), tokens.size() * sizeof(uint32_t));
+  }
+  file.commit();
+}
+
+ShardHeader read_shard_header(const std::string& path) {
+  std::error_code ec;
+  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  if (ec) throw error(path, ": cannot open shard: ", ec.message());
+  if (file_bytes < kHeaderBytes) {
+    throw error(path, ": file is ", file_bytes, " bytes, shorter than the ", kHeaderBytes,
+                "-byte shard header");
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::array<int32_t, 3> words{};
+  if (!in.read(reinterpret_cast<char*>(words.data()), sizeof(words))) {
+    throw error(path, ": cannot read the shard header");
+  }
+  ShardHeader header;
+  header.magic = words[0];
+  header.version = words[1];
+  header.num_tokens = words[2];
+  header.bytes_per_token = bytes_per_token_of(path, header.magic, header.version);
+  if (header.num_tokens <= 0) {
+    throw error(path, ": header says ", header.num_tokens, " tokens; a shard needs at least one");
+  }
+  const int64_t expected = kHeaderBytes + header.num_tokens * header.bytes_per_token;
+  if (file_bytes < expected) {
+    throw error(path, ": truncated: header says ", header.num_tokens, " tokens (", expected,
+                " bytes) but the file has ", file_bytes, " bytes");
+  }
+  if (file_bytes > expected) {
+    throw error(path, ": ", file_bytes - expected, " trailing bytes after the ", header.num_tokens,
+                " tokens the header announces");
+  }
+  return header;
+}
+
+std::vector<int32_t> read_shard(const std::string& path) {
+  const ShardHeader header = read_shard_header(path);
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(kHeaderBytes);
+  if (header.bytes_per_token == 2) return read_tokens<uint16_t>(in, path, header.num_tokens);
+  return read_tokens<uint32_t>(in, path, header.num_tokens);
+}
+
+int32_t max_token(const std::vector<int32_t>& tokens) {
+  BOOSTLM_ASSERT(!tokens.empty());
+  return *std::max_element(tokens.begin(), tokens.end());
+}
+
+void check_tokens_below(const std::vector<int32_t>& tokens, int64_t vocab_size,
+                        const std::string& source) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_size) {
+      throw error(source, ": token ", tokens[i], " at position ", i,
+                  " is outside the vocabulary [0, ", vocab_size, ")");
+    }
+  }
+}
+
+}  // namespace boostlm

@@ -1,0 +1,157 @@
+#include "data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/rng.h"
+#include "data/shuffle.h"
+
+namespace boostlm {
+namespace {
+
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos;
+}
+
+// SentencePiece trains on "sentences"; ours are the non-blank lines of the inputs.
+std::vector<std::string> read_training_lines(const std::vector<std::string>& input_files) {
+  if (input_files.empty()) throw error("tokenizer training: no input files given");
+  std::vector<std::string> lines;
+  for (const std::string& path : input_files) {
+    std::ifstream in(path);
+    if (!in) throw error(path, ": cannot open tokenizer training input");
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!is_blank(line)) lines.push_back(std::move(line));
+    }
+  }
+  if (lines.empty()) throw error("tokenizer training: the input files contain no text");
+  return lines;
+}
+
+// Keeps `count` lines chosen by a seeded shuffle, in their original order. SentencePiece's own
+// sampling draws a fresh seed every run unless a process-wide seed is set, so we sample here.
+std::vector<std::string> sample_lines(std::vector<std::string> lines, int64_t count,
+                                      uint64_t seed) {
+  const auto total = static_cast<int64_t>(lines.size());
+  if (count <= 0 || total <= count) return lines;
+  Rng rng(seed);
+  std::vector<int64_t> order = shuffled_indices(total, rng);
+  order.resize(static_cast<size_t>(count));
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> kept;
+  kept.reserve(order.size());
+  for (int64_t index : order) kept.push_back(std::move(lines[index]));
+  return kept;
+}
+
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::vector<std::string>& lines) : lines_(lines) {}
+  bool done() const override { return next_ >= lines_.size(); }
+  void Next() override { ++next_; }
+  const std::string& value() const override { return lines_[next_]; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  const std::vector<std::string>& lines_;
+  size_t next_ = 0;
+};
+
+std::unordered_map<std::string, std::string> trainer_arguments(int vocab_size,
+                                                               const TokenizerTrainOptions& o) {
+  return {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(vocab_size)},
+      // Bytes for anything unseen, and no normalisation or whitespace squeezing, so that every
+      // UTF-8 string survives encode/decode unchanged.
+      {"byte_fallback", "true"},
+      {"character_coverage", "1.0"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"split_digits", "true"},
+      {"num_threads", std::to_string(o.num_threads)},
+      {"input_sentence_size", "0"},  // we sample ourselves (sample_lines)
+      {"shuffle_input_sentence", "false"},
+      {"max_sentence_length", "65536"},  // bytes; longer lines are skipped by the trainer
+      {"minloglevel", "2"},              // warnings and errors only
+  };
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor,
+                     std::string path)
+    : processor_(std::move(processor)), path_(std::move(path)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path)) {
+    throw error(path, ": tokenizer model not found");
+  }
+  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto status = processor->Load(path);
+  if (!status.ok()) {
+    throw error(path, ": not a valid SentencePiece model (", status.ToString(), ")");
+  }
+  return Tokenizer(std::move(processor), path);
+}
+
+std::string Tokenizer::train(const std::vector<std::string>& input_files,
+                             const std::string& model_prefix, int vocab_size,
+                             const TokenizerTrainOptions& options) {
+  const std::vector<std::string> lines =
+      sample_lines(read_training_lines(input_files), options.max_sentences, options.seed);
+  LineIterator iterator(lines);
+  std::string model_bytes;
+  sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(options.seed));
+  const auto status = sentencepiece::SentencePieceTrainer::Train(
+      trainer_arguments(vocab_size, options), &iterator, &model_bytes);
+  if (!status.ok()) {
+    throw error("tokenizer training for ", model_prefix, ".model failed: ", status.ToString());
+  }
+  const std::string model_path = model_prefix + ".model";
+  write_file_atomically(model_path, model_bytes);
+  return model_path;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = processor_->Encode(text, &ids);
+  if (!status.ok()) throw error(path_, ": encode failed: ", status.ToString());
+  return {ids.begin(), ids.end()};
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  const int64_t vocab = vocab_size();
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) {
+      throw error(path_, ": cannot decode token ", id, ", outside the vocabulary [0, ", vocab, ")");
+    }
+  }
+  std::string text;
+  const auto status = processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  if (!status.ok()) throw error(path_, ": decode failed: ", status.ToString());
+  return text;
+}
+
+int64_t Tokenizer::vocab_size() const {
+  return processor_->GetPieceSize();
+}
+int32_t Tokenizer::bos_id() const {
+  return processor_->bos_id();
+}
+int32_t Tokenizer::eos_id() const {
+  return processor_->eos_id();
+}
+
+}  // namespace boostlm

@@ -1,0 +1,56 @@
+// SentencePiece tokenizer: loading, encoding and decoding, and training a byte-fallback BPE model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace boostlm {
+
+struct TokenizerTrainOptions {
+  // Lines sampled for training when the input has more (a deterministic sample from `seed`):
+  // BPE training time grows with the text, and this many lines already pin down the merges.
+  int64_t max_sentences = 1'000'000;
+  uint64_t seed = 1337;
+  int num_threads = 2;
+};
+
+class Tokenizer {
+ public:
+  // Loads a SentencePiece model file. Throws Error naming the file if it is missing or corrupt.
+  static Tokenizer load(const std::string& path);
+
+  // Trains a BPE model on the lines of `input_files` and writes `<model_prefix>.model`, which it
+  // returns. Text is kept as is (no normalisation) and unknown characters fall back to bytes, so
+  // decode(encode(s)) == s for any UTF-8 `s`. Deterministic for given inputs and options.
+  static std::string train(const std::vector<std::string>& input_files,
+                           const std::string& model_prefix, int vocab_size,
+                           const TokenizerTrainOptions& options = {});
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Safe to call from several threads at once.
+  std::vector<int32_t> encode(std::string_view text) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  int64_t vocab_size() const;
+  int32_t bos_id() const;
+  int32_t eos_id() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor, std::string path);
+
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::string path_;
+};
+
+}  // namespace boostlm

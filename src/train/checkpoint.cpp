@@ -1,0 +1,221 @@
+#include "train/checkpoint.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "train/safetensors.h"
+
+namespace boostlm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kChecksums = "checksums.json";
+
+std::vector<TensorToWrite> tensors_of(const ParamTable& table, const FlatBuffer& buffer,
+                                      const std::string& suffix) {
+  std::vector<TensorToWrite> out;
+  for (const auto& p : table.entries()) {
+    BOOSTLM_ASSERT_MSG(p.shard_axis < 0, "checkpoints hold full tensors; gather shards first");
+    out.push_back({p.name + suffix, p.shape, buffer.view(p)});
+  }
+  return out;
+}
+
+void write_json(const fs::path& path, const nlohmann::json& json, nlohmann::json& checksums) {
+  const std::string text = json.dump(2) + "\n";
+  AtomicFile file(path.string());
+  file.write(text);
+  checksums[path.filename().string()] = Checksum64::hex(file.checksum());
+  file.commit();
+}
+
+}  // namespace
+
+nlohmann::json hf_config(const ModelConfig& c) {
+  nlohmann::json j = {{"model_type", c.low_rank() ? "cola" : "llama"},
+                      {"architectures", {c.low_rank() ? "ColaForCausalLM" : "LlamaForCausalLM"}},
+                      {"hidden_size", c.d_model},
+                      {"intermediate_size", c.d_ff},
+                      {"num_attention_heads", c.n_heads},
+                      {"num_key_value_heads", c.n_kv_heads},
+                      {"num_hidden_layers", c.n_layers},
+                      {"vocab_size", c.vocab_size},
+                      {"rms_norm_eps", c.rms_eps},
+                      {"rope_theta", c.rope_theta},
+                      {"max_position_embeddings", c.max_seq_len},
+                      {"tie_word_embeddings", c.tied_embeddings},
+                      {"hidden_act", "silu"},
+                      {"torch_dtype", "float32"},
+                      {"boostlm", c.to_json()}};
+  if (c.low_rank()) {
+    j["attn_rank"] = c.attn_rank;
+    j["mlp_rank"] = c.mlp_rank;
+    j["lr_act"] = c.arch == Arch::cola;  // CoLA: SiLU between the factors
+    j["mlp_gate_act"] = c.mlp_gate_act;
+  }
+  return j;
+}
+
+void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
+  BOOSTLM_ASSERT(what.model);
+  const fs::path final_dir = fs::absolute(dir).lexically_normal();
+  const fs::path parent = final_dir.parent_path();
+  fs::create_directories(parent);
+  const fs::path temp =
+      parent / ("." + final_dir.filename().string() + ".tmp." + std::to_string(::getpid()));
+  fs::remove_all(temp);
+  fs::create_directories(temp);
+
+  const Model& model = *what.model;
+  nlohmann::json checksums = nlohmann::json::object();
+  checksums["model.safetensors"] = Checksum64::hex(write_safetensors(
+      (temp / "model.safetensors").string(), tensors_of(model.params(), model.weights(), ""),
+      {{"format", "pt"}, {"producer", "boostlm"}}));
+  write_json(temp / "config.json", hf_config(model.config()), checksums);
+  if (!what.tokenizer_path.empty()) {
+    const std::string bytes = read_text_file(what.tokenizer_path);
+    AtomicFile file((temp / "tokenizer.model").string());
+    file.write(bytes);
+    checksums["tokenizer.model"] = Checksum64::hex(file.checksum());
+    file.commit();
+  }
+  if (what.optimizer && what.state) {
+    const AdamW& opt = *what.optimizer;
+    std::vector<TensorToWrite> moments = tensors_of(model.params(), opt.first_moment(), ".exp_avg");
+    for (auto& t : tensors_of(model.params(), opt.second_moment(), ".exp_avg_sq"))
+      moments.push_back(t);
+    checksums["optimizer.safetensors"] =
+        Checksum64::hex(write_safetensors((temp / "optimizer.safetensors").string(), moments));
+    const nlohmann::json state = {{"step", what.state->step},
+                                  {"tokens_seen", what.state->tokens_seen},
+                                  {"optimizer_step", opt.steps_taken()},
+                                  {"loader", what.state->loader},
+                                  {"extra", what.state->extra}};
+    write_json(temp / "trainer_state.json", state, checksums);
+  }
+  write_file_atomically((temp / kChecksums).string(), checksums.dump(2) + "\n");
+  fsync_directory(temp.string());
+
+  // Swap into place: an existing checkpoint of the same name is moved aside first, then removed.
+  const fs::path old =
+      parent / ("." + final_dir.filename().string() + ".old." + std::to_string(::getpid()));
+  const bool replace = fs::exists(final_dir);
+  if (replace) fs::rename(final_dir, old);
+  fs::rename(temp, final_dir);
+  fsync_directory(parent.string());
+  if (replace) fs::remove_all(old);
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  const fs::path p(path);
+  if (fs::exists(p / kChecksums) || fs::exists(p / "model.safetensors")) return p.string();
+  const fs::path latest = p / "checkpoints" / "latest";
+  if (fs::exists(latest)) {
+    std::string name = read_text_file(latest.string());
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    return (p / "checkpoints" / name).string();
+  }
+  throw error("checkpoint: '", path, "' is neither a checkpoint directory nor a run directory ",
+              "with checkpoints/latest");
+}
+
+void verify_checkpoint(const std::string& dir) {
+  const fs::path d(dir);
+  if (!fs::is_directory(d)) throw error("checkpoint: '", dir, "' is not a directory");
+  if (!fs::exists(d / kChecksums))
+    throw error("checkpoint: '", dir, "' has no ", kChecksums,
+                " (incomplete or not written by boostlm)");
+  nlohmann::json checksums;
+  try {
+    checksums = nlohmann::json::parse(read_text_file((d / kChecksums).string()));
+  } catch (const nlohmann::json::exception& e) {
+    throw error("checkpoint: ", (d / kChecksums).string(), " is corrupt: ", e.what());
+  }
+  for (const auto& [file, expected] : checksums.items()) {
+    const fs::path path = d / file;
+    if (!fs::exists(path)) throw error("checkpoint: '", dir, "' is missing ", file);
+    MappedFile mapped(path.string());
+    const std::string actual = Checksum64::hex(Checksum64::of(mapped.data(), mapped.size()));
+    if (actual != expected.get<std::string>())
+      throw error("checkpoint: checksum mismatch for ", path.string(), " (expected ",
+                  expected.get<std::string>(), ", found ", actual, "): the file is corrupt");
+  }
+}
+
+ModelConfig read_checkpoint_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw error("checkpoint: ", path, " is not valid JSON: ", e.what());
+  }
+  try {
+    if (j.contains("boostlm")) return ModelConfig::from_json(j["boostlm"]);
+    // A plain Hugging Face LLaMA config.
+    nlohmann::json c = {{"arch", "dense"},
+                        {"vocab_size", j.at("vocab_size")},
+                        {"d_model", j.at("hidden_size")},
+                        {"n_layers", j.at("num_hidden_layers")},
+                        {"n_heads", j.at("num_attention_heads")},
+                        {"n_kv_heads", j.value("num_key_value_heads", j.at("num_attention_heads"))},
+                        {"d_ff", j.at("intermediate_size")},
+                        {"rms_eps", j.value("rms_norm_eps", 1e-6)},
+                        {"rope_theta", j.value("rope_theta", 10000.0)},
+                        {"max_seq_len", j.value("max_position_embeddings", 2048)},
+                        {"tied_embeddings", j.value("tie_word_embeddings", false)}};
+    return ModelConfig::from_json(c);
+  } catch (const nlohmann::json::exception& e) {
+    throw error("checkpoint: ", path, " lacks a field: ", e.what());
+  } catch (const Error& e) {
+    throw error("checkpoint: ", path, ": ", e.what());
+  }
+}
+
+void load_checkpoint_weights(const std::string& dir, Model& model) {
+  const std::string path = (fs::path(dir) / "model.safetensors").string();
+  SafetensorsReader reader(path);
+  for (const auto& p : model.params().entries()) {
+    if (!reader.has(p.name)) throw error("checkpoint: ", path, " is missing tensor '", p.name, "'");
+    reader.read(p.name, p.shape, model.weights().view(p));
+  }
+  for (const auto& [name, entry] : reader.entries())
+    if (!model.params().find(name))
+      throw error("checkpoint: ", path, " has tensor '", name,
+                  "' that this model does not (does the config match the checkpoint?)");
+}
+
+bool has_training_state(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "trainer_state.json") &&
+         fs::exists(fs::path(dir) / "optimizer.safetensors");
+}
+
+void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state) {
+  if (!has_training_state(dir))
+    throw error("checkpoint: '", dir, "' holds weights only (no optimizer or trainer state); ",
+                "it cannot be resumed, only used to initialise a new run");
+  const std::string opt_path = (fs::path(dir) / "optimizer.safetensors").string();
+  SafetensorsReader reader(opt_path);
+  for (const auto& p : optimizer.table().entries()) {
+    reader.read(p.name + ".exp_avg", p.shape, optimizer.first_moment().view(p));
+    reader.read(p.name + ".exp_avg_sq", p.shape, optimizer.second_moment().view(p));
+  }
+  const std::string state_path = (fs::path(dir) / "trainer_state.json").string();
+  try {
+    const auto j = nlohmann::json::parse(read_text_file(state_path));
+    state.step = j.at("step").get<int64_t>();
+    state.tokens_seen = j.at("tokens_seen").get<int64_t>();
+    state.loader = j.at("loader");
+    state.extra = j.value("extra", nlohmann::json::object());
+    optimizer.set_steps_taken(j.at("optimizer_step").get<int64_t>());
+  } catch (const nlohmann::json::exception& e) {
+    throw error("checkpoint: ", state_path, " is malformed: ", e.what());
+  }
+}
+
+}  // namespace boostlm

@@ -1,0 +1,59 @@
+// Checkpoints: a directory that is either complete or absent.
+//
+//   model.safetensors      full tensors with the names and shapes of SPEC §2 (fp32)
+//   config.json            Hugging Face style (model_type llama for dense, cola for low-rank),
+//                          with boostlm's own config under "boostlm"
+//   tokenizer.model        the sentencepiece model the data was prepared with (when known)
+//   optimizer.safetensors  AdamW moments: "<name>.exp_avg", "<name>.exp_avg_sq"   (training state)
+//   trainer_state.json     step, tokens seen, loader position, RNG, optimizer step (training state)
+//   checksums.json         Checksum64 of every other file, written last
+//
+// The directory is assembled under a temporary name, every file fsynced, then renamed into place,
+// so a crash never leaves a half checkpoint that looks whole; loading verifies every checksum.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/model.h"
+#include "train/optimizer.h"
+
+namespace boostlm {
+
+struct TrainingState {
+  int64_t step = 0;  // optimizer steps completed
+  int64_t tokens_seen = 0;
+  nlohmann::json loader;  // the loader's position, opaque here
+  nlohmann::json extra;   // anything else the trainer wants back (arguments, RNG)
+};
+
+struct CheckpointWrite {
+  const Model* model = nullptr;
+  const AdamW* optimizer = nullptr;      // optional: with `state`, makes the checkpoint resumable
+  const TrainingState* state = nullptr;  // optional
+  std::string tokenizer_path;            // optional: copied in as tokenizer.model
+};
+
+void save_checkpoint(const std::string& dir, const CheckpointWrite& what);
+
+// A checkpoint directory, or a run directory whose checkpoints/latest names one.
+std::string resolve_checkpoint(const std::string& path);
+
+// Checks that the directory is complete and that every file matches checksums.json.
+void verify_checkpoint(const std::string& dir);
+
+// The model configuration stored in config.json (boostlm's own, or converted from HF fields).
+ModelConfig read_checkpoint_config(const std::string& dir);
+
+// Loads every tensor into the model; throws Error on a missing, extra or wrongly shaped tensor.
+void load_checkpoint_weights(const std::string& dir, Model& model);
+
+bool has_training_state(const std::string& dir);
+void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state);
+
+nlohmann::json hf_config(const ModelConfig& config);
+
+}  // namespace boostlm

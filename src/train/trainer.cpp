@@ -1,0 +1,311 @@
+#include "train/trainer.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "data/loader.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "kernels/gemm.h"
+#include "model/flops.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+
+namespace boostlm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) {
+  g_signal.store(sig);
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double peak_rss_mb() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
+
+// GEMM rate of this machine for MFU: one 1024³ product, best of three.
+double measure_peak_gflops(DType dtype) {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = now_s();
+    gemm(Trans::N, Trans::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, dtype);
+    if (i > 0) best = std::min(best, now_s() - t0);
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+std::string format_duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lds", s);
+  return buf;
+}
+
+ModelConfig resolve_config(const TrainOptions& o, const std::string& checkpoint) {
+  ModelConfig config;
+  if (!checkpoint.empty()) {
+    config = read_checkpoint_config(checkpoint);
+    if (!o.config_path.empty()) {
+      ModelConfig given = ModelConfig::load(o.config_path);
+      if (o.vocab_size > 0) given.vocab_size = o.vocab_size;
+      if (given.to_json() != config.to_json())
+        throw error("--config ", o.config_path, " does not match the checkpoint's config.json (",
+                    config.to_json().dump(), "); omit --config to use the checkpoint's");
+    }
+  } else {
+    if (o.config_path.empty()) throw error("--config is required (a preset under configs/)");
+    config = ModelConfig::load(o.config_path);
+    if (o.vocab_size > 0) {
+      config.vocab_size = o.vocab_size;
+      config.validate();
+    }
+  }
+  if (o.seq_len > config.max_seq_len)
+    throw error("--seq-len ", o.seq_len, " exceeds the model's max_seq_len=", config.max_seq_len);
+  return config;
+}
+
+// The data directory's shards and tokenizer, checked against the model.
+struct DataFiles {
+  std::string train, val, tokenizer;
+};
+
+DataFiles open_data(const std::string& dir, const ModelConfig& config) {
+  DataFiles f;
+  f.train = (fs::path(dir) / "train.bin").string();
+  if (!fs::exists(f.train))
+    throw error("--data ", dir, " has no train.bin (run `boostlm prepare` first)");
+  const fs::path val = fs::path(dir) / "val.bin", tok = fs::path(dir) / "tokenizer.model";
+  if (fs::exists(val)) f.val = val.string();
+  if (fs::exists(tok)) {
+    f.tokenizer = tok.string();
+    const int64_t vocab = Tokenizer::load(f.tokenizer).vocab_size();
+    if (vocab > config.vocab_size)
+      throw error("the tokenizer ", f.tokenizer, " has ", vocab,
+                  " tokens but the model's vocab_size is ", config.vocab_size,
+                  " (use a preset with a larger vocabulary or --vocab-size ", vocab, ")");
+  }
+  return f;
+}
+
+// Keeps the newest `keep` step_* checkpoints of a run.
+void prune_checkpoints(const fs::path& dir, int64_t keep) {
+  std::vector<fs::path> steps;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0)
+      steps.push_back(e.path());
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + keep < steps.size(); ++i) fs::remove_all(steps[i]);
+}
+
+}  // namespace
+
+double evaluate(Model& model, const std::string& shard_path, int64_t batch_size, int64_t seq_len,
+                int64_t batches) {
+  const std::vector<int32_t> tokens = read_shard(shard_path);
+  check_tokens_below(tokens, model.config().vocab_size, shard_path);
+  const int64_t available = DataLoader::full_windows(tokens.size(), batch_size, seq_len);
+  if (available < 1)
+    throw error(shard_path, " holds ", tokens.size(), " tokens, fewer than one window of ",
+                batch_size, "x", seq_len, "+1");
+  const int64_t n = std::min(batches, available);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Batch b = DataLoader::window(tokens, i, batch_size, seq_len);
+    total += model.forward(b.inputs.data(), b.targets.data(), batch_size, seq_len);
+  }
+  return total / static_cast<double>(n);
+}
+
+TrainResult train(const TrainOptions& o) {
+  if (o.batch_size <= 0 || o.seq_len <= 0 || o.steps <= 0 || o.grad_accum <= 0)
+    throw error("--batch-size, --seq-len, --steps and --grad-accum must be positive");
+  if (!o.resume.empty() && !o.init_from.empty())
+    throw error("--resume and --init-from are exclusive");
+  LrSchedule schedule = o.schedule;
+  schedule.total_steps = o.steps;
+  schedule.validate();
+
+  const std::string resume_dir = o.resume.empty() ? "" : resolve_checkpoint(o.resume);
+  const std::string init_dir = o.init_from.empty() ? "" : resolve_checkpoint(o.init_from);
+  if (!resume_dir.empty()) verify_checkpoint(resume_dir);
+  if (!init_dir.empty()) verify_checkpoint(init_dir);
+  const ModelConfig config = resolve_config(o, resume_dir.empty() ? init_dir : resume_dir);
+  const DataFiles data = open_data(o.data_dir, config);
+
+  LoaderConfig loader_config;
+  loader_config.batch_size = o.batch_size;
+  loader_config.seq_len = o.seq_len;
+  loader_config.shuffle = o.shuffle;
+  loader_config.seed = o.seed;
+  std::vector<int32_t> train_tokens = read_shard(data.train);
+  check_tokens_below(train_tokens, config.vocab_size, data.train);
+  DataLoader loader(std::move(train_tokens), loader_config, data.train);
+
+  Model model(config, o.precision);
+  AdamW optimizer(model.params(), o.optimizer);
+  TrainingState state;
+  if (!resume_dir.empty()) {
+    load_checkpoint_weights(resume_dir, model);
+    load_training_state(resume_dir, optimizer, state);
+    loader.load_state(state.loader);
+  } else if (!init_dir.empty()) {
+    load_checkpoint_weights(init_dir, model);
+  } else {
+    model.init_weights(o.seed);
+  }
+  if (state.step >= o.steps)
+    throw error("the checkpoint is already at step ", state.step, " of --steps ", o.steps);
+
+  const fs::path run(o.out_dir);
+  fs::create_directories(run / "checkpoints");
+  write_file_atomically((run / "config.json").string(), config.to_json().dump(2) + "\n");
+  std::ofstream metrics(run / "metrics.jsonl", std::ios::app);
+  if (!metrics) throw error("cannot write ", (run / "metrics.jsonl").string());
+
+  const ModelFlops flops = model_flops(config, o.batch_size, o.seq_len);
+  const double step_flops = flops.training() * o.grad_accum;
+  const double peak_gflops = measure_peak_gflops(o.precision);
+  const int64_t tokens_per_step = o.batch_size * o.seq_len * o.grad_accum;
+  const bool tty = o.progress && ::isatty(STDERR_FILENO);
+
+  std::fprintf(
+      stderr, "boostlm train: %s %s, %.2fM parameters, %s, %ld tokens/step, steps %ld..%ld\n",
+      to_string(config.arch).c_str(), o.config_path.c_str(), model.params().parameter_count() / 1e6,
+      to_string(o.precision).c_str(), tokens_per_step, state.step, o.steps);
+
+  auto save = [&](const char* why) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%06ld", state.step);
+    const fs::path dir = run / "checkpoints" / name;
+    state.loader = loader.state();
+    state.extra = {{"seed", o.seed}, {"arch", to_string(config.arch)}};
+    save_checkpoint(dir.string(), {&model, &optimizer, &state, data.tokenizer});
+    write_file_atomically((run / "checkpoints" / "latest").string(), std::string(name) + "\n");
+    prune_checkpoints(run / "checkpoints", std::max<int64_t>(1, o.keep_checkpoints));
+    if (tty) std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "checkpoint (%s): %s\n", why, dir.c_str());
+    return dir.string();
+  };
+  auto validate = [&]() -> float {
+    if (data.val.empty()) return -1.0f;
+    return static_cast<float>(evaluate(model, data.val, o.batch_size, o.seq_len, o.eval_batches));
+  };
+
+  g_signal.store(0);
+  auto old_int = std::signal(SIGINT, on_signal);
+  auto old_term = std::signal(SIGTERM, on_signal);
+
+  TrainResult result;
+  const double start = now_s();
+  const int64_t first_step = state.step;
+  while (state.step < o.steps) {
+    const double t0 = now_s();
+    model.grads().zero();
+    double loss = 0;
+    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+      const Batch batch = loader.next();
+      loss += model.forward_backward(batch.inputs.data(), batch.targets.data(), o.batch_size,
+                                     o.seq_len, 1.0f / static_cast<float>(o.grad_accum));
+    }
+    loss /= static_cast<double>(o.grad_accum);
+    const float lr = schedule.at(state.step);
+    const float grad_norm =
+        std::isfinite(loss) ? optimizer.step(model.weights(), model.grads(), lr) : NAN;
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      if (tty) std::fprintf(stderr, "\n");
+      std::fprintf(
+          stderr,
+          "boostlm train: step %ld: %s is %f; stopping without saving. The last good "
+          "checkpoint is %s\n",
+          state.step, std::isfinite(loss) ? "the gradient norm" : "the loss",
+          std::isfinite(loss) ? grad_norm : loss,
+          result.checkpoint.empty() ? "(none written in this run)" : result.checkpoint.c_str());
+      result.diverged = true;
+      break;
+    }
+    const double step_s = now_s() - t0;
+    state.step += 1;
+    state.tokens_seen += tokens_per_step;
+    result.last_loss = static_cast<float>(loss);
+
+    nlohmann::json line = {{"step", state.step},
+                           {"loss", loss},
+                           {"lr", lr},
+                           {"grad_norm", grad_norm},
+                           {"step_ms", step_s * 1e3},
+                           {"tokens_per_s", tokens_per_step / step_s},
+                           {"mfu", step_flops / step_s / (peak_gflops * 1e9)},
+                           {"tokens_seen", state.tokens_seen},
+                           {"peak_rss_mb", peak_rss_mb()},
+                           {"activation_mb", model.activation_bytes() / 1e6}};
+    const bool eval_now =
+        (o.eval_interval > 0 && state.step % o.eval_interval == 0) || state.step == o.steps;
+    if (eval_now) {
+      result.val_loss = validate();
+      if (result.val_loss >= 0) line["val_loss"] = result.val_loss;
+    }
+    metrics << line.dump() << "\n" << std::flush;
+
+    const double elapsed = now_s() - start;
+    const double eta = elapsed / (state.step - first_step) * (o.steps - state.step);
+    char progress[256];
+    std::snprintf(
+        progress, sizeof progress,
+        "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | ETA %s",
+        state.step, o.steps, loss, lr, grad_norm, tokens_per_step / step_s,
+        100.0 * step_flops / step_s / (peak_gflops * 1e9), format_duration(eta).c_str());
+    if (tty)
+      std::fprintf(stderr, "\r%-110s", progress);
+    else if (state.step % std::max<int64_t>(1, o.log_interval) == 0 || state.step == o.steps)
+      std::fprintf(stderr, "%s\n", progress);
+    if (eval_now && result.val_loss >= 0)
+      std::fprintf(stderr, "%sstep %ld: val loss %.4f\n", tty ? "\n" : "", state.step,
+                   result.val_loss);
+
+    if (g_signal.load()) {
+      result.checkpoint = save(g_signal.load() == SIGINT ? "interrupted" : "terminated");
+      result.interrupted = true;
+      break;
+    }
+    if (o.save_interval > 0 && state.step % o.save_interval == 0 && state.step < o.steps)
+      result.checkpoint = save("interval");
+  }
+  if (!result.diverged && !result.interrupted) result.checkpoint = save("final");
+  if (tty) std::fprintf(stderr, "\n");
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  result.steps_done = state.step;
+  result.seconds = now_s() - start;
+  return result;
+}
+
+}  // namespace boostlm

@@ -1,0 +1,59 @@
+// The training loop: data, model, optimizer, schedule, evaluation, metrics and checkpoints.
+//
+// One process for now; the parallel layouts slot in behind the model's forward_backward and the
+// gradient buffer (the loop only sees a loss, a flat gradient and an optimizer).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace boostlm {
+
+struct TrainOptions {
+  std::string config_path;  // model preset; may be omitted when resuming or initialising
+  std::string data_dir;     // from `boostlm prepare`: train.bin, val.bin, tokenizer.model
+  std::string out_dir;      // run directory: metrics.jsonl, checkpoints/
+  std::string resume;       // checkpoint or run directory to continue bit-exactly
+  std::string init_from;    // checkpoint whose weights start a fresh run
+  int64_t vocab_size = 0;   // overrides the preset's when > 0
+
+  int64_t batch_size = 8;
+  int64_t seq_len = 256;
+  int64_t steps = 1000;  // total optimizer steps of the run
+  int64_t grad_accum = 1;
+  LrSchedule schedule;
+  OptimizerConfig optimizer;
+  DType precision = DType::f32;
+  uint64_t seed = 1234;
+  bool shuffle = false;
+
+  int64_t eval_interval = 100;  // 0: only at the end
+  int64_t eval_batches = 20;
+  int64_t save_interval = 0;  // 0: only at the end
+  int64_t keep_checkpoints = 2;
+  int64_t log_interval = 10;  // lines on a non-terminal stderr
+  bool progress = true;
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  float last_loss = 0;
+  float val_loss = -1;  // < 0: no validation data
+  double seconds = 0;
+  std::string checkpoint;  // the last checkpoint written
+  bool interrupted = false;
+  bool diverged = false;
+};
+
+TrainResult train(const TrainOptions& options);
+
+// Mean loss over the first `batches` windows of a shard (from token 0, the training windowing).
+class Model;
+double evaluate(Model& model, const std::string& shard_path, int64_t batch_size, int64_t seq_len,
+                int64_t batches);
+
+}  // namespace boostlm

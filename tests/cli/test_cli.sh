@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The command line as a user meets it: a small end-to-end run, the errors a wrong flag or a corrupt
+# file produce, and SIGTERM saving a checkpoint that resumes.
+# Usage: test_cli.sh path/to/boostlm
+set -uo pipefail
+boostlm=$1
+work=$(mktemp -d /tmp/boostlm_cli.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# expect_error "what" "fragment" cmd...: the command must fail and print the fragment.
+expect_error() {
+  local what=$1 fragment=$2; shift 2
+  local out
+  if out=$("$@" 2>&1); then fail "$what: succeeded"; return; fi
+  grep -qF -- "$fragment" <<< "$out" || fail "$what: message lacks '$fragment': $out"
+}
+
+# A small corpus: numbered paragraphs with some non-ASCII text.
+for i in $(seq 1 400); do
+  echo "Paragraph $i: the quick brown fox jumps over the lazy dog; naïve café $((i * 7)) — Ελληνικά."
+  echo "It was the ${i}th day, and the fox said: \"look at the river\" before the evening came."
+  echo
+done > "$work/corpus.txt"
+
+"$boostlm" prepare "$work/corpus.txt" -o "$work/data" --vocab-size 400 > "$work/prepare.log" ||
+  fail "prepare: $(cat "$work/prepare.log")"
+cat > "$work/model.json" <<'JSON'
+{"arch": "cola", "vocab_size": 512, "d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64,
+ "attn_rank": 8, "mlp_rank": 8, "max_seq_len": 64}
+JSON
+# train CONFIG DATA OUT [flags...]
+train() { "$boostlm" train -c "$1" -d "$2" -o "$3" -b 2 -t 32 --eval-batches 2 "${@:4}"; }
+
+out=$(train "$work/model.json" "$work/data" "$work/run" --steps 5 2>/dev/null) || fail "train: exit $?"
+grep -q '"steps":5' <<< "$out" || fail "train summary: $out"
+[[ $(wc -l < "$work/run/metrics.jsonl") -eq 5 ]] || fail "metrics.jsonl should have 5 lines"
+grep -q '"tokens_per_s"' "$work/run/metrics.jsonl" || fail "metrics lack tokens_per_s"
+
+out=$("$boostlm" eval --checkpoint "$work/run" --data "$work/data/val.bin" -b 2 -t 32 --batches 2)
+tail -1 <<< "$out" | grep -q '"loss"' || fail "eval: last line is not JSON with loss: $out"
+
+out=$("$boostlm" generate --checkpoint "$work/run" -p "The quick" -n 5 2>&1) || fail "generate: $out"
+
+# Wrong flags and bad input.
+expect_error "unknown flag" "--bogus" train "$work/model.json" "$work/data" "$work/x" --bogus
+expect_error "bad precision" "fp16" train "$work/model.json" "$work/data" "$work/x" --precision fp16
+expect_error "missing data dir" "--data" train "$work/model.json" "$work/nope" "$work/x"
+sed 's/"n_heads": 4/"n_heads": 4, "n_kv_heads": 3/' "$work/model.json" > "$work/bad.json"
+expect_error "kv heads" "not divisible by n_kv_heads=3" train "$work/bad.json" "$work/data" "$work/x"
+sed 's/"vocab_size": 512/"vocab_size": 350/' "$work/model.json" > "$work/small.json"
+expect_error "tokenizer larger than model" "vocab_size is 350" train "$work/small.json" "$work/data" "$work/x"
+cp -r "$work/data" "$work/cut"
+truncate -s -10 "$work/cut/train.bin"
+expect_error "truncated shard" "train.bin" train "$work/model.json" "$work/cut" "$work/x"
+printf 'garbage' > "$work/cut/train.bin"
+expect_error "garbage shard" "train.bin" train "$work/model.json" "$work/cut" "$work/x"
+ckpt=$(cat "$work/run/checkpoints/latest")
+cp -r "$work/run/checkpoints/$ckpt" "$work/corrupt"
+printf '\x00\x01' | dd of="$work/corrupt/model.safetensors" bs=1 seek=200 conv=notrunc status=none
+expect_error "corrupt checkpoint" "checksum mismatch" "$boostlm" eval --checkpoint "$work/corrupt" --data "$work/data/val.bin" -b 2 -t 32
+
+# SIGTERM mid-run saves a checkpoint and exits cleanly; the run then resumes to the end.
+"$boostlm" train -c "$work/model.json" -d "$work/data" -o "$work/long" -b 2 -t 32 --steps 100000 > "$work/long.out" 2> "$work/long.err" &
+pid=$!
+for _ in $(seq 1 200); do
+  [[ -s "$work/long/metrics.jsonl" ]] && break
+  sleep 0.05
+done
+kill -TERM "$pid"
+wait "$pid" || fail "SIGTERM: exit $? ($(cat "$work/long.err"))"
+grep -q '"interrupted":true' "$work/long.out" || fail "SIGTERM: summary says $(cat "$work/long.out")"
+steps_done=$(wc -l < "$work/long/metrics.jsonl")
+out=$("$boostlm" train -d "$work/data" -o "$work/long" --resume "$work/long" -b 2 -t 32 \
+      --steps $((steps_done + 2)) 2>&1) || fail "resume after SIGTERM: $out"
+
+if ((failures)); then echo "$failures failure(s)"; exit 1; fi
+echo "all CLI checks passed"

@@ -1,0 +1,204 @@
+// Checkpoints: bit-identical round trips, atomic writes, and clear errors for every way a
+// checkpoint can be wrong.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "train/checkpoint.h"
+#include "train/safetensors.h"
+#include "train_fixture.h"
+
+namespace boostlm {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::fresh_dir;
+using testing::tiny_config;
+
+void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+// A model and optimizer with non-trivial moments, saved as a resumable checkpoint.
+struct Saved {
+  Model model{tiny_config(), DType::f32};
+  AdamW optimizer{model.params(), OptimizerConfig{}};
+  TrainingState state;
+  std::string dir;
+  explicit Saved(const std::string& name) {
+    model.init_weights(7);
+    Rng rng(3);
+    for (int64_t i = 0; i < model.grads().size(); ++i) model.grads().data()[i] = rng.normal();
+    optimizer.step(model.weights(), model.grads(), 1e-3f);
+    state.step = 1;
+    state.tokens_seen = 128;
+    state.loader = {{"step", 1}};
+    dir = (fresh_dir(name) / "ckpt").string();
+    save_checkpoint(dir, {&model, &optimizer, &state, ""});
+  }
+};
+
+bool bit_equal(const FlatBuffer& a, const FlatBuffer& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Checkpoint, RoundTripIsBitIdentical) {
+  Saved saved("roundtrip");
+  verify_checkpoint(saved.dir);
+  const ModelConfig config = read_checkpoint_config(saved.dir);
+  EXPECT_EQ(config.to_json(), saved.model.config().to_json());
+  Model model(config, DType::f32);
+  AdamW optimizer(model.params(), OptimizerConfig{});
+  TrainingState state;
+  load_checkpoint_weights(saved.dir, model);
+  load_training_state(saved.dir, optimizer, state);
+  EXPECT_TRUE(bit_equal(model.weights(), saved.model.weights()));
+  EXPECT_TRUE(bit_equal(optimizer.first_moment(), saved.optimizer.first_moment()));
+  EXPECT_TRUE(bit_equal(optimizer.second_moment(), saved.optimizer.second_moment()));
+  EXPECT_EQ(optimizer.steps_taken(), 1);
+  EXPECT_EQ(state.tokens_seen, 128);
+  EXPECT_EQ(state.loader, saved.state.loader);
+}
+
+TEST(Checkpoint, SafetensorsHoldsTheSpecNamesAndShapesAndAnHfConfig) {
+  Saved saved("names");
+  SafetensorsReader reader(saved.dir + "/model.safetensors");
+  EXPECT_EQ(reader.entries().at("model.layers.1.mlp.down_proj.cola_a").shape,
+            (std::vector<int64_t>{48, 8}));
+  EXPECT_EQ(reader.entries().at("model.layers.0.self_attn.k_proj.cola_b").shape,
+            (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(reader.entries().at("lm_head.weight").dtype, "F32");
+  EXPECT_EQ(reader.entries().size(), saved.model.params().entries().size());
+  const auto hf = nlohmann::json::parse(read_text_file(saved.dir + "/config.json"));
+  EXPECT_EQ(hf["model_type"], "cola");
+  EXPECT_EQ(hf["hidden_size"], 32);
+  EXPECT_EQ(hf["num_key_value_heads"], 2);
+  EXPECT_EQ(hf["attn_rank"], 8);
+}
+
+TEST(Checkpoint, DetectsCorruptionByChecksum) {
+  Saved saved("corrupt");
+  {
+    std::fstream f(saved.dir + "/model.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  expect_error([&] { verify_checkpoint(saved.dir); }, "checksum mismatch");
+}
+
+TEST(Checkpoint, RefusesAnIncompleteDirectory) {
+  Saved saved("incomplete");
+  fs::remove(saved.dir + "/checksums.json");
+  expect_error([&] { verify_checkpoint(saved.dir); }, "incomplete");
+  Saved other("incomplete2");
+  fs::remove(other.dir + "/optimizer.safetensors");
+  expect_error([&] { verify_checkpoint(other.dir); }, "missing optimizer.safetensors");
+}
+
+TEST(Checkpoint, RefusesMissingOrWronglyShapedTensors) {
+  Saved saved("tensors");
+  Model model(saved.model.config(), DType::f32);
+  const std::string path = saved.dir + "/model.safetensors";
+  // Rewrite the file without one tensor, then with one tensor of the wrong shape.
+  std::vector<TensorToWrite> tensors;
+  for (const auto& p : saved.model.params().entries())
+    if (p.name != "model.norm.weight")
+      tensors.push_back({p.name, p.shape, saved.model.weights().view(p)});
+  write_safetensors(path, tensors);
+  expect_error([&] { load_checkpoint_weights(saved.dir, model); },
+               "missing tensor 'model.norm.weight'");
+  tensors.push_back({"model.norm.weight", {16}, saved.model.weights().data()});
+  write_safetensors(path, tensors);
+  expect_error([&] { load_checkpoint_weights(saved.dir, model); },
+               "'model.norm.weight' has shape [16], expected [32]");
+}
+
+TEST(Checkpoint, RefusesATruncatedSafetensorsFile) {
+  Saved saved("truncated");
+  const std::string path = saved.dir + "/model.safetensors";
+  fs::resize_file(path, fs::file_size(path) - 100);
+  expect_error([&] { SafetensorsReader reader(path); }, "outside the file");
+}
+
+TEST(Checkpoint, ConfigThatDoesNotMatchTheWeightsIsRefused) {
+  Saved saved("mismatch");
+  ModelConfig other = saved.model.config();
+  other.d_ff = 40;
+  Model model(other, DType::f32);
+  expect_error([&] { load_checkpoint_weights(saved.dir, model); }, "has shape");
+  ModelConfig dense = saved.model.config();
+  dense.arch = Arch::dense;
+  Model dense_model(dense, DType::f32);
+  expect_error([&] { load_checkpoint_weights(saved.dir, dense_model); }, "missing tensor");
+}
+
+TEST(Checkpoint, WeightsOnlyCheckpointCannotBeResumed) {
+  Model model(tiny_config(), DType::f32);
+  model.init_weights(1);
+  const std::string dir = (fresh_dir("weights_only") / "ckpt").string();
+  save_checkpoint(dir, {&model, nullptr, nullptr, ""});
+  verify_checkpoint(dir);
+  AdamW optimizer(model.params(), OptimizerConfig{});
+  TrainingState state;
+  expect_error([&] { load_training_state(dir, optimizer, state); }, "cannot be resumed");
+}
+
+TEST(AtomicWrite, UncommittedFileLeavesNoTrace) {
+  const auto dir = fresh_dir("atomic");
+  const std::string path = (dir / "file.bin").string();
+  {
+    AtomicFile file(path);
+    file.write("partial");
+  }  // destroyed without commit(), as when an exception unwinds mid-write
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(fs::is_empty(dir));
+  write_file_atomically(path, "old");
+  {
+    AtomicFile file(path);
+    file.write("new but unfinished");
+  }
+  EXPECT_EQ(read_text_file(path), "old");  // the previous version survives
+}
+
+TEST(AtomicWrite, ResavingACheckpointReplacesItWhole) {
+  Saved saved("resave");
+  saved.state.step = 2;
+  save_checkpoint(saved.dir, {&saved.model, &saved.optimizer, &saved.state, ""});
+  verify_checkpoint(saved.dir);
+  const auto state = nlohmann::json::parse(read_text_file(saved.dir + "/trainer_state.json"));
+  EXPECT_EQ(state["step"], 2);
+  // No temporary or old directories are left next to it.
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(saved.dir).parent_path())) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);
+}
+
+TEST(Checksum, DoesNotDependOnHowTheBytesAreSplit) {
+  std::string text(1000, 'x');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(i * 7);
+  Checksum64 pieces;
+  pieces.update(text.data(), 3);
+  pieces.update(text.data() + 3, 40);
+  pieces.update(text.data() + 43, text.size() - 43);
+  EXPECT_EQ(pieces.digest(), Checksum64::of(text.data(), text.size()));
+  text[500] ^= 1;
+  EXPECT_NE(pieces.digest(), Checksum64::of(text.data(), text.size()));
+}
+
+}  // namespace
+}  // namespace boostlm

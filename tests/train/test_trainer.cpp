@@ -1,0 +1,143 @@
+// The training loop: bit-exact resume, divergence handling, evaluation windows.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+#include "train_fixture.h"
+
+namespace boostlm {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::fresh_dir;
+using testing::make_data_dir;
+using testing::tiny_config;
+
+std::string write_config(const std::string& name) {
+  const auto path = fresh_dir(name + "_config") / "config.json";
+  write_file_atomically(path.string(), tiny_config().to_json().dump());
+  return path.string();
+}
+
+TrainOptions options(const std::string& data, const std::string& out, const std::string& config,
+                     int64_t steps) {
+  TrainOptions o;
+  o.config_path = config;
+  o.data_dir = data;
+  o.out_dir = out;
+  o.batch_size = 2;
+  o.seq_len = 16;
+  o.steps = steps;
+  o.grad_accum = 2;
+  o.schedule.max_lr = 3e-3f;
+  o.schedule.min_lr = 3e-4f;
+  o.schedule.warmup_steps = 2;
+  o.eval_interval = 0;
+  o.eval_batches = 2;
+  o.shuffle = true;
+  o.progress = false;
+  return o;
+}
+
+std::map<int64_t, double> losses(const std::string& run) {
+  std::map<int64_t, double> out;
+  std::ifstream in(run + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    out[j["step"]] = j["loss"];
+  }
+  return out;
+}
+
+// N steps, then M more after a resume, give the same losses (bit for bit) as N+M steps in one run.
+TEST(Trainer, ResumeIsBitExact) {
+  const std::string data = make_data_dir("resume_data", 64);
+  const std::string config = write_config("resume");
+  const std::string straight = (fresh_dir("resume_straight") / "run").string();
+  const std::string split = (fresh_dir("resume_split") / "run").string();
+  train(options(data, straight, config, 8));
+  auto first = options(data, split, config, 8);
+  first.save_interval = 5;
+  first.steps = 8;
+  train(first);  // saves step 5 on the way
+  const std::string resumed = (fresh_dir("resume_resumed") / "run").string();
+  auto second = options(data, resumed, "", 8);
+  second.resume = split + "/checkpoints/step_000005";
+  const TrainResult r = train(second);
+  EXPECT_EQ(r.steps_done, 8);
+  const auto a = losses(straight), b = losses(resumed);
+  ASSERT_EQ(b.size(), 3u);
+  for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
+}
+
+TEST(Trainer, StopsOnANonFiniteLossAndKeepsTheLastCheckpoint) {
+  const std::string data = make_data_dir("nan_data", 64);
+  const std::string config = write_config("nan");
+  const std::string run = (fresh_dir("nan_run") / "run").string();
+  train(options(data, run, config, 2));
+  const std::string good = run + "/checkpoints/step_000002";
+  verify_checkpoint(good);
+  // A checkpoint whose weights hold a NaN makes the first loss NaN.
+  Model model(tiny_config(), DType::f32);
+  load_checkpoint_weights(good, model);
+  model.weights().view(model.params().at("model.norm.weight"))[0] = NAN;
+  const std::string poisoned = (fresh_dir("nan_poison") / "ckpt").string();
+  save_checkpoint(poisoned, {&model, nullptr, nullptr, ""});
+  auto o = options(data, run, "", 4);
+  o.init_from = poisoned;
+  const TrainResult r = train(o);
+  EXPECT_TRUE(r.diverged);
+  EXPECT_EQ(r.steps_done, 0);
+  EXPECT_EQ(read_text_file(run + "/checkpoints/latest"), "step_000002\n");
+  verify_checkpoint(good);  // untouched
+}
+
+TEST(Trainer, EvaluateMatchesTheValidationLossOfTraining) {
+  const std::string data = make_data_dir("eval_data", 64);
+  const std::string config = write_config("eval");
+  const std::string run = (fresh_dir("eval_run") / "run").string();
+  const TrainResult r = train(options(data, run, config, 3));
+  Model model(tiny_config(), DType::f32);
+  load_checkpoint_weights(resolve_checkpoint(run), model);
+  EXPECT_EQ(static_cast<float>(evaluate(model, data + "/val.bin", 2, 16, 2)), r.val_loss);
+}
+
+TEST(Trainer, RefusesAConfigThatDoesNotMatchTheCheckpoint) {
+  const std::string data = make_data_dir("cfg_data", 64);
+  const std::string run = (fresh_dir("cfg_run") / "run").string();
+  train(options(data, run, write_config("cfg"), 1));
+  ModelConfig other = tiny_config();
+  other.n_layers = 3;
+  const auto path = fresh_dir("cfg_other") / "config.json";
+  write_file_atomically(path.string(), other.to_json().dump());
+  auto o = options(data, run, path.string(), 2);
+  o.resume = run;
+  try {
+    train(o);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not match the checkpoint"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Trainer, RefusesTokensOutsideTheVocabulary) {
+  const std::string data = make_data_dir("vocab_data", 200);  // tokens up to 199, model has 64
+  const std::string run = (fresh_dir("vocab_run") / "run").string();
+  try {
+    train(options(data, run, write_config("vocab"), 1));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace boostlm
