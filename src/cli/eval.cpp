@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
@@ -28,6 +29,7 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--precision", a->precision, "fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->callback([a] {
+    if (mpi_world_size() > 1) throw error("eval runs in one process; start it without mpirun");
     const std::string dir = resolve_checkpoint(a->checkpoint);
     verify_checkpoint(dir);
     Model model(read_checkpoint_config(dir), parse_dtype(a->precision));

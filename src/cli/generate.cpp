@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "model/generate.h"
@@ -25,6 +26,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--top-k", a->sample.top_k, "sample among the k most likely (0: all)");
   cmd->add_option("--seed", a->sample.seed, "sampling seed");
   cmd->callback([a] {
+    if (mpi_world_size() > 1) throw error("generate runs in one process; start it without mpirun");
     const std::string dir = resolve_checkpoint(a->checkpoint);
     verify_checkpoint(dir);
     std::string tok_path = a->tokenizer;

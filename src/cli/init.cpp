@@ -1,6 +1,8 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "comm/mpi_runtime.h"
+#include "core/error.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 
@@ -19,9 +21,10 @@ void add_init(CLI::App& app) {
   cmd->add_option("--tokenizer", a->tokenizer, "sentencepiece model to include")
       ->check(CLI::ExistingFile);
   cmd->callback([a] {
+    if (mpi_world_size() > 1) throw error("init runs in one process; start it without mpirun");
     Model model(ModelConfig::load(a->config), DType::f32);
     model.init_weights(a->seed);
-    save_checkpoint(a->out, {&model, nullptr, nullptr, a->tokenizer});
+    save_checkpoint(a->out, checkpoint_of(model, nullptr, nullptr, a->tokenizer));
     std::printf("init: %.2fM parameters -> %s\n", model.params().parameter_count() / 1e6,
                 a->out.c_str());
   });

@@ -1,9 +1,13 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "comm/mpi_runtime.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
+  // Under mpirun every rank runs the same command (MPI starts only then); a failure on any rank
+  // ends the whole job with that rank's message instead of leaving the others waiting.
+  boostlm::mpi_start(&argc, &argv);
   CLI::App app{"boostlm: training low-rank LLaMA models (BOOST, arXiv 2512.12131)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "boostlm 0.1");
@@ -12,15 +16,21 @@ int main(int argc, char** argv) {
   boostlm::cli::add_eval(app);
   boostlm::cli::add_init(app);
   boostlm::cli::add_generate(app);
+  int code = 0;
   try {
     app.parse(argc, argv);
+    code = boostlm::cli::exit_code();
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const boostlm::Error& e) {
+    code = app.exit(e);
+    if (code != 0 && boostlm::mpi_world_size() > 1) boostlm::fail_job("bad command line", code);
+  } catch (const std::exception& e) {  // boostlm::Error, and filesystem or allocation failures
     const std::string name =
         app.get_subcommands().empty() ? "" : " " + app.get_subcommands()[0]->get_name();
-    std::fprintf(stderr, "boostlm%s: error: %s\n", name.c_str(), e.what());
-    return 1;
+    const std::string message = "boostlm" + name + ": error: " + e.what();
+    if (boostlm::mpi_world_size() > 1) boostlm::fail_job(message);
+    std::fprintf(stderr, "%s\n", message.c_str());
+    code = 1;
   }
-  return boostlm::cli::exit_code();
+  boostlm::mpi_stop();
+  return code;
 }

@@ -1,6 +1,8 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "comm/mpi_runtime.h"
+#include "core/error.h"
 #include "data/prepare.h"
 
 namespace boostlm::cli {
@@ -26,6 +28,7 @@ void add_prepare(CLI::App& app) {
       ->check(CLI::Range(0.0, 0.5));
   cmd->add_option("--seed", options->seed, "split and tokenizer-sample seed");
   cmd->callback([options] {
+    if (mpi_world_size() > 1) throw error("prepare runs in one process; start it without mpirun");
     const PrepareSummary s = prepare_corpus(*options);
     std::printf("prepare: %s tokenizer (vocab %ld) %s\n",
                 s.trained_tokenizer ? "trained" : "copied", s.vocab_size, s.tokenizer_path.c_str());

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "comm/mpi_runtime.h"
 #include "train/trainer.h"
 
 namespace boostlm::cli {
@@ -11,6 +12,7 @@ void add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model on prepared token shards");
   auto o = std::make_shared<TrainOptions>();
   auto precision = std::make_shared<std::string>("fp32");
+  auto layout = std::make_shared<std::string>();
   cmd->add_option("--config,-c", o->config_path, "model preset (configs/*.json)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--data,-d", o->data_dir, "directory from `boostlm prepare`")
@@ -22,7 +24,16 @@ void add_train(CLI::App& app) {
   cmd->add_option("--init-from", o->init_from,
                   "start from a checkpoint's weights, fresh optimizer");
   cmd->add_option("--vocab-size", o->vocab_size, "override the preset's vocabulary size");
-  cmd->add_option("--batch-size,-b", o->batch_size, "sequences per micro-batch")
+  cmd->add_option("--tp", o->grid.tp, "tensor-parallel size")->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", o->grid.pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
+  cmd->add_option("--dp", o->grid.dp, "data-parallel size")->check(CLI::PositiveNumber);
+  cmd->add_option("--layout", *layout,
+                  "dense-tp, naive-tp or btp (default: dense-tp for dense "
+                  "models, btp for low-rank)")
+      ->check(CLI::IsMember({"dense-tp", "naive-tp", "btp"}));
+  cmd->add_option("--bucket-mb", o->bucket_mb, "DP gradient all-reduce bucket (MiB)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size,-b", o->batch_size, "sequences per micro-batch and DP rank")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
   cmd->add_option("--steps", o->steps, "total optimizer steps")->check(CLI::PositiveNumber);
@@ -45,14 +56,15 @@ void add_train(CLI::App& app) {
   cmd->add_option("--save-interval", o->save_interval, "steps between checkpoints (0: end only)");
   cmd->add_option("--keep", o->keep_checkpoints, "checkpoints kept");
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)");
-  cmd->callback([o, precision] {
+  cmd->callback([o, precision, layout] {
     o->precision = parse_dtype(*precision);
+    if (!layout->empty()) o->layout = parse_layout(*layout);
     const TrainResult r = train(*o);
     nlohmann::json summary = {{"steps", r.steps_done},        {"train_loss", r.last_loss},
                               {"seconds", r.seconds},         {"checkpoint", r.checkpoint},
                               {"interrupted", r.interrupted}, {"diverged", r.diverged}};
     if (r.val_loss >= 0) summary["val_loss"] = r.val_loss;
-    std::printf("%s\n", summary.dump().c_str());
+    if (mpi_world_rank() == 0) std::printf("%s\n", summary.dump().c_str());
     if (r.diverged) exit_code() = 3;
   });
 }

@@ -20,4 +20,20 @@ void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targ
 void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                                     int64_t V, float scale, float* losses);
 
+// Vocab-parallel pieces (Megatron's parallel cross-entropy): this rank holds the logits of vocab
+// columns [vocab_begin, vocab_begin + V_local). The caller all-reduces between the steps, so the
+// [N, V] logits are never gathered.
+// row_max[r] = max over this rank's columns.
+void cross_entropy_shard_max(const float* logits, int64_t ld, int64_t rows, int64_t V_local,
+                             float* row_max);
+// With the global max: stats[2r] = Σ exp(logit − max) over this rank's columns, stats[2r+1] = the
+// target's logit when this rank holds it, else 0 (both summed over ranks next).
+void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* targets,
+                               int64_t rows, int64_t V_local, int64_t vocab_begin,
+                               const float* row_max, float* stats);
+// In place: logits become scale · (exp(logit − lse) − onehot) on this rank's columns.
+void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
+                                  int64_t V_local, int64_t vocab_begin, const float* lse,
+                                  float scale);
+
 }  // namespace boostlm

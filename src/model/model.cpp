@@ -1,70 +1,93 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "core/error.h"
-#include "kernels/activation.h"
-#include "kernels/attention.h"
+#include "kernels/adamw.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"
+#include "model/params.h"
+#include "parallel/sharding.h"
 
 namespace boostlm {
 
 namespace {
-constexpr int64_t kLogitsChunkElements = int64_t{16} << 20;  // head/loss rows per chunk: ≤ 64 MiB
-constexpr int q_ = 0, k_ = 1, v_ = 2, o_ = 3, gate_ = 4, up_ = 5, down_ = 6;
 
-void add(const float* a, const float* b, float* out, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+constexpr int64_t kLogitsChunkElements = int64_t{16} << 20;  // head/loss rows per chunk: ≤ 64 MiB
+
+// full [N, c·t] from every rank's column block local [N, c] (a collective over tp).
+void gather_columns(Communicator& tp, const float* local, int64_t N, int64_t c, float* full,
+                    std::vector<float>& scratch) {
+  const int t = tp.size();
+  scratch.resize(N * c * t);
+  tp.all_gather(local, N * c, scratch.data());
+  for (int r = 0; r < t; ++r)
+    for (int64_t n = 0; n < N; ++n)
+      std::memcpy(full + n * c * t + r * c, scratch.data() + (r * N + n) * c, c * sizeof(float));
 }
+
+// local [N, c] = columns [rank·c, (rank+1)·c) of full [N, ld].
+void take_columns(const float* full, int64_t ld, int64_t N, int64_t c, int rank, float* local) {
+  for (int64_t n = 0; n < N; ++n)
+    std::memcpy(local + n * c, full + n * ld + rank * c, c * sizeof(float));
+}
+
 }  // namespace
 
-Model::Model(const ModelConfig& config, DType compute)
-    : config_(config), compute_(compute), table_(build_param_table(config)) {
+// x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
+static GemmInput rounded_input_impl(DType compute, const float* x, int64_t rows, int64_t cols,
+                                    std::vector<bf16_t>& scratch) {
+  if (compute != DType::bf16) return {x, cols};
+  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
+  round_to_bf16(x, rows, cols, cols, scratch.data());
+  return {x, scratch.data(), cols};
+}
+
+Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind> layout,
+             Communicator* tp)
+    : config_(config), compute_(compute), tp_(tp ? tp : &self_) {
   config_.validate();
+  layout_ = make_layout(layout.value_or(default_layout(config_)), config_, *tp_);
+  full_table_ = build_param_table(config_);
+  const int t = tp_->size();
+  vocab_rows_ = config_.vocab_size / t;
+  vocab_begin_ = vocab_rows_ * tp_->rank();
+  // Same order and names as build_param_table: the embedding and head are vocab-parallel.
+  auto add_vocab = [&](const std::string& name) {
+    const ParamInfo& full = full_table_.at(name);
+    if (t == 1)
+      table_.add(name, full.shape, full.init, full.init_std, full.weight_decay);
+    else
+      table_.add(name, full.shape, full.init, full.init_std, full.weight_decay, 0, vocab_begin_,
+                 vocab_rows_);
+  };
+  add_vocab("model.embed_tokens.weight");
+  for (int64_t l = 0; l < config_.n_layers; ++l) layout_->add_block_params(table_, l);
+  table_.add("model.norm.weight", {config_.d_model}, Init::ones, 0, false);
+  if (!config_.tied_embeddings) add_vocab("lm_head.weight");
   weights_ = FlatBuffer(table_.total_elements());
   grads_ = FlatBuffer(table_.total_elements());
-  bind_weights();
+  bind();
 }
+
+Model::~Model() = default;
 
 void Model::set_compute(DType compute) {
   compute_ = compute;
-  bind_weights();
+  bind();
 }
 
-void Model::bind_weights() {
+void Model::bind() {
   if (compute_ == DType::bf16)
     weights_bf16_.resize(table_.total_elements());
   else
     std::vector<bf16_t>().swap(weights_bf16_);
-  const bf16_t* rounded = weights_bf16_.empty() ? nullptr : weights_bf16_.data();
-  const auto dims = block_projections(config_);
-  blocks_.clear();
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    const std::string layer = "model.layers." + std::to_string(l);
-    BlockWeights bw;
-    const ParamInfo& n1 = table_.at(layer + ".input_layernorm.weight");
-    const ParamInfo& n2 = table_.at(layer + ".post_attention_layernorm.weight");
-    bw.norm1 = weights_.view(n1);
-    bw.dnorm1 = grads_.view(n1);
-    bw.norm2 = weights_.view(n2);
-    bw.dnorm2 = grads_.view(n2);
-    for (int i = 0; i < kProjectionsPerBlock; ++i)
-      bw.proj[i] = bind_projection(dims[i], l, config_.arch == Arch::cola, table_, weights_, grads_,
-                                   rounded);
-    blocks_.push_back(bw);
-  }
-}
-
-GemmInput Model::shared_input(const float* x, int64_t rows, int64_t cols,
-                              std::vector<bf16_t>& scratch) {
-  if (compute_ != DType::bf16) return {x, cols};
-  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
-  round_to_bf16(x, rows, cols, cols, scratch.data());
-  return {x, scratch.data(), cols};
+  layout_->bind(table_, weights_, grads_, weights_bf16_.empty() ? nullptr : weights_bf16_.data());
+  layout_->set_compute(compute_);
 }
 
 void Model::init_weights(uint64_t seed) {
@@ -75,207 +98,128 @@ void Model::prepare(int64_t B, int64_t T) {
   if (T > config_.max_seq_len)
     throw error("sequence length ", T, " exceeds the model's max_seq_len=", config_.max_seq_len);
   if (B == batch_ && T == seq_len_) return;
-  if (T != seq_len_) rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
   batch_ = B;
   seq_len_ = T;
-  // Buffers are sized by token count; a smaller batch shape (generation) reuses them.
-  if (B * T <= capacity_tokens_) return;
-  capacity_tokens_ = B * T;
-  const int64_t N = B * T, d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-  const auto dims = block_projections(config_);
-  acts_.clear();
-  acts_.resize(config_.n_layers);
-  for (auto& a : acts_) {
-    a.x_in = FlatBuffer(N * d);
-    a.norm1 = FlatBuffer(N * d);
-    a.rstd1 = FlatBuffer(N);
-    for (int i = 0; i < kProjectionsPerBlock; ++i) {
-      if (dims[i].rank == 0) continue;
-      a.latents[i].z = FlatBuffer(N * dims[i].rank);
-      if (config_.arch == Arch::cola) a.latents[i].h = FlatBuffer(N * dims[i].rank);
-    }
-    a.q = FlatBuffer(N * d);
-    a.k = FlatBuffer(N * kv);
-    a.v = FlatBuffer(N * kv);
-    a.attn = FlatBuffer(N * d);
-    a.attn_lse = FlatBuffer(N * config_.n_heads);
-    a.x_mid = FlatBuffer(N * d);
-    a.norm2 = FlatBuffer(N * d);
-    a.rstd2 = FlatBuffer(N);
-    a.gate = FlatBuffer(N * ff);
-    a.up = FlatBuffer(N * ff);
-    a.hidden = FlatBuffer(N * ff);
-  }
-  x_final_ = FlatBuffer(N * d);
-  norm_final_ = FlatBuffer(N * d);
-  rstd_final_ = FlatBuffer(N);
-  proj_out_ = FlatBuffer(N * d);
-  d_resid_ = FlatBuffer(N * d);
-  d_norm_ = FlatBuffer(N * d);
-  d_q_ = FlatBuffer(N * d);
-  d_k_ = FlatBuffer(N * kv);
-  d_v_ = FlatBuffer(N * kv);
-  d_attn_ = FlatBuffer(N * d);
-  d_gate_ = FlatBuffer(N * ff);
-  d_up_ = FlatBuffer(N * ff);
-  d_hidden_ = FlatBuffer(N * ff);
-  d_latent_ = FlatBuffer(N * std::max(config_.attn_rank, config_.mlp_rank));
-  const int64_t chunk = std::clamp<int64_t>(kLogitsChunkElements / config_.vocab_size, 1, N);
-  logits_ = FlatBuffer(chunk * config_.vocab_size);
-  ce_lse_ = FlatBuffer(N);
-  losses_ = FlatBuffer(N);
+  layout_->prepare(B, T);
+  const int64_t N = B * T, d = config_.d_model, rc = layout_->residual_columns();
+  resid_.assign(config_.n_layers + 1, std::vector<float>(N * rc));
+  x_full_.resize(N * d);
+  norm_final_.resize(N * d);
+  rstd_final_.resize(N);
+  d_resid_.resize(N * rc);
+  d_full_.resize(N * d);
+  const int64_t chunk = std::clamp<int64_t>(kLogitsChunkElements / vocab_rows_, 1, N);
+  logits_.resize(chunk * vocab_rows_);
+  row_max_.resize(chunk);
+  ce_stats_.resize(2 * chunk);
+  ce_lse_.resize(N);
+  losses_.resize(N);
 }
 
 int64_t Model::activation_bytes() const {
-  int64_t elements = x_final_.size() + norm_final_.size() + rstd_final_.size();
-  for (const auto& a : acts_) {
-    elements += a.x_in.size() + a.norm1.size() + a.rstd1.size() + a.q.size() + a.k.size() +
-                a.v.size() + a.attn.size() + a.attn_lse.size() + a.x_mid.size() + a.norm2.size() +
-                a.rstd2.size() + a.gate.size() + a.up.size() + a.hidden.size();
-    for (const auto& lat : a.latents) elements += lat.z.size() + lat.h.size();
-  }
-  return elements * static_cast<int64_t>(sizeof(float));
-}
-
-// x_out = x_mid + Down(act(Gate(n2)) ⊙ Up(n2)),  x_mid = x_in + O(Attn(RoPE(Q(n1)), RoPE(K(n1)),
-// V(n1)))
-void Model::block_forward(int64_t layer, float* x_out) {
-  BlockActivations& a = acts_[layer];
-  const BlockWeights& w = blocks_[layer];
-  const int64_t B = batch_, T = seq_len_, N = B * T;
-  const int64_t d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-  auto project = [&](int i, GemmInput x, float* y) {
-    LatentActivations& lat = a.latents[i];
-    float* h = lat.h.size() ? lat.h.data() : lat.z.data();
-    projection_forward(w.proj[i], x, N, lat.z.data(), h, y, w.proj[i].d_out, compute_);
-  };
-
-  rmsnorm_forward(a.x_in.data(), d, w.norm1, N, d, config_.rms_eps, a.norm1.data(), d,
-                  a.rstd1.data());
-  const GemmInput norm1 = shared_input(a.norm1.data(), N, d, input_bf16_);
-  project(q_, norm1, a.q.data());
-  project(k_, norm1, a.k.data());
-  project(v_, norm1, a.v.data());
-  rope_forward(a.q.data(), d, B, T, config_.n_heads, rope_);
-  rope_forward(a.k.data(), kv, B, T, config_.n_kv_heads, rope_);
-  const AttentionShape shape{B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim()};
-  attention_forward(shape, a.q.data(), d, a.k.data(), kv, a.v.data(), kv, a.attn.data(), d,
-                    a.attn_lse.data());
-  project(o_, {a.attn.data(), d}, proj_out_.data());
-  add(a.x_in.data(), proj_out_.data(), a.x_mid.data(), N * d);
-
-  rmsnorm_forward(a.x_mid.data(), d, w.norm2, N, d, config_.rms_eps, a.norm2.data(), d,
-                  a.rstd2.data());
-  const GemmInput norm2 = shared_input(a.norm2.data(), N, d, input_bf16_);
-  project(gate_, norm2, a.gate.data());
-  project(up_, norm2, a.up.data());
-  swiglu_forward(a.gate.data(), a.up.data(), N * ff, config_.mlp_gate_act, a.hidden.data());
-  project(down_, {a.hidden.data(), ff}, proj_out_.data());
-  add(a.x_mid.data(), proj_out_.data(), x_out, N * d);
-}
-
-void Model::block_backward(int64_t layer, float* dx) {
-  BlockActivations& a = acts_[layer];
-  const BlockWeights& w = blocks_[layer];
-  const int64_t B = batch_, T = seq_len_, N = B * T;
-  const int64_t d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-  auto project_back = [&](int i, GemmInput x, const float* dy, float* dxi, float beta) {
-    const LatentActivations& lat = a.latents[i];
-    const float* h = lat.h.size() ? lat.h.data() : lat.z.data();
-    const ProjectionWeights& p = w.proj[i];
-    projection_backward(p, x, N, lat.z.data(), h, dy, p.d_out, dxi, p.d_in, beta, d_latent_.data(),
-                        compute_);
-  };
-
-  // MLP sub-block; dx holds ∂L/∂x_out, which is also ∂L/∂(down output).
-  project_back(down_, {a.hidden.data(), ff}, dx, d_hidden_.data(), 0.0f);
-  swiglu_backward(d_hidden_.data(), a.gate.data(), a.up.data(), N * ff, config_.mlp_gate_act,
-                  d_gate_.data(), d_up_.data());
-  const GemmInput norm2 = shared_input(a.norm2.data(), N, d, input_bf16_);
-  project_back(gate_, norm2, d_gate_.data(), d_norm_.data(), 0.0f);
-  project_back(up_, norm2, d_up_.data(), d_norm_.data(), 1.0f);
-  rmsnorm_backward(d_norm_.data(), d, a.x_mid.data(), d, w.norm2, a.rstd2.data(), N, d, dx, d,
-                   w.dnorm2, /*accumulate=*/true);  // dx is now ∂L/∂x_mid
-
-  // Attention sub-block.
-  project_back(o_, {a.attn.data(), d}, dx, d_attn_.data(), 0.0f);
-  const AttentionShape shape{B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim()};
-  attention_backward(shape, a.q.data(), d, a.k.data(), kv, a.v.data(), kv, a.attn.data(), d,
-                     a.attn_lse.data(), d_attn_.data(), d, d_q_.data(), d, d_k_.data(), kv,
-                     d_v_.data(), kv);
-  rope_backward(d_q_.data(), d, B, T, config_.n_heads, rope_);
-  rope_backward(d_k_.data(), kv, B, T, config_.n_kv_heads, rope_);
-  const GemmInput norm1 = shared_input(a.norm1.data(), N, d, input_bf16_);
-  project_back(q_, norm1, d_q_.data(), d_norm_.data(), 0.0f);
-  project_back(k_, norm1, d_k_.data(), d_norm_.data(), 1.0f);
-  project_back(v_, norm1, d_v_.data(), d_norm_.data(), 1.0f);
-  rmsnorm_backward(d_norm_.data(), d, a.x_in.data(), d, w.norm1, a.rstd1.data(), N, d, dx, d,
-                   w.dnorm1, /*accumulate=*/true);  // dx is now ∂L/∂x_in
-}
-
-// Final norm, LM head and cross-entropy, in row chunks so the [N, V] logits never exist whole.
-// With backward, the chunk's logits are turned into their gradient in place and consumed at once.
-float Model::head_and_loss(const int32_t* targets, bool backward, float grad_scale) {
-  const int64_t N = batch_ * seq_len_, d = config_.d_model, V = config_.vocab_size;
-  const ParamInfo& fnorm = table_.at("model.norm.weight");
-  const ParamInfo& head =
-      table_.at(config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  rmsnorm_forward(x_final_.data(), d, weights_.view(fnorm), N, d, config_.rms_eps,
-                  norm_final_.data(), d, rstd_final_.data());
-  const int64_t chunk = logits_.size() / V;
-  const GemmInput x_all = shared_input(norm_final_.data(), N, d, norm_final_bf16_);
-  const GemmInput w_head(weights_.view(head),
-                         weights_bf16_.empty() ? nullptr : weights_bf16_.data() + head.offset, d);
-  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-    const int64_t rows = std::min(chunk, N - r0);
-    const GemmInput x(x_all.f32 + r0 * d, x_all.bf16 ? x_all.bf16 + r0 * d : nullptr, d);
-    gemm(Trans::N, Trans::T, rows, V, d, 1.0f, x, w_head, 0.0f, logits_.data(), V, compute_);
-    if (!backward) {
-      cross_entropy_forward(logits_.data(), V, targets + r0, rows, V, losses_.data() + r0,
-                            ce_lse_.data() + r0);
-      continue;
-    }
-    cross_entropy_forward_backward(logits_.data(), V, targets + r0, rows, V,
-                                   grad_scale / static_cast<float>(N), losses_.data() + r0);
-    const GemmInput dlogits = shared_input(logits_.data(), rows, V, logits_bf16_);
-    gemm(Trans::T, Trans::N, V, d, rows, 1.0f, dlogits, x, 1.0f, grads_.view(head), d, compute_);
-    gemm(Trans::N, Trans::N, rows, d, V, 1.0f, dlogits, w_head, 0.0f, d_norm_.data() + r0 * d, d,
-         compute_);
-  }
-  if (backward) {
-    rmsnorm_backward(d_norm_.data(), d, x_final_.data(), d, weights_.view(fnorm),
-                     rstd_final_.data(), N, d, d_resid_.data(), d, grads_.view(fnorm), false);
-  }
-  double total = 0.0;
-  for (int64_t i = 0; i < N; ++i) total += losses_.data()[i];
-  return static_cast<float>(total / static_cast<double>(N));
+  int64_t elements = x_full_.size() + norm_final_.size() + rstd_final_.size();
+  for (const auto& r : resid_) elements += r.size();
+  return elements * static_cast<int64_t>(sizeof(float)) + layout_->activation_bytes();
 }
 
 void Model::forward_blocks(const int32_t* tokens, int64_t B, int64_t T) {
   prepare(B, T);
+  tokens_ = tokens;
   // The weights may have changed since the last call (optimizer step, checkpoint load).
   if (compute_ == DType::bf16)
     round_to_bf16(weights_.data(), 1, weights_.size(), weights_.size(), weights_bf16_.data());
-  const ParamInfo& embed = table_.at("model.embed_tokens.weight");
-  embedding_forward(tokens, B * T, weights_.view(embed), config_.vocab_size, config_.d_model,
-                    acts_.empty() ? x_final_.data() : acts_[0].x_in.data());
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    float* x_out = l + 1 < config_.n_layers ? acts_[l + 1].x_in.data() : x_final_.data();
-    block_forward(l, x_out);
-  }
+  const int64_t N = B * T, d = config_.d_model, rc = layout_->residual_columns();
+  // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum over
+  // the group is the full lookup. A hidden-sharded residual (btp) then keeps its own columns.
+  float* x0 = rc == d ? resid_[0].data() : x_full_.data();
+  embedding_shard_forward(tokens, N, weights_.view(table_.at("model.embed_tokens.weight")),
+                          vocab_begin_, vocab_rows_, d, x0);
+  tp_->all_reduce(x0, N * d);
+  if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid_[0].data());
+  for (int64_t l = 0; l < config_.n_layers; ++l)
+    layout_->block_forward(l, resid_[l].data(), resid_[l + 1].data());
 }
 
-void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
-  forward_blocks(tokens, 1, T);
-  const int64_t d = config_.d_model;
+// Final norm, vocab-parallel LM head and parallel cross-entropy, in row chunks so the [N, V/t]
+// logits never exist whole. With backward, a chunk's logits become their gradient in place and
+// are consumed at once.
+float Model::head_and_loss(const int32_t* targets, bool backward, float grad_scale) {
+  const int64_t N = batch_ * seq_len_, d = config_.d_model, V = vocab_rows_;
+  const int64_t rc = layout_->residual_columns();
+  const int t = tp_->size();
+  std::vector<float> scratch;
+  const float* x_last = resid_.back().data();
+  if (rc != d) {  // btp: all-gather the hidden shards before the final norm (SPEC §3.3)
+    gather_columns(*tp_, x_last, N, rc, x_full_.data(), scratch);
+    x_last = x_full_.data();
+  }
   const ParamInfo& fnorm = table_.at("model.norm.weight");
   const ParamInfo& head =
       table_.at(config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  const float* x = x_final_.data() + (T - 1) * d;
-  rmsnorm_forward(x, d, weights_.view(fnorm), 1, d, config_.rms_eps, norm_final_.data(), d,
+  rmsnorm_forward(x_last, d, weights_.view(fnorm), N, d, config_.rms_eps, norm_final_.data(), d,
                   rstd_final_.data());
-  gemm(Trans::N, Trans::T, 1, config_.vocab_size, d, 1.0f, norm_final_.data(), d,
-       weights_.view(head), d, 0.0f, out, config_.vocab_size, DType::f32);
+
+  const int64_t chunk = logits_.size() / V;
+  const GemmInput x_all = rounded_input_impl(compute_, norm_final_.data(), N, d, norm_final_bf16_);
+  const GemmInput w_head(weights_.view(head),
+                         weights_bf16_.empty() ? nullptr : weights_bf16_.data() + head.offset, d);
+  const float scale = grad_scale / static_cast<float>(N);
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    const GemmInput x(x_all.f32 + r0 * d, x_all.bf16 ? x_all.bf16 + r0 * d : nullptr, d);
+    gemm(Trans::N, Trans::T, rows, V, d, 1.0f, x, w_head, 0.0f, logits_.data(), V, compute_);
+    if (t == 1) {
+      if (backward) {
+        cross_entropy_forward_backward(logits_.data(), V, targets + r0, rows, V, scale,
+                                       losses_.data() + r0);
+      } else {
+        cross_entropy_forward(logits_.data(), V, targets + r0, rows, V, losses_.data() + r0,
+                              ce_lse_.data() + r0);
+      }
+    } else {
+      // Parallel cross-entropy: global max, then Σexp and the target logit, each all-reduced.
+      cross_entropy_shard_max(logits_.data(), V, rows, V, row_max_.data());
+      tp_->all_reduce_max(row_max_.data(), rows);
+      cross_entropy_shard_stats(logits_.data(), V, targets + r0, rows, V, vocab_begin_,
+                                row_max_.data(), ce_stats_.data());
+      tp_->all_reduce(ce_stats_.data(), 2 * rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        ce_lse_[r0 + r] = row_max_[r] + std::log(ce_stats_[2 * r]);
+        losses_[r0 + r] = ce_lse_[r0 + r] - ce_stats_[2 * r + 1];
+      }
+      if (backward)
+        cross_entropy_shard_backward(logits_.data(), V, targets + r0, rows, V, vocab_begin_,
+                                     ce_lse_.data() + r0, scale);
+    }
+    if (!backward) continue;
+    const GemmInput dlogits = rounded_input_impl(compute_, logits_.data(), rows, V, logits_bf16_);
+    gemm(Trans::T, Trans::N, V, d, rows, 1.0f, dlogits, x, 1.0f, grads_.view(head), d, compute_);
+    gemm(Trans::N, Trans::N, rows, d, V, 1.0f, dlogits, w_head, 0.0f, d_full_.data() + r0 * d, d,
+         compute_);
+    tp_->all_reduce(d_full_.data() + r0 * d, rows * d);  // each rank's vocab slice contributes
+  }
+  if (backward) {
+    // ∂L/∂x_last is replicated; a hidden-sharded residual keeps its own columns.
+    float* dx = rc == d ? d_resid_.data() : norm_final_.data();  // norm_final_ is no longer needed
+    rmsnorm_backward(d_full_.data(), d, x_last, d, weights_.view(fnorm), rstd_final_.data(), N, d,
+                     dx, d, grads_.view(fnorm), false);
+    if (rc != d) take_columns(dx, d, N, rc, tp_->rank(), d_resid_.data());
+  }
+  double total = 0.0;
+  for (int64_t i = 0; i < N; ++i) total += losses_[i];
+  return static_cast<float>(total / static_cast<double>(N));
+}
+
+void Model::embedding_backward(const int32_t* tokens) {
+  const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = layout_->residual_columns();
+  const float* dx = d_resid_.data();
+  if (rc != d) {  // the embedding rows need the whole gradient row: gather the hidden shards
+    std::vector<float> scratch;
+    gather_columns(*tp_, d_resid_.data(), N, rc, d_full_.data(), scratch);
+    dx = d_full_.data();
+  }
+  embedding_shard_backward(tokens, N, dx, vocab_begin_, vocab_rows_, d,
+                           grads_.view(table_.at("model.embed_tokens.weight")));
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
@@ -284,13 +228,55 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
 }
 
 float Model::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
-                              float grad_scale) {
+                              float grad_scale, BackwardObserver* observer) {
   forward_blocks(tokens, B, T);
   const float loss = head_and_loss(targets, true, grad_scale);
-  for (int64_t l = config_.n_layers - 1; l >= 0; --l) block_backward(l, d_resid_.data());
-  embedding_backward(tokens, B * T, d_resid_.data(), config_.vocab_size, config_.d_model,
-                     grads_.view(table_.at("model.embed_tokens.weight")));
+  if (observer) observer->head_done();
+  for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
+    layout_->block_backward(l, d_resid_.data());
+    if (observer) observer->block_done(l);
+  }
+  embedding_backward(tokens);
   return loss;
+}
+
+void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
+  BOOSTLM_ASSERT_MSG(tp_->size() == 1, "generation runs in one process");
+  forward_blocks(tokens, 1, T);
+  const int64_t d = config_.d_model;
+  const ParamInfo& fnorm = table_.at("model.norm.weight");
+  const ParamInfo& head =
+      table_.at(config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  const float* x = resid_.back().data() + (T - 1) * d;
+  rmsnorm_forward(x, d, weights_.view(fnorm), 1, d, config_.rms_eps, norm_final_.data(), d,
+                  rstd_final_.data());
+  gemm(Trans::N, Trans::T, 1, config_.vocab_size, d, 1.0f, norm_final_.data(), d,
+       weights_.view(head), d, 0.0f, out, config_.vocab_size, DType::f32);
+}
+
+double Model::grad_sum_squares() {
+  double sharded = 0, replicated = 0;
+  for (const auto& p : table_.entries()) {
+    const double s = sum_squares(grads_.view(p), p.numel);
+    if (tp_->size() > 1 && p.shard_axis < 0)
+      replicated += s;
+    else
+      sharded += s;
+  }
+  // Replicated tensors hold the same gradient on every rank: count them once.
+  double total = sharded + (tp_->rank() == 0 ? replicated : 0.0);
+  tp_->all_reduce(&total, 1);
+  return total;
+}
+
+void Model::gather_full(const FlatBuffer& local, FlatBuffer& full) {
+  for (const auto& p : table_.entries())
+    gather_tensor(p, local.view(p), full.view(full_table_.at(p.name)), *tp_);
+}
+
+void Model::slice_full(const FlatBuffer& full, FlatBuffer& local) const {
+  for (const auto& p : table_.entries())
+    slice_tensor(p, full.view(full_table_.at(p.name)), local.view(p));
 }
 
 }  // namespace boostlm

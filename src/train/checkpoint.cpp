@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "parallel/sharding.h"
 #include "train/safetensors.h"
 
 namespace boostlm {
@@ -24,6 +25,18 @@ std::vector<TensorToWrite> tensors_of(const ParamTable& table, const FlatBuffer&
     out.push_back({p.name + suffix, p.shape, buffer.view(p)});
   }
   return out;
+}
+
+// Reads the full tensor `name` and keeps this rank's slice of it.
+void read_slice(const SafetensorsReader& reader, const std::string& name, const ParamInfo& p,
+                float* local, std::vector<float>& scratch) {
+  if (p.shard_axis < 0) {
+    reader.read(name, p.shape, local);
+    return;
+  }
+  scratch.resize(p.full_numel());
+  reader.read(name, p.shape, scratch.data());
+  slice_tensor(p, scratch.data(), local);
 }
 
 void write_json(const fs::path& path, const nlohmann::json& json, nlohmann::json& checksums) {
@@ -61,8 +74,24 @@ nlohmann::json hf_config(const ModelConfig& c) {
   return j;
 }
 
+CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer,
+                              const TrainingState* state, std::string tokenizer) {
+  CheckpointWrite w;
+  w.config = &model.config();
+  w.table = &model.params();
+  w.weights = &model.weights();
+  if (optimizer && state) {
+    w.exp_avg = &optimizer->first_moment();
+    w.exp_avg_sq = &optimizer->second_moment();
+    w.optimizer_step = optimizer->steps_taken();
+    w.state = state;
+  }
+  w.tokenizer_path = std::move(tokenizer);
+  return w;
+}
+
 void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
-  BOOSTLM_ASSERT(what.model);
+  BOOSTLM_ASSERT(what.config && what.table && what.weights);
   const fs::path final_dir = fs::absolute(dir).lexically_normal();
   const fs::path parent = final_dir.parent_path();
   fs::create_directories(parent);
@@ -71,12 +100,11 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
   fs::remove_all(temp);
   fs::create_directories(temp);
 
-  const Model& model = *what.model;
   nlohmann::json checksums = nlohmann::json::object();
   checksums["model.safetensors"] = Checksum64::hex(write_safetensors(
-      (temp / "model.safetensors").string(), tensors_of(model.params(), model.weights(), ""),
+      (temp / "model.safetensors").string(), tensors_of(*what.table, *what.weights, ""),
       {{"format", "pt"}, {"producer", "boostlm"}}));
-  write_json(temp / "config.json", hf_config(model.config()), checksums);
+  write_json(temp / "config.json", hf_config(*what.config), checksums);
   if (!what.tokenizer_path.empty()) {
     const std::string bytes = read_text_file(what.tokenizer_path);
     AtomicFile file((temp / "tokenizer.model").string());
@@ -84,16 +112,14 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
     checksums["tokenizer.model"] = Checksum64::hex(file.checksum());
     file.commit();
   }
-  if (what.optimizer && what.state) {
-    const AdamW& opt = *what.optimizer;
-    std::vector<TensorToWrite> moments = tensors_of(model.params(), opt.first_moment(), ".exp_avg");
-    for (auto& t : tensors_of(model.params(), opt.second_moment(), ".exp_avg_sq"))
-      moments.push_back(t);
+  if (what.exp_avg && what.exp_avg_sq && what.state) {
+    std::vector<TensorToWrite> moments = tensors_of(*what.table, *what.exp_avg, ".exp_avg");
+    for (auto& t : tensors_of(*what.table, *what.exp_avg_sq, ".exp_avg_sq")) moments.push_back(t);
     checksums["optimizer.safetensors"] =
         Checksum64::hex(write_safetensors((temp / "optimizer.safetensors").string(), moments));
     const nlohmann::json state = {{"step", what.state->step},
                                   {"tokens_seen", what.state->tokens_seen},
-                                  {"optimizer_step", opt.steps_taken()},
+                                  {"optimizer_step", what.optimizer_step},
                                   {"loader", what.state->loader},
                                   {"extra", what.state->extra}};
     write_json(temp / "trainer_state.json", state, checksums);
@@ -180,9 +206,10 @@ ModelConfig read_checkpoint_config(const std::string& dir) {
 void load_checkpoint_weights(const std::string& dir, Model& model) {
   const std::string path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsReader reader(path);
+  std::vector<float> scratch;
   for (const auto& p : model.params().entries()) {
     if (!reader.has(p.name)) throw error("checkpoint: ", path, " is missing tensor '", p.name, "'");
-    reader.read(p.name, p.shape, model.weights().view(p));
+    read_slice(reader, p.name, p, model.weights().view(p), scratch);
   }
   for (const auto& [name, entry] : reader.entries())
     if (!model.params().find(name))
@@ -201,9 +228,10 @@ void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState
                 "it cannot be resumed, only used to initialise a new run");
   const std::string opt_path = (fs::path(dir) / "optimizer.safetensors").string();
   SafetensorsReader reader(opt_path);
+  std::vector<float> scratch;
   for (const auto& p : optimizer.table().entries()) {
-    reader.read(p.name + ".exp_avg", p.shape, optimizer.first_moment().view(p));
-    reader.read(p.name + ".exp_avg_sq", p.shape, optimizer.second_moment().view(p));
+    read_slice(reader, p.name + ".exp_avg", p, optimizer.first_moment().view(p), scratch);
+    read_slice(reader, p.name + ".exp_avg_sq", p, optimizer.second_moment().view(p), scratch);
   }
   const std::string state_path = (fs::path(dir) / "trainer_state.json").string();
   try {

@@ -30,12 +30,22 @@ struct TrainingState {
   nlohmann::json extra;   // anything else the trainer wants back (arguments, RNG)
 };
 
+// What a checkpoint holds, as full (unsharded) tensors laid out by `table` (SPEC §2).
 struct CheckpointWrite {
-  const Model* model = nullptr;
-  const AdamW* optimizer = nullptr;      // optional: with `state`, makes the checkpoint resumable
-  const TrainingState* state = nullptr;  // optional
-  std::string tokenizer_path;            // optional: copied in as tokenizer.model
+  const ModelConfig* config = nullptr;
+  const ParamTable* table = nullptr;
+  const FlatBuffer* weights = nullptr;
+  // Optional, all together: AdamW moments and the trainer's state make the checkpoint resumable.
+  const FlatBuffer* exp_avg = nullptr;
+  const FlatBuffer* exp_avg_sq = nullptr;
+  int64_t optimizer_step = 0;
+  const TrainingState* state = nullptr;
+  std::string tokenizer_path;  // optional: copied in as tokenizer.model
 };
+
+// The checkpoint of a model that holds its tensors whole (one process, no TP).
+CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer = nullptr,
+                              const TrainingState* state = nullptr, std::string tokenizer = "");
 
 void save_checkpoint(const std::string& dir, const CheckpointWrite& what);
 
@@ -48,10 +58,13 @@ void verify_checkpoint(const std::string& dir);
 // The model configuration stored in config.json (boostlm's own, or converted from HF fields).
 ModelConfig read_checkpoint_config(const std::string& dir);
 
-// Loads every tensor into the model; throws Error on a missing, extra or wrongly shaped tensor.
+// Loads this rank's slice of every tensor into the model (whatever layout and TP size it was
+// saved at); throws Error on a missing, extra or wrongly shaped tensor.
 void load_checkpoint_weights(const std::string& dir, Model& model);
 
 bool has_training_state(const std::string& dir);
+// The optimizer's moments (sliced like the weights) and the trainer's state.
+// The optimizer's moments (sliced like the weights) and the trainer's state.
 void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state);
 
 nlohmann::json hf_config(const ModelConfig& config);

@@ -9,7 +9,11 @@ AdamW::AdamW(const ParamTable& table, OptimizerConfig config)
 
 float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr) {
   // Padding between views is zero, so the whole buffer can be reduced in one pass.
-  const float norm = static_cast<float>(std::sqrt(sum_squares(grads.data(), grads.size())));
+  return step(weights, grads, lr,
+              static_cast<float>(std::sqrt(sum_squares(grads.data(), grads.size()))));
+}
+
+float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm) {
   if (!std::isfinite(norm)) return norm;
   if (config_.grad_clip > 0.0f && norm > config_.grad_clip)
     scale_inplace(grads.data(), grads.size(), config_.grad_clip / norm);

@@ -21,6 +21,7 @@
 #include "kernels/gemm.h"
 #include "model/flops.h"
 #include "model/model.h"
+#include "parallel/data_parallel.h"
 #include "train/checkpoint.h"
 
 namespace boostlm {
@@ -145,15 +146,33 @@ double evaluate(Model& model, const std::string& shard_path, int64_t batch_size,
   return total / static_cast<double>(n);
 }
 
+namespace {
+
+// Per-step communication of one group, for the metrics line: {kind: {calls, bytes}}.
+nlohmann::json comm_json(const CommCounts& counts) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    const auto& c = counts.by_kind[k];
+    if (c.calls)
+      j[to_string(static_cast<Collective>(k))] = {{"calls", c.calls}, {"bytes", c.bytes}};
+  }
+  return j;
+}
+
+}  // namespace
+
 TrainResult train(const TrainOptions& o) {
   if (o.batch_size <= 0 || o.seq_len <= 0 || o.steps <= 0 || o.grad_accum <= 0)
     throw error("--batch-size, --seq-len, --steps and --grad-accum must be positive");
   if (!o.resume.empty() && !o.init_from.empty())
     throw error("--resume and --init-from are exclusive");
+  if (o.grid.pp > 1) throw error("--pp ", o.grid.pp, ": pipeline parallelism is not available yet");
   LrSchedule schedule = o.schedule;
   schedule.total_steps = o.steps;
   schedule.validate();
 
+  ProcessGrid grid(o.grid);
+  const bool root = grid.world_rank() == 0;
   const std::string resume_dir = o.resume.empty() ? "" : resolve_checkpoint(o.resume);
   const std::string init_dir = o.init_from.empty() ? "" : resolve_checkpoint(o.init_from);
   if (!resume_dir.empty()) verify_checkpoint(resume_dir);
@@ -164,14 +183,17 @@ TrainResult train(const TrainOptions& o) {
   LoaderConfig loader_config;
   loader_config.batch_size = o.batch_size;
   loader_config.seq_len = o.seq_len;
+  loader_config.dp_rank = grid.dp_rank();
+  loader_config.dp_size = grid.shape().dp;
   loader_config.shuffle = o.shuffle;
   loader_config.seed = o.seed;
   std::vector<int32_t> train_tokens = read_shard(data.train);
   check_tokens_below(train_tokens, config.vocab_size, data.train);
   DataLoader loader(std::move(train_tokens), loader_config, data.train);
 
-  Model model(config, o.precision);
+  Model model(config, o.precision, o.layout, &grid.tp());
   AdamW optimizer(model.params(), o.optimizer);
+  GradReducer reducer(model.params(), config.n_layers, model.grads(), grid.dp(), o.bucket_mb << 20);
   TrainingState state;
   if (!resume_dir.empty()) {
     load_checkpoint_weights(resume_dir, model);
@@ -186,33 +208,63 @@ TrainResult train(const TrainOptions& o) {
     throw error("the checkpoint is already at step ", state.step, " of --steps ", o.steps);
 
   const fs::path run(o.out_dir);
-  fs::create_directories(run / "checkpoints");
-  write_file_atomically((run / "config.json").string(), config.to_json().dump(2) + "\n");
-  std::ofstream metrics(run / "metrics.jsonl", std::ios::app);
-  if (!metrics) throw error("cannot write ", (run / "metrics.jsonl").string());
+  std::ofstream metrics;
+  if (root) {
+    fs::create_directories(run / "checkpoints");
+    write_file_atomically((run / "config.json").string(), config.to_json().dump(2) + "\n");
+    metrics.open(run / "metrics.jsonl", std::ios::app);
+    if (!metrics) throw error("cannot write ", (run / "metrics.jsonl").string());
+  }
 
   const ModelFlops flops = model_flops(config, o.batch_size, o.seq_len);
-  const double step_flops = flops.training() * o.grad_accum;
-  const double peak_gflops = measure_peak_gflops(o.precision);
-  const int64_t tokens_per_step = o.batch_size * o.seq_len * o.grad_accum;
-  const bool tty = o.progress && ::isatty(STDERR_FILENO);
+  // Model FLOPs of the whole job's step (every DP replica), against every rank's GEMM peak.
+  const double step_flops = flops.training() * o.grad_accum * grid.shape().dp;
+  const double peak_gflops = measure_peak_gflops(o.precision) * grid.shape().world();
+  const int64_t tokens_per_step = o.batch_size * o.seq_len * o.grad_accum * grid.shape().dp;
+  const bool tty = root && o.progress && ::isatty(STDERR_FILENO);
 
-  std::fprintf(
-      stderr, "boostlm train: %s %s, %.2fM parameters, %s, %ld tokens/step, steps %ld..%ld\n",
-      to_string(config.arch).c_str(), o.config_path.c_str(), model.params().parameter_count() / 1e6,
-      to_string(o.precision).c_str(), tokens_per_step, state.step, o.steps);
+  if (root)
+    std::fprintf(stderr,
+                 "boostlm train: %s %s, %.2fM parameters, %s, layout %s, tp %d x pp %d x dp %d, "
+                 "%ld tokens/step, steps %ld..%ld\n",
+                 to_string(config.arch).c_str(), o.config_path.c_str(),
+                 model.full_params().parameter_count() / 1e6, to_string(o.precision).c_str(),
+                 to_string(model.layout()).c_str(), grid.shape().tp, grid.shape().pp,
+                 grid.shape().dp, tokens_per_step, state.step, o.steps);
 
+  // Gathers full tensors over TP (every rank takes part); world rank 0 writes.
+  FlatBuffer full_weights(model.full_params().total_elements()),
+      full_m(model.full_params().total_elements()), full_v(model.full_params().total_elements());
   auto save = [&](const char* why) {
     char name[32];
     std::snprintf(name, sizeof name, "step_%06ld", state.step);
     const fs::path dir = run / "checkpoints" / name;
-    state.loader = loader.state();
-    state.extra = {{"seed", o.seed}, {"arch", to_string(config.arch)}};
-    save_checkpoint(dir.string(), {&model, &optimizer, &state, data.tokenizer});
-    write_file_atomically((run / "checkpoints" / "latest").string(), std::string(name) + "\n");
-    prune_checkpoints(run / "checkpoints", std::max<int64_t>(1, o.keep_checkpoints));
-    if (tty) std::fprintf(stderr, "\n");
-    std::fprintf(stderr, "checkpoint (%s): %s\n", why, dir.c_str());
+    model.gather_full(model.weights(), full_weights);
+    model.gather_full(optimizer.first_moment(), full_m);
+    model.gather_full(optimizer.second_moment(), full_v);
+    if (root) {
+      state.loader = loader.state();
+      state.extra = {{"seed", o.seed},
+                     {"arch", to_string(config.arch)},
+                     {"layout", to_string(model.layout())},
+                     {"tp", grid.shape().tp},
+                     {"dp", grid.shape().dp}};
+      CheckpointWrite w;
+      w.config = &config;
+      w.table = &model.full_params();
+      w.weights = &full_weights;
+      w.exp_avg = &full_m;
+      w.exp_avg_sq = &full_v;
+      w.optimizer_step = optimizer.steps_taken();
+      w.state = &state;
+      w.tokenizer_path = data.tokenizer;
+      save_checkpoint(dir.string(), w);
+      write_file_atomically((run / "checkpoints" / "latest").string(), std::string(name) + "\n");
+      prune_checkpoints(run / "checkpoints", std::max<int64_t>(1, o.keep_checkpoints));
+      if (tty) std::fprintf(stderr, "\n");
+      std::fprintf(stderr, "checkpoint (%s): %s\n", why, dir.c_str());
+    }
+    grid.world().barrier();
     return dir.string();
   };
   auto validate = [&]() -> float {
@@ -229,26 +281,39 @@ TrainResult train(const TrainOptions& o) {
   const int64_t first_step = state.step;
   while (state.step < o.steps) {
     const double t0 = now_s();
+    const CommCounts tp_before = grid.tp().counts(), dp_before = grid.dp().counts();
     model.grads().zero();
     double loss = 0;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       const Batch batch = loader.next();
+      // Gradient reduction overlaps the backward of the last micro-batch only.
+      const bool last = micro + 1 == o.grad_accum;
       loss += model.forward_backward(batch.inputs.data(), batch.targets.data(), o.batch_size,
-                                     o.seq_len, 1.0f / static_cast<float>(o.grad_accum));
+                                     o.seq_len, 1.0f / static_cast<float>(o.grad_accum),
+                                     last ? &reducer : nullptr);
     }
-    loss /= static_cast<double>(o.grad_accum);
+    reducer.finish();
+    // Control data over the world: the mean loss over DP replicas, and whether any rank was
+    // signalled (so every rank saves and stops at the same step).
+    double control[2] = {loss / static_cast<double>(o.grad_accum), g_signal.load() ? 1.0 : 0.0};
+    grid.world().all_reduce(control, 2);
+    loss = control[0] / grid.shape().world();
+    const bool signalled = control[1] > 0;
     const float lr = schedule.at(state.step);
-    const float grad_norm =
-        std::isfinite(loss) ? optimizer.step(model.weights(), model.grads(), lr) : NAN;
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-      if (tty) std::fprintf(stderr, "\n");
-      std::fprintf(
-          stderr,
-          "boostlm train: step %ld: %s is %f; stopping without saving. The last good "
-          "checkpoint is %s\n",
-          state.step, std::isfinite(loss) ? "the gradient norm" : "the loss",
-          std::isfinite(loss) ? grad_norm : loss,
-          result.checkpoint.empty() ? "(none written in this run)" : result.checkpoint.c_str());
+    const float grad_norm = static_cast<float>(std::sqrt(model.grad_sum_squares()));
+    if (std::isfinite(loss) && std::isfinite(grad_norm))
+      optimizer.step(model.weights(), model.grads(), lr, grad_norm);
+    else {
+      if (root) {
+        if (tty) std::fprintf(stderr, "\n");
+        std::fprintf(
+            stderr,
+            "boostlm train: step %ld: %s is %f; stopping without saving. The last good "
+            "checkpoint is %s\n",
+            state.step, std::isfinite(loss) ? "the gradient norm" : "the loss",
+            std::isfinite(loss) ? grad_norm : loss,
+            result.checkpoint.empty() ? "(none written in this run)" : result.checkpoint.c_str());
+      }
       result.diverged = true;
       break;
     }
@@ -257,42 +322,46 @@ TrainResult train(const TrainOptions& o) {
     state.tokens_seen += tokens_per_step;
     result.last_loss = static_cast<float>(loss);
 
-    nlohmann::json line = {{"step", state.step},
-                           {"loss", loss},
-                           {"lr", lr},
-                           {"grad_norm", grad_norm},
-                           {"step_ms", step_s * 1e3},
-                           {"tokens_per_s", tokens_per_step / step_s},
-                           {"mfu", step_flops / step_s / (peak_gflops * 1e9)},
-                           {"tokens_seen", state.tokens_seen},
-                           {"peak_rss_mb", peak_rss_mb()},
-                           {"activation_mb", model.activation_bytes() / 1e6}};
     const bool eval_now =
         (o.eval_interval > 0 && state.step % o.eval_interval == 0) || state.step == o.steps;
-    if (eval_now) {
-      result.val_loss = validate();
-      if (result.val_loss >= 0) line["val_loss"] = result.val_loss;
+    if (eval_now) result.val_loss = validate();
+    if (root) {
+      nlohmann::json line = {{"step", state.step},
+                             {"loss", loss},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"step_ms", step_s * 1e3},
+                             {"tokens_per_s", tokens_per_step / step_s},
+                             {"mfu", step_flops / step_s / (peak_gflops * 1e9)},
+                             {"tokens_seen", state.tokens_seen},
+                             {"peak_rss_mb", peak_rss_mb()},
+                             {"activation_mb", model.activation_bytes() / 1e6},
+                             {"comm",
+                              {{"tp", comm_json(grid.tp().counts() - tp_before)},
+                               {"dp", comm_json(grid.dp().counts() - dp_before)}}}};
+      if (eval_now && result.val_loss >= 0) line["val_loss"] = result.val_loss;
+      metrics << line.dump() << "\n" << std::flush;
+
+      const double elapsed = now_s() - start;
+      const double eta = elapsed / (state.step - first_step) * (o.steps - state.step);
+      char progress[256];
+      std::snprintf(progress, sizeof progress,
+                    "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | "
+                    "ETA %s",
+                    state.step, o.steps, loss, lr, grad_norm, tokens_per_step / step_s,
+                    100.0 * step_flops / step_s / (peak_gflops * 1e9),
+                    format_duration(eta).c_str());
+      if (tty)
+        std::fprintf(stderr, "\r%-110s", progress);
+      else if (state.step % std::max<int64_t>(1, o.log_interval) == 0 || state.step == o.steps)
+        std::fprintf(stderr, "%s\n", progress);
+      if (eval_now && result.val_loss >= 0)
+        std::fprintf(stderr, "%sstep %ld: val loss %.4f\n", tty ? "\n" : "", state.step,
+                     result.val_loss);
     }
-    metrics << line.dump() << "\n" << std::flush;
 
-    const double elapsed = now_s() - start;
-    const double eta = elapsed / (state.step - first_step) * (o.steps - state.step);
-    char progress[256];
-    std::snprintf(
-        progress, sizeof progress,
-        "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | ETA %s",
-        state.step, o.steps, loss, lr, grad_norm, tokens_per_step / step_s,
-        100.0 * step_flops / step_s / (peak_gflops * 1e9), format_duration(eta).c_str());
-    if (tty)
-      std::fprintf(stderr, "\r%-110s", progress);
-    else if (state.step % std::max<int64_t>(1, o.log_interval) == 0 || state.step == o.steps)
-      std::fprintf(stderr, "%s\n", progress);
-    if (eval_now && result.val_loss >= 0)
-      std::fprintf(stderr, "%sstep %ld: val loss %.4f\n", tty ? "\n" : "", state.step,
-                   result.val_loss);
-
-    if (g_signal.load()) {
-      result.checkpoint = save(g_signal.load() == SIGINT ? "interrupted" : "terminated");
+    if (signalled) {
+      result.checkpoint = save("interrupted");
       result.interrupted = true;
       break;
     }

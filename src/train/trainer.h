@@ -1,13 +1,18 @@
 // The training loop: data, model, optimizer, schedule, evaluation, metrics and checkpoints.
 //
-// One process for now; the parallel layouts slot in behind the model's forward_backward and the
-// gradient buffer (the loop only sees a loss, a flat gradient and an optimizer).
+// Every rank of the job runs this loop. Tensor parallelism lives inside the model (its layout);
+// data parallelism is the loader's share of the global batch plus the gradient reducer; world
+// rank 0 alone writes metrics, progress and checkpoints (gathered to full tensors first).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include <optional>
+
+#include "comm/grid.h"
 #include "core/dtype.h"
+#include "parallel/layout.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 
@@ -20,6 +25,10 @@ struct TrainOptions {
   std::string resume;       // checkpoint or run directory to continue bit-exactly
   std::string init_from;    // checkpoint whose weights start a fresh run
   int64_t vocab_size = 0;   // overrides the preset's when > 0
+
+  GridShape grid;                    // TP × PP × DP; the job must have grid.world() ranks
+  std::optional<LayoutKind> layout;  // default: dense-tp for dense, btp for low-rank
+  int64_t bucket_mb = 16;            // DP gradient all-reduce bucket size
 
   int64_t batch_size = 8;
   int64_t seq_len = 256;

@@ -45,7 +45,7 @@ struct Saved {
     state.tokens_seen = 128;
     state.loader = {{"step", 1}};
     dir = (fresh_dir(name) / "ckpt").string();
-    save_checkpoint(dir, {&model, &optimizer, &state, ""});
+    save_checkpoint(dir, checkpoint_of(model, &optimizer, &state));
   }
 };
 
@@ -148,7 +148,7 @@ TEST(Checkpoint, WeightsOnlyCheckpointCannotBeResumed) {
   Model model(tiny_config(), DType::f32);
   model.init_weights(1);
   const std::string dir = (fresh_dir("weights_only") / "ckpt").string();
-  save_checkpoint(dir, {&model, nullptr, nullptr, ""});
+  save_checkpoint(dir, checkpoint_of(model));
   verify_checkpoint(dir);
   AdamW optimizer(model.params(), OptimizerConfig{});
   TrainingState state;
@@ -175,7 +175,7 @@ TEST(AtomicWrite, UncommittedFileLeavesNoTrace) {
 TEST(AtomicWrite, ResavingACheckpointReplacesItWhole) {
   Saved saved("resave");
   saved.state.step = 2;
-  save_checkpoint(saved.dir, {&saved.model, &saved.optimizer, &saved.state, ""});
+  save_checkpoint(saved.dir, checkpoint_of(saved.model, &saved.optimizer, &saved.state));
   verify_checkpoint(saved.dir);
   const auto state = nlohmann::json::parse(read_text_file(saved.dir + "/trainer_state.json"));
   EXPECT_EQ(state["step"], 2);

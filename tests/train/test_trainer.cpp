@@ -89,7 +89,7 @@ TEST(Trainer, StopsOnANonFiniteLossAndKeepsTheLastCheckpoint) {
   load_checkpoint_weights(good, model);
   model.weights().view(model.params().at("model.norm.weight"))[0] = NAN;
   const std::string poisoned = (fresh_dir("nan_poison") / "ckpt").string();
-  save_checkpoint(poisoned, {&model, nullptr, nullptr, ""});
+  save_checkpoint(poisoned, checkpoint_of(model));
   auto o = options(data, run, "", 4);
   o.init_from = poisoned;
   const TrainResult r = train(o);

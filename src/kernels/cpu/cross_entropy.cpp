@@ -67,4 +67,49 @@ void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* ta
   }
 }
 
+void cross_entropy_shard_max(const float* logits, int64_t ld, int64_t rows, int64_t V_local,
+                             float* row_max) {
+  BOOSTLM_PHASE("cross_entropy");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * ld;
+    float max = -INFINITY;
+#pragma omp simd reduction(max : max)
+    for (int64_t j = 0; j < V_local; ++j) max = std::max(max, row[j]);
+    row_max[r] = max;
+  }
+}
+
+void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* targets,
+                               int64_t rows, int64_t V_local, int64_t vocab_begin,
+                               const float* row_max, float* stats) {
+  BOOSTLM_PHASE("cross_entropy");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * ld;
+    const float max = row_max[r];
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V_local; ++j) sum += cpu::exp_vec(row[j] - max);
+    const int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
+    stats[2 * r] = sum;
+    stats[2 * r + 1] = (t >= 0 && t < V_local) ? row[t] : 0.0f;
+  }
+}
+
+void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
+                                  int64_t V_local, int64_t vocab_begin, const float* lse,
+                                  float scale) {
+  BOOSTLM_PHASE("cross_entropy");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = logits + r * ld;
+    const float m = lse[r];
+#pragma omp simd
+    for (int64_t j = 0; j < V_local; ++j) row[j] = scale * cpu::exp_vec(row[j] - m);
+    const int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
+    if (t >= 0 && t < V_local) row[t] -= scale;
+  }
+}
+
 }  // namespace boostlm

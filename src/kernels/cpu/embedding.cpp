@@ -34,4 +34,35 @@ void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int
   }
 }
 
+void embedding_shard_forward(const int32_t* tokens, int64_t n, const float* weight,
+                             int64_t vocab_begin, int64_t rows, int64_t D, float* out) {
+  BOOSTLM_PHASE("embedding");
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = static_cast<int64_t>(tokens[i]) - vocab_begin;
+    if (row >= 0 && row < rows)
+      std::memcpy(out + i * D, weight + row * D, D * sizeof(float));
+    else
+      std::memset(out + i * D, 0, D * sizeof(float));
+  }
+}
+
+void embedding_shard_backward(const int32_t* tokens, int64_t n, const float* dout,
+                              int64_t vocab_begin, int64_t rows, int64_t D, float* dweight) {
+  BOOSTLM_PHASE("embedding");
+  constexpr int64_t kCols = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < D; j0 += kCols) {
+    const int64_t j1 = std::min(D, j0 + kCols);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = static_cast<int64_t>(tokens[i]) - vocab_begin;
+      if (row < 0 || row >= rows) continue;
+      float* w = dweight + row * D;
+      const float* g = dout + i * D;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) w[j] += g[j];
+    }
+  }
+}
+
 }  // namespace boostlm

@@ -23,7 +23,8 @@ std::vector<GemmShape> g_shapes;
 struct Bf16Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+  using Key =
+      std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
   struct Cached {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
@@ -91,8 +92,8 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
   const bf16_t* b = tb == Trans::N ? bf16_operand(B, K, N, e.b_scratch, ldb)
                                    : bf16_operand(B, N, K, e.b_scratch, ldb);
 
-  Bf16Engine::Key key{static_cast<int>(ta), static_cast<int>(tb), M, N, K, lda, ldb, ldc,
-                      alpha, beta};
+  Bf16Engine::Key key{
+      static_cast<int>(ta), static_cast<int>(tb), M, N, K, lda, ldb, ldc, alpha, beta};
   auto it = e.primitives.find(key);
   if (it == e.primitives.end()) {
     memory::dims a_strides = ta == Trans::N ? memory::dims{lda, 1} : memory::dims{1, lda};

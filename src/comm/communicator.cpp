@@ -1,0 +1,325 @@
+// Communicator over MPI, and the single-process group that needs no MPI.
+//
+// What is counted (Communicator::count): one call per collective handed to MPI, and its payload in
+// bytes = elements × element size, where "elements" is:
+//   all_reduce, all_reduce_max  count (the whole buffer; ·4 for float, ·8 for the double overload,
+//                                counted under all_reduce)
+//   all_gather                  count, the elements THIS rank contributes (not size·count received)
+//   reduce_scatter              Σ counts, the full send buffer (not the counts[rank] received)
+//   broadcast                   count, on every rank of the group, root or not
+//   send, recv                  count, on the sending and on the receiving side respectively
+//   iall_reduce, isend, irecv   as their blocking twins, counted when the operation is started
+// Not counted: broadcast_bytes (control data) and barrier. Groups of size 1 count nothing at all:
+// every operation on them is local (a no-op or a copy), whether or not MPI backs the group.
+#include "comm/communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <numeric>
+#include <type_traits>
+#include <utility>
+
+#include "core/error.h"
+
+namespace boostlm {
+
+// The header keeps MPI out of its interface by holding an MPI_Comm as void*. That is lossless when
+// MPI_Comm is a pointer (Open MPI: struct ompi_communicator_t*); an integer handle (MPICH) would
+// need a different representation.
+static_assert(std::is_pointer_v<MPI_Comm> && sizeof(MPI_Comm) == sizeof(void*),
+              "boostlm stores MPI_Comm as void*: this needs an MPI whose MPI_Comm is a pointer");
+
+namespace {
+
+MPI_Comm as_mpi(void* handle) {
+  return static_cast<MPI_Comm>(handle);
+}
+void* as_handle(MPI_Comm comm) {
+  return static_cast<void*>(comm);
+}
+
+// MPI counts are int; the API takes int64 so callers need no casts.
+int to_mpi_count(int64_t count) {
+  BOOSTLM_ASSERT_MSG(count >= 0 && count <= INT_MAX,
+                     "element count " + std::to_string(count) + " does not fit an MPI int count");
+  return static_cast<int>(count);
+}
+
+bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto* pa = static_cast<const char*>(a);
+  const auto* pb = static_cast<const char*>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+}  // namespace
+
+const char* to_string(Collective kind) {
+  switch (kind) {
+    case Collective::all_reduce:
+      return "all_reduce";
+    case Collective::all_reduce_max:
+      return "all_reduce_max";
+    case Collective::all_gather:
+      return "all_gather";
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::broadcast:
+      return "broadcast";
+    case Collective::send:
+      return "send";
+    case Collective::recv:
+      return "recv";
+  }
+  return "unknown";
+}
+
+CommCounts CommCounts::operator-(const CommCounts& other) const {
+  CommCounts diff;
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    diff.by_kind[k].calls = by_kind[k].calls - other.by_kind[k].calls;
+    diff.by_kind[k].bytes = by_kind[k].bytes - other.by_kind[k].bytes;
+  }
+  return diff;
+}
+
+int64_t CommCounts::total_bytes() const {
+  int64_t total = 0;
+  for (const CollectiveCount& c : by_kind) total += c.bytes;
+  return total;
+}
+
+int64_t CommCounts::total_calls() const {
+  int64_t total = 0;
+  for (const CollectiveCount& c : by_kind) total += c.calls;
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CommRequest
+
+struct CommRequest::Impl {
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
+CommRequest::CommRequest(CommRequest&&) noexcept = default;
+
+CommRequest& CommRequest::operator=(CommRequest&& other) noexcept {
+  if (this != &other) {
+    wait();  // the operation this request tracked must not be forgotten while in flight
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+CommRequest::~CommRequest() {
+  // While an exception unwinds the stack the job is failing: the peers this operation waits for may
+  // never arrive, and waiting would turn the error into a hang. The request is then left to MPI
+  // (nonblocking collectives cannot be cancelled or freed); fail_job ends the process anyway.
+  if (std::uncaught_exceptions() > 0) return;
+  wait();
+}
+
+bool CommRequest::test() {
+  if (!pending()) return true;
+  int done = 0;
+  MPI_Test(&impl_->request, &done, MPI_STATUS_IGNORE);  // sets the request to NULL when done
+  return done != 0;
+}
+
+void CommRequest::wait() {
+  if (!pending()) return;
+  MPI_Wait(&impl_->request, MPI_STATUS_IGNORE);
+}
+
+bool CommRequest::pending() const {
+  return impl_ && impl_->request != MPI_REQUEST_NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Communicator
+
+Communicator::Communicator() = default;
+
+// The group is duplicated, so this Communicator owns a communicator of its own: its messages never
+// match those of another library or of another Communicator over the same group, and it frees what
+// it owns. MPI_Comm_dup is collective, so constructing is collective over the group.
+Communicator::Communicator(void* mpi_comm, std::string name) : name_(std::move(name)) {
+  BOOSTLM_ASSERT_MSG(mpi_comm != nullptr, "Communicator(" + name_ + "): null MPI_Comm");
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  BOOSTLM_ASSERT_MSG(initialised && !mpi_finalized(),
+                     "Communicator(" + name_ + "): MPI is not running (see mpi_start)");
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Comm_dup(as_mpi(mpi_comm), &dup);
+  comm_ = as_handle(dup);
+  MPI_Comm_rank(dup, &rank_);
+  MPI_Comm_size(dup, &size_);
+}
+
+Communicator::~Communicator() {
+  // After MPI_Finalize nothing may be freed (a Communicator that outlives mpi_stop just leaks).
+  if (comm_ && !mpi_finalized()) {
+    MPI_Comm comm = as_mpi(comm_);
+    MPI_Comm_free(&comm);
+  }
+}
+
+Communicator::Communicator(Communicator&& other) noexcept
+    : comm_(std::exchange(other.comm_, nullptr)),
+      rank_(std::exchange(other.rank_, 0)),
+      size_(std::exchange(other.size_, 1)),
+      name_(std::move(other.name_)),
+      counts_(std::exchange(other.counts_, {})) {}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+  if (this != &other) {
+    Communicator old(std::move(*this));  // frees what this held, at the end of the scope
+    comm_ = std::exchange(other.comm_, nullptr);
+    rank_ = std::exchange(other.rank_, 0);
+    size_ = std::exchange(other.size_, 1);
+    name_ = std::move(other.name_);
+    counts_ = std::exchange(other.counts_, {});
+  }
+  return *this;
+}
+
+void Communicator::count(Collective kind, int64_t elements, int64_t element_bytes) {
+  if (size_ == 1) return;
+  counts_[kind].calls += 1;
+  counts_[kind].bytes += elements * element_bytes;
+}
+
+void Communicator::all_reduce(float* data, int64_t count) {
+  if (size_ == 1) return;
+  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_SUM, as_mpi(comm_));
+  this->count(Collective::all_reduce, count);
+}
+
+void Communicator::all_reduce_max(float* data, int64_t count) {
+  if (size_ == 1) return;
+  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_MAX, as_mpi(comm_));
+  this->count(Collective::all_reduce_max, count);
+}
+
+void Communicator::all_reduce(double* data, int64_t count) {
+  if (size_ == 1) return;
+  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_DOUBLE, MPI_SUM, as_mpi(comm_));
+  this->count(Collective::all_reduce, count, sizeof(double));
+}
+
+// `send` may be this rank's own slot of `recv` (recv + rank·count): that is MPI_IN_PLACE.
+void Communicator::all_gather(const float* send, int64_t count, float* recv) {
+  const int n = to_mpi_count(count);
+  const bool in_place = send == recv + static_cast<int64_t>(rank_) * count;
+  if (!in_place) {
+    BOOSTLM_ASSERT_MSG(!overlaps(send, count * 4, recv, size_ * count * 4),
+                       "all_gather: send overlaps recv other than at this rank's slot");
+  }
+  if (size_ == 1) {
+    if (!in_place) std::memcpy(recv, send, count * sizeof(float));
+    return;
+  }
+  MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, MPI_FLOAT, recv, n, MPI_FLOAT, as_mpi(comm_));
+  this->count(Collective::all_gather, count);
+}
+
+void Communicator::reduce_scatter(const float* send, float* recv,
+                                  const std::vector<int64_t>& counts) {
+  BOOSTLM_ASSERT_MSG(static_cast<int>(counts.size()) == size_,
+                     "reduce_scatter on " + name_ + ": " + std::to_string(counts.size()) +
+                         " counts for a group of " + std::to_string(size_));
+  std::vector<int> mpi_counts(counts.size());
+  std::transform(counts.begin(), counts.end(), mpi_counts.begin(), to_mpi_count);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  to_mpi_count(total);  // MPI reads the send buffer with int displacements
+  BOOSTLM_ASSERT_MSG(!overlaps(send, total * 4, recv, counts[rank_] * 4),
+                     "reduce_scatter: send and recv overlap");
+  if (size_ == 1) {
+    std::memcpy(recv, send, counts[0] * sizeof(float));
+    return;
+  }
+  MPI_Reduce_scatter(send, recv, mpi_counts.data(), MPI_FLOAT, MPI_SUM, as_mpi(comm_));
+  this->count(Collective::reduce_scatter, total);
+}
+
+void Communicator::broadcast(float* data, int64_t count, int root) {
+  BOOSTLM_ASSERT_MSG(root >= 0 && root < size_, "broadcast: root out of range");
+  if (size_ == 1) return;
+  MPI_Bcast(data, to_mpi_count(count), MPI_FLOAT, root, as_mpi(comm_));
+  this->count(Collective::broadcast, count);
+}
+
+void Communicator::broadcast_bytes(void* data, int64_t bytes, int root) {
+  BOOSTLM_ASSERT_MSG(root >= 0 && root < size_, "broadcast_bytes: root out of range");
+  if (size_ == 1) return;
+  MPI_Bcast(data, to_mpi_count(bytes), MPI_BYTE, root, as_mpi(comm_));
+}
+
+void Communicator::send(const float* data, int64_t count, int dest, int tag) {
+  BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
+                     "send on " + name_ + ": bad destination " + std::to_string(dest));
+  MPI_Send(data, to_mpi_count(count), MPI_FLOAT, dest, tag, as_mpi(comm_));
+  this->count(Collective::send, count);
+}
+
+void Communicator::recv(float* data, int64_t count, int source, int tag) {
+  BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
+                     "recv on " + name_ + ": bad source " + std::to_string(source));
+  MPI_Status status;
+  MPI_Recv(data, to_mpi_count(count), MPI_FLOAT, source, tag, as_mpi(comm_), &status);
+  // MPI accepts a shorter message into a larger buffer; a size mismatch is a protocol bug here.
+  int received = 0;
+  MPI_Get_count(&status, MPI_FLOAT, &received);
+  BOOSTLM_ASSERT_MSG(received == count, "recv on " + name_ + ": expected " + std::to_string(count) +
+                                            " elements, got " + std::to_string(received));
+  this->count(Collective::recv, count);
+}
+
+CommRequest Communicator::iall_reduce(float* data, int64_t count) {
+  CommRequest request;
+  if (size_ == 1) return request;  // nothing in flight: test() is true at once
+  request.impl_ = std::make_unique<CommRequest::Impl>();
+  MPI_Iallreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_SUM, as_mpi(comm_),
+                 &request.impl_->request);
+  this->count(Collective::all_reduce, count);
+  return request;
+}
+
+CommRequest Communicator::isend(const float* data, int64_t count, int dest, int tag) {
+  BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
+                     "isend on " + name_ + ": bad destination " + std::to_string(dest));
+  CommRequest request;
+  request.impl_ = std::make_unique<CommRequest::Impl>();
+  MPI_Isend(data, to_mpi_count(count), MPI_FLOAT, dest, tag, as_mpi(comm_),
+            &request.impl_->request);
+  this->count(Collective::send, count);
+  return request;
+}
+
+CommRequest Communicator::irecv(float* data, int64_t count, int source, int tag) {
+  BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
+                     "irecv on " + name_ + ": bad source " + std::to_string(source));
+  CommRequest request;
+  request.impl_ = std::make_unique<CommRequest::Impl>();
+  MPI_Irecv(data, to_mpi_count(count), MPI_FLOAT, source, tag, as_mpi(comm_),
+            &request.impl_->request);
+  this->count(Collective::recv, count);
+  return request;
+}
+
+void Communicator::barrier() {
+  if (size_ == 1) return;
+  MPI_Barrier(as_mpi(comm_));
+}
+
+}  // namespace boostlm

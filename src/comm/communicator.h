@@ -1,0 +1,99 @@
+// Communication that knows nothing of models: a group of processes and the collectives over it.
+//
+// A Communicator is either a real MPI communicator or the trivial group of one process (no MPI at
+// all, so single-process runs and unit tests need no MPI runtime). Every call is counted per kind
+// (calls and payload bytes: the elements handed to the collective × sizeof(float), not the bytes a
+// particular algorithm puts on the wire), so any run can report exactly what it communicated and
+// tests can assert the closed forms of SPEC §3.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace boostlm {
+
+enum class Collective { all_reduce, all_reduce_max, all_gather, reduce_scatter, broadcast, send, recv };
+constexpr int kCollectiveKinds = 7;
+const char* to_string(Collective kind);
+
+struct CollectiveCount {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+};
+
+struct CommCounts {
+  std::array<CollectiveCount, kCollectiveKinds> by_kind{};
+  CollectiveCount& operator[](Collective kind) { return by_kind[static_cast<int>(kind)]; }
+  const CollectiveCount& operator[](Collective kind) const { return by_kind[static_cast<int>(kind)]; }
+  CommCounts operator-(const CommCounts& other) const;
+  int64_t total_bytes() const;
+  int64_t total_calls() const;
+};
+
+// A non-blocking operation in flight. test() lets MPI progress it and says whether it finished.
+class CommRequest {
+ public:
+  CommRequest() = default;
+  CommRequest(CommRequest&&) noexcept;
+  CommRequest& operator=(CommRequest&&) noexcept;
+  ~CommRequest();  // waits if still pending
+  bool test();
+  void wait();
+  bool pending() const;
+
+ private:
+  friend class Communicator;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class Communicator {
+ public:
+  Communicator();  // the group of this process alone
+  // Wraps an MPI communicator (an MPI_Comm passed as its handle type; see comm/mpi.h).
+  Communicator(void* mpi_comm, std::string name);
+  ~Communicator();
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+  // Sum over the group, in place. With size 1 these return at once and count nothing.
+  void all_reduce(float* data, int64_t count);
+  void all_reduce_max(float* data, int64_t count);
+  void all_reduce(double* data, int64_t count);  // for norms and other statistics
+  // recv = the `count` elements of every rank, in rank order (size·count elements).
+  void all_gather(const float* send, int64_t count, float* recv);
+  // Sums `send` (Σ counts elements) over the group; rank i receives the counts[i] elements that
+  // start at Σ_{j<i} counts[j]. (MPI_Reduce_scatter with counts; the _block variant is slow in
+  // Open MPI 4.1.)
+  void reduce_scatter(const float* send, float* recv, const std::vector<int64_t>& counts);
+  void broadcast(float* data, int64_t count, int root);
+  void broadcast_bytes(void* data, int64_t bytes, int root);  // not counted: control data
+  void send(const float* data, int64_t count, int dest, int tag);
+  void recv(float* data, int64_t count, int source, int tag);
+
+  CommRequest iall_reduce(float* data, int64_t count);
+  CommRequest isend(const float* data, int64_t count, int dest, int tag);
+  CommRequest irecv(float* data, int64_t count, int source, int tag);
+
+  void barrier();
+
+  const CommCounts& counts() const { return counts_; }
+  void reset_counts() { counts_ = {}; }
+
+ private:
+  void count(Collective kind, int64_t elements, int64_t element_bytes = 4);
+
+  void* comm_ = nullptr;  // MPI_Comm, or nullptr for the single-process group
+  int rank_ = 0, size_ = 1;
+  std::string name_ = "self";
+  CommCounts counts_;
+};
+
+}  // namespace boostlm

@@ -1,0 +1,15 @@
+# Communication layer (MPI): sources of boostlm_core.
+#
+# FindMPI's C component needs the C language enabled (the project is CXX only); the compiler is only
+# probed, nothing here is compiled as C. The C bindings are all we use: OMPI_SKIP_MPICXX and
+# MPICH_SKIP_MPICXX keep <mpi.h> from pulling in the deprecated MPI-2 C++ bindings (Open MPI's
+# mpicxx.h), which would need libmpi_cxx at link time.
+enable_language(C)
+find_package(MPI REQUIRED COMPONENTS C)
+target_sources(boostlm_core PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/communicator.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/grid.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/mpi_runtime.cpp
+)
+target_compile_definitions(boostlm_core PUBLIC OMPI_SKIP_MPICXX MPICH_SKIP_MPICXX)
+target_link_libraries(boostlm_core PUBLIC MPI::MPI_C)

@@ -1,0 +1,71 @@
+#include "parallel/comm_formulas.h"
+
+namespace boostlm {
+
+namespace {
+constexpr int64_t kFloat = sizeof(float);
+
+void add(CommCounts& c, Collective kind, int64_t calls, int64_t elements) {
+  c[kind].calls += calls;
+  c[kind].bytes += elements * kFloat;
+}
+
+CommCounts& operator+=(CommCounts& a, const CommCounts& b) {
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    a.by_kind[k].calls += b.by_kind[k].calls;
+    a.by_kind[k].bytes += b.by_kind[k].bytes;
+  }
+  return a;
+}
+}  // namespace
+
+CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp,
+                         bool backward) {
+  CommCounts out;
+  if (tp == 1) return out;
+  const int64_t d = c.d_model, kv = c.kv_dim(), ff = c.d_ff;
+  switch (layout) {
+    case LayoutKind::dense_tp:
+      add(out, Collective::all_reduce, 2, 2 * N * d);
+      break;
+    case LayoutKind::naive_tp:
+      if (!backward)
+        add(out, Collective::all_reduce, 7, N * (3 * d + 2 * kv + 2 * ff));
+      else
+        add(out, Collective::all_reduce, 4, N * (3 * d + ff));
+      break;
+    case LayoutKind::btp:
+      add(out, Collective::all_reduce, 7, N * (4 * c.attn_rank + 3 * c.mlp_rank));
+      add(out, Collective::all_reduce, 2, 2 * N);  // synchronous RMSNorm statistics
+      break;
+  }
+  return out;
+}
+
+CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
+                         bool backward) {
+  CommCounts out;
+  if (tp == 1) return out;
+  const int64_t d = c.d_model;
+  add(out, Collective::all_reduce, 1, N * d);       // embedding
+  add(out, Collective::all_reduce_max, chunks, N);  // loss: row max
+  add(out, Collective::all_reduce, chunks, 2 * N);  // loss: Σexp and target logit
+  if (layout == LayoutKind::btp) add(out, Collective::all_gather, 1, N * d / tp);  // final norm
+  if (backward) {
+    add(out, Collective::all_reduce, chunks, N * d);  // head input gradient
+    if (layout == LayoutKind::btp) add(out, Collective::all_gather, 1, N * d / tp);  // embedding
+  }
+  return out;
+}
+
+CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
+                        bool backward) {
+  CommCounts out = outer_tp_comm(layout, c, N, tp, chunks, backward);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    out += block_tp_comm(layout, c, N, tp, false);
+    if (backward) out += block_tp_comm(layout, c, N, tp, true);
+  }
+  return out;
+}
+
+}  // namespace boostlm

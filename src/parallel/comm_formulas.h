@@ -1,0 +1,34 @@
+// The tensor-parallel communication of one training micro-batch, in closed form (SPEC §3).
+//
+// Elements per transformer block for N = B·T tokens (t > 1; with t = 1 nothing is sent):
+//   dense-tp  forward 2 all-reduces of N·d;  backward 2 of N·d.                          (§3.1)
+//   naive-tp  forward 7 all-reduces, N·(3d + 2·kv + 2·d_ff) = N·(5d + 2·d_ff) without GQA;
+//             backward 4, N·(3d + d_ff) (q/k/v and gate/up input gradients merged).       (§3.2)
+//   btp       forward 7 all-reduces of N·r (q, k, v, o at attn_rank; gate, up, down at mlp_rank)
+//             and backward the same 7; with the synchronous RMSNorm also 2 all-reduces of N
+//             (per-token statistics) in forward and 2 in backward.                       (§3.3)
+// Around the blocks, every layout: the vocab-parallel embedding all-reduces N·d; the parallel
+// cross-entropy all-reduces per logits chunk the row max (rows, kind all_reduce_max) and the
+// Σexp/target pair (2·rows), and in backward the head's input gradient (rows·d). btp all-gathers
+// its N·d/t residual shard before the final norm and its gradient before the embedding's backward.
+#pragma once
+
+#include <cstdint>
+
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "parallel/layout.h"
+
+namespace boostlm {
+
+// Per block, forward or backward.
+CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
+                         bool backward);
+// Embedding, head and loss of one forward (+ backward) pass over `tokens` in `head_chunks` chunks.
+CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
+                         int64_t head_chunks, bool backward);
+// A whole forward (+ backward) pass.
+CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
+                        int64_t head_chunks, bool backward);
+
+}  // namespace boostlm

@@ -1,0 +1,47 @@
+// Data parallelism: the gradient all-reduce over the DP group, in buckets started during backward.
+//
+// The flat gradient buffer is cut into buckets of about `bucket_bytes`, walking the parameters
+// from the last (LM head) to the first (embedding), the order in which backward finishes them.
+// As the model reports progress (head done, block l done) every bucket whose parameters are all
+// final starts a non-blocking all-reduce; each later report also polls the requests in flight so
+// MPI progresses them while backward computes. finish() starts the rest, waits, and averages.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/param_table.h"
+#include "model/model.h"
+
+namespace boostlm {
+
+class GradReducer final : public BackwardObserver {
+ public:
+  GradReducer(const ParamTable& table, int64_t n_layers, FlatBuffer& grads, Communicator& dp,
+              int64_t bucket_bytes = int64_t{16} << 20);
+
+  void head_done() override;
+  void block_done(int64_t layer) override;
+  // Starts the buckets not started yet, waits for all, and divides by the DP size.
+  void finish();
+
+  int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
+
+ private:
+  struct Bucket {
+    int64_t begin = 0, end = 0;  // element range of the flat buffer
+    int64_t stage = 0;           // ready once backward has finished this stage
+    bool started = false;
+  };
+  void reached(int64_t stage);
+  void poll();
+
+  FlatBuffer& grads_;
+  Communicator& dp_;
+  int64_t n_layers_;
+  std::vector<Bucket> buckets_;
+  std::vector<CommRequest> requests_;
+};
+
+}  // namespace boostlm

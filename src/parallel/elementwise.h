@@ -1,0 +1,14 @@
+// Small element-wise helpers the layouts share.
+#pragma once
+
+#include <cstdint>
+
+namespace boostlm {
+
+// out = a + b (out may alias a or b).
+inline void add(const float* a, const float* b, float* out, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+}  // namespace boostlm

@@ -1,0 +1,129 @@
+#include "parallel/layout.h"
+
+#include "core/error.h"
+
+namespace boostlm {
+
+std::string to_string(LayoutKind kind) {
+  switch (kind) {
+    case LayoutKind::dense_tp:
+      return "dense-tp";
+    case LayoutKind::naive_tp:
+      return "naive-tp";
+    case LayoutKind::btp:
+      return "btp";
+  }
+  return "?";
+}
+
+LayoutKind parse_layout(const std::string& text) {
+  if (text == "dense-tp") return LayoutKind::dense_tp;
+  if (text == "naive-tp") return LayoutKind::naive_tp;
+  if (text == "btp") return LayoutKind::btp;
+  throw error("unknown layout '", text, "' (expected dense-tp, naive-tp or btp)");
+}
+
+LayoutKind default_layout(const ModelConfig& config) {
+  return config.low_rank() ? LayoutKind::btp : LayoutKind::dense_tp;
+}
+
+void check_layout(LayoutKind kind, const ModelConfig& c, int t) {
+  const std::string name = to_string(kind);
+  if (kind == LayoutKind::dense_tp && c.low_rank())
+    throw error("layout dense-tp is Megatron TP for the dense model; a ", to_string(c.arch),
+                " model runs under naive-tp or btp");
+  if (kind != LayoutKind::dense_tp && !c.low_rank())
+    throw error("layout ", name, " shards low-rank factors; the dense model runs under dense-tp");
+  auto divisible = [&](const char* what, int64_t value) {
+    if (value % t != 0)
+      throw error("layout ", name, ": ", what, "=", value, " is not divisible by tp=", t);
+  };
+  divisible("vocab_size", c.vocab_size);
+  if (kind == LayoutKind::naive_tp) {
+    divisible("attn_rank", c.attn_rank);
+    divisible("mlp_rank", c.mlp_rank);
+  } else {
+    divisible("n_heads", c.n_heads);
+    divisible("n_kv_heads", c.n_kv_heads);
+    divisible("d_ff", c.d_ff);
+  }
+}
+
+Layout::Layout(const ModelConfig& config, Communicator& tp) : config_(config), tp_(tp) {}
+
+void Layout::add_block_params(ParamTable& table, int64_t layer) const {
+  const BlockSharding s = sharding();
+  const int t = tp_.size(), rank = tp_.rank();
+  // A slice [rank·size/t, (rank+1)·size/t) of `axis`, or the whole tensor for axis −1 or t = 1.
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, Init init, float std,
+                 bool decay, int axis) {
+    if (axis < 0 || t == 1) {
+      table.add(name, shape, init, std, decay);
+    } else {
+      const int64_t part = shape[axis] / t;
+      table.add(name, shape, init, std, decay, axis, part * rank, part);
+    }
+  };
+  const std::string prefix = "model.layers." + std::to_string(layer);
+  const auto dims = block_projections(config_);
+  for (int i = 0; i < kProjectionsPerBlock; ++i) {
+    const ProjDims& p = dims[i];
+    if (i == q_)
+      add(prefix + ".input_layernorm.weight", {config_.d_model}, Init::ones, 0, false,
+          s.norms_sharded ? 0 : -1);
+    if (i == gate_)
+      add(prefix + ".post_attention_layernorm.weight", {config_.d_model}, Init::ones, 0, false,
+          s.norms_sharded ? 0 : -1);
+    const std::string name = projection_prefix(layer, p);
+    if (p.rank == 0) {
+      add(name + ".weight", {p.d_out, p.d_in}, Init::normal, 0.02f, true, s.dense_axis[i]);
+    } else {
+      const float std = low_rank_factor_std(p.d_in, p.d_out, p.rank);
+      add(name + ".cola_a", {p.d_in, p.rank}, Init::normal, std, true, s.a_axis[i]);
+      add(name + ".cola_b", {p.rank, p.d_out}, Init::normal, std, true, s.b_axis[i]);
+    }
+  }
+}
+
+void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
+                  const bf16_t* weights_bf16) {
+  const auto dims = block_projections(config_);
+  blocks_.clear();
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    const std::string prefix = "model.layers." + std::to_string(l);
+    BlockWeights bw;
+    const ParamInfo& n1 = table.at(prefix + ".input_layernorm.weight");
+    const ParamInfo& n2 = table.at(prefix + ".post_attention_layernorm.weight");
+    bw.norm1 = weights.view(n1);
+    bw.dnorm1 = grads.view(n1);
+    bw.norm2 = weights.view(n2);
+    bw.dnorm2 = grads.view(n2);
+    for (int i = 0; i < kProjectionsPerBlock; ++i)
+      bw.proj[i] = bind_projection(dims[i], l, config_.arch == Arch::cola, table, weights, grads,
+                                   weights_bf16);
+    blocks_.push_back(bw);
+  }
+}
+
+GemmInput Layout::shared_input(const float* x, int64_t rows, int64_t cols,
+                               std::vector<bf16_t>& scratch) {
+  if (compute_ != DType::bf16) return {x, cols};
+  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
+  round_to_bf16(x, rows, cols, cols, scratch.data());
+  return {x, scratch.data(), cols};
+}
+
+std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp) {
+  check_layout(kind, config, tp.size());
+  switch (kind) {
+    case LayoutKind::dense_tp:
+      return make_dense_tp(config, tp);
+    case LayoutKind::naive_tp:
+      return make_naive_tp(config, tp);
+    case LayoutKind::btp:
+      return make_btp(config, tp);
+  }
+  return nullptr;
+}
+
+}  // namespace boostlm

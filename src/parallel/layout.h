@@ -1,0 +1,90 @@
+// A parallel layout (SPEC §3): how one transformer block's weights are sharded over the TP group
+// and where its collectives sit. The three layouts share every kernel and differ only in that; each
+// lives in one file (dense_tp.cpp, naive_tp.cpp, btp.cpp). The model around the blocks (embedding,
+// final norm, LM head, loss) is vocab-parallel and the same for all of them (vocab_parallel.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/dtype.h"
+#include "core/param_table.h"
+#include "kernels/gemm.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/projection.h"
+
+namespace boostlm {
+
+enum class LayoutKind { dense_tp, naive_tp, btp };
+std::string to_string(LayoutKind kind);
+LayoutKind parse_layout(const std::string& text);      // throws Error
+LayoutKind default_layout(const ModelConfig& config);  // dense-tp for dense, btp for low-rank
+// Throws Error when the layout cannot run this model at this TP size (architecture, divisibility).
+void check_layout(LayoutKind kind, const ModelConfig& config, int tp_size);
+
+// Which axis of a tensor is split over the TP group (-1: replicated).
+struct BlockSharding {
+  std::array<int, kProjectionsPerBlock> dense_axis{};  // W [d_out, d_in]: 0 = output, 1 = input
+  std::array<int, kProjectionsPerBlock> a_axis{};      // A [d_in, r]: 0 = input, 1 = rank
+  std::array<int, kProjectionsPerBlock> b_axis{};      // B [r, d_out]: 0 = rank, 1 = output
+  bool norms_sharded = false;                          // block norms over the hidden dimension
+};
+
+class Layout {
+ public:
+  Layout(const ModelConfig& config, Communicator& tp);
+  virtual ~Layout() = default;
+
+  virtual LayoutKind kind() const = 0;
+  virtual BlockSharding sharding() const = 0;
+  // Columns of the residual stream each rank holds: d, or d/t when it is hidden-sharded (btp).
+  virtual int64_t residual_columns() const = 0;
+  // Allocates what the block keeps for backward, for B·T tokens.
+  virtual void prepare(int64_t B, int64_t T) = 0;
+  // Runs block `layer`; x_in must stay alive until its backward (the model owns it).
+  virtual void block_forward(int64_t layer, const float* x_in, float* x_out) = 0;
+  // dx: ∂L/∂x_out on entry, ∂L/∂x_in on return. Adds the block's weight gradients.
+  virtual void block_backward(int64_t layer, float* dx) = 0;
+  virtual int64_t activation_bytes() const = 0;
+
+  // This rank's shards of block `layer`, in SPEC §2's order and names.
+  void add_block_params(ParamTable& table, int64_t layer) const;
+  // Binds every block to the flat buffers (weights_bf16 may be nullptr).
+  void bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
+            const bf16_t* weights_bf16);
+  void set_compute(DType compute) { compute_ = compute; }
+
+ protected:
+  struct BlockWeights {
+    const float* norm1;
+    float* dnorm1;
+    const float* norm2;
+    float* dnorm2;
+    std::array<ProjectionWeights, kProjectionsPerBlock> proj;
+  };
+  // The projection indices, in block_projections() order.
+  static constexpr int q_ = 0, k_ = 1, v_ = 2, o_ = 3, gate_ = 4, up_ = 5, down_ = 6;
+
+  // x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
+  GemmInput shared_input(const float* x, int64_t rows, int64_t cols, std::vector<bf16_t>& scratch);
+
+  const ModelConfig& config_;
+  Communicator& tp_;
+  DType compute_ = DType::f32;
+  std::vector<BlockWeights> blocks_;
+  int64_t batch_ = 0, seq_len_ = 0;
+};
+
+std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp);
+
+// The three layouts (one file each).
+std::unique_ptr<Layout> make_dense_tp(const ModelConfig& config, Communicator& tp);
+std::unique_ptr<Layout> make_naive_tp(const ModelConfig& config, Communicator& tp);
+std::unique_ptr<Layout> make_btp(const ModelConfig& config, Communicator& tp);
+
+}  // namespace boostlm

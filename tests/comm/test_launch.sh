@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# `boostlm launch`: the mpirun command it builds (dry runs, against this machine's CPU count) and
+# real runs through mpirun (exit codes pass through, a failing rank ends the job).
+# Usage: test_launch.sh BOOSTLM
+set -u
+boostlm=$1
+exe=$(readlink -f "$boostlm")
+cores=$(nproc)
+status=0
+
+fail() { echo "FAIL: $*"; status=1; }
+
+# expect_dry LABEL "ARGS..." WORDS...: the dry run of `launch ARGS` contains each of WORDS.
+expect_dry() {
+  local label=$1 args=$2 out
+  shift 2
+  out=$("$boostlm" launch $args 2>&1) || { fail "$label: exit $? ($out)"; return; }
+  for word in "$@"; do
+    [[ " $out " == *" $word "* ]] || fail "$label: lacks '$word' in: $out"
+  done
+  [ "$status" -eq 0 ] && echo "ok   $label: $out"
+}
+
+expect_dry "one rank per core" "-n $cores --dry-run -- train --steps 3" \
+  "mpirun -n $cores" "--bind-to hwthread" "--map-by slot:PE=1" "OMP_NUM_THREADS=1" \
+  "--mca orte_abort_on_non_zero_status 1" "$exe train --steps 3"
+expect_dry "one rank, all cores" "-n 1 --dry-run -- train" "OMP_NUM_THREADS=$cores" \
+  "--map-by slot:PE=$cores"
+expect_dry "oversubscribed" "-n $((2 * cores + 1)) --dry-run -- eval --x" "--oversubscribe" \
+  "--bind-to none" "OMP_NUM_THREADS=1" "$exe eval --x"
+expect_dry "threads given" "-n 1 --threads-per-rank $((cores + 1)) --dry-run -- train" \
+  "OMP_NUM_THREADS=$((cores + 1))" "--bind-to none"
+expect_dry "no -- needed" "-n 1 --dry-run train --steps 3 -n 2" "$exe train --steps 3 -n 2"
+if [ "$(id -u)" -eq 0 ]; then
+  expect_dry "root" "-n 1 --dry-run -- train" "OMPI_ALLOW_RUN_AS_ROOT=1" \
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+fi
+hostfile=$(mktemp)
+printf 'node-a slots=4\nnode-b slots=4  # comment\n# node-c\nnode-a\n' >"$hostfile"
+out=$("$boostlm" launch -n 8 --hostfile "$hostfile" --dry-run -- train)
+[[ "$out" == *"--hostfile $hostfile --bind-to none"* && "$out" != *oversubscribe* &&
+   "$out" == *"OMP_NUM_THREADS=$((cores / 4 > 1 ? cores / 4 : 1))"* ]] ||
+  fail "hostfile: $out"
+rm -f "$hostfile"
+
+out=$("$boostlm" launch -n 2 --dry-run 2>&1) && fail "no command accepted: $out"
+[[ "$out" == *"nothing to launch"* ]] || fail "no command: $out"
+
+# Real runs: every rank prints the version; a command every rank rejects ends the job non-zero.
+out=$(timeout -k 5 60 "$boostlm" launch -n 2 -- --version 2>&1)
+code=$?
+[ "$code" -eq 0 ] && [ "$(grep -c '^boostlm ' <<<"$out")" -eq 2 ] ||
+  fail "2-rank --version: exit $code, output: $out"
+timeout -k 5 60 "$boostlm" launch -n 2 -- no-such-command >/dev/null 2>&1
+code=$?
+[ "$code" -ne 0 ] && [ "$code" -ne 124 ] || fail "a failing command gave exit $code"
+[ "$status" -eq 0 ] && echo "ok   real runs"
+exit $status

@@ -1,0 +1,178 @@
+// Every parallel layout trains the same model as one process: under mpirun, each rank builds the
+// unsharded reference model in-process and the sharded one over its TP group, runs the same batch,
+// and compares the loss and the (gathered) gradients. Then the communication of a step is checked
+// exactly against the closed forms of parallel/comm_formulas.h.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "comm/grid.h"
+#include "comm/mpi_runtime.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/model.h"
+#include "parallel/comm_formulas.h"
+
+namespace boostlm {
+namespace {
+
+ModelConfig config_for(Arch arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = 64;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 4;
+  c.d_ff = 48;
+  c.attn_rank = 8;
+  c.mlp_rank = 12;
+  c.max_seq_len = 16;
+  c.validate();
+  return c;
+}
+
+std::vector<int32_t> tokens_for(int64_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng.below(64));
+  return t;
+}
+
+// ‖a − b‖ / ‖b‖ over one tensor.
+double relative_error(const float* a, const float* b, int64_t n) {
+  double diff = 0, ref = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    ref += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / std::max(ref, 1e-30));
+}
+
+struct Case {
+  LayoutKind layout;
+  Arch arch;
+  int n_kv_heads;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string name = to_string(info.param.layout) + "_" + to_string(info.param.arch) + "_kv" +
+                     std::to_string(info.param.n_kv_heads);
+  for (auto& ch : name)
+    if (ch == '-') ch = '_';
+  return name;
+}
+
+class LayoutTest : public ::testing::TestWithParam<Case> {};
+
+// Losses agree to 1e-5 relative and every gradient tensor to 1e-5 in relative norm: the sharded
+// computation only changes the order of fp32 summations (partial products summed by all-reduce).
+TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
+  const int world = mpi_world_size();
+  const Case c = GetParam();
+  ModelConfig config = config_for(c.arch);
+  config.n_kv_heads = c.n_kv_heads;
+  const int64_t B = 2, T = 8;
+  const auto tokens = tokens_for(B * T, 1), targets = tokens_for(B * T, 2);
+
+  Model reference(config, DType::f32);
+  reference.init_weights(5);
+  reference.grads().zero();
+  const float ref_loss = reference.forward_backward(tokens.data(), targets.data(), B, T);
+
+  for (int tp : {1, 2, 4}) {
+    if (world % tp != 0 || config.n_kv_heads % tp != 0) continue;
+    ProcessGrid grid(GridShape{tp, 1, world / tp});
+    Model model(config, DType::f32, c.layout, &grid.tp());
+    model.init_weights(5);
+    model.grads().zero();
+    const float loss = model.forward_backward(tokens.data(), targets.data(), B, T);
+    EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss)) << "tp=" << tp;
+    FlatBuffer full(model.full_params().total_elements());
+    model.gather_full(model.grads(), full);
+    for (const auto& p : model.full_params().entries()) {
+      const float* ref = reference.grads().view(reference.full_params().at(p.name));
+      EXPECT_LT(relative_error(full.view(p), ref, p.numel), 1e-5) << p.name << " tp=" << tp;
+    }
+    // The gradient norm counts replicated tensors once.
+    EXPECT_NEAR(model.grad_sum_squares(), reference.grad_sum_squares(),
+                1e-5 * reference.grad_sum_squares())
+        << "tp=" << tp;
+    // Weights round-trip through their full form.
+    FlatBuffer full_weights(model.full_params().total_elements()),
+        back(model.params().total_elements());
+    model.gather_full(model.weights(), full_weights);
+    model.slice_full(full_weights, back);
+    EXPECT_EQ(0, std::memcmp(back.data(), model.weights().data(), back.size() * sizeof(float)));
+  }
+}
+
+// The TP communication of a forward and of a training step equals the closed forms exactly.
+TEST_P(LayoutTest, CommunicatesExactlyTheSpecFormulas) {
+  const int world = mpi_world_size();
+  const Case c = GetParam();
+  ModelConfig config = config_for(c.arch);
+  config.n_kv_heads = c.n_kv_heads;
+  const int64_t B = 2, T = 8, N = B * T;
+  const auto tokens = tokens_for(N, 1), targets = tokens_for(N, 2);
+  for (int tp : {2, 4}) {
+    if (world % tp != 0 || config.n_kv_heads % tp != 0) continue;
+    ProcessGrid grid(GridShape{tp, 1, world / tp});
+    Model model(config, DType::f32, c.layout, &grid.tp());
+    model.init_weights(5);
+    grid.tp().reset_counts();
+    model.forward(tokens.data(), targets.data(), B, T);
+    const CommCounts fwd = grid.tp().counts();
+    const CommCounts expected_fwd = step_tp_comm(c.layout, config, N, tp, 1, false);
+    grid.tp().reset_counts();
+    model.forward_backward(tokens.data(), targets.data(), B, T);
+    const CommCounts step = grid.tp().counts();
+    const CommCounts expected_step = step_tp_comm(c.layout, config, N, tp, 1, true);
+    for (int k = 0; k < kCollectiveKinds; ++k) {
+      const auto kind = static_cast<Collective>(k);
+      EXPECT_EQ(fwd[kind].calls, expected_fwd[kind].calls) << to_string(kind) << " tp=" << tp;
+      EXPECT_EQ(fwd[kind].bytes, expected_fwd[kind].bytes) << to_string(kind) << " tp=" << tp;
+      EXPECT_EQ(step[kind].calls, expected_step[kind].calls) << to_string(kind) << " tp=" << tp;
+      EXPECT_EQ(step[kind].bytes, expected_step[kind].bytes) << to_string(kind) << " tp=" << tp;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
+                         ::testing::Values(Case{LayoutKind::dense_tp, Arch::dense, 4},
+                                           Case{LayoutKind::dense_tp, Arch::dense, 2},
+                                           Case{LayoutKind::naive_tp, Arch::cola, 4},
+                                           Case{LayoutKind::naive_tp, Arch::svd, 2},
+                                           Case{LayoutKind::btp, Arch::cola, 4},
+                                           Case{LayoutKind::btp, Arch::svd, 2}),
+                         case_name);
+
+// The per-block formulas of SPEC §3 in the form the paper states them (no GQA: kv = d).
+TEST(CommFormulas, MatchTheSpecPerBlock) {
+  ModelConfig c = config_for(Arch::cola);
+  const int64_t N = 100, d = c.d_model, ff = c.d_ff, r = c.attn_rank, rm = c.mlp_rank;
+  auto elements = [](const CommCounts& counts) {
+    return counts[Collective::all_reduce].bytes / static_cast<int64_t>(sizeof(float));
+  };
+  EXPECT_EQ(elements(block_tp_comm(LayoutKind::dense_tp, c, N, 2, false)), 2 * N * d);
+  EXPECT_EQ(elements(block_tp_comm(LayoutKind::naive_tp, c, N, 2, false)), N * (5 * d + 2 * ff));
+  EXPECT_EQ(elements(block_tp_comm(LayoutKind::naive_tp, c, N, 2, true)), N * (3 * d + ff));
+  EXPECT_EQ(elements(block_tp_comm(LayoutKind::btp, c, N, 2, false)), N * (4 * r + 3 * rm) + 2 * N);
+  EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, false)[Collective::all_reduce].calls, 7);
+  EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, true)[Collective::all_reduce].calls, 4);
+  EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 1, false).total_calls(), 0);
+}
+
+TEST(Layouts, RefuseWhatTheyCannotRun) {
+  EXPECT_THROW(check_layout(LayoutKind::dense_tp, config_for(Arch::cola), 2), Error);
+  EXPECT_THROW(check_layout(LayoutKind::btp, config_for(Arch::dense), 2), Error);
+  ModelConfig c = config_for(Arch::cola);
+  c.attn_rank = 6;
+  EXPECT_THROW(check_layout(LayoutKind::naive_tp, c, 4), Error);
+  EXPECT_NO_THROW(check_layout(LayoutKind::btp, c, 4));
+  EXPECT_THROW(check_layout(LayoutKind::btp, config_for(Arch::cola), 8), Error);  // 4 heads
+}
+
+}  // namespace
+}  // namespace boostlm
