@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "model/model.h"
 #include "parallel/comm_formulas.h"
+#include "parallel/data_parallel.h"
 
 namespace boostlm {
 namespace {
@@ -147,6 +148,79 @@ INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
                                            Case{LayoutKind::btp, Arch::cola, 4},
                                            Case{LayoutKind::btp, Arch::svd, 2}),
                          case_name);
+
+// Data parallelism, alone and with TP: each DP rank runs its share of the batch, the reducer
+// all-reduces the gradients in buckets during backward, and the result is the gradient of the
+// whole batch in one process. The DP traffic is exactly the flat gradient buffer, once.
+TEST(DataParallel, MatchesOneProcessOnTheWholeBatch) {
+  const int world = mpi_world_size();
+  const ModelConfig config = config_for(Arch::cola);
+  const int64_t B = 4, T = 8;
+  const auto tokens = tokens_for(B * T, 3), targets = tokens_for(B * T, 4);
+  Model reference(config, DType::f32);
+  reference.init_weights(9);
+  reference.grads().zero();
+  const float ref_loss = reference.forward_backward(tokens.data(), targets.data(), B, T);
+  for (const GridShape shape : {GridShape{1, 1, 2}, GridShape{2, 1, 2}, GridShape{1, 1, 4}}) {
+    if (shape.world() != world) continue;
+    ProcessGrid grid(shape);
+    Model model(config, DType::f32, LayoutKind::btp, &grid.tp());
+    model.init_weights(9);
+    model.grads().zero();
+    // A small bucket size forces several buckets, started at different points of backward.
+    GradReducer reducer(model.params(), config.n_layers, model.grads(), grid.dp(), 4096);
+    EXPECT_GT(reducer.buckets(), 3);
+    const int64_t b = B / shape.dp, first = grid.dp_rank() * b * T;
+    grid.dp().reset_counts();
+    float loss =
+        model.forward_backward(tokens.data() + first, targets.data() + first, b, T, 1.0f, &reducer);
+    reducer.finish();
+    double mean = loss;
+    grid.dp().all_reduce(&mean, 1);
+    mean /= shape.dp;
+    EXPECT_NEAR(mean, ref_loss, 1e-5 * std::abs(ref_loss));
+    FlatBuffer full(model.full_params().total_elements());
+    model.gather_full(model.grads(), full);
+    for (const auto& p : model.full_params().entries()) {
+      const float* ref = reference.grads().view(reference.full_params().at(p.name));
+      EXPECT_LT(relative_error(full.view(p), ref, p.numel), 1e-5)
+          << p.name << " tp=" << shape.tp << " dp=" << shape.dp;
+    }
+    // The buckets tile the gradient buffer: all-reduce bytes = every parameter element once
+    // (plus the alignment padding inside buckets), in reducer.buckets() calls (+1: the mean loss).
+    const CommCounts dp = grid.dp().counts();
+    EXPECT_EQ(dp[Collective::all_reduce].calls, reducer.buckets() + 1);
+    int64_t covered = 0;
+    for (const auto& p : model.params().entries()) covered += p.numel;
+    EXPECT_GE(dp[Collective::all_reduce].bytes - 8, covered * 4);
+    EXPECT_LE(dp[Collective::all_reduce].bytes - 8, model.params().total_elements() * 4);
+  }
+}
+
+// Weights saved at one layout and TP size load at any other: gather to full tensors at one,
+// slice at the other, and the loss is the same.
+TEST(Resharding, FullTensorsMoveBetweenLayoutsAndTpSizes) {
+  const int world = mpi_world_size();
+  const ModelConfig config = config_for(Arch::svd);
+  const int64_t B = 2, T = 8;
+  const auto tokens = tokens_for(B * T, 5), targets = tokens_for(B * T, 6);
+  Model reference(config, DType::f32);
+  reference.init_weights(13);
+  const float ref_loss = reference.forward(tokens.data(), targets.data(), B, T);
+  ProcessGrid from_grid(GridShape{world, 1, 1});
+  Model from(config, DType::f32, LayoutKind::btp, &from_grid.tp());
+  from.init_weights(13);
+  FlatBuffer full(from.full_params().total_elements());
+  from.gather_full(from.weights(), full);
+  for (int tp : {1, 2, 4}) {
+    if (world % tp != 0) continue;
+    ProcessGrid grid(GridShape{tp, 1, world / tp});
+    Model to(config, DType::f32, LayoutKind::naive_tp, &grid.tp());
+    to.slice_full(full, to.weights());
+    EXPECT_NEAR(to.forward(tokens.data(), targets.data(), B, T), ref_loss, 1e-5 * ref_loss)
+        << "btp at tp=" << world << " -> naive-tp at tp=" << tp;
+  }
+}
 
 // The per-block formulas of SPEC §3 in the form the paper states them (no GQA: kv = d).
 TEST(CommFormulas, MatchTheSpecPerBlock) {
