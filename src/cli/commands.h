@@ -11,6 +11,7 @@ void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_init(CLI::App& app);
 void add_generate(CLI::App& app);
+void add_launch(CLI::App& app);  // run a command on N ranks through mpirun
 
 // The exit code a subcommand asks main to return (default 0).
 int& exit_code();

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   boostlm::cli::add_eval(app);
   boostlm::cli::add_init(app);
   boostlm::cli::add_generate(app);
+  boostlm::cli::add_launch(app);
   int code = 0;
   try {
     app.parse(argc, argv);

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/profile.h"
 
 namespace boostlm {
 
@@ -130,6 +131,7 @@ CommRequest::~CommRequest() {
 }
 
 bool CommRequest::test() {
+  BOOSTLM_PHASE("comm");
   if (!pending()) return true;
   int done = 0;
   MPI_Test(&impl_->request, &done, MPI_STATUS_IGNORE);  // sets the request to NULL when done
@@ -137,6 +139,7 @@ bool CommRequest::test() {
 }
 
 void CommRequest::wait() {
+  BOOSTLM_PHASE("comm");
   if (!pending()) return;
   MPI_Wait(&impl_->request, MPI_STATUS_IGNORE);
 }
@@ -200,18 +203,21 @@ void Communicator::count(Collective kind, int64_t elements, int64_t element_byte
 }
 
 void Communicator::all_reduce(float* data, int64_t count) {
+  BOOSTLM_PHASE("comm");
   if (size_ == 1) return;
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_SUM, as_mpi(comm_));
   this->count(Collective::all_reduce, count);
 }
 
 void Communicator::all_reduce_max(float* data, int64_t count) {
+  BOOSTLM_PHASE("comm");
   if (size_ == 1) return;
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_MAX, as_mpi(comm_));
   this->count(Collective::all_reduce_max, count);
 }
 
 void Communicator::all_reduce(double* data, int64_t count) {
+  BOOSTLM_PHASE("comm");
   if (size_ == 1) return;
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_DOUBLE, MPI_SUM, as_mpi(comm_));
   this->count(Collective::all_reduce, count, sizeof(double));
@@ -219,6 +225,7 @@ void Communicator::all_reduce(double* data, int64_t count) {
 
 // `send` may be this rank's own slot of `recv` (recv + rank·count): that is MPI_IN_PLACE.
 void Communicator::all_gather(const float* send, int64_t count, float* recv) {
+  BOOSTLM_PHASE("comm");
   const int n = to_mpi_count(count);
   const bool in_place = send == recv + static_cast<int64_t>(rank_) * count;
   if (!in_place) {
@@ -235,6 +242,7 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
 
 void Communicator::reduce_scatter(const float* send, float* recv,
                                   const std::vector<int64_t>& counts) {
+  BOOSTLM_PHASE("comm");
   BOOSTLM_ASSERT_MSG(static_cast<int>(counts.size()) == size_,
                      "reduce_scatter on " + name_ + ": " + std::to_string(counts.size()) +
                          " counts for a group of " + std::to_string(size_));
@@ -253,6 +261,7 @@ void Communicator::reduce_scatter(const float* send, float* recv,
 }
 
 void Communicator::broadcast(float* data, int64_t count, int root) {
+  BOOSTLM_PHASE("comm");
   BOOSTLM_ASSERT_MSG(root >= 0 && root < size_, "broadcast: root out of range");
   if (size_ == 1) return;
   MPI_Bcast(data, to_mpi_count(count), MPI_FLOAT, root, as_mpi(comm_));
@@ -266,6 +275,7 @@ void Communicator::broadcast_bytes(void* data, int64_t bytes, int root) {
 }
 
 void Communicator::send(const float* data, int64_t count, int dest, int tag) {
+  BOOSTLM_PHASE("comm");
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "send on " + name_ + ": bad destination " + std::to_string(dest));
   MPI_Send(data, to_mpi_count(count), MPI_FLOAT, dest, tag, as_mpi(comm_));
@@ -273,6 +283,7 @@ void Communicator::send(const float* data, int64_t count, int dest, int tag) {
 }
 
 void Communicator::recv(float* data, int64_t count, int source, int tag) {
+  BOOSTLM_PHASE("comm");
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "recv on " + name_ + ": bad source " + std::to_string(source));
   MPI_Status status;

@@ -2,7 +2,7 @@
 //
 // A Communicator is either a real MPI communicator or the trivial group of one process (no MPI at
 // all, so single-process runs and unit tests need no MPI runtime). Every call is counted per kind
-// (calls and payload bytes: the elements handed to the collective × sizeof(float), not the bytes a
+// (calls and payload bytes: the elements handed to the collective × their size, not the bytes a
 // particular algorithm puts on the wire), so any run can report exactly what it communicated and
 // tests can assert the closed forms of SPEC §3.
 #pragma once
@@ -53,7 +53,8 @@ class CommRequest {
 class Communicator {
  public:
   Communicator();  // the group of this process alone
-  // Wraps an MPI communicator (an MPI_Comm passed as its handle type; see comm/mpi.h).
+  // Duplicates an MPI communicator (an MPI_Comm passed as void*; collective over its group) and
+  // owns the duplicate.
   Communicator(void* mpi_comm, std::string name);
   ~Communicator();
   Communicator(Communicator&&) noexcept;

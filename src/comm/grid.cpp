@@ -33,10 +33,10 @@ ProcessGrid::ProcessGrid(GridShape shape) : shape_(shape) {
   const int ranks = shape.world();
   if (!mpi_active()) {
     if (ranks == 1) return;  // the single-process grid: every group is this process alone
-    throw error(flags(shape), " needs ", ranks,
-                " ranks but boostlm is running as a single process; launch it with `boostlm "
-                "launch -n ",
-                ranks, " -- <command> ...` or `mpirun -n ", ranks, " boostlm <command> ...`");
+    const std::string n = std::to_string(ranks);
+    throw error(flags(shape), " needs ", n, " ranks but boostlm is running as a single process; ",
+                "launch it with `boostlm launch -n ", n, " -- <command> ...` or `mpirun -n ", n,
+                " boostlm <command> ...`");
   }
   if (ranks != mpi_world_size()) {
     throw error(flags(shape), " needs ", ranks, " ranks but the job has ", mpi_world_size());
