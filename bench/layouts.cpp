@@ -2,7 +2,8 @@
 // model) side by side in one run, interleaved and repeated. Run it on t ranks (the TP size):
 //
 //   boostlm launch -n 2 --program build/bench/bench_layouts -- --shape 60m
-//   mpirun -n 2 build/bench/bench_layouts --shape 60m       (with the usual root/oversubscribe flags)
+//   mpirun -n 2 build/bench/bench_layouts --shape 60m       (with the usual root/oversubscribe
+//   flags)
 //
 // For each layout: median step time (forward, backward, AdamW; all TP ranks aligned by a barrier),
 // tokens/s, model FLOPs utilisation against the summed GEMM peak of the ranks, the TP collectives
@@ -146,9 +147,9 @@ int main(int argc, char** argv) {
       std::printf("%-9s %-6s %9s %9s %6s %10s %8s %10s %8s %9s\n", "layout", "arch", "step_ms",
                   "tokens/s", "MFU", "TP MB", "TP calls", "comm_ms", "comm%", "act_MB");
     }
-    nlohmann::json out = {{"shape", shape},          {"precision", precision},
-                          {"batch", batch},          {"seq_len", seq_len},
-                          {"tp", t},                 {"results", nlohmann::json::array()}};
+    nlohmann::json out = {{"shape", shape}, {"precision", precision},
+                          {"batch", batch}, {"seq_len", seq_len},
+                          {"tp", t},        {"results", nlohmann::json::array()}};
     const double base = runs.empty() ? 0 : median(runs.back().step_s);
     for (auto& r : runs) {
       const double step = median(r.step_s), comm = median(r.comm_s);

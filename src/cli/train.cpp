@@ -31,6 +31,8 @@ void add_train(CLI::App& app) {
                   "dense-tp, naive-tp or btp (default: dense-tp for dense "
                   "models, btp for low-rank)")
       ->check(CLI::IsMember({"dense-tp", "naive-tp", "btp"}));
+  cmd->add_option("--zero", o->zero, "1: ZeRO stage 1, optimizer state sharded over DP")
+      ->check(CLI::Range(0, 1));
   cmd->add_option("--bucket-mb", o->bucket_mb, "DP gradient all-reduce bucket (MiB)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch-size,-b", o->batch_size, "sequences per micro-batch and DP rank")

@@ -254,18 +254,22 @@ void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
        weights_.view(head), d, 0.0f, out, config_.vocab_size, DType::f32);
 }
 
-double Model::grad_sum_squares() {
+double Model::grad_sum_squares(int64_t begin, int64_t end, Communicator* dp) {
+  if (end < 0) end = grads_.size();
   double sharded = 0, replicated = 0;
   for (const auto& p : table_.entries()) {
-    const double s = sum_squares(grads_.view(p), p.numel);
+    const int64_t lo = std::max(p.offset, begin), hi = std::min(p.offset + p.numel, end);
+    if (lo >= hi) continue;
+    const double s = sum_squares(grads_.data() + lo, hi - lo);
     if (tp_->size() > 1 && p.shard_axis < 0)
       replicated += s;
     else
       sharded += s;
   }
-  // Replicated tensors hold the same gradient on every rank: count them once.
+  // Replicated tensors hold the same gradient on every TP rank: count them once.
   double total = sharded + (tp_->rank() == 0 ? replicated : 0.0);
   tp_->all_reduce(&total, 1);
+  if (dp) dp->all_reduce(&total, 1);
   return total;
 }
 

@@ -61,8 +61,9 @@ class Model {
   void last_logits(const int32_t* tokens, int64_t T, float* out);
 
   // Σ g² over the model's gradient, each element counted once however it is sharded or replicated
-  // over the TP group (a collective over tp).
-  double grad_sum_squares();
+  // over the TP group (a collective over tp). With a range, only flat elements [begin, end) of
+  // this rank count (ZeRO: each DP rank its part), and the sum is also reduced over `dp`.
+  double grad_sum_squares(int64_t begin = 0, int64_t end = -1, Communicator* dp = nullptr);
 
   // Full tensors (laid out by full_params()) from this rank's shards, and back (gather is a
   // collective over tp; slice is local).

@@ -72,4 +72,43 @@ void GradReducer::finish() {
   if (dp_.size() > 1) scale_inplace(grads_.data(), grads_.size(), 1.0f / dp_.size());
 }
 
+ZeroStage1::ZeroStage1(int64_t elements, Communicator& dp)
+    : dp_(dp), elements_(elements), part_((elements + dp.size() - 1) / dp.size()) {
+  for (int r = 0; r < dp.size(); ++r)
+    counts_.push_back(std::clamp<int64_t>(elements - r * part_, 0, part_));
+  begin_ = std::min(elements, part_ * dp.rank());
+  end_ = begin_ + counts_[dp.rank()];
+}
+
+void ZeroStage1::reduce_scatter(FlatBuffer& grads) {
+  BOOSTLM_ASSERT(grads.size() == elements_);
+  if (dp_.size() == 1) return;
+  scratch_.resize(part_);
+  dp_.reduce_scatter(grads.data(), scratch_.data(), counts_);
+  const float scale = 1.0f / dp_.size();
+  for (int64_t i = 0; i < end_ - begin_; ++i) grads.data()[begin_ + i] = scratch_[i] * scale;
+}
+
+void ZeroStage1::all_gather(FlatBuffer& buffer) {
+  if (dp_.size() == 1) return;
+  std::vector<float> range(buffer.data() + begin_, buffer.data() + end_);
+  range.resize(part_, 0.0f);  // equal contributions; the padding is dropped below
+  scratch_.resize(part_ * dp_.size());
+  dp_.all_gather(range.data(), part_, scratch_.data());
+  std::copy(scratch_.begin(), scratch_.begin() + elements_, buffer.data());
+}
+
+void ZeroStage1::all_gather_range(const FlatBuffer& range, FlatBuffer& full) {
+  BOOSTLM_ASSERT(range.size() == end_ - begin_ && full.size() == elements_);
+  std::vector<float> padded(range.data(), range.data() + range.size());
+  padded.resize(part_, 0.0f);
+  scratch_.resize(part_ * dp_.size());
+  dp_.all_gather(padded.data(), part_, scratch_.data());
+  std::copy(scratch_.begin(), scratch_.begin() + elements_, full.data());
+}
+
+void ZeroStage1::take_range(const FlatBuffer& full, FlatBuffer& range) const {
+  std::copy(full.data() + begin_, full.data() + end_, range.data());
+}
+
 }  // namespace boostlm

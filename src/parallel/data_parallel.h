@@ -44,4 +44,32 @@ class GradReducer final : public BackwardObserver {
   std::vector<CommRequest> requests_;
 };
 
+// ZeRO stage 1 (SPEC §3.7): the optimizer state is partitioned over the DP group. Rank i owns the
+// flat range [i·part, (i+1)·part) of the gradient/weight buffers (part = ⌈size / dp⌉, the last
+// range shorter): gradients are reduce-scattered (each rank receives the DP-mean of its range),
+// the rank updates its range only, and the weights are all-gathered back.
+// Per step over DP: one reduce-scatter of the whole buffer, one all-gather of `part` per rank.
+class ZeroStage1 {
+ public:
+  ZeroStage1(int64_t elements, Communicator& dp);
+
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+
+  // grads[begin, end) := mean over the DP group of grads[begin, end) (the rest is left stale).
+  void reduce_scatter(FlatBuffer& grads);
+  // Every rank's range of `buffer` to every rank.
+  void all_gather(FlatBuffer& buffer);
+  // full (the whole flat buffer) from each rank's `range` buffer (end − begin elements).
+  void all_gather_range(const FlatBuffer& range, FlatBuffer& full);
+  // range := full[begin, end).
+  void take_range(const FlatBuffer& full, FlatBuffer& range) const;
+
+ private:
+  Communicator& dp_;
+  int64_t elements_, part_, begin_, end_;
+  std::vector<int64_t> counts_;
+  std::vector<float> scratch_;
+};
+
 }  // namespace boostlm

@@ -222,16 +222,17 @@ bool has_training_state(const std::string& dir) {
          fs::exists(fs::path(dir) / "optimizer.safetensors");
 }
 
-void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state) {
+int64_t load_training_state(const std::string& dir, const ParamTable& table, FlatBuffer& exp_avg,
+                            FlatBuffer& exp_avg_sq, TrainingState& state) {
   if (!has_training_state(dir))
     throw error("checkpoint: '", dir, "' holds weights only (no optimizer or trainer state); ",
                 "it cannot be resumed, only used to initialise a new run");
   const std::string opt_path = (fs::path(dir) / "optimizer.safetensors").string();
   SafetensorsReader reader(opt_path);
   std::vector<float> scratch;
-  for (const auto& p : optimizer.table().entries()) {
-    read_slice(reader, p.name + ".exp_avg", p, optimizer.first_moment().view(p), scratch);
-    read_slice(reader, p.name + ".exp_avg_sq", p, optimizer.second_moment().view(p), scratch);
+  for (const auto& p : table.entries()) {
+    read_slice(reader, p.name + ".exp_avg", p, exp_avg.view(p), scratch);
+    read_slice(reader, p.name + ".exp_avg_sq", p, exp_avg_sq.view(p), scratch);
   }
   const std::string state_path = (fs::path(dir) / "trainer_state.json").string();
   try {
@@ -240,10 +241,16 @@ void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState
     state.tokens_seen = j.at("tokens_seen").get<int64_t>();
     state.loader = j.at("loader");
     state.extra = j.value("extra", nlohmann::json::object());
-    optimizer.set_steps_taken(j.at("optimizer_step").get<int64_t>());
+    return j.at("optimizer_step").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw error("checkpoint: ", state_path, " is malformed: ", e.what());
   }
+}
+
+void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state) {
+  BOOSTLM_ASSERT_MSG(optimizer.whole(), "a ZeRO optimizer loads through the buffer overload");
+  optimizer.set_steps_taken(load_training_state(dir, optimizer.table(), optimizer.first_moment(),
+                                                optimizer.second_moment(), state));
 }
 
 }  // namespace boostlm

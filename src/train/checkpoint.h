@@ -66,6 +66,10 @@ bool has_training_state(const std::string& dir);
 // The optimizer's moments (sliced like the weights) and the trainer's state.
 // The optimizer's moments (sliced like the weights) and the trainer's state.
 void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state);
+// The same into moment buffers laid out by `table` (this rank's shards, every element), for an
+// optimizer that owns only part of them (ZeRO); returns the optimizer's step count.
+int64_t load_training_state(const std::string& dir, const ParamTable& table, FlatBuffer& exp_avg,
+                            FlatBuffer& exp_avg_sq, TrainingState& state);
 
 nlohmann::json hf_config(const ModelConfig& config);
 

@@ -1,27 +1,41 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "core/error.h"
 
 namespace boostlm {
 
-AdamW::AdamW(const ParamTable& table, OptimizerConfig config)
-    : table_(table), config_(config), m_(table.total_elements()), v_(table.total_elements()) {}
+AdamW::AdamW(const ParamTable& table, OptimizerConfig config, int64_t begin, int64_t end)
+    : table_(table),
+      config_(config),
+      begin_(begin),
+      end_(end < 0 ? table.total_elements() : end),
+      m_(end_ - begin_),
+      v_(end_ - begin_) {
+  BOOSTLM_ASSERT(0 <= begin_ && begin_ <= end_ && end_ <= table.total_elements());
+}
 
 float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr) {
-  // Padding between views is zero, so the whole buffer can be reduced in one pass.
+  // Padding between views is zero, so the owned range can be reduced in one pass.
   return step(weights, grads, lr,
-              static_cast<float>(std::sqrt(sum_squares(grads.data(), grads.size()))));
+              static_cast<float>(std::sqrt(sum_squares(grads.data() + begin_, end_ - begin_))));
 }
 
 float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm) {
   if (!std::isfinite(norm)) return norm;
   if (config_.grad_clip > 0.0f && norm > config_.grad_clip)
-    scale_inplace(grads.data(), grads.size(), config_.grad_clip / norm);
+    scale_inplace(grads.data() + begin_, end_ - begin_, config_.grad_clip / norm);
   ++step_;
   AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps, 0.0f, step_};
   for (const auto& p : table_.entries()) {
+    // The part of this tensor inside the owned range.
+    const int64_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
+    if (lo >= hi) continue;
     h.weight_decay = p.weight_decay ? config_.weight_decay : 0.0f;
-    adamw_update(weights.view(p), grads.view(p), m_.view(p), v_.view(p), p.numel, h);
+    adamw_update(weights.data() + lo, grads.data() + lo, m_.data() + (lo - begin_),
+                 v_.data() + (lo - begin_), hi - lo, h);
   }
   return norm;
 }

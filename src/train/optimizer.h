@@ -1,4 +1,8 @@
 // AdamW over the flat parameter buffer, with global-norm gradient clipping.
+//
+// The optimizer may own only a range [begin, end) of the flat buffer (ZeRO stage 1: each
+// data-parallel rank keeps the moments of its part and updates only those weights). Its moment
+// buffers then hold just that range: element i of first_moment() belongs to flat element begin+i.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +20,8 @@ struct OptimizerConfig {
 
 class AdamW {
  public:
-  AdamW(const ParamTable& table, OptimizerConfig config);
+  // end < 0: the whole buffer.
+  AdamW(const ParamTable& table, OptimizerConfig config, int64_t begin = 0, int64_t end = -1);
   // One update with learning rate lr. Returns the global gradient norm before clipping; when it is
   // not finite nothing is updated (the caller decides what to do about the bad step).
   float step(FlatBuffer& weights, FlatBuffer& grads, float lr);
@@ -25,6 +30,9 @@ class AdamW {
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t steps) { step_ = steps; }
   const ParamTable& table() const { return table_; }
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+  bool whole() const { return begin_ == 0 && end_ == table_.total_elements(); }
   FlatBuffer& first_moment() { return m_; }
   FlatBuffer& second_moment() { return v_; }
   const FlatBuffer& first_moment() const { return m_; }
@@ -33,6 +41,7 @@ class AdamW {
  private:
   const ParamTable& table_;
   OptimizerConfig config_;
+  int64_t begin_, end_;
   FlatBuffer m_, v_;
   int64_t step_ = 0;
 };

@@ -191,13 +191,28 @@ TrainResult train(const TrainOptions& o) {
   check_tokens_below(train_tokens, config.vocab_size, data.train);
   DataLoader loader(std::move(train_tokens), loader_config, data.train);
 
+  if (o.zero != 0 && o.zero != 1) throw error("--zero ", o.zero, ": only stage 1 is implemented");
   Model model(config, o.precision, o.layout, &grid.tp());
-  AdamW optimizer(model.params(), o.optimizer);
+  // ZeRO-1: this DP rank owns a range of the flat buffer and the optimizer state for it only.
+  ZeroStage1 zero(model.params().total_elements(), grid.dp());
+  const bool use_zero = o.zero == 1;
+  AdamW optimizer(model.params(), o.optimizer, use_zero ? zero.begin() : 0,
+                  use_zero ? zero.end() : -1);
   GradReducer reducer(model.params(), config.n_layers, model.grads(), grid.dp(), o.bucket_mb << 20);
+  // Moments as every element of this rank's shards (for checkpoints under ZeRO).
+  FlatBuffer local_m(use_zero ? model.params().total_elements() : 0),
+      local_v(use_zero ? model.params().total_elements() : 0);
   TrainingState state;
   if (!resume_dir.empty()) {
     load_checkpoint_weights(resume_dir, model);
-    load_training_state(resume_dir, optimizer, state);
+    if (use_zero) {
+      optimizer.set_steps_taken(
+          load_training_state(resume_dir, model.params(), local_m, local_v, state));
+      zero.take_range(local_m, optimizer.first_moment());
+      zero.take_range(local_v, optimizer.second_moment());
+    } else {
+      load_training_state(resume_dir, optimizer, state);
+    }
     loader.load_state(state.loader);
   } else if (!init_dir.empty()) {
     load_checkpoint_weights(init_dir, model);
@@ -240,15 +255,23 @@ TrainResult train(const TrainOptions& o) {
     std::snprintf(name, sizeof name, "step_%06ld", state.step);
     const fs::path dir = run / "checkpoints" / name;
     model.gather_full(model.weights(), full_weights);
-    model.gather_full(optimizer.first_moment(), full_m);
-    model.gather_full(optimizer.second_moment(), full_v);
+    if (use_zero) {  // the DP ranks' ranges first, then the TP shards
+      zero.all_gather_range(optimizer.first_moment(), local_m);
+      zero.all_gather_range(optimizer.second_moment(), local_v);
+      model.gather_full(local_m, full_m);
+      model.gather_full(local_v, full_v);
+    } else {
+      model.gather_full(optimizer.first_moment(), full_m);
+      model.gather_full(optimizer.second_moment(), full_v);
+    }
     if (root) {
       state.loader = loader.state();
       state.extra = {{"seed", o.seed},
                      {"arch", to_string(config.arch)},
                      {"layout", to_string(model.layout())},
                      {"tp", grid.shape().tp},
-                     {"dp", grid.shape().dp}};
+                     {"dp", grid.shape().dp},
+                     {"zero", o.zero}};
       CheckpointWrite w;
       w.config = &config;
       w.table = &model.full_params();
@@ -286,13 +309,17 @@ TrainResult train(const TrainOptions& o) {
     double loss = 0;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       const Batch batch = loader.next();
-      // Gradient reduction overlaps the backward of the last micro-batch only.
+      // Gradient all-reduce overlaps the backward of the last micro-batch only (ZeRO
+      // reduce-scatters after backward instead).
       const bool last = micro + 1 == o.grad_accum;
       loss += model.forward_backward(batch.inputs.data(), batch.targets.data(), o.batch_size,
                                      o.seq_len, 1.0f / static_cast<float>(o.grad_accum),
-                                     last ? &reducer : nullptr);
+                                     last && !use_zero ? &reducer : nullptr);
     }
-    reducer.finish();
+    if (use_zero)
+      zero.reduce_scatter(model.grads());
+    else
+      reducer.finish();
     // Control data over the world: the mean loss over DP replicas, and whether any rank was
     // signalled (so every rank saves and stops at the same step).
     double control[2] = {loss / static_cast<double>(o.grad_accum), g_signal.load() ? 1.0 : 0.0};
@@ -300,10 +327,13 @@ TrainResult train(const TrainOptions& o) {
     loss = control[0] / grid.shape().world();
     const bool signalled = control[1] > 0;
     const float lr = schedule.at(state.step);
-    const float grad_norm = static_cast<float>(std::sqrt(model.grad_sum_squares()));
-    if (std::isfinite(loss) && std::isfinite(grad_norm))
+    const float grad_norm = static_cast<float>(
+        std::sqrt(use_zero ? model.grad_sum_squares(zero.begin(), zero.end(), &grid.dp())
+                           : model.grad_sum_squares()));
+    if (std::isfinite(loss) && std::isfinite(grad_norm)) {
       optimizer.step(model.weights(), model.grads(), lr, grad_norm);
-    else {
+      if (use_zero) zero.all_gather(model.weights());
+    } else {
       if (root) {
         if (tty) std::fprintf(stderr, "\n");
         std::fprintf(
@@ -326,19 +356,21 @@ TrainResult train(const TrainOptions& o) {
         (o.eval_interval > 0 && state.step % o.eval_interval == 0) || state.step == o.steps;
     if (eval_now) result.val_loss = validate();
     if (root) {
-      nlohmann::json line = {{"step", state.step},
-                             {"loss", loss},
-                             {"lr", lr},
-                             {"grad_norm", grad_norm},
-                             {"step_ms", step_s * 1e3},
-                             {"tokens_per_s", tokens_per_step / step_s},
-                             {"mfu", step_flops / step_s / (peak_gflops * 1e9)},
-                             {"tokens_seen", state.tokens_seen},
-                             {"peak_rss_mb", peak_rss_mb()},
-                             {"activation_mb", model.activation_bytes() / 1e6},
-                             {"comm",
-                              {{"tp", comm_json(grid.tp().counts() - tp_before)},
-                               {"dp", comm_json(grid.dp().counts() - dp_before)}}}};
+      nlohmann::json line = {
+          {"step", state.step},
+          {"loss", loss},
+          {"lr", lr},
+          {"grad_norm", grad_norm},
+          {"step_ms", step_s * 1e3},
+          {"tokens_per_s", tokens_per_step / step_s},
+          {"mfu", step_flops / step_s / (peak_gflops * 1e9)},
+          {"tokens_seen", state.tokens_seen},
+          {"peak_rss_mb", peak_rss_mb()},
+          {"activation_mb", model.activation_bytes() / 1e6},
+          {"optimizer_state_mb", 2.0 * (optimizer.end() - optimizer.begin()) * 4 / 1e6},
+          {"comm",
+           {{"tp", comm_json(grid.tp().counts() - tp_before)},
+            {"dp", comm_json(grid.dp().counts() - dp_before)}}}};
       if (eval_now && result.val_loss >= 0) line["val_loss"] = result.val_loss;
       metrics << line.dump() << "\n" << std::flush;
 

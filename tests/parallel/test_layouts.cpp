@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "parallel/comm_formulas.h"
 #include "parallel/data_parallel.h"
+#include "train/optimizer.h"
 
 namespace boostlm {
 namespace {
@@ -195,6 +196,57 @@ TEST(DataParallel, MatchesOneProcessOnTheWholeBatch) {
     EXPECT_GE(dp[Collective::all_reduce].bytes - 8, covered * 4);
     EXPECT_LE(dp[Collective::all_reduce].bytes - 8, model.params().total_elements() * 4);
   }
+}
+
+// ZeRO stage 1: with the optimizer state split over DP (reduce-scatter of gradients, update of
+// the owned range, all-gather of weights), two training steps leave the same weights as plain
+// data parallelism with whole optimizers. DP traffic per step: one reduce-scatter of the whole
+// buffer and one all-gather of a ⌈size/dp⌉ part, plus the 8-byte gradient-norm all-reduce.
+TEST(DataParallel, ZeroStage1MatchesPlainDataParallelism) {
+  const int world = mpi_world_size();
+  if (world < 2) GTEST_SKIP() << "needs 2 or 4 ranks";
+  const ModelConfig config = config_for(Arch::cola);
+  const int64_t B = 4, T = 8;
+  const auto tokens = tokens_for(B * T, 7), targets = tokens_for(B * T, 8);
+  const GridShape shape = world == 4 ? GridShape{2, 1, 2} : GridShape{1, 1, 2};
+  ProcessGrid grid(shape);
+  const int64_t b = B / shape.dp, first = grid.dp_rank() * b * T;
+  auto run = [&](bool use_zero) {
+    auto model = std::make_unique<Model>(config, DType::f32, LayoutKind::btp, &grid.tp());
+    model->init_weights(21);
+    ZeroStage1 zero(model->params().total_elements(), grid.dp());
+    AdamW optimizer(model->params(), OptimizerConfig{}, use_zero ? zero.begin() : 0,
+                    use_zero ? zero.end() : -1);
+    GradReducer reducer(model->params(), config.n_layers, model->grads(), grid.dp());
+    for (int step = 0; step < 2; ++step) {
+      grid.dp().reset_counts();
+      model->grads().zero();
+      model->forward_backward(tokens.data() + first, targets.data() + first, b, T, 1.0f,
+                              use_zero ? nullptr : &reducer);
+      if (use_zero)
+        zero.reduce_scatter(model->grads());
+      else
+        reducer.finish();
+      const double sq = use_zero ? model->grad_sum_squares(zero.begin(), zero.end(), &grid.dp())
+                                 : model->grad_sum_squares();
+      optimizer.step(model->weights(), model->grads(), 1e-2f, static_cast<float>(std::sqrt(sq)));
+      if (use_zero) zero.all_gather(model->weights());
+    }
+    if (use_zero) {
+      const CommCounts dp = grid.dp().counts();
+      const int64_t total = model->params().total_elements();
+      EXPECT_EQ(dp[Collective::reduce_scatter].bytes, total * 4);
+      EXPECT_EQ(dp[Collective::all_gather].bytes, (total + shape.dp - 1) / shape.dp * 4);
+      EXPECT_EQ(dp[Collective::all_reduce].bytes, 8);
+      EXPECT_EQ(optimizer.end() - optimizer.begin(), zero.end() - zero.begin());
+    }
+    return model;
+  };
+  auto plain = run(false);
+  auto zero = run(true);
+  for (const auto& p : plain->params().entries())
+    EXPECT_LT(relative_error(zero->weights().view(p), plain->weights().view(p), p.numel), 1e-6)
+        << p.name;
 }
 
 // Weights saved at one layout and TP size load at any other: gather to full tensors at one,

@@ -1,0 +1,685 @@
+#!/usr/bin/env python3
+"""boostlm_torch: the models of boostlm (SPEC §2) written independently in PyTorch.
+
+Two uses:
+  * a correctness oracle: it loads a boostlm checkpoint (config.json + model.safetensors) and
+    computes the same losses, gradients and AdamW updates with PyTorch's own kernels and autograd,
+    so a bug in boostlm's hand-written forward/backward shows up as a disagreement;
+  * a benchmark peer: it trains the same model with PyTorch on this machine's CPU.
+
+Subcommands (run with Debian's interpreter, /usr/bin/python3, which is where python3-torch lives):
+  loss          mean loss over the first K evaluation windows of a shard (like `boostlm eval`)
+  train         a few exact AdamW steps from a checkpoint (like `boostlm train --schedule
+                constant`), one JSON line per step; optionally compares the final weights with a
+                boostlm checkpoint
+  train-bench   median step time and tokens/s of training with PyTorch, fp32 or bf16 autocast
+  random-shard  writes a shard of random tokens in llm.c's format
+
+The model, written from SPEC §2 (no code taken from other projects):
+  x = Embed(tokens)
+  per block: x += O(Attn(RoPE(Q(n1 x)), RoPE(K(n1 x)), V(n1 x)));  x += Down(act(Gate(n2 x)) * Up(n2 x))
+  logits = n_f(x) W_headᵀ;  loss = mean token cross-entropy
+with RMSNorm n(x) = x / sqrt(mean(x²) + eps) * γ, RoPE in the rotate-half convention (pairs (i, i +
+head_dim/2), inverse frequency theta^(-2i/head_dim)), causal grouped-query attention (query head h
+reads kv head h // (n_heads / n_kv_heads)) with scale 1/sqrt(head_dim), and each projection dense
+y = x Wᵀ (W [d_out, d_in]), `svd` y = (x A) B or `cola` y = SiLU(x A) B (A [d_in, r], B [r, d_out]).
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import struct
+import sys
+import time
+
+
+# ---------------------------------------------------------------------------------------------
+# BLAS selection. This must run before torch is imported: OpenBLAS reads OPENBLAS_CORETYPE once,
+# when the library is loaded, so it cannot be changed from inside a process that has loaded it.
+# ---------------------------------------------------------------------------------------------
+
+def cpu_flags():
+    """The CPU feature flags of /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def best_openblas_coretype(flags):
+    """The OpenBLAS kernel family for a CPU with these flags, from its instruction sets.
+
+    OpenBLAS's own detection goes by vendor/family/model, so a CPU newer than the OpenBLAS build
+    (or an environment that presets OPENBLAS_CORETYPE, as this one does with Haswell) can leave
+    AVX-512 unused. Choosing from the instruction sets is right on any vendor. Measured on the
+    AMD EPYC (Zen 5) development machine with Debian's OpenBLAS 0.3.21: COOPERLAKE and SKYLAKEX
+    (AVX-512) ran a 2048x512x1376 SGEMM ~2x faster than HASWELL (AVX2), PRESCOTT ~3x slower still.
+    """
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= flags:
+        return "COOPERLAKE"
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        return "SKYLAKEX"
+    if {"avx2", "fma"} <= flags:
+        return "HASWELL"
+    return None
+
+
+def configure_openblas(choice):
+    """Sets OPENBLAS_CORETYPE for choice 'auto' (from the CPU flags), 'keep' or a kernel name."""
+    if choice == "keep":
+        return
+    name = best_openblas_coretype(cpu_flags()) if choice == "auto" else choice
+    if name:
+        os.environ["OPENBLAS_CORETYPE"] = name
+    else:
+        os.environ.pop("OPENBLAS_CORETYPE", None)
+
+
+if __name__ == "__main__":
+    _pre = argparse.ArgumentParser(add_help=False)
+    _pre.add_argument("--openblas-coretype", default="auto")
+    configure_openblas(_pre.parse_known_args()[0].openblas_coretype)
+
+import numpy as np  # noqa: E402  (after the BLAS environment is set)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration and checkpoints
+# ---------------------------------------------------------------------------------------------
+
+class Config:
+    """boostlm's ModelConfig (src/model/config.h), with its defaults."""
+
+    FIELDS = ("arch", "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+              "attn_rank", "mlp_rank", "max_seq_len", "tied_embeddings", "mlp_gate_act",
+              "rms_eps", "rope_theta")
+
+    def __init__(self, **kw):
+        self.arch = kw["arch"]
+        if self.arch not in ("dense", "svd", "cola"):
+            raise ValueError(f"config: unknown arch '{self.arch}'")
+        self.vocab_size = int(kw["vocab_size"])
+        self.d_model = int(kw["d_model"])
+        self.n_layers = int(kw["n_layers"])
+        self.n_heads = int(kw["n_heads"])
+        self.n_kv_heads = int(kw.get("n_kv_heads") or self.n_heads)
+        self.d_ff = int(kw["d_ff"])
+        low_rank = self.arch != "dense"
+        self.attn_rank = int(kw["attn_rank"]) if low_rank else 0
+        self.mlp_rank = int(kw["mlp_rank"]) if low_rank else 0
+        self.max_seq_len = int(kw.get("max_seq_len", 2048))
+        self.tied_embeddings = bool(kw.get("tied_embeddings", False))
+        self.mlp_gate_act = bool(kw.get("mlp_gate_act", True))
+        self.rms_eps = float(kw.get("rms_eps", 1e-6))
+        self.rope_theta = float(kw.get("rope_theta", 10000.0))
+        if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError("config: d_model % n_heads and n_heads % n_kv_heads must be 0")
+
+    @property
+    def head_dim(self):
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**{k: d[k] for k in cls.FIELDS if k in d})
+
+    @classmethod
+    def from_hf(cls, j):
+        """config.json of a checkpoint: boostlm's own config under "boostlm", else plain LLaMA."""
+        if "boostlm" in j:
+            return cls.from_dict(j["boostlm"])
+        return cls(arch="dense", vocab_size=j["vocab_size"], d_model=j["hidden_size"],
+                   n_layers=j["num_hidden_layers"], n_heads=j["num_attention_heads"],
+                   n_kv_heads=j.get("num_key_value_heads", j["num_attention_heads"]),
+                   d_ff=j["intermediate_size"], rms_eps=j.get("rms_norm_eps", 1e-6),
+                   rope_theta=j.get("rope_theta", 10000.0),
+                   max_seq_len=j.get("max_position_embeddings", 2048),
+                   tied_embeddings=j.get("tie_word_embeddings", False))
+
+    def to_dict(self):
+        return {k: getattr(self, k) for k in self.FIELDS}
+
+
+def resolve_checkpoint(path):
+    """A checkpoint directory, or a run directory's checkpoints/latest (as boostlm resolves it)."""
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+        return path
+    latest = os.path.join(path, "checkpoints", "latest")
+    if os.path.exists(latest):
+        with open(latest, encoding="utf-8") as f:
+            return os.path.join(path, "checkpoints", f.read().strip())
+    raise FileNotFoundError(f"'{path}' is neither a checkpoint nor a run directory with "
+                            "checkpoints/latest")
+
+
+def read_safetensors(path):
+    """{name: float32 torch.Tensor} from a safetensors file (F32, BF16 or F16 tensors).
+
+    The format: an 8-byte little-endian header length n, n bytes of JSON header
+    {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the raw
+    little-endian data, offsets relative to the end of the header. Debian 12 has no
+    python3-safetensors, and this is all it takes.
+    """
+    with open(path, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_len))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_len)
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = data[begin:end]
+        shape = tuple(entry["shape"])
+        if entry["dtype"] == "F32":
+            arr = raw.view("<f4")
+        elif entry["dtype"] == "BF16":  # bf16 is the top half of an fp32
+            arr = (raw.view("<u2").astype("<u4") << 16).view("<f4")
+        elif entry["dtype"] == "F16":
+            arr = raw.view("<f2").astype("<f4")
+        else:
+            raise ValueError(f"{path}: tensor '{name}' has unsupported dtype {entry['dtype']}")
+        if arr.size != math.prod(shape):
+            raise ValueError(f"{path}: tensor '{name}' has {arr.size} elements, shape {shape}")
+        tensors[name] = torch.from_numpy(np.array(arr, dtype=np.float32).reshape(shape))
+    return tensors
+
+
+def load_checkpoint(path):
+    """(Config, CausalLM in fp32 with the checkpoint's weights) from a boostlm checkpoint."""
+    directory = resolve_checkpoint(path)
+    with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+        config = Config.from_hf(json.load(f))
+    model = CausalLM(config)
+    weights = read_safetensors(os.path.join(directory, "model.safetensors"))
+    # strict: every tensor of SPEC §2's table is present, with its shape, and nothing else.
+    model.load_state_dict(weights, strict=True)
+    return config, model
+
+
+# ---------------------------------------------------------------------------------------------
+# Token shards (llm.c format) and windows
+# ---------------------------------------------------------------------------------------------
+
+SHARD_HEADER_WORDS = 256
+SHARD_FORMATS = {20240520: (1, np.uint16), 20240801: (7, np.uint32)}  # magic: (version, dtype)
+
+
+def read_shard(path):
+    """Tokens of a shard: 256 little-endian int32 header words (magic, version, count), then the
+    tokens, uint16 (magic 20240520, version 1) or uint32 (magic 20240801, version 7)."""
+    header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_WORDS)
+    if header.size != SHARD_HEADER_WORDS or int(header[0]) not in SHARD_FORMATS:
+        raise ValueError(f"{path}: not an llm.c token shard")
+    version, dtype = SHARD_FORMATS[int(header[0])]
+    if int(header[1]) != version:
+        raise ValueError(f"{path}: magic {header[0]} with version {header[1]}")
+    count = int(header[2])
+    tokens = np.fromfile(path, dtype=np.dtype(dtype).newbyteorder("<"), count=count,
+                         offset=SHARD_HEADER_WORDS * 4)
+    if tokens.size != count:
+        raise ValueError(f"{path}: header says {count} tokens, file holds {tokens.size}")
+    return tokens.astype(np.int64)
+
+
+def write_shard(path, tokens, vocab_size):
+    """Writes tokens in llm.c's format, uint16 when vocab_size <= 65536 (as boostlm does)."""
+    tokens = np.asarray(tokens)
+    magic = 20240520 if vocab_size <= 65536 else 20240801
+    version, dtype = SHARD_FORMATS[magic]
+    header = np.zeros(SHARD_HEADER_WORDS, dtype="<i4")
+    header[:3] = (magic, version, tokens.size)
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(tokens.astype(np.dtype(dtype).newbyteorder("<")).tobytes())
+
+
+def window(tokens, index, batch_size, seq_len):
+    """(inputs, targets) [B, T] of window `index`: B·T+1 tokens from index·B·T, circular (the
+    evaluation windows, and the training windows of an unshuffled one-process run)."""
+    n = batch_size * seq_len
+    positions = (index * n + np.arange(n + 1)) % tokens.size
+    chunk = torch.from_numpy(tokens[positions])
+    return chunk[:-1].view(batch_size, seq_len), chunk[1:].view(batch_size, seq_len)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        # In fp32 even under bf16 autocast, as boostlm (its norms never leave fp32).
+        xf = x.float()
+        return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Projection(nn.Module):
+    """One of q/k/v/o/gate/up/down: dense `weight` [d_out, d_in] (y = x Wᵀ), or the low-rank
+    factors `cola_a` [d_in, r], `cola_b` [r, d_out] (y = σ(x A) B, σ = SiLU for cola, identity
+    for svd). The attribute names are the checkpoint's tensor names."""
+
+    def __init__(self, arch, d_in, d_out, rank):
+        super().__init__()
+        self.latent_act = arch == "cola"
+        if arch == "dense":
+            self.weight = nn.Parameter(torch.empty(d_out, d_in))
+        else:
+            self.cola_a = nn.Parameter(torch.empty(d_in, rank))
+            self.cola_b = nn.Parameter(torch.empty(rank, d_out))
+
+    def forward(self, x):
+        if hasattr(self, "weight"):
+            return F.linear(x, self.weight)
+        z = torch.matmul(x, self.cola_a)
+        if self.latent_act:
+            z = F.silu(z)
+        return torch.matmul(z, self.cola_b)
+
+
+def rope_tables(seq_len, head_dim, theta):
+    """cos, sin [T, head_dim/2] of angle p·theta^(-2i/head_dim), computed in float64 (fp32 angles
+    lose accuracy at large positions) and then rounded to fp32, as boostlm's table is."""
+    half = head_dim // 2
+    inv_freq = theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / head_dim)
+    angle = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    return angle.cos().float(), angle.sin().float()
+
+
+def apply_rope(x, cos, sin):
+    """Rotate-half RoPE of x [B, T, H, hd]: the pair (x_i, x_{i+hd/2}) turns by angle (p, i)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[:, None, :], sin[:, None, :]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+
+def causal_attention(q, k, v):
+    """softmax(q kᵀ / sqrt(hd), causal) v for q [B, H, T, hd], k/v [B, H_kv, T, hd]."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:  # query head h reads kv head h // group
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    if hasattr(F, "scaled_dot_product_attention"):  # PyTorch >= 2.0; its default scale matches
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    # PyTorch 1.13 (Debian 12) has no fused attention: the plain formula.
+    T = q.shape[2]
+    scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-2, -1))
+    mask = torch.ones(T, T, dtype=torch.bool).triu_(1)
+    scores = scores.float().masked_fill(mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.head_dim
+        kv = c.n_kv_heads * c.head_dim
+        self.q_proj = Projection(c.arch, c.d_model, c.d_model, c.attn_rank)
+        self.k_proj = Projection(c.arch, c.d_model, kv, c.attn_rank)
+        self.v_proj = Projection(c.arch, c.d_model, kv, c.attn_rank)
+        self.o_proj = Projection(c.arch, c.d_model, c.d_model, c.attn_rank)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        q = apply_rope(self.q_proj(x).view(B, T, self.n_heads, self.head_dim), cos, sin)
+        k = apply_rope(self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim), cos, sin)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        dtype = v.dtype  # under autocast q/k are fp32 after RoPE's fp32 tables
+        out = causal_attention(q.to(dtype).transpose(1, 2), k.to(dtype).transpose(1, 2),
+                               v.transpose(1, 2))
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.gate_act = c.mlp_gate_act
+        self.gate_proj = Projection(c.arch, c.d_model, c.d_ff, c.mlp_rank)
+        self.up_proj = Projection(c.arch, c.d_model, c.d_ff, c.mlp_rank)
+        self.down_proj = Projection(c.arch, c.d_ff, c.d_model, c.mlp_rank)
+
+    def forward(self, x):
+        gate = self.gate_proj(x)
+        if self.gate_act:
+            gate = F.silu(gate)
+        return self.down_proj(gate * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.d_model, c.rms_eps)
+        self.self_attn = Attention(c)
+        self.post_attention_layernorm = RMSNorm(c.d_model, c.rms_eps)
+        self.mlp = MLP(c)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.d_model)
+        self.layers = nn.ModuleList(Block(c) for _ in range(c.n_layers))
+        self.norm = RMSNorm(c.d_model, c.rms_eps)
+
+
+class CausalLM(nn.Module):
+    """The whole model; its state_dict names are SPEC §2's checkpoint names."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.config = c
+        self.model = Decoder(c)
+        if not c.tied_embeddings:
+            self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self._rope = {}
+
+    def head_weight(self):
+        return self.model.embed_tokens.weight if self.config.tied_embeddings \
+            else self.lm_head.weight
+
+    def rope(self, T):
+        if T not in self._rope:
+            self._rope[T] = rope_tables(T, self.config.head_dim, self.config.rope_theta)
+        return self._rope[T]
+
+    def forward(self, tokens, targets):
+        """Mean cross-entropy over the B·T tokens of tokens/targets [B, T]."""
+        T = tokens.shape[1]
+        if T > self.config.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
+        cos, sin = self.rope(T)
+        x = self.model.embed_tokens(tokens)
+        for block in self.model.layers:
+            x = block(x, cos, sin)
+        logits = F.linear(self.model.norm(x), self.head_weight())
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def init_weights(self, generator=None):
+        """SPEC §2's distributions (not boostlm's random streams): dense weights and embedding
+        N(0, 0.02), factors N(0, (r^(-1/4)(d_in+d_out)^(-1/4))²), norms 1. For benchmarks."""
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith(".cola_a") or name.endswith(".cola_b"):
+                    prefix = name[: -len("cola_a")]
+                    (d_in, r), d_out = (self.get_parameter(prefix + "cola_a").shape,
+                                        self.get_parameter(prefix + "cola_b").shape[1])
+                    p.normal_(0.0, r ** -0.25 * (d_in + d_out) ** -0.25, generator=generator)
+                elif p.dim() == 2:
+                    p.normal_(0.0, 0.02, generator=generator)
+                else:
+                    p.fill_(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer: boostlm's AdamW (src/train/optimizer.cpp)
+# ---------------------------------------------------------------------------------------------
+
+def make_optimizer(model, lr, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8, foreach=None):
+    """torch.optim.AdamW with boostlm's parameter groups: weight decay on matrices only (the
+    embedding, head, dense weights and factors), none on the norms (ParamInfo::weight_decay).
+    torch's update p ← p·(1 − lr·wd) − lr·m̂/(sqrt(v̂) + eps) is boostlm's p ← p − lr·(m̂/(sqrt(v̂)
+    + eps) + wd·p) exactly."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(beta1, beta2), eps=eps, foreach=foreach)
+
+
+def clip_grad_norm(model, max_norm):
+    """Global gradient norm (Σg² in float64, as boostlm), grads scaled by max_norm/norm when it
+    exceeds max_norm. (torch's clip_grad_norm_ divides by norm + 1e-6: close, but not boostlm.)"""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+    if max_norm > 0 and norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / norm)
+    return norm
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment report
+# ---------------------------------------------------------------------------------------------
+
+def loaded_libraries(fragments=("blas", "dnnl", "gomp", "mkl")):
+    """Shared libraries of this process whose path contains one of the fragments."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            paths = {line.split()[-1] for line in f if "/" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if any(s in os.path.basename(p) for s in fragments))
+
+
+def openblas_corename():
+    """The kernel family the loaded OpenBLAS uses (None when the BLAS is not OpenBLAS)."""
+    import ctypes
+    for path in loaded_libraries(("openblas",)):
+        try:
+            lib = ctypes.CDLL(path)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def environment():
+    torch.zeros(2, 2) @ torch.zeros(2, 2)  # make sure the BLAS is loaded
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(),
+            "mkldnn": torch.backends.mkldnn.is_available(),
+            "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE"),
+            "openblas_core": openblas_corename(),
+            "libraries": loaded_libraries()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Subcommands
+# ---------------------------------------------------------------------------------------------
+
+def cmd_loss(args):
+    directory = resolve_checkpoint(args.checkpoint)
+    config, model = load_checkpoint(directory)
+    model.eval()
+    tokens = read_shard(args.data)
+    if tokens.size and tokens.max() >= config.vocab_size:
+        raise ValueError(f"{args.data}: token {tokens.max()} >= vocab_size {config.vocab_size}")
+    available = (tokens.size - 1) // (args.batch_size * args.seq_len)
+    if available < 1:
+        raise ValueError(f"{args.data} holds {tokens.size} tokens, fewer than one window")
+    n = min(args.batches, available)
+    total = 0.0  # boostlm: fp32 loss per window, summed in double
+    with torch.no_grad():
+        for i in range(n):
+            inputs, targets = window(tokens, i, args.batch_size, args.seq_len)
+            total += float(model(inputs, targets))
+    print(json.dumps({"checkpoint": directory, "data": args.data, "batches": args.batches,
+                      "loss": total / n}))
+
+
+def compare_weights(model, reference_dir, initial):
+    """How far the model's weights are from a boostlm checkpoint's, relative to how far training
+    moved them: max over tensors of ‖W_torch − W_boostlm‖ / ‖W_boostlm − W_init‖."""
+    reference = read_safetensors(os.path.join(resolve_checkpoint(reference_dir),
+                                              "model.safetensors"))
+    worst_rel, worst_name, max_abs = 0.0, None, 0.0
+    for name, p in model.state_dict().items():
+        ref = reference[name]
+        diff = float((p - ref).norm())
+        moved = float((ref - initial[name]).norm())
+        rel = diff / moved if moved > 0 else (0.0 if diff == 0 else math.inf)
+        max_abs = max(max_abs, float((p - ref).abs().max()))
+        if rel >= worst_rel:
+            worst_rel, worst_name = rel, name
+    return {"update_rel_diff": worst_rel, "worst_tensor": worst_name, "max_abs_diff": max_abs}
+
+
+def cmd_train(args):
+    """Exact AdamW steps from a checkpoint, as `boostlm train --init-from CKPT --schedule constant
+    --warmup 0` runs them without --shuffle: step k reads training window k (token k·B·T)."""
+    _, model = load_checkpoint(args.checkpoint)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    tokens = read_shard(args.data)
+    # boostlm holds the hyper-parameters as fp32: use the same rounded values.
+    f32 = lambda x: float(np.float32(x))  # noqa: E731
+    optimizer = make_optimizer(model, f32(args.lr), f32(args.weight_decay), f32(0.9),
+                               f32(args.beta2), f32(1e-8))
+    for step in range(args.steps):
+        inputs, targets = window(tokens, step, args.batch_size, args.seq_len)
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(inputs, targets)
+        loss.backward()
+        norm = clip_grad_norm(model, args.grad_clip)
+        optimizer.step()
+        print(json.dumps({"step": step + 1, "loss": float(loss), "grad_norm": norm,
+                          "lr": args.lr}), flush=True)
+    summary = {"steps": args.steps}
+    if args.compare:
+        summary.update(compare_weights(model, args.compare, initial))
+    print(json.dumps(summary))
+
+
+def cmd_train_bench(args):
+    if args.checkpoint:
+        config, model = load_checkpoint(args.checkpoint)
+    else:
+        with open(args.config, encoding="utf-8") as f:
+            config = Config.from_dict(json.load(f))
+        model = CausalLM(config)
+        model.init_weights(torch.Generator().manual_seed(args.seed))
+    model.train()
+    B, T = args.batch_size, args.seq_len
+    tokens = read_shard(args.data) if args.data else None
+    generator = torch.Generator().manual_seed(args.seed)
+    optimizer = make_optimizer(model, args.lr, foreach=True)
+    step_fn = model
+    if args.compile:
+        if not hasattr(torch, "compile"):
+            raise SystemExit(f"--compile: torch {torch.__version__} has no torch.compile "
+                             "(it arrived in PyTorch 2.0)")
+        step_fn = torch.compile(model)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
+
+    times, losses = [], []
+    for step in range(args.warmup_steps + args.steps):
+        if tokens is not None:
+            inputs, targets = window(tokens, step, B, T)
+        else:
+            chunk = torch.randint(0, config.vocab_size, (B, T + 1), generator=generator)
+            inputs, targets = chunk[:, :-1], chunk[:, 1:]
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = step_fn(inputs, targets)
+        loss.backward()
+        clip_grad_norm(model, 1.0)
+        optimizer.step()
+        elapsed = time.perf_counter() - t0
+        losses.append(float(loss))
+        if step >= args.warmup_steps:
+            times.append(elapsed)
+        if args.verbose:
+            print(f"step {step}: loss {losses[-1]:.4f} {elapsed * 1e3:.0f} ms", file=sys.stderr)
+    median = statistics.median(times)
+    print(json.dumps({
+        "arch": config.arch, "precision": args.precision, "batch_size": B, "seq_len": T,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "warmup_steps": args.warmup_steps, "steps": args.steps,
+        "median_step_ms": median * 1e3, "min_step_ms": min(times) * 1e3,
+        "tokens_per_s": B * T / median, "compile": bool(args.compile),
+        "losses": [round(x, 4) for x in losses], **environment()}))
+
+
+def cmd_random_shard(args):
+    """Uniform random tokens; with --repeat L, runs of L random tokens each written twice, so
+    that a model can learn to copy (which needs attention, causality and positions)."""
+    rng = np.random.default_rng(args.seed)
+    if args.repeat > 0:
+        runs = rng.integers(0, args.vocab_size, (args.tokens // (2 * args.repeat) + 1, args.repeat))
+        tokens = np.concatenate([runs, runs], axis=1).reshape(-1)[: args.tokens]
+    else:
+        tokens = rng.integers(0, args.vocab_size, args.tokens)
+    write_shard(args.out, tokens, args.vocab_size)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--openblas-coretype", default="auto",
+                        help="OpenBLAS kernels: auto (from the CPU's instruction sets), keep "
+                             "(the environment's OPENBLAS_CORETYPE), or a name (SKYLAKEX, ...)")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="intra-op threads (default: every CPU)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def windows(p):
+        p.add_argument("--data", required=True, help="token shard")
+        p.add_argument("--batch-size", "-b", type=int, default=8)
+        p.add_argument("--seq-len", "-t", type=int, default=256)
+
+    p = sub.add_parser("loss", help="mean loss over the first K windows (like boostlm eval)")
+    p.add_argument("--checkpoint", required=True)
+    windows(p)
+    p.add_argument("--batches", type=int, default=20)
+    p.set_defaults(func=cmd_loss)
+
+    p = sub.add_parser("train", help="exact AdamW steps from a checkpoint, per-step JSON")
+    p.add_argument("--checkpoint", required=True)
+    windows(p)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--lr", type=float, required=True, help="constant learning rate")
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--compare", help="boostlm checkpoint (or run) to compare final weights with")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("train-bench", help="median training step time with PyTorch")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="start from a checkpoint (e.g. `boostlm init`)")
+    source.add_argument("--config", help="model preset; weights initialised here")
+    p.add_argument("--data", help="token shard (default: random tokens)")
+    p.add_argument("--batch-size", "-b", type=int, default=8)
+    p.add_argument("--seq-len", "-t", type=int, default=256)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--warmup-steps", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5, help="measured steps")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--compile", action="store_true", help="torch.compile (PyTorch >= 2.0)")
+    p.add_argument("--verbose", "-v", action="store_true")
+    p.set_defaults(func=cmd_train_bench)
+
+    p = sub.add_parser("random-shard", help="write a shard of uniformly random tokens")
+    p.add_argument("--out", required=True)
+    p.add_argument("--vocab-size", type=int, required=True)
+    p.add_argument("--tokens", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=0, help="write runs of this length twice")
+    p.set_defaults(func=cmd_random_shard)
+
+    args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, args.threads))
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
