@@ -516,26 +516,39 @@ def cmd_loss(args):
                       "loss": total / n}))
 
 
-def compare_weights(model, reference_dir, initial):
-    """How far the model's weights are from a boostlm checkpoint's, relative to how far training
-    moved them: max over tensors of ‖W_torch − W_boostlm‖ / ‖W_boostlm − W_init‖."""
+def compare_weights(model, reference_dir, initial, lr):
+    """How far the model's weights are from a boostlm checkpoint's.
+
+    update_rel_diff: max over tensors of ‖W_torch − W_boostlm‖ / ‖W_boostlm − W_init‖, the
+    disagreement relative to how far training moved the tensor. elements_off: how many elements
+    differ by more than lr/10. Adam's update m̂/(sqrt(v̂) + eps) is ≈ ±1 per element whatever the
+    gradient's size, so an element whose gradient is within rounding of zero (|g| ~ eps) can move
+    by up to lr differently; once the weights differ slightly (after step 1) the next gradients
+    differ slightly too, and a few such elements appear. A wrong gradient moves a large share of
+    the elements differently instead.
+    """
     reference = read_safetensors(os.path.join(resolve_checkpoint(reference_dir),
                                               "model.safetensors"))
-    worst_rel, worst_name, max_abs = 0.0, None, 0.0
+    worst_rel, worst_name, max_abs, off, total = 0.0, None, 0.0, 0, 0
     for name, p in model.state_dict().items():
         ref = reference[name]
-        diff = float((p - ref).norm())
+        diff = (p - ref).abs()
         moved = float((ref - initial[name]).norm())
-        rel = diff / moved if moved > 0 else (0.0 if diff == 0 else math.inf)
-        max_abs = max(max_abs, float((p - ref).abs().max()))
+        rel = float(diff.norm()) / moved if moved > 0 else (0.0 if diff.max() == 0 else math.inf)
+        max_abs = max(max_abs, float(diff.max()))
+        off += int((diff > lr / 10).sum())
+        total += diff.numel()
         if rel >= worst_rel:
             worst_rel, worst_name = rel, name
-    return {"update_rel_diff": worst_rel, "worst_tensor": worst_name, "max_abs_diff": max_abs}
+    return {"update_rel_diff": worst_rel, "worst_tensor": worst_name, "max_abs_diff": max_abs,
+            "elements_off": off, "elements": total}
 
 
 def cmd_train(args):
     """Exact AdamW steps from a checkpoint, as `boostlm train --init-from CKPT --schedule constant
-    --warmup 0` runs them without --shuffle: step k reads training window k (token k·B·T)."""
+    --warmup 0` runs them without --shuffle: step k reads training window k (token k·B·T).
+    With --compare RUN, the weights after step k are compared with RUN/checkpoints/step_k (those
+    that exist; `boostlm train --save-interval 1` writes them all)."""
     _, model = load_checkpoint(args.checkpoint)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     tokens = read_shard(args.data)
@@ -543,19 +556,18 @@ def cmd_train(args):
     f32 = lambda x: float(np.float32(x))  # noqa: E731
     optimizer = make_optimizer(model, f32(args.lr), f32(args.weight_decay), f32(0.9),
                                f32(args.beta2), f32(1e-8))
-    for step in range(args.steps):
-        inputs, targets = window(tokens, step, args.batch_size, args.seq_len)
+    for step in range(1, args.steps + 1):
+        inputs, targets = window(tokens, step - 1, args.batch_size, args.seq_len)
         optimizer.zero_grad(set_to_none=True)
         loss = model(inputs, targets)
         loss.backward()
         norm = clip_grad_norm(model, args.grad_clip)
         optimizer.step()
-        print(json.dumps({"step": step + 1, "loss": float(loss), "grad_norm": norm,
-                          "lr": args.lr}), flush=True)
-    summary = {"steps": args.steps}
-    if args.compare:
-        summary.update(compare_weights(model, args.compare, initial))
-    print(json.dumps(summary))
+        line = {"step": step, "loss": float(loss), "grad_norm": norm, "lr": args.lr}
+        reference = args.compare and os.path.join(args.compare, "checkpoints", f"step_{step:06d}")
+        if reference and os.path.isdir(reference):
+            line.update(compare_weights(model, reference, initial, args.lr))
+        print(json.dumps(line), flush=True)
 
 
 def cmd_train_bench(args):
@@ -649,7 +661,7 @@ def main(argv=None):
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--beta2", type=float, default=0.95)
     p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--compare", help="boostlm checkpoint (or run) to compare final weights with")
+    p.add_argument("--compare", help="boostlm run directory to compare the weights with")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("train-bench", help="median training step time with PyTorch")
