@@ -13,6 +13,9 @@ void add_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto precision = std::make_shared<std::string>("fp32");
   auto layout = std::make_shared<std::string>();
+  auto rmsnorm = std::make_shared<std::string>("online");
+  auto grouping = std::make_shared<std::string>("on");
+  auto recompute = std::make_shared<std::string>("none");
   cmd->add_option("--config,-c", o->config_path, "model preset (configs/*.json)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--data,-d", o->data_dir, "directory from `boostlm prepare`")
@@ -31,6 +34,14 @@ void add_train(CLI::App& app) {
                   "dense-tp, naive-tp or btp (default: dense-tp for dense "
                   "models, btp for low-rank)")
       ->check(CLI::IsMember({"dense-tp", "naive-tp", "btp"}));
+  cmd->add_option("--rmsnorm", *rmsnorm, "btp: online (SPEC 3.4) or sync (separate all-reduce)")
+      ->check(CLI::IsMember({"online", "sync"}));
+  cmd->add_option("--grouping", *grouping, "share GEMMs/collectives across q|k|v, gate|up")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--recompute", *recompute,
+                  "none, lowrank (btp: recompute from latents, no "
+                  "communication) or block (rerun whole blocks)")
+      ->check(CLI::IsMember({"none", "lowrank", "block"}));
   cmd->add_option("--zero", o->zero, "1: ZeRO stage 1, optimizer state sharded over DP")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--bucket-mb", o->bucket_mb, "DP gradient all-reduce bucket (MiB)")
@@ -58,7 +69,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--save-interval", o->save_interval, "steps between checkpoints (0: end only)");
   cmd->add_option("--keep", o->keep_checkpoints, "checkpoints kept");
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)");
-  cmd->callback([o, precision, layout] {
+  cmd->callback([o, precision, layout, rmsnorm, grouping, recompute] {
+    o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
     o->precision = parse_dtype(*precision);
     if (!layout->empty()) o->layout = parse_layout(*layout);
     const TrainResult r = train(*o);

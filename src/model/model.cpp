@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "kernels/adamw.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
@@ -48,10 +49,13 @@ static GemmInput rounded_input_impl(DType compute, const float* x, int64_t rows,
 }
 
 Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind> layout,
-             Communicator* tp)
+             Communicator* tp, const BlockOptions& options)
     : config_(config), compute_(compute), tp_(tp ? tp : &self_) {
   config_.validate();
-  layout_ = make_layout(layout.value_or(default_layout(config_)), config_, *tp_);
+  const LayoutKind kind = layout.value_or(default_layout(config_));
+  check_options(kind, options);
+  layout_ = make_layout(kind, config_, *tp_);
+  layout_->set_options(options);
   full_table_ = build_param_table(config_);
   const int t = tp_->size();
   vocab_rows_ = config_.vocab_size / t;
@@ -103,6 +107,7 @@ void Model::prepare(int64_t B, int64_t T) {
   layout_->prepare(B, T);
   const int64_t N = B * T, d = config_.d_model, rc = layout_->residual_columns();
   resid_.assign(config_.n_layers + 1, std::vector<float>(N * rc));
+  if (layout_->options().recompute == Recompute::block) x_scratch_.resize(N * rc);
   x_full_.resize(N * d);
   norm_final_.resize(N * d);
   rstd_final_.resize(N);
@@ -122,6 +127,11 @@ int64_t Model::activation_bytes() const {
   return elements * static_cast<int64_t>(sizeof(float)) + layout_->activation_bytes();
 }
 
+int64_t Model::kept_bytes_per_block() const {
+  const int64_t input = batch_ * seq_len_ * layout_->residual_columns() * sizeof(float);
+  return input + (layout_->options().recompute == Recompute::block ? 0 : layout_->slot_bytes());
+}
+
 void Model::forward_blocks(const int32_t* tokens, int64_t B, int64_t T) {
   prepare(B, T);
   tokens_ = tokens;
@@ -136,8 +146,10 @@ void Model::forward_blocks(const int32_t* tokens, int64_t B, int64_t T) {
                           vocab_begin_, vocab_rows_, d, x0);
   tp_->all_reduce(x0, N * d);
   if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid_[0].data());
-  for (int64_t l = 0; l < config_.n_layers; ++l)
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    BOOSTLM_PHASE("block_forward");
     layout_->block_forward(l, resid_[l].data(), resid_[l + 1].data());
+  }
 }
 
 // Final norm, vocab-parallel LM head and parallel cross-entropy, in row chunks so the [N, V/t]
@@ -233,6 +245,11 @@ float Model::forward_backward(const int32_t* tokens, const int32_t* targets, int
   const float loss = head_and_loss(targets, true, grad_scale);
   if (observer) observer->head_done();
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
+    // Whole-block recomputation: rerun the block's forward (collectives included) to rebuild its
+    // activations; the last block's are still there from the forward pass.
+    BOOSTLM_PHASE("block_backward");
+    if (layout_->options().recompute == Recompute::block && l + 1 < config_.n_layers)
+      layout_->block_forward(l, resid_[l].data(), x_scratch_.data());
     layout_->block_backward(l, d_resid_.data());
     if (observer) observer->block_done(l);
   }

@@ -33,7 +33,7 @@ class Model {
  public:
   // tp: the tensor-parallel group (nullptr: this process alone). layout: default_layout(config).
   Model(const ModelConfig& config, DType compute, std::optional<LayoutKind> layout = {},
-        Communicator* tp = nullptr);
+        Communicator* tp = nullptr, const BlockOptions& options = {});
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -70,8 +70,11 @@ class Model {
   void gather_full(const FlatBuffer& local, FlatBuffer& full);
   void slice_full(const FlatBuffer& full, FlatBuffer& local) const;
 
-  // Bytes of activations held for backward at the current batch shape (this rank).
+  // Bytes of activations held for backward at the current batch shape (this rank), in all, and
+  // kept from one block's forward to its backward (the block input included).
   int64_t activation_bytes() const;
+  int64_t kept_bytes_per_block() const;
+  const BlockOptions& options() const { return layout_->options(); }
 
  private:
   void bind();
@@ -93,8 +96,8 @@ class Model {
   int64_t batch_ = 0, seq_len_ = 0, capacity_tokens_ = 0;
   const int32_t* tokens_ = nullptr;
   std::vector<std::vector<float>> resid_;  // x entering block l (l = n_layers: the last output)
-  std::vector<float> x_full_, norm_final_, rstd_final_, d_resid_, d_full_, logits_, row_max_,
-      ce_stats_, ce_lse_, losses_;
+  std::vector<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, d_full_, logits_,
+      row_max_, ce_stats_, ce_lse_, losses_;
   std::vector<bf16_t> norm_final_bf16_, logits_bf16_;
 };
 

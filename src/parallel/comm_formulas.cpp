@@ -19,8 +19,8 @@ CommCounts& operator+=(CommCounts& a, const CommCounts& b) {
 }
 }  // namespace
 
-CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp,
-                         bool backward) {
+CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, bool backward,
+                         const BlockOptions& o) {
   CommCounts out;
   if (tp == 1) return out;
   const int64_t d = c.d_model, kv = c.kv_dim(), ff = c.d_ff;
@@ -34,10 +34,13 @@ CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
       else
         add(out, Collective::all_reduce, 4, N * (3 * d + ff));
       break;
-    case LayoutKind::btp:
-      add(out, Collective::all_reduce, 7, N * (4 * c.attn_rank + 3 * c.mlp_rank));
-      add(out, Collective::all_reduce, 2, 2 * N);  // synchronous RMSNorm statistics
+    case LayoutKind::btp: {
+      const int64_t calls = o.grouping ? 4 : 7;
+      const int64_t stats = o.online_norm && !backward ? 2 : 0;  // Σx² riding with q and gate
+      add(out, Collective::all_reduce, calls, N * (4 * c.attn_rank + 3 * c.mlp_rank + stats));
+      if (!o.online_norm) add(out, Collective::all_reduce, 2, 2 * N);  // synchronous statistics
       break;
+    }
   }
   return out;
 }
@@ -59,11 +62,14 @@ CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
 }
 
 CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
-                        bool backward) {
+                        bool backward, const BlockOptions& o) {
   CommCounts out = outer_tp_comm(layout, c, N, tp, chunks, backward);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    out += block_tp_comm(layout, c, N, tp, false);
-    if (backward) out += block_tp_comm(layout, c, N, tp, true);
+    out += block_tp_comm(layout, c, N, tp, false, o);
+    if (!backward) continue;
+    out += block_tp_comm(layout, c, N, tp, true, o);
+    if (o.recompute == Recompute::block && l + 1 < c.n_layers)
+      out += block_tp_comm(layout, c, N, tp, false, o);  // the rerun forward
   }
   return out;
 }

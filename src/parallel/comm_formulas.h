@@ -4,9 +4,14 @@
 //   dense-tp  forward 2 all-reduces of N·d;  backward 2 of N·d.                          (§3.1)
 //   naive-tp  forward 7 all-reduces, N·(3d + 2·kv + 2·d_ff) = N·(5d + 2·d_ff) without GQA;
 //             backward 4, N·(3d + d_ff) (q/k/v and gate/up input gradients merged).       (§3.2)
-//   btp       forward 7 all-reduces of N·r (q, k, v, o at attn_rank; gate, up, down at mlp_rank)
-//             and backward the same 7; with the synchronous RMSNorm also 2 all-reduces of N
-//             (per-token statistics) in forward and 2 in backward.                       (§3.3)
+//   btp       forward 7 latents of N·r (q, k, v, o at attn_rank; gate, up, down at mlp_rank) and
+//             backward the same 7 (§3.3). Grouped (§3.5): 4 all-reduces each way, q|k|v and
+//             gate|up sharing one. Online-RMSNorm (§3.4): each norm's per-token statistic is one
+//             more column of the latent all-reduce that follows it (+2N forward, nothing in
+//             backward); the synchronous norm instead all-reduces N before each norm and N in
+//             each norm's backward (2 + 2 more calls).
+// Recomputation (§3.6): lowrank sends exactly what none sends; block reruns the forward of every
+// block but the last in backward, so backward also sends (n_layers − 1) blocks' forward traffic.
 // Around the blocks, every layout: the vocab-parallel embedding all-reduces N·d; the parallel
 // cross-entropy all-reduces per logits chunk the row max (rows, kind all_reduce_max) and the
 // Σexp/target pair (2·rows), and in backward the head's input gradient (rows·d). btp all-gathers
@@ -23,12 +28,12 @@ namespace boostlm {
 
 // Per block, forward or backward.
 CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
-                         bool backward);
+                         bool backward, const BlockOptions& options = {});
 // Embedding, head and loss of one forward (+ backward) pass over `tokens` in `head_chunks` chunks.
 CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
                          int64_t head_chunks, bool backward);
 // A whole forward (+ backward) pass.
 CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
-                        int64_t head_chunks, bool backward);
+                        int64_t head_chunks, bool backward, const BlockOptions& options = {});
 
 }  // namespace boostlm

@@ -44,7 +44,7 @@ class DenseTp final : public Layout {
     kv_heads_ = config_.n_kv_heads / t;
     const int64_t dl = heads_ * config_.head_dim(), kvl = kv_heads_ * config_.head_dim(),
                   ffl = config_.d_ff / t;
-    acts_.assign(config_.n_layers, {});
+    acts_.assign(slots(), {});
     for (auto& a : acts_) {
       a.norm1.resize(N * d);
       a.rstd1.resize(N);
@@ -72,7 +72,7 @@ class DenseTp final : public Layout {
   }
 
   void block_forward(int64_t layer, const float* x_in, float* x_out) override {
-    Acts& a = acts_[layer];
+    Acts& a = acts_[slot(layer)];
     const BlockWeights& w = blocks_[layer];
     a.x_in = x_in;
     const int64_t B = batch_, T = seq_len_, N = B * T, d = config_.d_model;
@@ -107,7 +107,7 @@ class DenseTp final : public Layout {
   }
 
   void block_backward(int64_t layer, float* dx) override {
-    Acts& a = acts_[layer];
+    Acts& a = acts_[slot(layer)];
     const BlockWeights& w = blocks_[layer];
     const int64_t B = batch_, T = seq_len_, N = B * T, d = config_.d_model;
     const int64_t dl = a.q.size() / N, kvl = a.k.size() / N, ffl = a.gate.size() / N;
@@ -143,6 +143,10 @@ class DenseTp final : public Layout {
     tp_.all_reduce(d_norm_.data(), N * d);
     rmsnorm_backward(d_norm_.data(), d, a.x_in, d, w.norm1, a.rstd1.data(), N, d, dx, d, w.dnorm1,
                      /*accumulate=*/true);
+  }
+
+  int64_t slot_bytes() const override {
+    return acts_.empty() ? 0 : activation_bytes() / static_cast<int64_t>(acts_.size());
   }
 
   int64_t activation_bytes() const override {

@@ -23,6 +23,32 @@ LayoutKind parse_layout(const std::string& text) {
   throw error("unknown layout '", text, "' (expected dense-tp, naive-tp or btp)");
 }
 
+std::string to_string(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none:
+      return "none";
+    case Recompute::lowrank:
+      return "lowrank";
+    case Recompute::block:
+      return "block";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& text) {
+  if (text == "none") return Recompute::none;
+  if (text == "lowrank") return Recompute::lowrank;
+  if (text == "block") return Recompute::block;
+  throw error("unknown recomputation '", text, "' (expected none, lowrank or block)");
+}
+
+void check_options(LayoutKind kind, const BlockOptions& options) {
+  if (options.recompute == Recompute::lowrank && kind != LayoutKind::btp)
+    throw error("--recompute lowrank checkpoints BTP's all-reduced latents; layout ",
+                to_string(kind),
+                " has none to recompute from without communication (use --recompute block)");
+}
+
 LayoutKind default_layout(const ModelConfig& config) {
   return config.low_rank() ? LayoutKind::btp : LayoutKind::dense_tp;
 }

@@ -27,6 +27,24 @@ LayoutKind default_layout(const ModelConfig& config);  // dense-tp for dense, bt
 // Throws Error when the layout cannot run this model at this TP size (architecture, divisibility).
 void check_layout(LayoutKind kind, const ModelConfig& config, int tp_size);
 
+// What a block keeps for backward (SPEC §3.6).
+//   none     every intermediate activation
+//   lowrank  (btp) the residual shards at the two sub-block inputs, the all-reduced latents and the
+//            per-token rms; the rest is recomputed from them in backward with no collective
+//   block    only the block input; backward reruns the whole block forward, collectives included
+enum class Recompute { none, lowrank, block };
+std::string to_string(Recompute recompute);
+Recompute parse_recompute(const std::string& text);  // throws Error
+
+// BOOST's switches, for the paper's ablations (SPEC §3.4–3.6).
+struct BlockOptions {
+  bool online_norm = true;  // btp: Online-RMSNorm; false: a separate statistic all-reduce
+  bool grouping = true;     // projections sharing an input share a GEMM (A side) and a collective
+  Recompute recompute = Recompute::none;
+};
+// Throws Error for a combination a layout cannot run (lowrank recomputation needs btp).
+void check_options(LayoutKind kind, const BlockOptions& options);
+
 // Which axis of a tensor is split over the TP group (-1: replicated).
 struct BlockSharding {
   std::array<int, kProjectionsPerBlock> dense_axis{};  // W [d_out, d_in]: 0 = output, 1 = input
@@ -51,6 +69,8 @@ class Layout {
   // dx: ∂L/∂x_out on entry, ∂L/∂x_in on return. Adds the block's weight gradients.
   virtual void block_backward(int64_t layer, float* dx) = 0;
   virtual int64_t activation_bytes() const = 0;
+  // Bytes of one block's activation slot (what a block keeps besides its input, this rank).
+  virtual int64_t slot_bytes() const = 0;
 
   // This rank's shards of block `layer`, in SPEC §2's order and names.
   void add_block_params(ParamTable& table, int64_t layer) const;
@@ -58,6 +78,9 @@ class Layout {
   void bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
             const bf16_t* weights_bf16);
   void set_compute(DType compute) { compute_ = compute; }
+  // Before prepare().
+  void set_options(const BlockOptions& options) { options_ = options; }
+  const BlockOptions& options() const { return options_; }
 
  protected:
   struct BlockWeights {
@@ -73,9 +96,14 @@ class Layout {
   // x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
   GemmInput shared_input(const float* x, int64_t rows, int64_t cols, std::vector<bf16_t>& scratch);
 
+  // Activation slots: one per block, or a single one reused when whole blocks are recomputed.
+  int64_t slots() const { return options_.recompute == Recompute::block ? 1 : config_.n_layers; }
+  int64_t slot(int64_t layer) const { return options_.recompute == Recompute::block ? 0 : layer; }
+
   const ModelConfig& config_;
   Communicator& tp_;
   DType compute_ = DType::f32;
+  BlockOptions options_;
   std::vector<BlockWeights> blocks_;
   int64_t batch_ = 0, seq_len_ = 0;
 };

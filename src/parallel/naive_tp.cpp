@@ -40,7 +40,7 @@ class NaiveTp final : public Layout {
     seq_len_ = T;
     rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
     const int64_t N = B * T, d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-    acts_.assign(config_.n_layers, {});
+    acts_.assign(slots(), {});
     for (auto& a : acts_) {
       for (int i = 0; i < kProjectionsPerBlock; ++i) {
         const int64_t rank = blocks_[0].proj[i].rank;  // local: r / t
@@ -74,7 +74,7 @@ class NaiveTp final : public Layout {
   }
 
   void block_forward(int64_t layer, const float* x_in, float* x_out) override {
-    Acts& a = acts_[layer];
+    Acts& a = acts_[slot(layer)];
     const BlockWeights& w = blocks_[layer];
     a.x_in = x_in;
     const int64_t B = batch_, T = seq_len_, N = B * T;
@@ -110,7 +110,7 @@ class NaiveTp final : public Layout {
   }
 
   void block_backward(int64_t layer, float* dx) override {
-    Acts& a = acts_[layer];
+    Acts& a = acts_[slot(layer)];
     const BlockWeights& w = blocks_[layer];
     const int64_t B = batch_, T = seq_len_, N = B * T;
     const int64_t d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
@@ -147,6 +147,10 @@ class NaiveTp final : public Layout {
     tp_.all_reduce(d_norm_.data(), N * d);  // q, k and v merged
     rmsnorm_backward(d_norm_.data(), d, a.x_in, d, w.norm1, a.rstd1.data(), N, d, dx, d, w.dnorm1,
                      /*accumulate=*/true);
+  }
+
+  int64_t slot_bytes() const override {
+    return acts_.empty() ? 0 : activation_bytes() / static_cast<int64_t>(acts_.size());
   }
 
   int64_t activation_bytes() const override {

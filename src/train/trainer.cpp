@@ -192,7 +192,7 @@ TrainResult train(const TrainOptions& o) {
   DataLoader loader(std::move(train_tokens), loader_config, data.train);
 
   if (o.zero != 0 && o.zero != 1) throw error("--zero ", o.zero, ": only stage 1 is implemented");
-  Model model(config, o.precision, o.layout, &grid.tp());
+  Model model(config, o.precision, o.layout, &grid.tp(), o.block);
   // ZeRO-1: this DP rank owns a range of the flat buffer and the optimizer state for it only.
   ZeroStage1 zero(model.params().total_elements(), grid.dp());
   const bool use_zero = o.zero == 1;

@@ -29,6 +29,7 @@ struct TrainOptions {
   GridShape grid;                    // TP × PP × DP; the job must have grid.world() ranks
   std::optional<LayoutKind> layout;  // default: dense-tp for dense, btp for low-rank
   int64_t bucket_mb = 16;            // DP gradient all-reduce bucket size
+  BlockOptions block;                // BOOST's switches: --rmsnorm, --grouping, --recompute
   int zero = 0;                      // 1: ZeRO stage 1 (optimizer state sharded over DP)
 
   int64_t batch_size = 8;

@@ -56,11 +56,15 @@ struct Case {
   LayoutKind layout;
   Arch arch;
   int n_kv_heads;
+  BlockOptions options = {};
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const BlockOptions& o = info.param.options;
   std::string name = to_string(info.param.layout) + "_" + to_string(info.param.arch) + "_kv" +
-                     std::to_string(info.param.n_kv_heads);
+                     std::to_string(info.param.n_kv_heads) + (o.online_norm ? "_online" : "_sync") +
+                     (o.grouping ? "_grouped" : "_ungrouped") + "_recompute_" +
+                     to_string(o.recompute);
   for (auto& ch : name)
     if (ch == '-') ch = '_';
   return name;
@@ -86,7 +90,7 @@ TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
   for (int tp : {1, 2, 4}) {
     if (world % tp != 0 || config.n_kv_heads % tp != 0) continue;
     ProcessGrid grid(GridShape{tp, 1, world / tp});
-    Model model(config, DType::f32, c.layout, &grid.tp());
+    Model model(config, DType::f32, c.layout, &grid.tp(), c.options);
     model.init_weights(5);
     model.grads().zero();
     const float loss = model.forward_backward(tokens.data(), targets.data(), B, T);
@@ -97,6 +101,15 @@ TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
       const float* ref = reference.grads().view(reference.full_params().at(p.name));
       EXPECT_LT(relative_error(full.view(p), ref, p.numel), 1e-5) << p.name << " tp=" << tp;
     }
+    // What a block keeps (SPEC §3.6): with lowrank, the two residual shards, the 7 all-reduced
+    // latents and 2 per-token rms values; with block, only its input.
+    const int64_t N = B * T, dl = config.d_model / tp;
+    if (c.options.recompute == Recompute::lowrank)
+      EXPECT_EQ(model.kept_bytes_per_block(),
+                N * (2 * dl + 4 * config.attn_rank + 3 * config.mlp_rank + 2) * 4);
+    if (c.options.recompute == Recompute::block)
+      EXPECT_EQ(model.kept_bytes_per_block(),
+                N * (c.layout == LayoutKind::btp ? dl : config.d_model) * 4);
     // The gradient norm counts replicated tensors once.
     EXPECT_NEAR(model.grad_sum_squares(), reference.grad_sum_squares(),
                 1e-5 * reference.grad_sum_squares())
@@ -121,16 +134,16 @@ TEST_P(LayoutTest, CommunicatesExactlyTheSpecFormulas) {
   for (int tp : {2, 4}) {
     if (world % tp != 0 || config.n_kv_heads % tp != 0) continue;
     ProcessGrid grid(GridShape{tp, 1, world / tp});
-    Model model(config, DType::f32, c.layout, &grid.tp());
+    Model model(config, DType::f32, c.layout, &grid.tp(), c.options);
     model.init_weights(5);
     grid.tp().reset_counts();
     model.forward(tokens.data(), targets.data(), B, T);
     const CommCounts fwd = grid.tp().counts();
-    const CommCounts expected_fwd = step_tp_comm(c.layout, config, N, tp, 1, false);
+    const CommCounts expected_fwd = step_tp_comm(c.layout, config, N, tp, 1, false, c.options);
     grid.tp().reset_counts();
     model.forward_backward(tokens.data(), targets.data(), B, T);
     const CommCounts step = grid.tp().counts();
-    const CommCounts expected_step = step_tp_comm(c.layout, config, N, tp, 1, true);
+    const CommCounts expected_step = step_tp_comm(c.layout, config, N, tp, 1, true, c.options);
     for (int k = 0; k < kCollectiveKinds; ++k) {
       const auto kind = static_cast<Collective>(k);
       EXPECT_EQ(fwd[kind].calls, expected_fwd[kind].calls) << to_string(kind) << " tp=" << tp;
@@ -141,14 +154,23 @@ TEST_P(LayoutTest, CommunicatesExactlyTheSpecFormulas) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
-                         ::testing::Values(Case{LayoutKind::dense_tp, Arch::dense, 4},
-                                           Case{LayoutKind::dense_tp, Arch::dense, 2},
-                                           Case{LayoutKind::naive_tp, Arch::cola, 4},
-                                           Case{LayoutKind::naive_tp, Arch::svd, 2},
-                                           Case{LayoutKind::btp, Arch::cola, 4},
-                                           Case{LayoutKind::btp, Arch::svd, 2}),
-                         case_name);
+std::vector<Case> all_cases() {
+  std::vector<Case> cases = {{LayoutKind::dense_tp, Arch::dense, 4},
+                             {LayoutKind::dense_tp, Arch::dense, 2},
+                             {LayoutKind::dense_tp, Arch::dense, 4, {true, true, Recompute::block}},
+                             {LayoutKind::naive_tp, Arch::cola, 4},
+                             {LayoutKind::naive_tp, Arch::svd, 2},
+                             {LayoutKind::naive_tp, Arch::cola, 4, {true, true, Recompute::block}},
+                             {LayoutKind::btp, Arch::svd, 2}};
+  // BTP: every combination of BOOST's switches (SPEC §3.4–3.6).
+  for (bool online : {true, false})
+    for (bool grouped : {true, false})
+      for (Recompute r : {Recompute::none, Recompute::lowrank, Recompute::block})
+        cases.push_back({LayoutKind::btp, Arch::cola, 4, {online, grouped, r}});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest, ::testing::ValuesIn(all_cases()), case_name);
 
 // Data parallelism, alone and with TP: each DP rank runs its share of the batch, the reducer
 // all-reduces the gradients in buckets during backward, and the result is the gradient of the
@@ -284,7 +306,21 @@ TEST(CommFormulas, MatchTheSpecPerBlock) {
   EXPECT_EQ(elements(block_tp_comm(LayoutKind::dense_tp, c, N, 2, false)), 2 * N * d);
   EXPECT_EQ(elements(block_tp_comm(LayoutKind::naive_tp, c, N, 2, false)), N * (5 * d + 2 * ff));
   EXPECT_EQ(elements(block_tp_comm(LayoutKind::naive_tp, c, N, 2, true)), N * (3 * d + ff));
-  EXPECT_EQ(elements(block_tp_comm(LayoutKind::btp, c, N, 2, false)), N * (4 * r + 3 * rm) + 2 * N);
+  // btp: grouped with Online-RMSNorm, 4 all-reduces of (3r+1, r, 2r+1, r) per token forward and
+  // (3r, r, 2r, r) backward; ungrouped 7 of the same elements; sync norms add 2 + 2 of N.
+  const BlockOptions boost{true, true, Recompute::none}, ungrouped{true, false, Recompute::none},
+      sync{false, true, Recompute::none};
+  EXPECT_EQ(elements(block_tp_comm(LayoutKind::btp, c, N, 2, false, boost)),
+            N * ((3 * r + 1) + r + (2 * rm + 1) + rm));
+  EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 2, false, boost)[Collective::all_reduce].calls, 4);
+  EXPECT_EQ(elements(block_tp_comm(LayoutKind::btp, c, N, 2, true, boost)),
+            N * (3 * r + r + 2 * rm + rm));
+  EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 2, true, boost)[Collective::all_reduce].calls, 4);
+  EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 2, false, ungrouped)[Collective::all_reduce].calls,
+            7);
+  EXPECT_EQ(elements(block_tp_comm(LayoutKind::btp, c, N, 2, false, sync)),
+            N * (4 * r + 3 * rm) + 2 * N);
+  EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 2, true, sync)[Collective::all_reduce].calls, 6);
   EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, false)[Collective::all_reduce].calls, 7);
   EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, true)[Collective::all_reduce].calls, 4);
   EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 1, false).total_calls(), 0);

@@ -13,16 +13,21 @@
 #
 # Tolerances (fp32 on both sides; only summation orders differ: oneDNN GEMM blocking and boostlm's
 # tiled online-softmax attention against PyTorch's BLAS GEMMs and plain softmax):
-#   * losses and gradient norms: 1e-5 relative. fp32 rounding is 6e-8 per operation; through
-#     reductions of at most a few hundred terms and two layers the expected error is ~1e-6, and the
-#     observed one is < 2e-7. 1e-5 keeps a 50x margin while still catching real mistakes a looser
-#     bound misses (at initialisation a wrong GQA head mapping moves the loss by 7e-5 relative, the
-#     interleaved instead of rotate-half RoPE convention by 3e-5).
-#   * weights after 3 steps: ‖W_torch − W_boostlm‖ ≤ 1e-3 · ‖W_boostlm − W_init‖ per tensor.
-#     Adam's first updates are ≈ lr·sign(g), so elements whose gradient is within rounding of 0
-#     may move differently; they carry ~1e-5 of the update's norm (observed 2e-5). Any wrong
-#     gradient flips many signs and gives 0.1 to 1.5 (measured for a wrong RMSNorm eps, GQA
-#     mapping, RoPE convention, missing RoPE on k, a missing latent SiLU).
+#   * losses and the step-1 gradient norm, on identical weights: 1e-5 relative. fp32 rounding is
+#     6e-8 per operation; through reductions of at most a few hundred terms and two layers the
+#     expected error is ~1e-6, the observed one < 2e-7. 1e-5 keeps a 50x margin and still catches
+#     mistakes a looser bound misses (at initialisation a wrong GQA head mapping moves the loss by
+#     7e-5 relative, the interleaved instead of rotate-half RoPE convention by 3e-5).
+#   * losses and gradient norms of steps 2 and 3: 1e-4. The weights already differ there: Adam's
+#     update m̂/(sqrt(v̂) + eps) is ≈ ±1 per element however small the gradient, so an element whose
+#     gradient is near eps = 1e-8 turns rounding differences into weight differences up to lr
+#     (observed: grad norms 6e-6 apart at step 2).
+#   * weights. After step 1, ‖W_torch − W_boostlm‖ ≤ 1e-2 · ‖W_boostlm − W_init‖ for every tensor
+#     (observed ≤ 2e-4). After every step, at most 1e-3 of all elements differ by more than lr/10
+#     (observed: 0 after step 1, 1 of 78656 after steps 2 and 3, the amplification above). Wrong
+#     gradients fail both by far: a wrong RMSNorm eps (1e-5) gives 0.25 and 4e-3 after step 1; a
+#     wrong GQA mapping, RoPE convention, missing RoPE on k or missing latent SiLU give 1.1 to 1.6
+#     and 4e-2 to 0.4.
 #
 # Usage: test_torch_oracle.sh path/to/boostlm path/to/boostlm_torch.py
 # Exit 77 (CTest SKIP_RETURN_CODE) when PyTorch is not installed.
@@ -44,7 +49,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 torch_cli() { "$python" "$oracle" "$@"; }
 
 B=2 T=160 STEPS=3 LR=1e-2 VOCAB=320
-LOSS_RTOL=1e-5 NORM_RTOL=1e-5 UPDATE_RTOL=1e-3
+RTOL=1e-5 LATER_RTOL=1e-4 STEP1_UPDATE_RTOL=1e-2 OFF_FRACTION=1e-3
 
 # Runs of 24 random tokens, each written twice: a copy task, so attention and positions matter.
 mkdir -p "$work/data"
@@ -72,7 +77,7 @@ eval_both() {
     tail -1) || { fail "$name: boostlm eval"; return; }
   theirs=$(torch_cli loss --checkpoint "$ckpt" --data "$work/eval.bin" -b $B -t $T --batches 3 |
     tail -1) || { fail "$name: torch loss"; return; }
-  check_close "$name loss" "$(json_field "$theirs" loss)" "$(json_field "$ours" loss)" $LOSS_RTOL
+  check_close "$name loss" "$(json_field "$theirs" loss)" "$(json_field "$ours" loss)" $RTOL
 }
 
 run_case() {
@@ -81,38 +86,41 @@ run_case() {
   echo "$config" > "$work/$name.json"
   "$boostlm" init --config "$work/$name.json" --seed 7 --out "$work/$name-init" > /dev/null ||
     { fail "$name: boostlm init"; return; }
-  eval_both "$name init" "$work/$name-init"
+  eval_both "$name eval (initial weights)" "$work/$name-init"
 
   "$boostlm" train --init-from "$work/$name-init" -d "$work/data" -o "$work/$name-run" -b $B -t $T \
     --steps $STEPS --lr $LR --schedule constant --warmup 0 --weight-decay 0.1 --grad-clip 1.0 \
-    --save-interval 2 --keep 2 > "$work/$name-train.log" 2>&1 ||
+    --save-interval 1 --keep $STEPS > "$work/$name-train.log" 2>&1 ||
     { fail "$name: boostlm train: $(tail -3 "$work/$name-train.log")"; return; }
   torch_cli train --checkpoint "$work/$name-init" --data "$work/data/train.bin" -b $B -t $T \
-    --steps $STEPS --lr $LR --weight-decay 0.1 --grad-clip 1.0 \
-    --compare "$work/$name-run/checkpoints/step_$(printf %06d $STEPS)" > "$work/$name-torch.jsonl" ||
-    { fail "$name: torch train"; return; }
+    --steps $STEPS --lr $LR --weight-decay 0.1 --grad-clip 1.0 --compare "$work/$name-run" \
+    > "$work/$name-torch.jsonl" || { fail "$name: torch train"; return; }
   "$python" - "$work/$name-run/metrics.jsonl" "$work/$name-torch.jsonl" "$name" \
-    $LOSS_RTOL $NORM_RTOL $UPDATE_RTOL <<'PY' || fail "$name: training steps disagree"
+    $RTOL $LATER_RTOL $STEP1_UPDATE_RTOL $OFF_FRACTION <<'PY' || fail "$name: training disagrees"
 import json, sys
 ours_path, theirs_path, name = sys.argv[1:4]
-loss_rtol, norm_rtol, update_rtol = map(float, sys.argv[4:7])
+rtol, later_rtol, step1_update_rtol, off_fraction = map(float, sys.argv[4:8])
 ours = [json.loads(line) for line in open(ours_path)]
-lines = [json.loads(line) for line in open(theirs_path)]
-theirs, summary = lines[:-1], lines[-1]
+theirs = [json.loads(line) for line in open(theirs_path)]
 ok = len(ours) == len(theirs) > 0
 for o, t in zip(ours, theirs):
-    for key, rtol in (("loss", loss_rtol), ("grad_norm", norm_rtol)):
+    ok &= o["step"] == t["step"] and "update_rel_diff" in t
+    for key in ("loss", "grad_norm"):
         rel = abs(o[key] - t[key]) / abs(o[key])
+        good = rel <= (rtol if o["step"] == 1 else later_rtol)
         print(f"  {name} step {o['step']} {key}: boostlm {o[key]:.9g} torch {t[key]:.9g} "
-              f"rel {rel:.2e}")
-        ok &= o["step"] == t["step"] and rel <= rtol
-print(f"  {name} weights after {len(ours)} steps: update rel diff {summary['update_rel_diff']:.2e} "
-      f"(worst {summary['worst_tensor']}), max abs diff {summary['max_abs_diff']:.2e}")
-ok &= summary["update_rel_diff"] <= update_rtol
+              f"rel {rel:.2e}{'' if good else '  <-- FAIL'}")
+        ok &= good
+    good = t["elements_off"] <= off_fraction * t["elements"] and (
+        o["step"] > 1 or t["update_rel_diff"] <= step1_update_rtol)
+    print(f"  {name} step {o['step']} weights: update rel diff {t['update_rel_diff']:.2e} "
+          f"({t['worst_tensor']}), {t['elements_off']} of {t['elements']} elements off by "
+          f"> lr/10{'' if good else '  <-- FAIL'}")
+    ok &= good
 sys.exit(0 if ok else 1)
 PY
-  # The forward pass again, on trained weights (step 2: the run keeps its last 2 checkpoints).
-  eval_both "$name step 2" "$work/$name-run/checkpoints/step_000002"
+  # The forward pass again, on trained weights.
+  eval_both "$name eval (weights after step 2)" "$work/$name-run/checkpoints/step_000002"
 }
 
 common='"vocab_size": 320, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 96, "max_seq_len": 256'
