@@ -30,7 +30,7 @@ CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
       break;
     case LayoutKind::naive_tp:
       if (!backward)
-        add(out, Collective::all_reduce, 7, N * (3 * d + 2 * kv + 2 * ff));
+        add(out, Collective::all_reduce, o.grouping ? 4 : 7, N * (3 * d + 2 * kv + 2 * ff));
       else
         add(out, Collective::all_reduce, 4, N * (3 * d + ff));
       break;

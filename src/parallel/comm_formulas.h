@@ -4,6 +4,7 @@
 //   dense-tp  forward 2 all-reduces of N·d;  backward 2 of N·d.                          (§3.1)
 //   naive-tp  forward 7 all-reduces, N·(3d + 2·kv + 2·d_ff) = N·(5d + 2·d_ff) without GQA;
 //             backward 4, N·(3d + d_ff) (q/k/v and gate/up input gradients merged).       (§3.2)
+//             Grouped: the q|k|v and gate|up outputs share an all-reduce, 4 forward calls.
 //   btp       forward 7 latents of N·r (q, k, v, o at attn_rank; gate, up, down at mlp_rank) and
 //             backward the same 7 (§3.3). Grouped (§3.5): 4 all-reduces each way, q|k|v and
 //             gate|up sharing one. Online-RMSNorm (§3.4): each norm's per-token statistic is one

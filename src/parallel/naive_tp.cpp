@@ -6,7 +6,11 @@
 // released baseline does; norms and gate⊙up run replicated.
 // Per block: forward 7 all-reduces, N·(3d + 2·kv + 2·d_ff) elements (N·(5d + 2·d_ff) without GQA);
 // backward 4, N·(3d + d_ff): the partial input gradients of q/k/v are summed and all-reduced once,
-// those of gate/up likewise, then o's and down's.
+// those of gate/up likewise, then o's and down's. With grouping (SPEC §3.5, so the comparison with
+// btp stays fair) the forward outputs of q|k|v and of gate|up also share one all-reduce each:
+// 4 forward all-reduces of the same elements. (The A factors still run as separate GEMMs.)
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
@@ -85,12 +89,36 @@ class NaiveTp final : public Layout {
       projection_forward(w.proj[i], x, N, a.z[i].data(), h, y, w.proj[i].d_out, compute_);
       tp_.all_reduce(y, N * w.proj[i].d_out);
     };
+    // Grouping: the outputs of projections that read the same input share one all-reduce,
+    // through a packed [N, Σ d_out] buffer.
+    auto project_group = [&](std::initializer_list<std::pair<int, float*>> outputs, GemmInput x) {
+      if (!options_.grouping) {
+        for (auto [i, y] : outputs) project(i, x, y);
+        return;
+      }
+      int64_t width = 0;
+      for (auto [i, y] : outputs) width += w.proj[i].d_out;
+      packed_.resize(N * width);
+      int64_t c0 = 0;
+      for (auto [i, y] : outputs) {
+        float* h = a.h[i].empty() ? a.z[i].data() : a.h[i].data();
+        projection_forward(w.proj[i], x, N, a.z[i].data(), h, packed_.data() + c0, width,
+                           compute_);
+        c0 += w.proj[i].d_out;
+      }
+      tp_.all_reduce(packed_.data(), N * width);
+      c0 = 0;
+      for (auto [i, y] : outputs) {
+        const int64_t cols = w.proj[i].d_out;
+        for (int64_t n = 0; n < N; ++n)
+          std::copy_n(packed_.data() + n * width + c0, cols, y + n * cols);
+        c0 += cols;
+      }
+    };
 
     rmsnorm_forward(x_in, d, w.norm1, N, d, config_.rms_eps, a.norm1.data(), d, a.rstd1.data());
     const GemmInput norm1 = shared_input(a.norm1.data(), N, d, rounded_);
-    project(q_, norm1, a.q.data());
-    project(k_, norm1, a.k.data());
-    project(v_, norm1, a.v.data());
+    project_group({{q_, a.q.data()}, {k_, a.k.data()}, {v_, a.v.data()}}, norm1);
     rope_forward(a.q.data(), d, B, T, config_.n_heads, rope_);
     rope_forward(a.k.data(), kv, B, T, config_.n_kv_heads, rope_);
     const AttentionShape shape{B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim()};
@@ -102,8 +130,7 @@ class NaiveTp final : public Layout {
     rmsnorm_forward(a.x_mid.data(), d, w.norm2, N, d, config_.rms_eps, a.norm2.data(), d,
                     a.rstd2.data());
     const GemmInput norm2 = shared_input(a.norm2.data(), N, d, rounded_);
-    project(gate_, norm2, a.gate.data());
-    project(up_, norm2, a.up.data());
+    project_group({{gate_, a.gate.data()}, {up_, a.up.data()}}, norm2);
     swiglu_forward(a.gate.data(), a.up.data(), N * ff, config_.mlp_gate_act, a.hidden.data());
     project(down_, {a.hidden.data(), ff}, partial_.data());
     add(a.x_mid.data(), partial_.data(), x_out, N * d);
@@ -172,7 +199,7 @@ class NaiveTp final : public Layout {
   };
   std::vector<Acts> acts_;
   RopeTable rope_;
-  std::vector<float> partial_, d_norm_, d_q_, d_k_, d_v_, d_attn_, d_gate_, d_up_, d_hidden_,
+  std::vector<float> packed_, partial_, d_norm_, d_q_, d_k_, d_v_, d_attn_, d_gate_, d_up_, d_hidden_,
       d_latent_;
   std::vector<bf16_t> rounded_;
 };

@@ -161,6 +161,7 @@ std::vector<Case> all_cases() {
                              {LayoutKind::naive_tp, Arch::cola, 4},
                              {LayoutKind::naive_tp, Arch::svd, 2},
                              {LayoutKind::naive_tp, Arch::cola, 4, {true, true, Recompute::block}},
+                             {LayoutKind::naive_tp, Arch::cola, 4, {true, false, Recompute::none}},
                              {LayoutKind::btp, Arch::svd, 2}};
   // BTP: every combination of BOOST's switches (SPEC §3.4–3.6).
   for (bool online : {true, false})
@@ -321,7 +322,10 @@ TEST(CommFormulas, MatchTheSpecPerBlock) {
   EXPECT_EQ(elements(block_tp_comm(LayoutKind::btp, c, N, 2, false, sync)),
             N * (4 * r + 3 * rm) + 2 * N);
   EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 2, true, sync)[Collective::all_reduce].calls, 6);
-  EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, false)[Collective::all_reduce].calls, 7);
+  const BlockOptions plain{true, false, Recompute::none};
+  EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, false, plain)[Collective::all_reduce].calls,
+            7);
+  EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, false)[Collective::all_reduce].calls, 4);
   EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, true)[Collective::all_reduce].calls, 4);
   EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 1, false).total_calls(), 0);
 }
