@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "comm/grid.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -32,29 +33,11 @@
 #include "train/optimizer.h"
 
 using namespace boostlm;
+using bench::median;
+using bench::now_s;
+using bench::peak_gemm_gflops;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-double peak_gemm_gflops(DType dtype) {
-  const int64_t n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  double best = 1e30;  // every rank measures at once, so this is the rate under shared load
-  for (int i = 0; i < 8; ++i) {
-    const double t0 = now_s();
-    gemm(Trans::N, Trans::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, dtype);
-    if (i) best = std::min(best, now_s() - t0);
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
 
 struct Run {
   std::string name;  // "dense-tp", "naive-tp", "btp"

@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "core/error.h"
 #include "core/profile.h"
 #include "core/rng.h"
@@ -25,29 +26,11 @@
 #include "train/optimizer.h"
 
 using namespace boostlm;
+using bench::median;
+using bench::now_s;
+using bench::peak_gemm_gflops;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Peak rate of one large square GEMM, GFLOP/s.
-double peak_gemm_gflops(DType dtype, int64_t n, int reps) {
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  std::vector<double> times;
-  for (int i = 0; i < reps + 1; ++i) {
-    const double t0 = now_s();
-    gemm(Trans::N, Trans::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, dtype);
-    if (i > 0) times.push_back(now_s() - t0);
-  }
-  return 2.0 * n * n * n / median(times) / 1e9;
-}
 
 // Replays recorded GEMM shapes alone; returns the median total seconds over reps.
 double replay_gemms(const std::vector<GemmShape>& shapes, int reps) {

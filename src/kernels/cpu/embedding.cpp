@@ -10,28 +10,13 @@ namespace boostlm {
 
 void embedding_forward(const int32_t* tokens, int64_t n, const float* weight, int64_t V, int64_t D,
                        float* out) {
-  BOOSTLM_PHASE("embedding");
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    BOOSTLM_ASSERT(tokens[i] >= 0 && tokens[i] < V);
-    std::memcpy(out + i * D, weight + static_cast<int64_t>(tokens[i]) * D, D * sizeof(float));
-  }
+  for (int64_t i = 0; i < n; ++i) BOOSTLM_ASSERT(tokens[i] >= 0 && tokens[i] < V);
+  embedding_shard_forward(tokens, n, weight, 0, V, D, out);
 }
 
 void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t V, int64_t D,
                         float* dweight) {
-  BOOSTLM_PHASE("embedding");
-  constexpr int64_t kCols = 64;
-#pragma omp parallel for schedule(static)
-  for (int64_t j0 = 0; j0 < D; j0 += kCols) {
-    const int64_t j1 = std::min(D, j0 + kCols);
-    for (int64_t i = 0; i < n; ++i) {
-      float* row = dweight + static_cast<int64_t>(tokens[i]) * D;
-      const float* g = dout + i * D;
-#pragma omp simd
-      for (int64_t j = j0; j < j1; ++j) row[j] += g[j];
-    }
-  }
+  embedding_shard_backward(tokens, n, dout, 0, V, D, dweight);
 }
 
 void embedding_shard_forward(const int32_t* tokens, int64_t n, const float* weight,
