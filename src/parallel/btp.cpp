@@ -102,6 +102,7 @@ class Btp final : public Layout {
     Acts& w = intermediates(a);
     const BlockWeights& bw = blocks_[layer];
     a.x_in = x_in;
+    work_layer_ = layer;
     const int64_t N = batch_ * seq_len_;
     build_grouped_a(layer);
 
@@ -130,7 +131,9 @@ class Btp final : public Layout {
     Acts& w = intermediates(a);
     const BlockWeights& bw = blocks_[layer];
     const int64_t N = batch_ * seq_len_;
-    if (options_.recompute == Recompute::lowrank) recompute(layer, a);
+    // The shared work area still holds the intermediates of the block forward ran last.
+    if (options_.recompute == Recompute::lowrank && work_layer_ != layer) recompute(layer, a);
+    work_layer_ = -1;  // backward overwrites them
 
     // MLP.
     {
@@ -489,11 +492,19 @@ class Btp final : public Layout {
         for (int64_t j = 0; j < dl_; ++j)
           dxr[j] = dx_beta * dxr[j] + gr[j] * gamma[j] + two_ds * xr[j];
       }
+      // Column blocks per thread, rows inner: contiguous reads, no two threads on one element.
+      constexpr int64_t kCols = 64;
 #pragma omp parallel for schedule(static)
-      for (int64_t j = 0; j < dl_; ++j) {
-        float acc = 0.0f;
-        for (int64_t n = 0; n < N; ++n) acc += x[n * dl_ + j] * d_norm_[n * dl_ + j];
-        dgamma[j] += acc;
+      for (int64_t j0 = 0; j0 < dl_; j0 += kCols) {
+        const int64_t j1 = std::min(dl_, j0 + kCols);
+        float acc[kCols] = {};
+        for (int64_t n = 0; n < N; ++n) {
+          const float* xr = x + n * dl_;
+          const float* gr = d_norm_.data() + n * dl_;
+#pragma omp simd
+          for (int64_t j = j0; j < j1; ++j) acc[j - j0] += xr[j] * gr[j];
+        }
+        for (int64_t j = j0; j < j1; ++j) dgamma[j] += acc[j - j0];
       }
     } else {
       // Synchronous norm backward: the row term needs Σ dy⊙γ⊙x over the whole row.
@@ -521,7 +532,8 @@ class Btp final : public Layout {
   }
 
   std::vector<Acts> acts_;
-  Acts work_;  // lowrank recomputation: the intermediates of the block in backward
+  Acts work_;                // lowrank recomputation: the intermediates of the block in backward
+  int64_t work_layer_ = -1;  // the block whose intermediates work_ holds
   std::vector<GroupedA> grouped_a_;
   int64_t heads_ = 0, kv_heads_ = 0, dl_ = 0, kvl_ = 0, ffl_ = 0;
   RopeTable rope_;
