@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   boostlm::cli::add_init(app);
   boostlm::cli::add_generate(app);
   boostlm::cli::add_launch(app);
+  boostlm::cli::add_plan(app);
+  boostlm::cli::add_calibrate(app);
   int code = 0;
   try {
     app.parse(argc, argv);

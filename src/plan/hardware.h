@@ -1,0 +1,77 @@
+// A cluster described as data (hardware/*.json): what one device computes and moves, and what the
+// links between devices carry. The performance model (plan/step_model.h) reads nothing else about
+// the machine, so a new cluster is a new file, and `boostlm calibrate` writes this machine's.
+//
+// Every number is a rate or a latency with its unit in the name. The efficiency curves:
+//   GEMM C[m,n] = A[m,k]·B[k,n]:  rate = peak · max_efficiency · g(m)·g(n)·g(k),  g(x) = x/(x + h)
+//     (h = half_dim: a dimension of h runs at half speed; thin GEMMs lose to tile and wave
+//     quantisation), and never faster than the memory roofline; plus a per-call overhead.
+//   attention (fused, FlashAttention-style): rate = peak · max_efficiency · hd/(hd +
+//   half_head_dim),
+//     and never faster than its memory traffic.
+//   element-wise work: bytes / (memory bandwidth · efficiency) + a per-kernel overhead.
+//   a collective over a link class: α + factor · bytes / (bandwidth · efficiency).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/dtype.h"
+
+namespace boostlm::plan {
+
+struct GemmCurve {
+  double peak_flops = 0;  // FLOP/s
+  double max_efficiency = 1;
+  double half_dim = 0;
+};
+
+struct Device {
+  double memory_bytes = 0;
+  std::map<DType, GemmCurve> gemm;  // per input precision
+  double gemm_overhead_s = 0;       // per GEMM call
+  double memory_bandwidth = 0;      // bytes/s (HBM, or DRAM for a CPU)
+  double elementwise_efficiency = 1;
+  double kernel_overhead_s = 0;  // per element-wise kernel
+  double attention_max_efficiency = 1;
+  double attention_half_head_dim = 0;
+
+  const GemmCurve& curve(DType dtype) const;  // throws Error when the file has no such curve
+};
+
+struct Link {
+  double alpha_s = 0;    // latency of one collective call
+  double bandwidth = 0;  // bytes/s each way per device (per node when shared_by_node)
+  double efficiency = 1;
+  bool shared_by_node = false;  // one NIC budget for all the node's devices talking at once
+};
+
+struct Hardware {
+  std::string name, description;
+  std::vector<std::string> sources;  // where the numbers come from
+  int devices_per_node = 1;
+  Device device;
+  // A rank alone on its node (CPU machines): it runs on all the node's cores.
+  std::optional<Device> solo_device;
+  Link intra_node, inter_node;
+  // The engine's CPU backend keeps activations and communicates in fp32 even when GEMMs run in
+  // bf16; a GPU implementation keeps them in the compute precision.
+  bool activations_fp32 = false;
+
+  static Hardware from_json(const nlohmann::json& json);  // throws Error naming the field
+  nlohmann::json to_json() const;
+};
+
+// A name ("a100-80g") or a path to a JSON file. Names are looked up in $BOOSTLM_HARDWARE_DIR,
+// ./hardware and the source tree's hardware/ directory.
+Hardware load_hardware(const std::string& name_or_path);
+std::string hardware_path(const std::string& name_or_path);  // throws Error when not found
+// The directory `boostlm calibrate` writes to by default (the source tree's hardware/).
+std::string default_hardware_dir();
+std::vector<std::string> hardware_search_dirs();
+
+}  // namespace boostlm::plan

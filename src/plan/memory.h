@@ -1,0 +1,39 @@
+// Parameters and activations per rank, counted the way the engine allocates them: the parameter
+// shards of parallel/layout.cpp and model.cpp, and what each layout keeps for backward (the Acts of
+// dense_tp.cpp, naive_tp.cpp and btp.cpp; SPEC §3.6). Elements, not bytes: the byte width is the
+// caller's (fp32 in this engine's CPU backend, the compute precision on a GPU).
+#pragma once
+
+#include <cstdint>
+
+#include "parallel/layout.h"
+#include "plan/workload.h"
+
+namespace boostlm::plan {
+
+// Parameter elements of one block on one TP rank.
+int64_t block_param_elements(LayoutKind layout, const ModelConfig& config, int tp);
+// Parameter elements of pipeline stage `stage` of `pp` on one TP rank: its blocks, plus the
+// vocab-parallel embedding on the first stage and the final norm and LM head on the last.
+int64_t stage_param_elements(LayoutKind layout, const ModelConfig& config, int tp, int pp,
+                             int stage);
+// The blocks of stage `stage`: n_layers / pp, the first n_layers % pp stages one more.
+int64_t stage_layers(const ModelConfig& config, int pp, int stage);
+
+// Residual columns a rank holds between blocks: d, or d/t under btp (hidden-sharded).
+int64_t residual_columns(const MicroBatch& mb);
+// One block's activation slot (Layout::slot_bytes / 4): what it keeps besides its input.
+int64_t block_slot_elements(const MicroBatch& mb);
+// Kept from one block's forward to its backward, its input included (Model::kept_bytes_per_block
+// / 4): the input alone under whole-block recomputation.
+int64_t block_kept_elements(const MicroBatch& mb);
+// Held once, not per block: the single slot whole-block recomputation rebuilds, or btp's shared
+// work area for lowrank recomputation.
+int64_t recompute_area_elements(const MicroBatch& mb);
+// Model::activation_bytes / 4 for the whole model in one process (no pipeline).
+int64_t model_activation_elements(const MicroBatch& mb);
+// What lives only while one block's backward or the head runs (gradient scratch, logits chunk):
+// an estimate from the engine's buffers, not an exact count.
+int64_t workspace_elements(const MicroBatch& mb);
+
+}  // namespace boostlm::plan

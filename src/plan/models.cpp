@@ -1,0 +1,49 @@
+#include "plan/models.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "plan/paper.h"
+
+#ifndef BOOSTLM_PLAN_SOURCE_DIR
+#define BOOSTLM_PLAN_SOURCE_DIR "."
+#endif
+
+namespace boostlm::plan {
+
+namespace fs = std::filesystem;
+
+std::string preset_path(const std::string& name, Arch arch) {
+  for (const std::string dir : {"configs", BOOSTLM_PLAN_SOURCE_DIR "/configs"}) {
+    const std::string path = dir + "/" + name + "-" + to_string(arch) + ".json";
+    if (fs::exists(path)) return path;
+  }
+  return "";
+}
+
+ModelConfig find_model(const std::string& name, Arch arch) {
+  if (name.ends_with(".json") || name.find('/') != std::string::npos) {
+    if (!fs::exists(name)) throw error("model config ", name, " does not exist");
+    return ModelConfig::load(name);
+  }
+  const std::string preset = preset_path(name, arch);
+  if (!preset.empty()) return ModelConfig::load(preset);
+  if (is_paper_model(name)) return paper_model(name, arch);
+  throw error("no model named ", name, ": give a config file, a preset of configs/ (60m, 130m, ",
+              "350m, 1b, 7b) or a paper shape (1b, 3b, 7b, 13b, 30b, or paper-7b …)");
+}
+
+ModelConfig dense_counterpart(const std::string& name, const ModelConfig& model) {
+  if (model.arch == Arch::dense) return model;
+  const bool file = name.ends_with(".json") || name.find('/') != std::string::npos;
+  if (!file) {
+    const std::string preset = preset_path(name, Arch::dense);
+    if (!preset.empty()) return ModelConfig::load(preset);
+  }
+  ModelConfig dense = model;
+  dense.arch = Arch::dense;
+  dense.attn_rank = dense.mlp_rank = 0;
+  return dense;
+}
+
+}  // namespace boostlm::plan

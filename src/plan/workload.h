@@ -1,0 +1,67 @@
+// What one rank does for one micro-batch, op by op, as the engine does it: every GEMM with the
+// shape it has on that rank (efficiency depends on shape, SPEC §1: the thin GEMMs of naive-tp run
+// worse than btp's), the element-wise passes over activations, the fused attention, and the TP
+// collectives (exactly parallel/comm_formulas.h). The shapes follow the layout files
+// (parallel/dense_tp.cpp, naive_tp.cpp, btp.cpp) and the model around the blocks (model.cpp);
+// tests/plan checks them against the GEMMs the engine records.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "parallel/layout.h"
+
+namespace boostlm::plan {
+
+// C[m, n] = A[m, k] · B[k, n]
+struct GemmWork {
+  int64_t m = 0, n = 0, k = 0;
+  double flops() const { return 2.0 * m * n * k; }
+};
+
+struct Work {
+  std::vector<GemmWork> gemms;
+  // Element-wise kernels: activation elements read plus written, and the number of kernels.
+  double elementwise_elements = 0;
+  int64_t elementwise_kernels = 0;
+  // Fused causal attention (forward and backward, FlashAttention-style).
+  double attention_flops = 0;
+  double attention_elements = 0;  // q, k, v, out (and their gradients) read or written
+  int64_t attention_calls = 0;
+  CommCounts tp;  // as the engine counts it: 4 bytes per element
+
+  double gemm_flops() const;
+  Work& operator+=(const Work& other);
+};
+
+// One micro-batch on one rank: the model, the layout and its switches, the tokens, the TP size.
+struct MicroBatch {
+  LayoutKind layout = LayoutKind::btp;
+  ModelConfig config;
+  BlockOptions options;
+  int64_t batch = 1, seq_len = 1;
+  int tp = 1;
+  int64_t tokens() const { return batch * seq_len; }
+};
+
+// One block's forward; its backward, without recomputation; what recomputation adds to the
+// backward of one block (lowrank: local B GEMMs, attention, SwiGLU; block: the whole forward,
+// collectives included; none: nothing).
+Work block_forward(const MicroBatch& mb);
+Work block_backward(const MicroBatch& mb);
+Work block_recompute(const MicroBatch& mb);
+
+// Embedding (first stage) and final norm, LM head and parallel cross-entropy (last stage), in the
+// engine's row chunks, forward and backward together, TP collectives included.
+Work embedding_work(const MicroBatch& mb);
+Work head_work(const MicroBatch& mb);
+// Rows of the logits the engine materialises at once (model.cpp: at most 16 Mi elements).
+int64_t head_chunk_rows(const MicroBatch& mb);
+
+// A whole forward + backward of the model in one process (no pipeline), the blocks'
+// recomputation included: what Model::forward_backward runs.
+Work whole_model_work(const MicroBatch& mb);
+
+}  // namespace boostlm::plan

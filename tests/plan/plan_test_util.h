@@ -1,0 +1,92 @@
+// Helpers shared by the performance-model tests: small models, the cases every layout runs, and
+// the engine run the model's counts are held against.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/gemm.h"
+#include "model/model.h"
+#include "plan/workload.h"
+
+namespace boostlm::plan::test {
+
+inline ModelConfig small_model(Arch arch, int64_t kv_heads = 4, int64_t layers = 3) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = 64;
+  c.d_model = 32;
+  c.n_layers = layers;
+  c.n_heads = 4;
+  c.n_kv_heads = kv_heads;
+  c.d_ff = 48;
+  c.attn_rank = 8;
+  c.mlp_rank = 12;
+  c.max_seq_len = 16;
+  c.validate();
+  return c;
+}
+
+struct LayoutCase {
+  LayoutKind layout;
+  Arch arch;
+  BlockOptions options;
+  int64_t kv_heads = 4;
+};
+
+// Every layout with each switch it accepts.
+inline std::vector<LayoutCase> layout_cases() {
+  std::vector<LayoutCase> out;
+  out.push_back({LayoutKind::dense_tp, Arch::dense, {}});
+  out.push_back({LayoutKind::dense_tp, Arch::dense, {true, true, Recompute::block}, 2});
+  for (Arch arch : {Arch::cola, Arch::svd}) {
+    out.push_back({LayoutKind::naive_tp, arch, {true, true, Recompute::none}});
+    out.push_back({LayoutKind::naive_tp, arch, {true, false, Recompute::block}});
+    for (bool online : {true, false})
+      for (bool grouping : {true, false})
+        for (Recompute r : {Recompute::none, Recompute::lowrank, Recompute::block})
+          out.push_back({LayoutKind::btp, arch, {online, grouping, r}});
+  }
+  out.push_back({LayoutKind::btp, Arch::cola, {true, true, Recompute::lowrank}, 2});
+  return out;
+}
+
+inline std::string case_name(const LayoutCase& c) {
+  return to_string(c.layout) + "/" + to_string(c.arch) +
+         (c.options.online_norm ? "/online" : "/sync") +
+         (c.options.grouping ? "/grouped" : "/ungrouped") + "/recompute-" +
+         to_string(c.options.recompute) + "/kv" + std::to_string(c.kv_heads);
+}
+
+inline MicroBatch micro_batch(const LayoutCase& c, int64_t B, int64_t T, int tp) {
+  return {c.layout, small_model(c.arch, c.kv_heads), c.options, B, T, tp};
+}
+
+inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab));
+  return t;
+}
+
+// Sorted (M, N, K) of GEMMs, so two lists compare as multisets.
+inline std::vector<std::tuple<int64_t, int64_t, int64_t>> sorted_shapes(
+    const std::vector<GemmWork>& gemms) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+  for (const auto& g : gemms) out.emplace_back(g.m, g.n, g.k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+inline std::vector<std::tuple<int64_t, int64_t, int64_t>> sorted_shapes(
+    const std::vector<GemmShape>& gemms) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+  for (const auto& g : gemms) out.emplace_back(g.M, g.N, g.K);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace boostlm::plan::test

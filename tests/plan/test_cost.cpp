@@ -1,0 +1,161 @@
+// The cost of each piece in closed form: the GEMM curve, α–β collectives with the ring factors,
+// the 1F1B bubble, DP overlap, memory per rank, and how a grid is placed on nodes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "plan/cost.h"
+#include "plan/memory.h"
+#include "plan/step_model.h"
+#include "plan_test_util.h"
+
+namespace boostlm::plan {
+namespace {
+
+// A device where every number is round, so the closed forms below are easy to state.
+Hardware round_hardware() {
+  Hardware h;
+  h.name = "round";
+  h.devices_per_node = 4;
+  h.device.memory_bytes = 1e12;
+  h.device.gemm[DType::bf16] = {100e12, 0.5, 64};
+  h.device.gemm[DType::f32] = {10e12, 1.0, 0};
+  h.device.memory_bandwidth = 1e12;
+  h.device.elementwise_efficiency = 0.5;
+  h.device.attention_max_efficiency = 0.5;
+  h.intra_node = {10e-6, 100e9, 0.5, false};
+  h.inter_node = {20e-6, 10e9, 1.0, true};
+  return h;
+}
+
+TEST(PlanCost, GemmCurveIsTheStatedProduct) {
+  const GemmCurve c{100e12, 0.8, 64};
+  EXPECT_DOUBLE_EQ(gemm_efficiency(c, 64, 64, 64), 0.8 / 8);  // each dimension at half speed
+  EXPECT_NEAR(gemm_efficiency(c, 1 << 30, 1 << 30, 1 << 30), 0.8, 1e-6);
+  // Thin GEMMs run less efficiently than square ones of the same FLOPs (SPEC §1).
+  EXPECT_LT(gemm_efficiency(c, 16384, 4096, 256), gemm_efficiency(c, 16384, 1024, 1024));
+  const Hardware h = round_hardware();
+  const GemmWork g{4096, 4096, 4096};
+  const double expected =
+      g.flops() / (100e12 * gemm_efficiency(h.device.gemm.at(DType::bf16), 4096, 4096, 4096));
+  EXPECT_DOUBLE_EQ(gemm_seconds(h.device, DType::bf16, g), expected);
+  // A GEMM whose operands take longer to move than to multiply is memory-bound.
+  const GemmWork thin{1 << 20, 1, 1};
+  EXPECT_DOUBLE_EQ(gemm_seconds(h.device, DType::f32, thin),
+                   ((1 << 20) * 4.0 + 4.0 + (1 << 20) * 4.0) / 1e12);
+}
+
+TEST(PlanCost, CollectivesAreAlphaBetaWithTheRingFactors) {
+  EXPECT_DOUBLE_EQ(ring_factor(Collective::all_reduce, 2), 1.0);
+  EXPECT_DOUBLE_EQ(ring_factor(Collective::all_reduce, 4), 1.5);  // 2(t−1)/t
+  EXPECT_DOUBLE_EQ(ring_factor(Collective::reduce_scatter, 4), 0.75);
+  EXPECT_DOUBLE_EQ(ring_factor(Collective::all_gather, 4), 3.0);  // counted per rank
+  const Link link{10e-6, 100e9, 0.5, false};
+  EXPECT_DOUBLE_EQ(collective_seconds(link, Collective::all_reduce, 3, 1e9, 8, 8),
+                   3 * 10e-6 + 2.0 * 7 / 8 * 1e9 / 50e9);
+  EXPECT_DOUBLE_EQ(collective_seconds(link, Collective::all_reduce, 3, 1e9, 1), 0.0);
+  const Link shared{0, 10e9, 1.0, true};  // one NIC for the node: four flows share it
+  EXPECT_DOUBLE_EQ(collective_seconds(shared, Collective::send, 1, 1e9, 2, 4), 0.4);
+  // The engine counts 4 bytes per element; comm_seconds re-prices them at the element width.
+  CommCounts counts;
+  counts[Collective::all_reduce] = {2, 4000};
+  counts[Collective::recv] = {5, 1 << 20};  // the other end of a send: not timed twice
+  EXPECT_DOUBLE_EQ(comm_seconds(link, counts, 2, 2.0),
+                   collective_seconds(link, Collective::all_reduce, 2, 2000, 2));
+}
+
+TEST(PlanCost, ElementwiseAndAttentionUseBandwidthAndTheHeadDimCurve) {
+  const Hardware h = round_hardware();
+  EXPECT_DOUBLE_EQ(elementwise_seconds(h.device, 1e9, 0, 2.0), 2e9 / 0.5e12);
+  Work w;
+  w.attention_flops = 1e12;
+  w.attention_calls = 1;
+  Device d = h.device;
+  d.attention_half_head_dim = 64;
+  // hd = 64 runs at half of max_efficiency (0.5): 25% of the bf16 peak.
+  EXPECT_DOUBLE_EQ(attention_seconds(d, DType::bf16, w, 64, 2.0), 1e12 / (100e12 * 0.25));
+}
+
+StepConfig btp_step(int tp, int pp, int dp, int64_t m) {
+  StepConfig c;
+  c.layout = LayoutKind::btp;
+  c.config = test::small_model(Arch::cola, 4, 8);
+  c.tp = tp;
+  c.pp = pp;
+  c.dp = dp;
+  c.micro_batch = 2;
+  c.micro_batches = m;
+  c.seq_len = 8;
+  return c;
+}
+
+// 1F1B: (m + p − 1) micro-batch times of the slowest stage; the bubble is (p−1)/(m+p−1) of them.
+TEST(PlanStepModel, PipelineBubbleIsOneFOneB) {
+  const Hardware h = round_hardware();
+  for (int64_t m : {1, 4, 16}) {
+    const StepPrediction p = predict_step(h, btp_step(1, 4, 1, m));
+    const double pipeline = p.step_s - p.dp_exposed_s - p.optimizer_s;
+    EXPECT_NEAR(p.bubble_s / pipeline, 3.0 / (m + 3), 1e-12) << "m=" << m;
+    EXPECT_NEAR(p.micro_batches.total() + p.pp_comm_s + p.bubble_s, pipeline, 1e-12 * pipeline);
+  }
+  EXPECT_EQ(predict_step(h, btp_step(1, 1, 1, 4)).bubble_s, 0.0);
+}
+
+// DP reduction hides behind the last micro-batch's backward; ZeRO-1's does not.
+TEST(PlanStepModel, DataParallelReductionOverlapsBackward) {
+  Hardware h = round_hardware();
+  const StepPrediction fast = predict_step(h, btp_step(1, 1, 4, 1));
+  EXPECT_GT(fast.dp_comm_s, 0.0);
+  EXPECT_LE(fast.dp_exposed_s, fast.dp_comm_s);
+  h.intra_node.bandwidth = 1e3;  // a link so slow that nothing can hide it
+  const StepPrediction slow = predict_step(h, btp_step(1, 1, 4, 1));
+  EXPECT_GT(slow.dp_exposed_s, 0.5 * slow.dp_comm_s);
+  StepConfig zero = btp_step(1, 1, 4, 1);
+  zero.zero1 = true;
+  const StepPrediction z = predict_step(h, zero);
+  EXPECT_DOUBLE_EQ(z.dp_exposed_s, z.dp_comm_s);
+}
+
+// Memory per rank: fp32 weights and gradients (4 + 4 bytes), two fp32 moments (8, /dp with
+// ZeRO-1), a bf16 copy (2); activations: kept per block × blocks × micro-batches in flight.
+TEST(PlanStepModel, MemoryPerRankIsTheClosedForm) {
+  const Hardware h = round_hardware();
+  StepConfig c = btp_step(2, 2, 2, 8);
+  c.zero1 = true;
+  const StepPrediction p = predict_step(h, c);
+  const MicroBatch mb{c.layout, c.config, c.options, c.micro_batch, c.seq_len, c.tp};
+  // Stage 0 holds the embedding and two micro-batches in flight; it is the larger.
+  const double params = stage_param_elements(c.layout, c.config, 2, 2, 0);
+  EXPECT_DOUBLE_EQ(p.memory.weights, 4 * params);
+  EXPECT_DOUBLE_EQ(p.memory.optimizer, 8 * params / 2);
+  EXPECT_DOUBLE_EQ(p.memory.weights_bf16, 2 * params);
+  EXPECT_DOUBLE_EQ(p.memory.activations,
+                   2.0 * (block_kept_elements(mb) * stage_layers(c.config, 2, 0) * 2));
+}
+
+// TP innermost, PP outermost (comm/grid.h): with 4 devices per node, TP 4 stays inside a node
+// and TP 8 does not; DP over TP 2 × DP 2 stays inside, PP across 2 nodes crosses.
+TEST(PlanStepModel, GroupsArePlacedOnNodesAsTheGridOrdersRanks) {
+  const Hardware h = round_hardware();
+  EXPECT_EQ(predict_step(h, btp_step(4, 1, 1, 1)).tp_link, "intra-node");
+  StepConfig wide = btp_step(4, 1, 2, 1);
+  EXPECT_EQ(predict_step(h, wide).dp_link, "inter-node");
+  EXPECT_EQ(predict_step(h, btp_step(2, 2, 2, 2)).dp_link, "intra-node");
+  EXPECT_EQ(predict_step(h, btp_step(2, 2, 2, 2)).pp_link, "inter-node");
+}
+
+TEST(PlanStepModel, RefusesWhatTheEngineCannotRun) {
+  const Hardware h = round_hardware();
+  StepConfig c = btp_step(3, 1, 1, 1);  // 4 heads over 3 ranks
+  EXPECT_THROW(predict_step(h, c), Error);
+  c = btp_step(1, 9, 1, 1);  // more stages than blocks
+  EXPECT_THROW(predict_step(h, c), Error);
+  c = btp_step(1, 1, 1, 1);
+  c.layout = LayoutKind::naive_tp;
+  c.options.recompute = Recompute::lowrank;  // lowrank checkpointing is btp's
+  EXPECT_THROW(predict_step(h, c), Error);
+}
+
+}  // namespace
+}  // namespace boostlm::plan
