@@ -10,6 +10,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3-torch libopenblas0-openmp  # the PyTorch oracle (tools/torch); OpenBLAS for its fp32 GEMMs
 )
 
 missing=()

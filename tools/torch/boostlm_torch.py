@@ -58,8 +58,10 @@ def best_openblas_coretype(flags):
     OpenBLAS's own detection goes by vendor/family/model, so a CPU newer than the OpenBLAS build
     (or an environment that presets OPENBLAS_CORETYPE, as this one does with Haswell) can leave
     AVX-512 unused. Choosing from the instruction sets is right on any vendor. Measured on the
-    AMD EPYC (Zen 5) development machine with Debian's OpenBLAS 0.3.21: COOPERLAKE and SKYLAKEX
-    (AVX-512) ran a 2048x512x1376 SGEMM ~2x faster than HASWELL (AVX2), PRESCOTT ~3x slower still.
+    AMD EPYC (Zen 5) development machine with Debian's OpenBLAS 0.3.21, 2 threads: a
+    2048x512x1376 SGEMM ran at 105-134 GFLOP/s with COOPERLAKE or SKYLAKEX (AVX-512), 45-90 with
+    HASWELL or ZEN (AVX2), 42 with PRESCOTT; a whole fp32 training step of the 60M models took
+    1.45x longer with HASWELL or ZEN than with COOPERLAKE (tools/torch/README.md).
     """
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= flags:
         return "COOPERLAKE"
