@@ -112,6 +112,7 @@ struct CommRequest::Impl {
   MPI_Request request = MPI_REQUEST_NULL;
 };
 
+CommRequest::CommRequest() = default;
 CommRequest::CommRequest(CommRequest&&) noexcept = default;
 
 CommRequest& CommRequest::operator=(CommRequest&& other) noexcept {

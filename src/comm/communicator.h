@@ -36,7 +36,7 @@ struct CommCounts {
 // A non-blocking operation in flight. test() lets MPI progress it and says whether it finished.
 class CommRequest {
  public:
-  CommRequest() = default;
+  CommRequest();
   CommRequest(CommRequest&&) noexcept;
   CommRequest& operator=(CommRequest&&) noexcept;
   ~CommRequest();  // waits if still pending

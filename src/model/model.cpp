@@ -48,14 +48,31 @@ static GemmInput rounded_input_impl(DType compute, const float* x, int64_t rows,
   return {x, scratch.data(), cols};
 }
 
+std::pair<int64_t, int64_t> Model::stage_layers(int64_t n_layers, int stages, int stage) {
+  const int64_t base = n_layers / stages, extra = n_layers % stages;
+  const int64_t first = stage * base + std::min<int64_t>(stage, extra);
+  return {first, first + base + (stage < extra ? 1 : 0)};
+}
+
 Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind> layout,
-             Communicator* tp, const BlockOptions& options)
-    : config_(config), compute_(compute), tp_(tp ? tp : &self_) {
+             Communicator* tp, const BlockOptions& options, Communicator* pp, int micro_slots)
+    : config_(config),
+      compute_(compute),
+      tp_(tp ? tp : &self_),
+      pp_(pp ? pp : &self_pp_),
+      micro_slots_(std::max(1, micro_slots)) {
   config_.validate();
+  if (pp_->size() > config_.n_layers)
+    throw error("--pp ", pp_->size(), " exceeds the model's ", config_.n_layers, " layers");
+  if (pp_->size() > 1 && config_.tied_embeddings)
+    throw error("tied embeddings need the embedding and the head on one stage; --pp ", pp_->size(),
+                " puts them on the first and the last");
+  std::tie(first_layer_, last_layer_) = stage_layers(config_.n_layers, pp_->size(), pp_->rank());
   const LayoutKind kind = layout.value_or(default_layout(config_));
   check_options(kind, options);
   layout_ = make_layout(kind, config_, *tp_);
   layout_->set_options(options);
+  layout_->set_stage(first_layer_, last_layer_, micro_slots_);
   full_table_ = build_param_table(config_);
   const int t = tp_->size();
   vocab_rows_ = config_.vocab_size / t;
@@ -69,10 +86,13 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
       table_.add(name, full.shape, full.init, full.init_std, full.weight_decay, 0, vocab_begin_,
                  vocab_rows_);
   };
-  add_vocab("model.embed_tokens.weight");
-  for (int64_t l = 0; l < config_.n_layers; ++l) layout_->add_block_params(table_, l);
-  table_.add("model.norm.weight", {config_.d_model}, Init::ones, 0, false);
-  if (!config_.tied_embeddings) add_vocab("lm_head.weight");
+  // A pipeline stage holds its own layers; the first also the embedding, the last the head.
+  if (first_stage()) add_vocab("model.embed_tokens.weight");
+  for (int64_t l = first_layer_; l < last_layer_; ++l) layout_->add_block_params(table_, l);
+  if (last_stage()) {
+    table_.add("model.norm.weight", {config_.d_model}, Init::ones, 0, false);
+    if (!config_.tied_embeddings) add_vocab("lm_head.weight");
+  }
   weights_ = FlatBuffer(table_.total_elements());
   grads_ = FlatBuffer(table_.total_elements());
   bind();
@@ -106,7 +126,7 @@ void Model::prepare(int64_t B, int64_t T) {
   seq_len_ = T;
   layout_->prepare(B, T);
   const int64_t N = B * T, d = config_.d_model, rc = layout_->residual_columns();
-  resid_.assign(config_.n_layers + 1, std::vector<float>(N * rc));
+  resid_.assign(micro_slots_ * (layers() + 1), std::vector<float>(N * rc));
   if (layout_->options().recompute == Recompute::block) x_scratch_.resize(N * rc);
   x_full_.resize(N * d);
   norm_final_.resize(N * d);
@@ -132,24 +152,45 @@ int64_t Model::kept_bytes_per_block() const {
   return input + (layout_->options().recompute == Recompute::block ? 0 : layout_->slot_bytes());
 }
 
-void Model::forward_blocks(const int32_t* tokens, int64_t B, int64_t T) {
-  prepare(B, T);
-  tokens_ = tokens;
+void Model::set_micro(int micro) {
+  micro_index_ = micro;
+  micro_ = micro % micro_slots_;
+  layout_->set_micro(micro);
+}
+
+int64_t Model::boundary_elements() const {
+  return batch_ * seq_len_ * layout_->residual_columns();
+}
+
+float* Model::stage_input() {
+  return resid(first_layer_);
+}
+
+const float* Model::stage_output() {
+  return resid(last_layer_);
+}
+
+void Model::stage_forward(const int32_t* tokens, bool round_weights) {
+  BOOSTLM_ASSERT_MSG(batch_ > 0, "prepare(B, T) before stage_forward");
   // The weights may have changed since the last call (optimizer step, checkpoint load).
-  if (compute_ == DType::bf16)
+  if (compute_ == DType::bf16 && round_weights)
     round_to_bf16(weights_.data(), 1, weights_.size(), weights_.size(), weights_bf16_.data());
-  const int64_t N = B * T, d = config_.d_model, rc = layout_->residual_columns();
-  // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum over
-  // the group is the full lookup. A hidden-sharded residual (btp) then keeps its own columns.
-  float* x0 = rc == d ? resid_[0].data() : x_full_.data();
-  embedding_shard_forward(tokens, N, weights_.view(table_.at("model.embed_tokens.weight")),
-                          vocab_begin_, vocab_rows_, d, x0);
-  tp_->all_reduce(x0, N * d);
-  if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid_[0].data());
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    BOOSTLM_PHASE("block_forward");
-    layout_->block_forward(l, resid_[l].data(), resid_[l + 1].data());
+  const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = layout_->residual_columns();
+  if (first_stage()) {
+    // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum
+    // over the group is the full lookup. A hidden-sharded residual (btp) keeps its own columns.
+    float* x0 = rc == d ? resid(first_layer_) : x_full_.data();
+    embedding_shard_forward(tokens, N, weights_.view(table_.at("model.embed_tokens.weight")),
+                            vocab_begin_, vocab_rows_, d, x0);
+    tp_->all_reduce(x0, N * d);
+    if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid(first_layer_));
   }
+  for (int64_t l = first_layer_; l < last_layer_; ++l) {
+    BOOSTLM_PHASE("block_forward");
+    layout_->block_forward(l, resid(l), resid(l + 1));
+  }
+  held_layer_ = last_layer_ - 1;
+  held_micro_ = micro_index_;
 }
 
 // Final norm, vocab-parallel LM head and parallel cross-entropy, in row chunks so the [N, V/t]
@@ -160,7 +201,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   const int64_t rc = layout_->residual_columns();
   const int t = tp_->size();
   std::vector<float> scratch;
-  const float* x_last = resid_.back().data();
+  const float* x_last = resid(last_layer_);
   if (rc != d) {  // btp: all-gather the hidden shards before the final norm (SPEC §3.3)
     gather_columns(*tp_, x_last, N, rc, x_full_.data(), scratch);
     x_last = x_full_.data();
@@ -234,37 +275,58 @@ void Model::embedding_backward(const int32_t* tokens) {
                            grads_.view(table_.at("model.embed_tokens.weight")));
 }
 
+float Model::stage_loss(const int32_t* targets, bool backward, float grad_scale) {
+  BOOSTLM_ASSERT(last_stage());
+  return head_and_loss(targets, backward, grad_scale);
+}
+
+void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
+  if (last_stage() && observer) observer->head_done();
+  for (int64_t l = last_layer_ - 1; l >= first_layer_; --l) {
+    BOOSTLM_PHASE("block_backward");
+    // Whole-block recomputation: rerun the block's forward (collectives included) to rebuild its
+    // activations, unless they are the ones the forward pass left in the slot.
+    if (layout_->options().recompute == Recompute::block &&
+        (held_layer_ != l || held_micro_ != micro_index_)) {
+      layout_->block_forward(l, resid(l), x_scratch_.data());
+      held_layer_ = l;
+      held_micro_ = micro_index_;
+    }
+    layout_->block_backward(l, d_resid_.data());
+    if (observer) observer->block_done(l);
+  }
+  if (first_stage()) embedding_backward(tokens);
+}
+
 float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
-  forward_blocks(tokens, B, T);
+  BOOSTLM_ASSERT_MSG(pp_->size() == 1, "with pipeline stages use parallel/pipeline.h");
+  prepare(B, T);
+  set_micro(0);
+  stage_forward(tokens);
   return head_and_loss(targets, false, 0.0f);
 }
 
 float Model::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                               float grad_scale, BackwardObserver* observer) {
-  forward_blocks(tokens, B, T);
+  BOOSTLM_ASSERT_MSG(pp_->size() == 1, "with pipeline stages use parallel/pipeline.h");
+  prepare(B, T);
+  set_micro(0);
+  stage_forward(tokens);
   const float loss = head_and_loss(targets, true, grad_scale);
-  if (observer) observer->head_done();
-  for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
-    // Whole-block recomputation: rerun the block's forward (collectives included) to rebuild its
-    // activations; the last block's are still there from the forward pass.
-    BOOSTLM_PHASE("block_backward");
-    if (layout_->options().recompute == Recompute::block && l + 1 < config_.n_layers)
-      layout_->block_forward(l, resid_[l].data(), x_scratch_.data());
-    layout_->block_backward(l, d_resid_.data());
-    if (observer) observer->block_done(l);
-  }
-  embedding_backward(tokens);
+  stage_backward(tokens, observer);
   return loss;
 }
 
 void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
-  BOOSTLM_ASSERT_MSG(tp_->size() == 1, "generation runs in one process");
-  forward_blocks(tokens, 1, T);
+  BOOSTLM_ASSERT_MSG(tp_->size() == 1 && pp_->size() == 1, "generation runs in one process");
+  prepare(1, T);
+  set_micro(0);
+  stage_forward(tokens);
   const int64_t d = config_.d_model;
   const ParamInfo& fnorm = table_.at("model.norm.weight");
   const ParamInfo& head =
       table_.at(config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  const float* x = resid_.back().data() + (T - 1) * d;
+  const float* x = resid(last_layer_) + (T - 1) * d;
   rmsnorm_forward(x, d, weights_.view(fnorm), 1, d, config_.rms_eps, norm_final_.data(), d,
                   rstd_final_.data());
   gemm(Trans::N, Trans::T, 1, config_.vocab_size, d, 1.0f, norm_final_.data(), d,
@@ -287,12 +349,18 @@ double Model::grad_sum_squares(int64_t begin, int64_t end, Communicator* dp) {
   double total = sharded + (tp_->rank() == 0 ? replicated : 0.0);
   tp_->all_reduce(&total, 1);
   if (dp) dp->all_reduce(&total, 1);
+  pp_->all_reduce(&total, 1);
   return total;
 }
 
 void Model::gather_full(const FlatBuffer& local, FlatBuffer& full) {
   for (const auto& p : table_.entries())
     gather_tensor(p, local.view(p), full.view(full_table_.at(p.name)), *tp_);
+  if (pp_->size() == 1) return;
+  // Each stage holds its own tensors: zero the others and sum over the stages.
+  for (const auto& p : full_table_.entries())
+    if (!table_.find(p.name)) std::fill_n(full.view(p), p.numel, 0.0f);
+  pp_->all_reduce(full.data(), full.size());
 }
 
 void Model::slice_full(const FlatBuffer& full, FlatBuffer& local) const {

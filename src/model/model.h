@@ -32,8 +32,11 @@ class BackwardObserver {
 class Model {
  public:
   // tp: the tensor-parallel group (nullptr: this process alone). layout: default_layout(config).
+  // pp: the pipeline group (nullptr: one stage); this rank runs stage pp->rank() of the layers
+  // (stage_layers) and keeps activations for `micro_slots` micro-batches in flight.
   Model(const ModelConfig& config, DType compute, std::optional<LayoutKind> layout = {},
-        Communicator* tp = nullptr, const BlockOptions& options = {});
+        Communicator* tp = nullptr, const BlockOptions& options = {}, Communicator* pp = nullptr,
+        int micro_slots = 1);
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -41,6 +44,14 @@ class Model {
   void set_compute(DType compute);
   LayoutKind layout() const { return layout_->kind(); }
   Communicator& tp() { return *tp_; }
+  Communicator& pp() { return *pp_; }
+  bool first_stage() const { return pp_->rank() == 0; }
+  bool last_stage() const { return pp_->rank() == pp_->size() - 1; }
+  int64_t first_layer() const { return first_layer_; }
+  int64_t last_layer() const { return last_layer_; }
+  // Layers [first, last) of pipeline stage `stage` of `stages`: as even as possible, the first
+  // stages taking one more when they do not divide.
+  static std::pair<int64_t, int64_t> stage_layers(int64_t n_layers, int stages, int stage);
   const ParamTable& params() const { return table_; }            // this rank's shards
   const ParamTable& full_params() const { return full_table_; }  // SPEC §2, unsharded
   FlatBuffer& weights() { return weights_; }
@@ -56,6 +67,29 @@ class Model {
   float forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                          float grad_scale = 1.0f, BackwardObserver* observer = nullptr);
 
+  // Pipeline pieces (parallel/pipeline.h runs them in 1F1B order). set_micro(i) selects the
+  // activation slot of micro-batch i (slot i mod micro_slots); the calls below work on it.
+  // prepare(B, T) sizes every buffer first (a no-op when the shape is unchanged).
+  void prepare(int64_t B, int64_t T);
+  void set_micro(int micro);
+  // Where a later stage receives the previous stage's output [N, rc] before stage_forward.
+  float* stage_input();
+  // Runs this stage's blocks: the first stage from `tokens` (embedding), the others from
+  // stage_input(). round_weights: round the weights to bf16 first (once per optimizer step).
+  void stage_forward(const int32_t* tokens, bool round_weights = true);
+  const float* stage_output();  // [N, rc], for the next stage
+  // Last stage: the mean loss of the micro-batch; with backward also grad_scale·∂loss/∂x into
+  // output_grad(), ready for stage_backward.
+  float stage_loss(const int32_t* targets, bool backward, float grad_scale);
+  // The gradient at this stage's output [N, rc]: received from the next stage, or written by
+  // stage_loss on the last; stage_backward turns it into the gradient at the stage's input.
+  float* output_grad() { return d_resid_.data(); }
+  // Blocks backward (and the embedding's on the first stage), accumulating into grads().
+  void stage_backward(const int32_t* tokens, BackwardObserver* observer = nullptr);
+  const float* input_grad() const { return d_resid_.data(); }  // for the previous stage
+  int64_t boundary_elements() const;  // N·rc: what crosses a stage boundary per micro-batch
+  int micro_slots() const { return micro_slots_; }
+
   // Logits at the last position of one sequence tokens[0, T) into out[vocab_size] (inference,
   // one process).
   void last_logits(const int32_t* tokens, int64_t T, float* out);
@@ -63,10 +97,12 @@ class Model {
   // Σ g² over the model's gradient, each element counted once however it is sharded or replicated
   // over the TP group (a collective over tp). With a range, only flat elements [begin, end) of
   // this rank count (ZeRO: each DP rank its part), and the sum is also reduced over `dp`.
+  // Also summed over the pipeline stages, which hold different tensors.
   double grad_sum_squares(int64_t begin = 0, int64_t end = -1, Communicator* dp = nullptr);
 
   // Full tensors (laid out by full_params()) from this rank's shards, and back (gather is a
-  // collective over tp; slice is local).
+  // collective over tp, and over pp where stages hold different layers; slice is local and
+  // takes only this stage's tensors).
   void gather_full(const FlatBuffer& local, FlatBuffer& full);
   void slice_full(const FlatBuffer& full, FlatBuffer& local) const;
 
@@ -78,15 +114,20 @@ class Model {
 
  private:
   void bind();
-  void prepare(int64_t B, int64_t T);
-  void forward_blocks(const int32_t* tokens, int64_t B, int64_t T);
   float head_and_loss(const int32_t* targets, bool backward, float grad_scale);
   void embedding_backward(const int32_t* tokens);
 
   ModelConfig config_;
   DType compute_;
-  Communicator self_;  // used when no TP group is given
+  Communicator self_, self_pp_;  // used when no TP / PP group is given
   Communicator* tp_;
+  Communicator* pp_;
+  int64_t first_layer_ = 0, last_layer_ = 0;
+  int micro_slots_ = 1, micro_ = 0, micro_index_ = 0;
+  // With whole-block recomputation the single activation slot holds the last block forward run:
+  // (layer, micro-batch). Backward recomputes a block unless it is that one.
+  int64_t held_layer_ = -1;
+  int held_micro_ = -1;
   std::unique_ptr<Layout> layout_;
   ParamTable table_, full_table_;
   FlatBuffer weights_, grads_;
@@ -94,8 +135,12 @@ class Model {
   int64_t vocab_begin_ = 0, vocab_rows_ = 0;  // this rank's slice of the vocabulary
 
   int64_t batch_ = 0, seq_len_ = 0, capacity_tokens_ = 0;
-  const int32_t* tokens_ = nullptr;
-  std::vector<std::vector<float>> resid_;  // x entering block l (l = n_layers: the last output)
+  // x entering block l of this stage (l = last_layer_: the stage's output), per micro-batch slot.
+  std::vector<std::vector<float>> resid_;
+  float* resid(int64_t layer) {
+    return resid_[micro_ * (layers() + 1) + (layer - first_layer_)].data();
+  }
+  int64_t layers() const { return last_layer_ - first_layer_; }
   std::vector<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, d_full_, logits_,
       row_max_, ce_stats_, ce_lse_, losses_;
   std::vector<bf16_t> norm_final_bf16_, logits_bf16_;

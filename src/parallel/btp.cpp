@@ -103,6 +103,7 @@ class Btp final : public Layout {
     const BlockWeights& bw = blocks_[layer];
     a.x_in = x_in;
     work_layer_ = layer;
+    work_micro_ = micro_index_;
     const int64_t N = batch_ * seq_len_;
     build_grouped_a(layer);
 
@@ -132,7 +133,9 @@ class Btp final : public Layout {
     const BlockWeights& bw = blocks_[layer];
     const int64_t N = batch_ * seq_len_;
     // The shared work area still holds the intermediates of the block forward ran last.
-    if (options_.recompute == Recompute::lowrank && work_layer_ != layer) recompute(layer, a);
+    if (options_.recompute == Recompute::lowrank &&
+        (work_layer_ != layer || work_micro_ != micro_index_))
+      recompute(layer, a);
     work_layer_ = -1;  // backward overwrites them
 
     // MLP.
@@ -192,7 +195,7 @@ class Btp final : public Layout {
     std::vector<float> q, k, v, attn, lse, gate, up, hidden;
   };
 
-  int64_t rank(int i) const { return blocks_[0].proj[i].rank; }
+  int64_t rank(int i) const { return blocks_[first_layer_].proj[i].rank; }
 
   static int64_t bytes_of(const Acts& a) {
     int64_t n = a.x_mid.size() + a.rstd1.size() + a.rstd2.size() + a.norm1.size() + a.norm2.size() +
@@ -533,7 +536,8 @@ class Btp final : public Layout {
 
   std::vector<Acts> acts_;
   Acts work_;                // lowrank recomputation: the intermediates of the block in backward
-  int64_t work_layer_ = -1;  // the block whose intermediates work_ holds
+  int64_t work_layer_ = -1;  // the block (and micro-batch) whose intermediates work_ holds
+  int work_micro_ = -1;
   std::vector<GroupedA> grouped_a_;
   int64_t heads_ = 0, kv_heads_ = 0, dl_ = 0, kvl_ = 0, ffl_ = 0;
   RopeTable rope_;

@@ -74,4 +74,19 @@ CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int 
   return out;
 }
 
+CommCounts pipeline_p2p_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int pp,
+                             int stage, int64_t m, bool backward) {
+  CommCounts out;
+  const int64_t boundary = N * (layout == LayoutKind::btp ? c.d_model / tp : c.d_model);
+  const bool has_next = stage + 1 < pp, has_prev = stage > 0;
+  // Activations go forward: sent to the next stage, received from the previous one.
+  if (has_next) add(out, Collective::send, m, m * boundary);
+  if (has_prev) add(out, Collective::recv, m, m * boundary);
+  if (backward) {  // their gradients come back
+    if (has_prev) add(out, Collective::send, m, m * boundary);
+    if (has_next) add(out, Collective::recv, m, m * boundary);
+  }
+  return out;
+}
+
 }  // namespace boostlm

@@ -17,6 +17,12 @@
 // cross-entropy all-reduces per logits chunk the row max (rows, kind all_reduce_max) and the
 // Σexp/target pair (2·rows), and in backward the head's input gradient (rows·d). btp all-gathers
 // its N·d/t residual shard before the final norm and its gradient before the embedding's backward.
+//
+// Pipeline (§3.7), over the PP group: per micro-batch each stage boundary carries every rank's
+// residual, N·rc elements with rc = d/t under btp (its hidden shard, to the same TP rank of the
+// next stage) and rc = d otherwise, and its gradient back. Stage s of p sends m·N·rc to s + 1
+// (s < p − 1) and, with backward, m·N·rc to s − 1 (s > 0), in one send per micro-batch each;
+// it receives the mirror image.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,9 @@ CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t t
 // Embedding, head and loss of one forward (+ backward) pass over `tokens` in `head_chunks` chunks.
 CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
                          int64_t head_chunks, bool backward);
+// Point-to-point traffic of pipeline stage `stage` of `pp` for m micro-batches of `tokens`.
+CommCounts pipeline_p2p_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
+                             int pp, int stage, int64_t micro_batches, bool backward);
 // A whole forward (+ backward) pass.
 CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
                         int64_t head_chunks, bool backward, const BlockOptions& options = {});

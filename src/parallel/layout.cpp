@@ -75,7 +75,8 @@ void check_layout(LayoutKind kind, const ModelConfig& c, int t) {
   }
 }
 
-Layout::Layout(const ModelConfig& config, Communicator& tp) : config_(config), tp_(tp) {}
+Layout::Layout(const ModelConfig& config, Communicator& tp)
+    : config_(config), tp_(tp), last_layer_(config.n_layers) {}
 
 void Layout::add_block_params(ParamTable& table, int64_t layer) const {
   const BlockSharding s = sharding();
@@ -114,8 +115,8 @@ void Layout::add_block_params(ParamTable& table, int64_t layer) const {
 void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
                   const bf16_t* weights_bf16) {
   const auto dims = block_projections(config_);
-  blocks_.clear();
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
+  blocks_.assign(config_.n_layers, BlockWeights{});  // indexed by layer; this stage's are bound
+  for (int64_t l = first_layer_; l < last_layer_; ++l) {
     const std::string prefix = "model.layers." + std::to_string(l);
     BlockWeights bw;
     const ParamInfo& n1 = table.at(prefix + ".input_layernorm.weight");
@@ -127,7 +128,7 @@ void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grad
     for (int i = 0; i < kProjectionsPerBlock; ++i)
       bw.proj[i] = bind_projection(dims[i], l, config_.arch == Arch::cola, table, weights, grads,
                                    weights_bf16);
-    blocks_.push_back(bw);
+    blocks_[l] = bw;
   }
 }
 

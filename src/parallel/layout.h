@@ -78,6 +78,18 @@ class Layout {
   void bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
             const bf16_t* weights_bf16);
   void set_compute(DType compute) { compute_ = compute; }
+  // Before bind() and prepare(): the blocks this rank runs (a pipeline stage's layers), and how
+  // many micro-batches may be in flight (each needs its own activations).
+  void set_stage(int64_t first_layer, int64_t last_layer, int micro_slots) {
+    first_layer_ = first_layer;
+    last_layer_ = last_layer;
+    micro_slots_ = micro_slots;
+  }
+  // The micro-batch whose activations block_forward/backward use next.
+  void set_micro(int micro) {
+    micro_index_ = micro;
+    micro_ = micro % micro_slots_;
+  }
   // Before prepare().
   void set_options(const BlockOptions& options) { options_ = options; }
   const BlockOptions& options() const { return options_; }
@@ -96,14 +108,22 @@ class Layout {
   // x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
   GemmInput shared_input(const float* x, int64_t rows, int64_t cols, std::vector<bf16_t>& scratch);
 
-  // Activation slots: one per block, or a single one reused when whole blocks are recomputed.
-  int64_t slots() const { return options_.recompute == Recompute::block ? 1 : config_.n_layers; }
-  int64_t slot(int64_t layer) const { return options_.recompute == Recompute::block ? 0 : layer; }
+  // Activation slots: one per block of this stage and micro-batch in flight, or a single one reused
+  // when whole blocks are recomputed.
+  int64_t layers() const { return last_layer_ - first_layer_; }
+  int64_t slots() const {
+    return options_.recompute == Recompute::block ? 1 : layers() * micro_slots_;
+  }
+  int64_t slot(int64_t layer) const {
+    return options_.recompute == Recompute::block ? 0 : micro_ * layers() + (layer - first_layer_);
+  }
 
   const ModelConfig& config_;
   Communicator& tp_;
   DType compute_ = DType::f32;
   BlockOptions options_;
+  int64_t first_layer_ = 0, last_layer_ = 0;           // set by set_stage; all layers by default
+  int micro_slots_ = 1, micro_ = 0, micro_index_ = 0;  // slots, current slot, micro-batch
   std::vector<BlockWeights> blocks_;
   int64_t batch_ = 0, seq_len_ = 0;
 };

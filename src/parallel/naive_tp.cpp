@@ -47,7 +47,7 @@ class NaiveTp final : public Layout {
     acts_.assign(slots(), {});
     for (auto& a : acts_) {
       for (int i = 0; i < kProjectionsPerBlock; ++i) {
-        const int64_t rank = blocks_[0].proj[i].rank;  // local: r / t
+        const int64_t rank = blocks_[first_layer_].proj[i].rank;  // local: r / t
         a.z[i].resize(N * rank);
         if (config_.arch == Arch::cola) a.h[i].resize(N * rank);
       }
@@ -74,7 +74,8 @@ class NaiveTp final : public Layout {
     d_gate_.resize(N * ff);
     d_up_.resize(N * ff);
     d_hidden_.resize(N * ff);
-    d_latent_.resize(N * std::max(blocks_[0].proj[q_].rank, blocks_[0].proj[gate_].rank));
+    d_latent_.resize(
+        N * std::max(blocks_[first_layer_].proj[q_].rank, blocks_[first_layer_].proj[gate_].rank));
   }
 
   void block_forward(int64_t layer, const float* x_in, float* x_out) override {
@@ -102,8 +103,7 @@ class NaiveTp final : public Layout {
       int64_t c0 = 0;
       for (auto [i, y] : outputs) {
         float* h = a.h[i].empty() ? a.z[i].data() : a.h[i].data();
-        projection_forward(w.proj[i], x, N, a.z[i].data(), h, packed_.data() + c0, width,
-                           compute_);
+        projection_forward(w.proj[i], x, N, a.z[i].data(), h, packed_.data() + c0, width, compute_);
         c0 += w.proj[i].d_out;
       }
       tp_.all_reduce(packed_.data(), N * width);
@@ -199,8 +199,8 @@ class NaiveTp final : public Layout {
   };
   std::vector<Acts> acts_;
   RopeTable rope_;
-  std::vector<float> packed_, partial_, d_norm_, d_q_, d_k_, d_v_, d_attn_, d_gate_, d_up_, d_hidden_,
-      d_latent_;
+  std::vector<float> packed_, partial_, d_norm_, d_q_, d_k_, d_v_, d_attn_, d_gate_, d_up_,
+      d_hidden_, d_latent_;
   std::vector<bf16_t> rounded_;
 };
 

@@ -212,7 +212,7 @@ void load_checkpoint_weights(const std::string& dir, Model& model) {
     read_slice(reader, p.name, p, model.weights().view(p), scratch);
   }
   for (const auto& [name, entry] : reader.entries())
-    if (!model.params().find(name))
+    if (!model.full_params().find(name))
       throw error("checkpoint: ", path, " has tensor '", name,
                   "' that this model does not (does the config match the checkpoint?)");
 }

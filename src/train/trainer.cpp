@@ -22,6 +22,7 @@
 #include "model/flops.h"
 #include "model/model.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline.h"
 #include "train/checkpoint.h"
 
 namespace boostlm {
@@ -138,10 +139,11 @@ double evaluate(Model& model, const std::string& shard_path, int64_t batch_size,
     throw error(shard_path, " holds ", tokens.size(), " tokens, fewer than one window of ",
                 batch_size, "x", seq_len, "+1");
   const int64_t n = std::min(batches, available);
+  Pipeline pipeline(model);
   double total = 0;
   for (int64_t i = 0; i < n; ++i) {
     const Batch b = DataLoader::window(tokens, i, batch_size, seq_len);
-    total += model.forward(b.inputs.data(), b.targets.data(), batch_size, seq_len);
+    total += pipeline.forward({b.inputs.data(), b.targets.data()}, batch_size, seq_len);
   }
   return total / static_cast<double>(n);
 }
@@ -166,7 +168,6 @@ TrainResult train(const TrainOptions& o) {
     throw error("--batch-size, --seq-len, --steps and --grad-accum must be positive");
   if (!o.resume.empty() && !o.init_from.empty())
     throw error("--resume and --init-from are exclusive");
-  if (o.grid.pp > 1) throw error("--pp ", o.grid.pp, ": pipeline parallelism is not available yet");
   LrSchedule schedule = o.schedule;
   schedule.total_steps = o.steps;
   schedule.validate();
@@ -192,7 +193,10 @@ TrainResult train(const TrainOptions& o) {
   DataLoader loader(std::move(train_tokens), loader_config, data.train);
 
   if (o.zero != 0 && o.zero != 1) throw error("--zero ", o.zero, ": only stage 1 is implemented");
-  Model model(config, o.precision, o.layout, &grid.tp(), o.block);
+  // A pipeline stage keeps the activations of the micro-batches in flight in 1F1B.
+  Model model(config, o.precision, o.layout, &grid.tp(), o.block, &grid.pp(),
+              Pipeline::micro_slots(grid.shape().pp, grid.pp_rank(), o.grad_accum));
+  Pipeline pipeline(model);
   // ZeRO-1: this DP rank owns a range of the flat buffer and the optimizer state for it only.
   ZeroStage1 zero(model.params().total_elements(), grid.dp());
   const bool use_zero = o.zero == 1;
@@ -270,6 +274,7 @@ TrainResult train(const TrainOptions& o) {
                      {"arch", to_string(config.arch)},
                      {"layout", to_string(model.layout())},
                      {"tp", grid.shape().tp},
+                     {"pp", grid.shape().pp},
                      {"dp", grid.shape().dp},
                      {"zero", o.zero}};
       CheckpointWrite w;
@@ -304,18 +309,26 @@ TrainResult train(const TrainOptions& o) {
   const int64_t first_step = state.step;
   while (state.step < o.steps) {
     const double t0 = now_s();
-    const CommCounts tp_before = grid.tp().counts(), dp_before = grid.dp().counts();
+    const CommCounts tp_before = grid.tp().counts(), dp_before = grid.dp().counts(),
+                     pp_before = grid.pp().counts();
     model.grads().zero();
-    double loss = 0;
-    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      const Batch batch = loader.next();
-      // Gradient all-reduce overlaps the backward of the last micro-batch only (ZeRO
-      // reduce-scatters after backward instead).
-      const bool last = micro + 1 == o.grad_accum;
-      loss += model.forward_backward(batch.inputs.data(), batch.targets.data(), o.batch_size,
-                                     o.seq_len, 1.0f / static_cast<float>(o.grad_accum),
-                                     last && !use_zero ? &reducer : nullptr);
-    }
+    std::vector<Batch> batches;
+    std::vector<MicroBatch> micro;
+    for (int64_t i = 0; i < o.grad_accum; ++i) batches.push_back(loader.next());
+    for (const Batch& b : batches) micro.push_back({b.inputs.data(), b.targets.data()});
+    // The micro-batches in 1F1B order over the stages (one stage: one after the other). The
+    // gradient all-reduce overlaps the backward of the last micro-batch only (ZeRO
+    // reduce-scatters after backward instead).
+    double loss = pipeline.forward_backward(micro, o.batch_size, o.seq_len,
+                                            1.0f / static_cast<float>(o.grad_accum),
+                                            use_zero ? nullptr : &reducer);
+    const CommCounts pp_step = grid.pp().counts() - pp_before;
+    // Every stage's schedule time, compute and wait, for the metrics (world rank 0 is stage 0).
+    std::vector<float> stage_times(3 * grid.shape().pp);
+    const float mine[3] = {static_cast<float>(pipeline.stats().step_s),
+                           static_cast<float>(pipeline.stats().compute_s),
+                           static_cast<float>(pipeline.stats().wait_s)};
+    grid.pp().all_gather(mine, 3, stage_times.data());
     if (use_zero)
       zero.reduce_scatter(model.grads());
     else
@@ -370,7 +383,23 @@ TrainResult train(const TrainOptions& o) {
           {"optimizer_state_mb", 2.0 * (optimizer.end() - optimizer.begin()) * 4 / 1e6},
           {"comm",
            {{"tp", comm_json(grid.tp().counts() - tp_before)},
-            {"dp", comm_json(grid.dp().counts() - dp_before)}}}};
+            {"dp", comm_json(grid.dp().counts() - dp_before)},
+            {"pp", comm_json(pp_step)}}}};
+      if (grid.shape().pp > 1) {
+        // Per stage: compute seconds and the bubble (the schedule's time not spent computing).
+        nlohmann::json stages = nlohmann::json::array();
+        double bubble = 0;
+        for (int s = 0; s < grid.shape().pp; ++s) {
+          const double span = stage_times[3 * s], compute = stage_times[3 * s + 1];
+          stages.push_back({{"compute_ms", compute * 1e3}, {"bubble_ms", (span - compute) * 1e3}});
+          bubble += span > 0 ? (span - compute) / span : 0;
+        }
+        line["pipeline"] = {{"stages", stages},
+                            {"micro_batches", o.grad_accum},
+                            {"bubble_fraction", bubble / grid.shape().pp},
+                            {"bubble_fraction_1f1b",
+                             (grid.shape().pp - 1.0) / (o.grad_accum + grid.shape().pp - 1.0)}};
+      }
       if (eval_now && result.val_loss >= 0) line["val_loss"] = result.val_loss;
       metrics << line.dump() << "\n" << std::flush;
 

@@ -14,43 +14,11 @@
 #include "model/model.h"
 #include "parallel/comm_formulas.h"
 #include "parallel/data_parallel.h"
+#include "parallel_test_util.h"
 #include "train/optimizer.h"
 
 namespace boostlm {
 namespace {
-
-ModelConfig config_for(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 64;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 4;
-  c.d_ff = 48;
-  c.attn_rank = 8;
-  c.mlp_rank = 12;
-  c.max_seq_len = 16;
-  c.validate();
-  return c;
-}
-
-std::vector<int32_t> tokens_for(int64_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng.below(64));
-  return t;
-}
-
-// ‖a − b‖ / ‖b‖ over one tensor.
-double relative_error(const float* a, const float* b, int64_t n) {
-  double diff = 0, ref = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    ref += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff / std::max(ref, 1e-30));
-}
 
 struct Case {
   LayoutKind layout;
@@ -323,8 +291,8 @@ TEST(CommFormulas, MatchTheSpecPerBlock) {
             N * (4 * r + 3 * rm) + 2 * N);
   EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 2, true, sync)[Collective::all_reduce].calls, 6);
   const BlockOptions plain{true, false, Recompute::none};
-  EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, false, plain)[Collective::all_reduce].calls,
-            7);
+  EXPECT_EQ(
+      block_tp_comm(LayoutKind::naive_tp, c, N, 2, false, plain)[Collective::all_reduce].calls, 7);
   EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, false)[Collective::all_reduce].calls, 4);
   EXPECT_EQ(block_tp_comm(LayoutKind::naive_tp, c, N, 2, true)[Collective::all_reduce].calls, 4);
   EXPECT_EQ(block_tp_comm(LayoutKind::btp, c, N, 1, false).total_calls(), 0);

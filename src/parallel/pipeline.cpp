@@ -1,0 +1,140 @@
+#include "parallel/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "core/profile.h"
+
+namespace boostlm {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Message tags: micro-batch i's activations travel as 2i, their gradient as 2i + 1.
+int activation_tag(int micro) {
+  return 2 * micro;
+}
+int gradient_tag(int micro) {
+  return 2 * micro + 1;
+}
+
+}  // namespace
+
+int Pipeline::warmup_forwards(int stages, int stage, int64_t micro_batches) {
+  return static_cast<int>(std::min<int64_t>(stages - stage - 1, micro_batches));
+}
+
+int Pipeline::micro_slots(int stages, int stage, int64_t micro_batches) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(stages - stage, micro_batches)));
+}
+
+Pipeline::Pipeline(Model& model)
+    : model_(model), pp_(model.pp()), stage_(model.pp().rank()), stages_(model.pp().size()) {}
+
+void Pipeline::exchange(const float* send, int send_to, int send_tag, float* recv, int recv_from,
+                        int recv_tag) {
+  if (!send && !recv) return;
+  BOOSTLM_PHASE("pipeline_wait");
+  const double t0 = now_s();
+  CommRequest out, in;
+  if (recv) in = pp_.irecv(recv, elements_, recv_from, recv_tag);
+  if (send) out = pp_.isend(send, elements_, send_to, send_tag);
+  in.wait();
+  out.wait();
+  stats_.wait_s += now_s() - t0;
+}
+
+void Pipeline::forward_step(const MicroBatch& mb, int micro, bool first_of_step, float grad_scale,
+                            double& loss) {
+  const double t0 = now_s();
+  model_.set_micro(micro);
+  model_.stage_forward(mb.inputs, first_of_step);
+  if (model_.last_stage()) loss += model_.stage_loss(mb.targets, true, grad_scale);
+  stats_.compute_s += now_s() - t0;
+}
+
+void Pipeline::backward_step(const MicroBatch& mb, int micro, BackwardObserver* observer) {
+  const double t0 = now_s();
+  model_.set_micro(micro);
+  model_.stage_backward(mb.inputs, observer);
+  stats_.compute_s += now_s() - t0;
+}
+
+double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, int64_t T,
+                                  float grad_scale, BackwardObserver* observer) {
+  const int m = static_cast<int>(micro.size());
+  BOOSTLM_ASSERT_MSG(m > 0, "a pipeline step needs at least one micro-batch");
+  if (model_.micro_slots() < micro_slots(stages_, stage_, m))
+    throw error("pipeline stage ", stage_, " of ", stages_, " needs activations for ",
+                micro_slots(stages_, stage_, m),
+                " micro-batches in flight, the model was built for ", model_.micro_slots());
+  model_.prepare(B, T);
+  elements_ = model_.boundary_elements();
+  stats_ = {};
+  const double start = now_s();
+  const bool first = model_.first_stage(), last = model_.last_stage();
+  const int prev = stage_ - 1, next = stage_ + 1;
+  // Receiving micro-batch i's input, or its output gradient; sending its output or input gradient.
+  auto input = [&](int i) {
+    model_.set_micro(i);
+    return first ? nullptr : model_.stage_input();
+  };
+  auto output = [&](int i) {
+    model_.set_micro(i);
+    return last ? nullptr : model_.stage_output();
+  };
+  auto output_grad = [&]() { return last ? nullptr : model_.output_grad(); };
+  auto input_grad = [&]() { return first ? nullptr : model_.input_grad(); };
+  auto observer_of = [&](int i) { return i + 1 == m ? observer : nullptr; };
+
+  double loss = 0;
+  const int warmup = warmup_forwards(stages_, stage_, m), steady = m - warmup;
+  for (int i = 0; i < warmup; ++i) {
+    exchange(nullptr, 0, 0, input(i), prev, activation_tag(i));
+    forward_step(micro[i], i, i == 0, grad_scale, loss);
+    exchange(output(i), next, activation_tag(i), nullptr, 0, 0);
+  }
+  if (steady > 0) exchange(nullptr, 0, 0, input(warmup), prev, activation_tag(warmup));
+  for (int j = 0; j < steady; ++j) {
+    const int f = warmup + j;
+    forward_step(micro[f], f, f == 0, grad_scale, loss);
+    // Send micro-batch f forward while the gradient of micro-batch j comes back.
+    exchange(output(f), next, activation_tag(f), output_grad(), next, gradient_tag(j));
+    backward_step(micro[j], j, observer_of(j));
+    if (j + 1 < steady)
+      exchange(input_grad(), prev, gradient_tag(j), input(f + 1), prev, activation_tag(f + 1));
+    else
+      exchange(input_grad(), prev, gradient_tag(j), nullptr, 0, 0);
+  }
+  for (int j = steady; j < m; ++j) {  // cool-down
+    exchange(nullptr, 0, 0, output_grad(), next, gradient_tag(j));
+    backward_step(micro[j], j, observer_of(j));
+    exchange(input_grad(), prev, gradient_tag(j), nullptr, 0, 0);
+  }
+  stats_.step_s = now_s() - start;
+  // The loss lives on the last stage; every stage reports it (control data, not counted).
+  pp_.broadcast_bytes(&loss, sizeof loss, stages_ - 1);
+  return loss;
+}
+
+float Pipeline::forward(const MicroBatch& batch, int64_t B, int64_t T) {
+  model_.prepare(B, T);
+  elements_ = model_.boundary_elements();
+  const bool first = model_.first_stage(), last = model_.last_stage();
+  model_.set_micro(0);
+  if (!first) exchange(nullptr, 0, 0, model_.stage_input(), stage_ - 1, activation_tag(0));
+  model_.stage_forward(batch.inputs);
+  float loss = 0;
+  if (last)
+    loss = model_.stage_loss(batch.targets, false, 0.0f);
+  else
+    exchange(model_.stage_output(), stage_ + 1, activation_tag(0), nullptr, 0, 0);
+  pp_.broadcast_bytes(&loss, sizeof loss, stages_ - 1);
+  return loss;
+}
+
+}  // namespace boostlm

@@ -1,0 +1,72 @@
+// Pipeline parallelism (SPEC §3.7): the model's layers split into stages over the PP group, run
+// in the 1F1B order over the micro-batches of a step.
+//
+// Stage s of p holds layers Model::stage_layers(L, p, s); the first also the embedding, the last
+// the final norm, the head and the loss. A micro-batch's activations cross a stage boundary as
+// the residual of this rank, [B·T, rc] with rc = d (dense-tp, naive-tp) or d/t (btp: each TP rank
+// sends only its hidden shard to the same TP rank of the next stage); their gradient crosses
+// back the same way. Per micro-batch and boundary that is B·T·rc floats forward and B·T·rc back.
+//
+// 1F1B on stage s with m micro-batches: min(p − s − 1, m) warm-up forwards, then one forward and
+// one backward in turn, then the remaining backwards. Stage s keeps at most min(m, p − s)
+// micro-batches' activations (Model's micro_slots). Each exchange posts its send and its receive
+// together and waits for both, so neighbouring stages never deadlock on each other's sends.
+// With one stage this is plain gradient accumulation: forward and backward of each micro-batch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "model/model.h"
+
+namespace boostlm {
+
+struct MicroBatch {
+  const int32_t* inputs = nullptr;   // [B, T]; read on the first stage
+  const int32_t* targets = nullptr;  // [B, T]; read on the last stage
+};
+
+// Where this stage's time went in the last forward_backward (seconds).
+struct PipelineStats {
+  double step_s = 0;     // from the first operation of the schedule to the end of the last
+  double compute_s = 0;  // forward, loss and backward of this stage's layers
+  double wait_s = 0;     // blocked in point-to-point exchanges: the bubble plus transfer time
+  double bubble_fraction() const { return step_s > 0 ? 1.0 - compute_s / step_s : 0.0; }
+};
+
+class Pipeline {
+ public:
+  explicit Pipeline(Model& model);
+
+  // Forward and backward of every micro-batch (each B×T) in 1F1B order, adding
+  // grad_scale · ∂loss_i/∂θ to the gradients. `observer` sees the backward of the last
+  // micro-batch only (so DP's all-reduce overlaps it). Returns Σ_i loss_i, on every stage.
+  double forward_backward(std::span<const MicroBatch> micro, int64_t B, int64_t T, float grad_scale,
+                          BackwardObserver* observer = nullptr);
+  // The mean loss of one batch through every stage (evaluation), on every stage.
+  float forward(const MicroBatch& batch, int64_t B, int64_t T);
+
+  const PipelineStats& stats() const { return stats_; }
+
+  // 1F1B on stage `stage` of `stages` with m micro-batches: the forwards before the first
+  // backward, and the micro-batches whose activations are alive at once.
+  static int warmup_forwards(int stages, int stage, int64_t micro_batches);
+  static int micro_slots(int stages, int stage, int64_t micro_batches);
+
+ private:
+  // Posts a send of `send` (to stage rank+1 for activations, rank−1 for gradients) and a receive
+  // into `recv`, either of which may be null, and waits for both.
+  void exchange(const float* send, int send_to, int send_tag, float* recv, int recv_from,
+                int recv_tag);
+  void forward_step(const MicroBatch& mb, int micro, bool first_of_step, float grad_scale,
+                    double& loss);
+  void backward_step(const MicroBatch& mb, int micro, BackwardObserver* observer);
+
+  Model& model_;
+  Communicator& pp_;
+  int stage_, stages_;
+  int64_t elements_ = 0;  // per boundary crossing
+  PipelineStats stats_;
+};
+
+}  // namespace boostlm

@@ -1,0 +1,209 @@
+// Pipeline parallelism trains the same model as one process. Under mpirun with 2, 4 or 8 ranks,
+// every grid TP × PP × DP (PP ≥ 2) of that size runs one 1F1B step over m micro-batches per DP
+// rank and compares the loss and the gathered gradients with a single process that runs all
+// dp·m micro-batches one after the other; the point-to-point traffic of every stage is checked
+// exactly against parallel/comm_formulas.h. The model has 5 layers, so stages are uneven
+// (3 + 2 at PP 2; 2 + 1 + 1 + 1 at PP 4).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "comm/grid.h"
+#include "comm/mpi_runtime.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "parallel/comm_formulas.h"
+#include "parallel/data_parallel.h"
+#include "parallel/pipeline.h"
+#include "parallel_test_util.h"
+
+namespace boostlm {
+namespace {
+
+ModelConfig pipeline_config(Arch arch) {
+  ModelConfig c = config_for(arch);
+  c.n_layers = 5;
+  c.validate();
+  return c;
+}
+
+// Every TP × PP × DP grid of this world size with PP ≥ 2 and TP ≤ 2.
+std::vector<GridShape> pipeline_grids(int world) {
+  std::vector<GridShape> grids;
+  for (int tp : {1, 2})
+    for (int pp : {2, 4})
+      if (world % (tp * pp) == 0) grids.push_back({tp, pp, world / (tp * pp)});
+  return grids;
+}
+
+struct Case {
+  LayoutKind layout;
+  Arch arch;
+  BlockOptions options = {};
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const BlockOptions& o = info.param.options;
+  std::string name = to_string(info.param.layout) + "_" + to_string(info.param.arch) +
+                     (o.online_norm ? "" : "_sync") + (o.grouping ? "" : "_ungrouped") +
+                     "_recompute_" + to_string(o.recompute);
+  for (auto& ch : name)
+    if (ch == '-') ch = '_';
+  return name;
+}
+
+class PipelineTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PipelineTest, MatchesOneProcessOnEveryGrid) {
+  const int world = mpi_world_size();
+  if (world < 2) GTEST_SKIP() << "needs 2, 4 or 8 ranks";
+  const Case c = GetParam();
+  const ModelConfig config = pipeline_config(c.arch);
+  const int64_t B = 2, T = 8, N = B * T;
+  for (const GridShape shape : pipeline_grids(world)) {
+    // m < p, m = p − 1 and m > p exercise a clipped warm-up, and a steady state.
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{5}}) {
+      const int64_t total = shape.dp * m;  // micro-batches in the whole step
+      const auto tokens = tokens_for(total * N, 11), targets = tokens_for(total * N, 12);
+
+      Model reference(config, DType::f32);
+      reference.init_weights(7);
+      reference.grads().zero();
+      double ref_loss = 0;
+      for (int64_t i = 0; i < total; ++i)
+        ref_loss += reference.forward_backward(tokens.data() + i * N, targets.data() + i * N, B, T,
+                                               1.0f / total);
+      ref_loss /= total;
+
+      ProcessGrid grid(shape);
+      Model model(config, DType::f32, c.layout, &grid.tp(), c.options, &grid.pp(),
+                  Pipeline::micro_slots(shape.pp, grid.pp_rank(), m));
+      model.init_weights(7);
+      model.grads().zero();
+      GradReducer reducer(model.params(), config.n_layers, model.grads(), grid.dp(), 4096);
+      std::vector<MicroBatch> micro;
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t at = (grid.dp_rank() * m + i) * N;
+        micro.push_back({tokens.data() + at, targets.data() + at});
+      }
+      Pipeline pipeline(model);
+      grid.pp().reset_counts();
+      double loss = pipeline.forward_backward(micro, B, T, 1.0f / m, &reducer) / m;
+      const CommCounts p2p = grid.pp().counts();
+      reducer.finish();
+      grid.dp().all_reduce(&loss, 1);
+      loss /= shape.dp;
+      const std::string where = "tp=" + std::to_string(shape.tp) +
+                                " pp=" + std::to_string(shape.pp) +
+                                " dp=" + std::to_string(shape.dp) + " m=" + std::to_string(m) +
+                                " stage " + std::to_string(grid.pp_rank());
+      EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss)) << where;
+
+      // Exactly the formula's sends and receives, one per micro-batch and direction.
+      const CommCounts expected = pipeline_p2p_comm(c.layout, config, N, shape.tp, shape.pp,
+                                                    grid.pp_rank(), m, /*backward=*/true);
+      for (Collective kind : {Collective::send, Collective::recv}) {
+        EXPECT_EQ(p2p[kind].calls, expected[kind].calls) << to_string(kind) << " " << where;
+        EXPECT_EQ(p2p[kind].bytes, expected[kind].bytes) << to_string(kind) << " " << where;
+      }
+      const PipelineStats& stats = pipeline.stats();
+      EXPECT_GT(stats.compute_s, 0) << where;
+      EXPECT_LE(stats.compute_s + stats.wait_s, stats.step_s * 1.0001 + 1e-6) << where;
+
+      // Gradients gathered over TP and the stages match, tensor by tensor.
+      FlatBuffer full(model.full_params().total_elements());
+      model.gather_full(model.grads(), full);
+      for (const auto& p : model.full_params().entries()) {
+        const float* ref = reference.grads().view(reference.full_params().at(p.name));
+        EXPECT_LT(relative_error(full.view(p), ref, p.numel), 1e-5) << p.name << " " << where;
+      }
+      EXPECT_NEAR(model.grad_sum_squares(), reference.grad_sum_squares(),
+                  1e-5 * reference.grad_sum_squares())
+          << where;
+
+      // Evaluation: one batch through every stage, the loss on every stage.
+      const float eval = pipeline.forward(micro[0], B, T);
+      const int64_t at = grid.dp_rank() * m * N;
+      EXPECT_NEAR(eval, reference.forward(tokens.data() + at, targets.data() + at, B, T),
+                  1e-5 * std::abs(ref_loss))
+          << where;
+    }
+  }
+}
+
+std::vector<Case> pipeline_cases() {
+  BlockOptions sync;
+  sync.online_norm = false;
+  sync.grouping = false;
+  BlockOptions lowrank, block, naive_block;
+  lowrank.recompute = Recompute::lowrank;
+  block.recompute = Recompute::block;
+  naive_block.recompute = Recompute::block;
+  return {{LayoutKind::btp, Arch::cola},          {LayoutKind::btp, Arch::svd, sync},
+          {LayoutKind::btp, Arch::cola, lowrank}, {LayoutKind::btp, Arch::cola, block},
+          {LayoutKind::naive_tp, Arch::cola},     {LayoutKind::naive_tp, Arch::cola, naive_block},
+          {LayoutKind::dense_tp, Arch::dense}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PipelineTest, ::testing::ValuesIn(pipeline_cases()), case_name);
+
+// Weights written at one pipeline size load at another: gathered from the stages of PP 2 (and TP 2
+// where the world allows), they equal the single-process weights, and sliced into every stage
+// of another grid they are that stage's own initialisation.
+TEST(Pipeline, FullTensorsMoveBetweenPipelineSizes) {
+  const int world = mpi_world_size();
+  if (world < 2) GTEST_SKIP() << "needs 2, 4 or 8 ranks";
+  const ModelConfig config = pipeline_config(Arch::cola);
+  Model reference(config, DType::f32);
+  reference.init_weights(3);
+  for (const GridShape shape : pipeline_grids(world)) {
+    ProcessGrid grid(shape);
+    Model model(config, DType::f32, LayoutKind::btp, &grid.tp(), {}, &grid.pp());
+    model.init_weights(3);
+    FlatBuffer full(model.full_params().total_elements());
+    model.gather_full(model.weights(), full);
+    EXPECT_EQ(0, std::memcmp(full.data(), reference.weights().data(), full.size() * 4))
+        << "pp=" << shape.pp << " tp=" << shape.tp;
+    FlatBuffer back(model.params().total_elements());
+    model.slice_full(reference.weights(), back);
+    EXPECT_EQ(0, std::memcmp(back.data(), model.weights().data(), back.size() * 4));
+  }
+}
+
+TEST(Pipeline, StagesSplitLayersEvenly) {
+  EXPECT_EQ(Model::stage_layers(5, 2, 0), (std::pair<int64_t, int64_t>{0, 3}));
+  EXPECT_EQ(Model::stage_layers(5, 2, 1), (std::pair<int64_t, int64_t>{3, 5}));
+  EXPECT_EQ(Model::stage_layers(5, 4, 0), (std::pair<int64_t, int64_t>{0, 2}));
+  EXPECT_EQ(Model::stage_layers(5, 4, 3), (std::pair<int64_t, int64_t>{4, 5}));
+  EXPECT_EQ(Model::stage_layers(8, 4, 2), (std::pair<int64_t, int64_t>{4, 6}));
+  // 1F1B: stage s of p runs min(p − s − 1, m) warm-up forwards and keeps min(m, p − s) alive.
+  EXPECT_EQ(Pipeline::warmup_forwards(4, 0, 8), 3);
+  EXPECT_EQ(Pipeline::warmup_forwards(4, 0, 2), 2);
+  EXPECT_EQ(Pipeline::warmup_forwards(4, 3, 8), 0);
+  EXPECT_EQ(Pipeline::micro_slots(4, 0, 8), 4);
+  EXPECT_EQ(Pipeline::micro_slots(4, 1, 2), 2);
+  EXPECT_EQ(Pipeline::micro_slots(4, 3, 8), 1);
+}
+
+TEST(Pipeline, RefusesWhatItCannotRun) {
+  const int world = mpi_world_size();
+  if (world < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  const int pp = std::min(world, 4);
+  ProcessGrid grid(GridShape{world / pp, pp, 1});
+  ModelConfig config = pipeline_config(Arch::cola);
+  config.n_layers = 1;
+  EXPECT_THROW(Model(config, DType::f32, LayoutKind::btp, nullptr, {}, &grid.pp()), Error);
+  config = pipeline_config(Arch::cola);
+  config.tied_embeddings = true;
+  EXPECT_THROW(Model(config, DType::f32, LayoutKind::btp, nullptr, {}, &grid.pp()), Error);
+  // A model built for one micro-batch in flight cannot run a deeper 1F1B schedule.
+  Model model(pipeline_config(Arch::cola), DType::f32, LayoutKind::btp, nullptr, {}, &grid.pp());
+  model.init_weights(1);
+  const auto tokens = tokens_for(16, 1);
+  std::vector<MicroBatch> micro(2, MicroBatch{tokens.data(), tokens.data()});
+  Pipeline pipeline(model);
+  if (!model.last_stage()) EXPECT_THROW(pipeline.forward_backward(micro, 2, 8, 0.5f), Error);
+}
+
+}  // namespace
+}  // namespace boostlm
