@@ -26,12 +26,13 @@ struct MicroBatch {
   const int32_t* targets = nullptr;  // [B, T]; read on the last stage
 };
 
-// Where this stage's time went in the last forward_backward (seconds).
+// Where this stage's time went in the last forward_backward (seconds). Stages that start
+// together end at different times (the first finishes the last backward), so the pipeline's bubble
+// is measured against the longest stage's step_s, not this one's (the trainer does that).
 struct PipelineStats {
   double step_s = 0;     // from the first operation of the schedule to the end of the last
   double compute_s = 0;  // forward, loss and backward of this stage's layers
   double wait_s = 0;     // blocked in point-to-point exchanges: the bubble plus transfer time
-  double bubble_fraction() const { return step_s > 0 ? 1.0 - compute_s / step_s : 0.0; }
 };
 
 class Pipeline {

@@ -386,16 +386,21 @@ TrainResult train(const TrainOptions& o) {
             {"dp", comm_json(grid.dp().counts() - dp_before)},
             {"pp", comm_json(pp_step)}}}};
       if (grid.shape().pp > 1) {
-        // Per stage: compute seconds and the bubble (the schedule's time not spent computing).
+        // Every stage starts the schedule together (the step before ended in a world
+        // all-reduce), so the pipeline's time is the longest stage's; a stage's bubble is the part
+        // of it that the stage did not spend computing, 1F1B's (p−1)/(m+p−1) when balanced.
+        double span = 0;
+        for (int s = 0; s < grid.shape().pp; ++s) span = std::max<double>(span, stage_times[3 * s]);
         nlohmann::json stages = nlohmann::json::array();
         double bubble = 0;
         for (int s = 0; s < grid.shape().pp; ++s) {
-          const double span = stage_times[3 * s], compute = stage_times[3 * s + 1];
+          const double compute = stage_times[3 * s + 1];
           stages.push_back({{"compute_ms", compute * 1e3}, {"bubble_ms", (span - compute) * 1e3}});
           bubble += span > 0 ? (span - compute) / span : 0;
         }
         line["pipeline"] = {{"stages", stages},
                             {"micro_batches", o.grad_accum},
+                            {"time_ms", span * 1e3},
                             {"bubble_fraction", bubble / grid.shape().pp},
                             {"bubble_fraction_1f1b",
                              (grid.shape().pp - 1.0) / (o.grad_accum + grid.shape().pp - 1.0)}};
