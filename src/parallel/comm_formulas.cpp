@@ -1,5 +1,7 @@
 #include "parallel/comm_formulas.h"
 
+#include "model/model.h"
+
 namespace boostlm {
 
 namespace {
@@ -45,19 +47,34 @@ CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
   return out;
 }
 
-CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
-                         bool backward) {
+// The vocab-parallel embedding: its all-reduce, and (btp) the gather of its input gradient.
+CommCounts embedding_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp,
+                             bool backward) {
+  CommCounts out;
+  if (tp == 1) return out;
+  add(out, Collective::all_reduce, 1, N * c.d_model);
+  if (backward && layout == LayoutKind::btp)
+    add(out, Collective::all_gather, 1, N * c.d_model / tp);
+  return out;
+}
+
+// The final norm (btp gathers its input), the vocab-parallel head and the parallel loss.
+CommCounts head_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
+                        bool backward) {
   CommCounts out;
   if (tp == 1) return out;
   const int64_t d = c.d_model;
-  add(out, Collective::all_reduce, 1, N * d);       // embedding
   add(out, Collective::all_reduce_max, chunks, N);  // loss: row max
   add(out, Collective::all_reduce, chunks, 2 * N);  // loss: Σexp and target logit
   if (layout == LayoutKind::btp) add(out, Collective::all_gather, 1, N * d / tp);  // final norm
-  if (backward) {
-    add(out, Collective::all_reduce, chunks, N * d);  // head input gradient
-    if (layout == LayoutKind::btp) add(out, Collective::all_gather, 1, N * d / tp);  // embedding
-  }
+  if (backward) add(out, Collective::all_reduce, chunks, N * d);  // head input gradient
+  return out;
+}
+
+CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
+                         bool backward) {
+  CommCounts out = embedding_tp_comm(layout, c, N, tp, backward);
+  out += head_tp_comm(layout, c, N, tp, chunks, backward);
   return out;
 }
 
@@ -70,6 +87,32 @@ CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int 
     out += block_tp_comm(layout, c, N, tp, true, o);
     if (o.recompute == Recompute::block && l + 1 < c.n_layers)
       out += block_tp_comm(layout, c, N, tp, false, o);  // the rerun forward
+  }
+  return out;
+}
+
+CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
+                         const BlockOptions& o, int pp, int stage, int64_t m) {
+  CommCounts out;
+  const auto [first, last] = Model::stage_layers(c.n_layers, pp, stage);
+  const bool last_stage = stage + 1 == pp;
+  if (stage == 0) out += embedding_tp_comm(layout, c, N, tp, true);
+  if (last_stage) out += head_tp_comm(layout, c, N, tp, chunks, true);
+  for (int64_t l = first; l < last; ++l) {
+    out += block_tp_comm(layout, c, N, tp, false, o);
+    out += block_tp_comm(layout, c, N, tp, true, o);
+  }
+  for (auto& k : out.by_kind) {
+    k.calls *= m;
+    k.bytes *= m;
+  }
+  if (o.recompute == Recompute::block) {
+    // Every block's forward reruns in backward, except when the backward directly follows the
+    // same micro-batch's forward: on the last stage always (1F1B has no warm-up there), elsewhere
+    // only with a single micro-batch.
+    const int64_t skipped = last_stage ? m : (m == 1 ? 1 : 0);
+    const int64_t reruns = m * (last - first) - skipped;
+    for (int64_t i = 0; i < reruns; ++i) out += block_tp_comm(layout, c, N, tp, false, o);
   }
   return out;
 }

@@ -1,9 +1,9 @@
 // Pipeline parallelism trains the same model as one process. Under mpirun with 2, 4 or 8 ranks,
 // every grid TP × PP × DP (PP ≥ 2) of that size runs one 1F1B step over m micro-batches per DP
 // rank and compares the loss and the gathered gradients with a single process that runs all
-// dp·m micro-batches one after the other; the point-to-point traffic of every stage is checked
-// exactly against parallel/comm_formulas.h. The model has 5 layers, so stages are uneven
-// (3 + 2 at PP 2; 2 + 1 + 1 + 1 at PP 4).
+// dp·m micro-batches one after the other; the point-to-point traffic of every stage, and the TP
+// traffic inside it, are checked exactly against parallel/comm_formulas.h. The model has 5 layers,
+// so stages are uneven (3 + 2 at PP 2; 2 + 1 + 1 + 1 at PP 4).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -88,8 +88,9 @@ TEST_P(PipelineTest, MatchesOneProcessOnEveryGrid) {
       }
       Pipeline pipeline(model);
       grid.pp().reset_counts();
+      grid.tp().reset_counts();
       double loss = pipeline.forward_backward(micro, B, T, 1.0f / m, &reducer) / m;
-      const CommCounts p2p = grid.pp().counts();
+      const CommCounts p2p = grid.pp().counts(), tp_comm = grid.tp().counts();
       reducer.finish();
       grid.dp().all_reduce(&loss, 1);
       loss /= shape.dp;
@@ -105,6 +106,15 @@ TEST_P(PipelineTest, MatchesOneProcessOnEveryGrid) {
       for (Collective kind : {Collective::send, Collective::recv}) {
         EXPECT_EQ(p2p[kind].calls, expected[kind].calls) << to_string(kind) << " " << where;
         EXPECT_EQ(p2p[kind].bytes, expected[kind].bytes) << to_string(kind) << " " << where;
+      }
+      // Inside each stage, the TP traffic of its blocks (with their reruns under block
+      // recomputation), embedding and head, exactly.
+      const CommCounts expected_tp =
+          stage_tp_comm(c.layout, config, N, shape.tp, 1, c.options, shape.pp, grid.pp_rank(), m);
+      for (int k = 0; k < kCollectiveKinds; ++k) {
+        const auto kind = static_cast<Collective>(k);
+        EXPECT_EQ(tp_comm[kind].calls, expected_tp[kind].calls) << to_string(kind) << " " << where;
+        EXPECT_EQ(tp_comm[kind].bytes, expected_tp[kind].bytes) << to_string(kind) << " " << where;
       }
       const PipelineStats& stats = pipeline.stats();
       EXPECT_GT(stats.compute_s, 0) << where;
