@@ -28,6 +28,8 @@ struct GemmInput {
   GemmInput(const float* values, int64_t ld_) : f32(values), ld(ld_) {}
   GemmInput(const float* values, const bf16_t* rounded, int64_t ld_)
       : f32(values), bf16(rounded), ld(ld_) {}
+  // The operand `offset` elements on, in both copies (a column block, a batch member).
+  GemmInput at(int64_t offset) const { return {f32 + offset, bf16 ? bf16 + offset : nullptr, ld}; }
 };
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
@@ -48,6 +50,7 @@ inline void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, 
 struct GemmBatch {
   int64_t count = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements
+  bool operator==(const GemmBatch&) const = default;
 };
 
 void gemm_batched(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
