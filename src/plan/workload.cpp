@@ -39,7 +39,9 @@ struct Builder {
         hd(m.config.head_dim()),
         cola(m.config.arch == Arch::cola) {}
 
-  void gemm(int64_t m, int64_t n, int64_t k) { w.gemms.push_back({m, n, k}); }
+  void gemm(int64_t m, int64_t n, int64_t k, bool own_call = true) {
+    w.gemms.push_back({m, n, k, own_call});
+  }
   // One element-wise kernel touching `elements` × `passes` elements (reads plus writes).
   void ew(double elements, double passes) {
     w.elementwise_elements += elements * passes;
@@ -118,6 +120,16 @@ struct ProjectionGroup {
 };
 constexpr ProjectionGroup kGroups[] = {{0, 3, true}, {3, 1, false}, {4, 2, true}, {6, 1, false}};
 
+// Whether member j of a group joins member j−1's batched call for the B factors (grouping: the
+// engine batches consecutive members of one shape, whose weights then lie evenly spaced).
+bool batched_with_previous(const MicroBatch& mb,
+                           const std::array<ProjDims, kProjectionsPerBlock>& proj,
+                           const ProjectionGroup& g, int j) {
+  if (!mb.options.grouping || j == 0) return false;
+  const ProjDims &p = proj[g.first + j - 1], &q = proj[g.first + j];
+  return p.rank == q.rank && p.d_out == q.d_out;
+}
+
 // naive-tp: every factorised projection is (d_in → r/t → d_out) on every rank; attention, norms,
 // RoPE and SwiGLU run replicated at full width. With grouping a group's A shards run as one GEMM
 // on their concatenation (rebuilt each forward; dA taken apart in backward); σ runs per group.
@@ -139,12 +151,14 @@ Work naive_tp_block(const MicroBatch& mb, bool backward) {
       }
       if (b.cola) b.ew(N * width, 2);
       for (int j = 0; j < g.count; ++j)
-        b.gemm(b.N, proj[g.first + j].d_out, proj[g.first + j].rank / b.t);  // y = σ(z) B
+        b.gemm(b.N, proj[g.first + j].d_out, proj[g.first + j].rank / b.t,  // y = σ(z) B
+               !batched_with_previous(mb, proj, g, j));
     } else {
       for (int j = 0; j < g.count; ++j) {
         const ProjDims& p = proj[g.first + j];
-        b.gemm(p.rank / b.t, p.d_out, b.N);  // dB
-        b.gemm(b.N, p.rank / b.t, p.d_out);  // dσ
+        const bool own_call = !batched_with_previous(mb, proj, g, j);
+        b.gemm(p.rank / b.t, p.d_out, b.N, own_call);  // dB
+        b.gemm(b.N, p.rank / b.t, p.d_out, own_call);  // dσ
       }
       if (b.cola) b.ew(N * width, 3);
       if (grouped) {
@@ -195,7 +209,7 @@ void btp_group_forward(Builder& b, const ProjectionGroup& g,
   if (b.cola) b.ew(N * width, 2);  // σ(z) of the group, replicated
   for (int j = 0; j < g.count; ++j) {
     const ProjDims& p = proj[g.first + j];
-    b.gemm(b.N, btp_out_cols(b, p), p.rank);
+    b.gemm(b.N, btp_out_cols(b, p), p.rank, !batched_with_previous(b.mb, proj, g, j));
   }
 }
 
@@ -208,9 +222,10 @@ void btp_group_backward(Builder& b, const ProjectionGroup& g,
   for (int j = 0; j < g.count; ++j) {
     const ProjDims& p = proj[g.first + j];
     width += p.rank;
-    b.gemm(p.rank, btp_out_cols(b, p), b.N);           // dB
-    b.gemm(b.N, p.rank, btp_out_cols(b, p));           // dσ
-    if (!grouped && g.count > 1) b.ew(N * p.rank, 4);  // its columns, gathered
+    const bool own_call = !batched_with_previous(b.mb, proj, g, j);
+    b.gemm(p.rank, btp_out_cols(b, p), b.N, own_call);  // dB
+    b.gemm(b.N, p.rank, btp_out_cols(b, p), own_call);  // dσ
+    if (!grouped && g.count > 1) b.ew(N * p.rank, 4);   // its columns, gathered
   }
   if (b.cola) b.ew(N * width, 3);  // σ' of the group
   const bool online = g.normed && b.mb.options.online_norm;
@@ -272,7 +287,10 @@ Work btp_lowrank_recompute(const MicroBatch& mb) {
   Builder b(mb);
   const auto proj = block_projections(mb.config);
   const double N = static_cast<double>(b.N);
-  for (int i : {0, 1, 2, 4, 5}) b.gemm(b.N, btp_out_cols(b, proj[i]), proj[i].rank);
+  for (const auto& g : {kGroups[0], kGroups[2]})  // q|k|v and gate|up
+    for (int j = 0; j < g.count; ++j)
+      b.gemm(b.N, btp_out_cols(b, proj[g.first + j]), proj[g.first + j].rank,
+             !batched_with_previous(mb, proj, g, j));
   if (b.cola)  // σ of each group's latents
     for (const auto& g : kGroups) {
       int64_t width = 0;
