@@ -1,6 +1,6 @@
 // The CPU counterparts of the paper's ablations (SPEC §5), at TP = the number of ranks:
 //   - Online-RMSNorm vs the synchronous norm: time per block (forward + backward);
-//   - linear-layer grouping on vs off: time per block;
+//   - linear-layer grouping on vs off: time per block (btp and naive-tp);
 //   - activation checkpointing: memory kept per block and step time for none / lowrank / block,
 //     and the checkpoint efficiency ΔMemory/ΔTime (memory saved over the whole model, per ms of
 //     extra step time) of lowrank and block against none; naive-tp's block recomputation too.
@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
     add("btp recompute block", LayoutKind::btp, {true, true, Recompute::block});
     add("naive-tp", LayoutKind::naive_tp, {true, true, Recompute::none});
     add("naive-tp recompute block", LayoutKind::naive_tp, {true, true, Recompute::block});
+    add("naive-tp ungrouped", LayoutKind::naive_tp, {true, false, Recompute::none});
 
     Rng rng(3);
     std::vector<int32_t> tokens(batch * seq_len), targets(batch * seq_len);

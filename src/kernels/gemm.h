@@ -2,10 +2,11 @@
 //
 //   C[M, N] = alpha * op(A)[M, K] · op(B)[K, N] + beta * C        (row-major, ld = row stride)
 //
-// `compute` picks the input precision: fp32 (oneDNN's sgemm), or bf16 (inputs rounded to bf16,
-// fp32 accumulation and output; oneDNN's matmul primitive on the CPU's bf16 units). In bf16 an
-// input can arrive already rounded (a GemmInput with a bf16 copy): weights are rounded once per
-// step, and an operand read by several GEMMs is rounded once, not at every call.
+// `compute` picks the input precision: fp32 (oneDNN's sgemm; its matmul primitive for a batch),
+// or bf16 (inputs rounded to bf16, fp32 accumulation and output; oneDNN's matmul primitive on the
+// CPU's bf16 units). In bf16 an input can arrive already rounded (a GemmInput with a bf16 copy):
+// weights are rounded once per step, and an operand read by several GEMMs is rounded once, not at
+// every call.
 // Every call is counted (calls, FLOPs, time) so benchmarks can report the share of time in GEMM,
 // and can be recorded so the same shapes can be replayed in isolation.
 #pragma once
@@ -27,6 +28,8 @@ struct GemmInput {
   GemmInput(const float* values, int64_t ld_) : f32(values), ld(ld_) {}
   GemmInput(const float* values, const bf16_t* rounded, int64_t ld_)
       : f32(values), bf16(rounded), ld(ld_) {}
+  // The operand `offset` elements on, in both copies (a column block, a batch member).
+  GemmInput at(int64_t offset) const { return {f32 + offset, bf16 ? bf16 + offset : nullptr, ld}; }
 };
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
@@ -39,6 +42,21 @@ inline void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, 
        compute);
 }
 
+// A strided batch of GEMMs of one shape (SPEC §3.5: the B factors of q, k, v reading column blocks
+// of one latent buffer): member i reads A + i·stride_a and B + i·stride_b (the same offsets in
+// their bf16 copies) and writes C + i·stride_c, with the leading dimensions of A, B and C. One
+// call (oneDNN's matmul primitive with a batch dimension), counted and recorded as `count` GEMMs
+// of the member shape, so FLOPs and shapes read the same as for separate calls.
+struct GemmBatch {
+  int64_t count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements
+  bool operator==(const GemmBatch&) const = default;
+};
+
+void gemm_batched(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  GemmInput A, GemmInput B, float beta, float* C, int64_t ldc,
+                  const GemmBatch& batch, DType compute);
+
 // Rounds a rows x cols fp32 block (row stride ld) to bf16, contiguous (row stride cols).
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst);
 
@@ -50,14 +68,14 @@ struct GemmShape {
 };
 
 struct GemmCounters {
-  int64_t calls = 0;
+  int64_t calls = 0;  // a batched call counts once
   double flops = 0;
   double seconds = 0;
 };
 
 // Process-wide counters (not thread-safe: GEMM is called from the main thread; oneDNN threads it).
 GemmCounters& gemm_counters();
-void gemm_record_shapes(bool on);  // start/stop recording the shape of every call
+void gemm_record_shapes(bool on);  // start/stop recording the shape of every GEMM (batch member)
 const std::vector<GemmShape>& gemm_recorded_shapes();
 void gemm_clear_recorded_shapes();
 

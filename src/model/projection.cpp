@@ -1,5 +1,9 @@
 #include "model/projection.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
 #include "core/error.h"
 #include "kernels/activation.h"
 
@@ -37,40 +41,197 @@ ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool late
   return p;
 }
 
-void lowrank_down_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* z,
-                          DType compute) {
-  gemm(Trans::N, Trans::N, N, p.rank, p.d_in, 1.0f, x, {p.a, p.a_bf16, p.rank}, 0.0f, z, p.rank,
-       compute);
+int64_t group_width(ProjectionGroup group) {
+  int64_t width = 0;
+  for (const ProjectionWeights& p : group) width += p.rank;
+  return width;
 }
 
-const float* lowrank_activate(const ProjectionWeights& p, const float* z, float* h, int64_t N) {
-  if (!p.latent_act) return z;
-  BOOSTLM_ASSERT(h != z);
-  silu_forward(z, p.rank, N, p.rank, h, p.rank);
+void concatenate_a(ProjectionGroup group, DType compute, ConcatenatedA& out) {
+  const int64_t rows = group[0].d_in, cols = group_width(group);
+  out.width = cols;
+  out.a.resize(rows * cols);
+  int64_t c0 = 0;
+  for (const ProjectionWeights& p : group) {
+    BOOSTLM_ASSERT(p.d_in == rows);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(p.a + r * p.rank, p.rank, out.a.data() + r * cols + c0);
+    c0 += p.rank;
+  }
+  if (compute == DType::bf16) {
+    out.a_bf16.resize(out.a.size());
+    round_to_bf16(out.a.data(), 1, out.a.size(), out.a.size(), out.a_bf16.data());
+  }
+}
+
+void group_down_forward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x, int64_t N,
+                        float* z, int64_t ldz, DType compute) {
+  const int64_t d_in = group[0].d_in;
+  if (cat) {
+    gemm(Trans::N, Trans::N, N, cat->width, d_in, 1.0f, x, cat->input(), 0.0f, z, ldz, compute);
+    return;
+  }
+  int64_t c0 = 0;
+  for (const ProjectionWeights& p : group) {
+    gemm(Trans::N, Trans::N, N, p.rank, d_in, 1.0f, x, {p.a, p.a_bf16, p.rank}, 0.0f, z + c0, ldz,
+         compute);
+    c0 += p.rank;
+  }
+}
+
+namespace {
+
+// Whether the members all have σ (cola) — they share it or not at all.
+bool group_has_activation(ProjectionGroup group) {
+  for (const ProjectionWeights& p : group) BOOSTLM_ASSERT(p.latent_act == group[0].latent_act);
+  return group[0].latent_act;
+}
+
+}  // namespace
+
+const float* group_activate(ProjectionGroup group, const float* z, float* h, int64_t N) {
+  if (!group_has_activation(group)) return z;
+  BOOSTLM_ASSERT(h && h != z);
+  const int64_t width = group_width(group);
+  silu_forward(z, width, N, width, h, width);
   return h;
 }
 
-void lowrank_up_forward(const ProjectionWeights& p, const float* latent, int64_t N, float* y,
-                        int64_t ldy, DType compute) {
-  gemm(Trans::N, Trans::N, N, p.d_out, p.rank, 1.0f, {latent, p.rank}, {p.b, p.b_bf16, p.d_out},
-       0.0f, y, ldy, compute);
+void group_activate_backward(ProjectionGroup group, const float* z, float* dlatent, int64_t N) {
+  if (!group_has_activation(group)) return;
+  const int64_t width = group_width(group);
+  silu_backward(dlatent, width, z, width, N, width, dlatent, width);
 }
 
-void lowrank_up_backward(const ProjectionWeights& p, const float* latent, const float* dy,
-                         int64_t lddy, int64_t N, float* dlatent, DType compute) {
-  gemm(Trans::T, Trans::N, p.rank, p.d_out, N, 1.0f, {latent, p.rank}, {dy, lddy}, 1.0f, p.db,
-       p.d_out, compute);
-  gemm(Trans::N, Trans::T, N, p.rank, p.d_out, 1.0f, {dy, lddy}, {p.b, p.b_bf16, p.d_out}, 0.0f,
-       dlatent, p.rank, compute);
+namespace {
+
+// How many elements b lies after a; 0 when it does not lie a whole positive number of them on.
+template <class T>
+int64_t elements_after(const T* a, const T* b) {
+  const auto from = reinterpret_cast<std::uintptr_t>(a), to = reinterpret_cast<std::uintptr_t>(b);
+  if (to <= from || (to - from) % sizeof(T) != 0) return 0;
+  return static_cast<int64_t>((to - from) / sizeof(T));
 }
 
-void lowrank_down_backward(const ProjectionWeights& p, GemmInput x, const float* z, float* dlatent,
-                           int64_t N, float* dx, int64_t lddx, float dx_beta, DType compute) {
-  const int64_t r = p.rank;
-  if (p.latent_act) silu_backward(dlatent, r, z, r, N, r, dlatent, r);
-  gemm(Trans::T, Trans::N, p.d_in, r, N, 1.0f, x, {dlatent, r}, 1.0f, p.da, r, compute);
-  gemm(Trans::N, Trans::T, N, p.d_in, r, 1.0f, {dlatent, r}, {p.a, p.a_bf16, r}, dx_beta, dx, lddx,
-       compute);
+// The step from member p's B to member q's, which its bf16 copy must share (0: none).
+int64_t weight_step(const ProjectionWeights& p, const ProjectionWeights& q) {
+  const int64_t step = elements_after(p.b, q.b);
+  if (p.b_bf16 && elements_after(p.b_bf16, q.b_bf16) != step) return 0;
+  return step;
+}
+
+// Runs the group's members as strided batches: `steps(j)` gives the member strides from member j
+// to j+1 when the two can share a batch (same shapes, every stride positive), else nothing; a
+// batch extends while each next member keeps the first pair's strides. Unbatched: one at a time.
+// run(first member, batch).
+template <class Steps, class Run>
+void for_each_batch(ProjectionGroup group, bool batched, Steps steps, Run run) {
+  const int count = static_cast<int>(group.size());
+  for (int m = 0; m < count;) {
+    int end = m + 1;
+    std::optional<GemmBatch> batch;
+    if (batched && end < count) batch = steps(m);
+    if (batch) {
+      ++end;  // members m and m + 1, and each next one with the same strides
+      while (end < count && steps(end - 1) == batch) ++end;
+      batch->count = end - m;
+    }
+    run(m, batch.value_or(GemmBatch{}));
+    m = end;
+  }
+}
+
+// A batch's strides, or nothing when one of them is not a positive step.
+std::optional<GemmBatch> strides(int64_t a, int64_t b, int64_t c) {
+  if (a <= 0 || b <= 0 || c <= 0) return std::nullopt;
+  return GemmBatch{1, a, b, c};
+}
+
+// The columns of member m in the group's latent buffer.
+int64_t column_of(ProjectionGroup group, int m) {
+  int64_t c0 = 0;
+  for (int j = 0; j < m; ++j) c0 += group[j].rank;
+  return c0;
+}
+
+}  // namespace
+
+void group_up_forward(ProjectionGroup group, GemmInput latent, int64_t N, float* const* y,
+                      const int64_t* ldy, bool batched, DType compute) {
+  auto steps = [&](int j) -> std::optional<GemmBatch> {
+    const ProjectionWeights &p = group[j], &q = group[j + 1];
+    if (p.rank != q.rank || p.d_out != q.d_out || ldy[j] != ldy[j + 1]) return std::nullopt;
+    return strides(p.rank, weight_step(p, q), elements_after(y[j], y[j + 1]));
+  };
+  for_each_batch(group, batched, steps, [&](int m, const GemmBatch& batch) {
+    const ProjectionWeights& p = group[m];
+    gemm_batched(Trans::N, Trans::N, N, p.d_out, p.rank, 1.0f, latent.at(column_of(group, m)),
+                 {p.b, p.b_bf16, p.d_out}, 0.0f, y[m], ldy[m], batch, compute);
+  });
+}
+
+void group_up_backward(ProjectionGroup group, GemmInput latent, const float* const* dy,
+                       const int64_t* lddy, int64_t N, float* dlatent, int64_t ld_dlatent,
+                       bool batched, DType compute) {
+  auto same_shape = [&](int j) {
+    const ProjectionWeights &p = group[j], &q = group[j + 1];
+    return p.rank == q.rank && p.d_out == q.d_out && lddy[j] == lddy[j + 1];
+  };
+  // dB_m += latent_mᵀ dy_m
+  auto db_steps = [&](int j) -> std::optional<GemmBatch> {
+    if (!same_shape(j)) return std::nullopt;
+    const ProjectionWeights &p = group[j], &q = group[j + 1];
+    return strides(p.rank, elements_after(dy[j], dy[j + 1]), elements_after(p.db, q.db));
+  };
+  for_each_batch(group, batched, db_steps, [&](int m, const GemmBatch& batch) {
+    const ProjectionWeights& p = group[m];
+    gemm_batched(Trans::T, Trans::N, p.rank, p.d_out, N, 1.0f, latent.at(column_of(group, m)),
+                 {dy[m], lddy[m]}, 1.0f, p.db, p.d_out, batch, compute);
+  });
+  // dlatent_m = dy_m B_mᵀ
+  auto dlatent_steps = [&](int j) -> std::optional<GemmBatch> {
+    if (!same_shape(j)) return std::nullopt;
+    const ProjectionWeights &p = group[j], &q = group[j + 1];
+    return strides(elements_after(dy[j], dy[j + 1]), weight_step(p, q), p.rank);
+  };
+  for_each_batch(group, batched, dlatent_steps, [&](int m, const GemmBatch& batch) {
+    const ProjectionWeights& p = group[m];
+    gemm_batched(Trans::N, Trans::T, N, p.rank, p.d_out, 1.0f, {dy[m], lddy[m]},
+                 {p.b, p.b_bf16, p.d_out}, 0.0f, dlatent + column_of(group, m), ld_dlatent, batch,
+                 compute);
+  });
+}
+
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
+                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
+                         float dx_beta, std::vector<float>& da_scratch, DType compute) {
+  const int64_t d_in = group[0].d_in;
+  if (cat) {
+    const int64_t width = cat->width;
+    da_scratch.resize(cat->a.size());
+    gemm(Trans::T, Trans::N, d_in, width, N, 1.0f, x, {dz, lddz}, 0.0f, da_scratch.data(), width,
+         compute);
+    // Each member's dA: its columns of the concatenation's.
+    int64_t c0 = 0;
+    for (const ProjectionWeights& p : group) {
+      const float* from = da_scratch.data() + c0;
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < d_in; ++r)
+        for (int64_t c = 0; c < p.rank; ++c) p.da[r * p.rank + c] += from[r * width + c];
+      c0 += p.rank;
+    }
+    gemm(Trans::N, Trans::T, N, d_in, width, 1.0f, {dz, lddz}, cat->input(), dx_beta, dx, lddx,
+         compute);
+    return;
+  }
+  int64_t c0 = 0;
+  for (const ProjectionWeights& p : group) {
+    gemm(Trans::T, Trans::N, d_in, p.rank, N, 1.0f, x, {dz + c0, lddz}, 1.0f, p.da, p.rank,
+         compute);
+    gemm(Trans::N, Trans::T, N, d_in, p.rank, 1.0f, {dz + c0, lddz}, {p.a, p.a_bf16, p.rank},
+         c0 == 0 ? dx_beta : 1.0f, dx, lddx, compute);
+    c0 += p.rank;
+  }
 }
 
 void projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* z, float* h,
@@ -80,8 +241,9 @@ void projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, floa
          y, ldy, compute);
     return;
   }
-  lowrank_down_forward(p, x, N, z, compute);
-  lowrank_up_forward(p, lowrank_activate(p, z, h, N), N, y, ldy, compute);
+  const ProjectionGroup one(&p, 1);
+  group_down_forward(one, nullptr, x, N, z, p.rank, compute);
+  group_up_forward(one, {group_activate(one, z, h, N), p.rank}, N, &y, &ldy, false, compute);
 }
 
 void projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, const float* z,
@@ -95,8 +257,12 @@ void projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, con
          {p.weight, p.weight_bf16, p.d_in}, dx_beta, dx, lddx, compute);
     return;
   }
-  lowrank_up_backward(p, p.latent_act ? h : z, dy, lddy, N, dlatent, compute);
-  lowrank_down_backward(p, x, z, dlatent, N, dx, lddx, dx_beta, compute);
+  const ProjectionGroup one(&p, 1);
+  group_up_backward(one, {p.latent_act ? h : z, p.rank}, &dy, &lddy, N, dlatent, p.rank, false,
+                    compute);
+  group_activate_backward(one, z, dlatent, N);
+  std::vector<float> unused;  // no concatenation, no scratch
+  group_down_backward(one, nullptr, x, dlatent, p.rank, N, dx, lddx, dx_beta, unused, compute);
 }
 
 }  // namespace boostlm

@@ -7,10 +7,13 @@
 // The dimensions are those of the local shard: a parallel layout binds a projection to its slice
 // of W, A or B, and the same code computes the partial product. Low-rank projections are also
 // available in halves (down: x → z, up: latent → y), because under BTP the all-reduce sits
-// between them, on the latent (SPEC §3.3).
+// between them, on the latent (SPEC §3.3), and in groups of projections that read one input, so
+// linear-layer grouping (SPEC §3.5) can run a group's halves as single GEMMs.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/param_table.h"
@@ -49,20 +52,47 @@ void projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, con
                          const float* h, const float* dy, int64_t lddy, float* dx, int64_t lddx,
                          float dx_beta, float* dlatent, DType compute);
 
-// Low-rank halves.
-// z = x A  [N, rank]
-void lowrank_down_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* z,
-                          DType compute);
-// h = σ(z) for cola (no-op otherwise); returns the latent B reads (h or z).
-const float* lowrank_activate(const ProjectionWeights& p, const float* z, float* h, int64_t N);
-// y = latent B  [N, d_out]
-void lowrank_up_forward(const ProjectionWeights& p, const float* latent, int64_t N, float* y,
-                        int64_t ldy, DType compute);
-// dB += latentᵀ dy;  dlatent = dy Bᵀ  [N, rank]
-void lowrank_up_backward(const ProjectionWeights& p, const float* latent, const float* dy,
-                         int64_t lddy, int64_t N, float* dlatent, DType compute);
-// dz = dlatent ⊙ σ'(z) in place (cola); dA += xᵀ dz;  dx = dx_beta·dx + dz Aᵀ
-void lowrank_down_backward(const ProjectionWeights& p, GemmInput x, const float* z, float* dlatent,
-                           int64_t N, float* dx, int64_t lddx, float dx_beta, DType compute);
+// Low-rank halves, for a group of projections that read one input (q|k|v, gate|up; o and down
+// alone).
+// The group's latents lie side by side in one [N, Σ rank] buffer, member m in the columns after
+// those of members 0..m−1 (row stride: Σ rank unless given). A single projection is a group of
+// one. Members share σ: all or none have latent_act.
+using ProjectionGroup = std::span<const ProjectionWeights>;
+
+int64_t group_width(ProjectionGroup group);  // Σ rank
+
+// The group's A factors side by side, [d_in, Σ rank] (with its bf16 rounding in bf16), so the
+// group's down half is one GEMM; rebuilt whenever the weights change.
+struct ConcatenatedA {
+  std::vector<float> a;
+  std::vector<bf16_t> a_bf16;
+  int64_t width = 0;
+  GemmInput input() const { return {a.data(), a_bf16.empty() ? nullptr : a_bf16.data(), width}; }
+};
+void concatenate_a(ProjectionGroup group, DType compute, ConcatenatedA& out);
+
+// z = x [A_0 | A_1 | …]  [N, Σ rank] (row stride ldz): one GEMM on the concatenation `cat` when
+// given, else one per member.
+void group_down_forward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x, int64_t N,
+                        float* z, int64_t ldz, DType compute);
+// h = σ(z) over the whole group for cola (no-op otherwise); returns the latent B reads (h or z).
+const float* group_activate(ProjectionGroup group, const float* z, float* h, int64_t N);
+// y_m = latent_m B_m (y_m: [N, d_out], row stride ldy[m]). batched: the members with one shape
+// whose operands lie evenly spaced in memory run as one strided batched GEMM; else one GEMM each.
+void group_up_forward(ProjectionGroup group, GemmInput latent, int64_t N, float* const* y,
+                      const int64_t* ldy, bool batched, DType compute);
+// dB_m += latent_mᵀ dy_m;  dlatent_m = dy_m B_mᵀ into member m's columns of dlatent (row stride
+// ld_dlatent); batched as in group_up_forward.
+void group_up_backward(ProjectionGroup group, GemmInput latent, const float* const* dy,
+                       const int64_t* lddy, int64_t N, float* dlatent, int64_t ld_dlatent,
+                       bool batched, DType compute);
+// dz = dlatent ⊙ σ'(z) in place over the whole group (cola; no-op otherwise).
+void group_activate_backward(ProjectionGroup group, const float* z, float* dlatent, int64_t N);
+// dA_m += xᵀ dz_m;  dx = dx_beta·dx + Σ_m dz_m A_mᵀ. dz: [N, Σ rank], row stride lddz. Two GEMMs
+// on the concatenation `cat` when given (its dA, in `da_scratch`, added into each member's), else
+// two per member.
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
+                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
+                         float dx_beta, std::vector<float>& da_scratch, DType compute);
 
 }  // namespace boostlm

@@ -18,7 +18,9 @@
 //  - grouping (§3.5): the A factors that read the same input (q|k|v, gate|up) run as one GEMM on
 //    their concatenation and share one all-reduce: 4 forward all-reduces per block of
 //    (3r+1, r, 2r+1, r) per token, and 4 backward (3r, r, 2r, r). Off: 7 and 7 (stats ride with q
-//    and gate).
+//    and gate). The B factors of a group, which read column blocks of its all-reduced latent, run
+//    as one batched GEMM over the members of one shape (q|k|v; q and k|v under GQA; gate|up),
+//    forward and backward: 8 GEMM calls per block forward instead of 14 (9 under GQA).
 //  - recompute lowrank (§3.6): a block keeps only x_in, x_mid, the 7 all-reduced latents and 2
 //    per-token rms values, ≈ N·(2d/t + 7r); backward recomputes q, k, v, attention, gate/up from
 //    them with local GEMMs only. block: backward reruns the whole forward, collectives included.
@@ -71,7 +73,7 @@ class Btp final : public Layout {
     // x_mid and the rms values; the rest lives once, in `work_`, rebuilt in backward.
     acts_.assign(slots(), {});
     for (auto& a : acts_) {
-      for (int i = 0; i < kProjectionsPerBlock; ++i) a.z[i].resize(N * rank(i));
+      for (const Group& g : kGroups) a.z[g.index].resize(N * group_width(members(first_layer_, g)));
       a.x_mid.resize(N * dl_);
       a.rstd1.resize(N);
       a.rstd2.resize(N);
@@ -83,18 +85,14 @@ class Btp final : public Layout {
     xg_.resize(N * dl_);
     partial_.resize(N * dl_);
     d_norm_.resize(N * dl_);
-    d_q_.resize(N * dl_);
-    d_k_.resize(N * kvl_);
-    d_v_.resize(N * kvl_);
+    d_qkv_.resize(N * (dl_ + 2 * kvl_));
     d_attn_.resize(N * dl_);
-    d_gate_.resize(N * ffl_);
-    d_up_.resize(N * ffl_);
+    d_gate_up_.resize(2 * N * ffl_);
     d_hidden_.resize(N * ffl_);
-    const int64_t widest = 3 * config_.attn_rank + 1 + 2 * config_.mlp_rank;
-    packed_.resize(N * widest);
+    int64_t widest = 0;
+    for (const Group& g : kGroups) widest = std::max(widest, group_width(members(first_layer_, g)));
+    packed_.resize(N * (widest + 1));  // + the norm statistic
     d_packed_.resize(N * widest);
-    scratch_h_.resize(N * std::max(config_.attn_rank, config_.mlp_rank));
-    grouped_a_.assign(config_.n_layers, {});
   }
 
   void block_forward(int64_t layer, const float* x_in, float* x_out) override {
@@ -105,25 +103,24 @@ class Btp final : public Layout {
     work_layer_ = layer;
     work_micro_ = micro_index_;
     const int64_t N = batch_ * seq_len_;
-    build_grouped_a(layer);
+    concatenate_groups(layer);
 
     // Attention sub-block: norm → q/k/v latents → B → RoPE → attention → o → residual.
     latents_forward(layer, kQkv, x_in, bw.norm1, a.rstd1.data(), w.norm1.data(), a);
-    up_project(layer, q_, a, w.q.data(), dl_, w.h[q_].data());
-    up_project(layer, k_, a, w.k.data(), kvl_, w.h[k_].data());
-    up_project(layer, v_, a, w.v.data(), kvl_, w.h[v_].data());
+    const Qkv qkv = split_qkv(w.qkv);
+    up_project(layer, kQkv, a, {qkv.q, qkv.k, qkv.v});
     attention_from_qkv(w);
     latents_forward(layer, kO, w.attn.data(), nullptr, nullptr, nullptr, a);
-    up_project(layer, o_, a, partial_.data(), dl_, w.h[o_].data());
+    up_project(layer, kO, a, {partial_.data()});
     add(x_in, partial_.data(), a.x_mid.data(), N * dl_);
 
     // MLP sub-block.
     latents_forward(layer, kGateUp, a.x_mid.data(), bw.norm2, a.rstd2.data(), w.norm2.data(), a);
-    up_project(layer, gate_, a, w.gate.data(), ffl_, w.h[gate_].data());
-    up_project(layer, up_, a, w.up.data(), ffl_, w.h[up_].data());
-    swiglu_forward(w.gate.data(), w.up.data(), N * ffl_, config_.mlp_gate_act, w.hidden.data());
+    float *gate = w.gate_up.data(), *up = gate + N * ffl_;
+    up_project(layer, kGateUp, a, {gate, up});
+    swiglu_forward(gate, up, N * ffl_, config_.mlp_gate_act, w.hidden.data());
     latents_forward(layer, kDown, w.hidden.data(), nullptr, nullptr, nullptr, a);
-    up_project(layer, down_, a, partial_.data(), dl_, w.h[down_].data());
+    up_project(layer, kDown, a, {partial_.data()});
     add(a.x_mid.data(), partial_.data(), x_out, N * dl_);
   }
 
@@ -139,35 +136,24 @@ class Btp final : public Layout {
     work_layer_ = -1;  // backward overwrites them
 
     // MLP.
-    {
-      const float* dy[] = {dx};
-      latents_backward(layer, kDown, dy, w.hidden.data(), nullptr, nullptr, nullptr, a,
-                       d_hidden_.data(), 0.0f);
-    }
-    swiglu_backward(d_hidden_.data(), w.gate.data(), w.up.data(), N * ffl_, config_.mlp_gate_act,
-                    d_gate_.data(), d_up_.data());
-    {
-      const float* dy[] = {d_gate_.data(), d_up_.data()};
-      latents_backward(layer, kGateUp, dy, a.x_mid.data(), bw.norm2, bw.dnorm2, a.rstd2.data(), a,
-                       dx, 1.0f, w.norm2.data());
-    }
+    latents_backward(layer, kDown, {dx}, w.hidden.data(), nullptr, nullptr, nullptr, a,
+                     d_hidden_.data(), 0.0f);
+    const float *gate = w.gate_up.data(), *up = gate + N * ffl_;
+    float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ffl_;
+    swiglu_backward(d_hidden_.data(), gate, up, N * ffl_, config_.mlp_gate_act, d_gate, d_up);
+    latents_backward(layer, kGateUp, {d_gate, d_up}, a.x_mid.data(), bw.norm2, bw.dnorm2,
+                     a.rstd2.data(), a, dx, 1.0f, w.norm2.data());
     // Attention.
-    {
-      const float* dy[] = {dx};
-      latents_backward(layer, kO, dy, w.attn.data(), nullptr, nullptr, nullptr, a, d_attn_.data(),
-                       0.0f);
-    }
+    latents_backward(layer, kO, {dx}, w.attn.data(), nullptr, nullptr, nullptr, a, d_attn_.data(),
+                     0.0f);
+    const Qkv qkv = split_qkv(w.qkv), d = split_qkv(d_qkv_);
     const AttentionShape shape{batch_, seq_len_, heads_, kv_heads_, config_.head_dim()};
-    attention_backward(shape, w.q.data(), dl_, w.k.data(), kvl_, w.v.data(), kvl_, w.attn.data(),
-                       dl_, w.lse.data(), d_attn_.data(), dl_, d_q_.data(), dl_, d_k_.data(), kvl_,
-                       d_v_.data(), kvl_);
-    rope_backward(d_q_.data(), dl_, batch_, seq_len_, heads_, rope_);
-    rope_backward(d_k_.data(), kvl_, batch_, seq_len_, kv_heads_, rope_);
-    {
-      const float* dy[] = {d_q_.data(), d_k_.data(), d_v_.data()};
-      latents_backward(layer, kQkv, dy, a.x_in, bw.norm1, bw.dnorm1, a.rstd1.data(), a, dx, 1.0f,
-                       w.norm1.data());
-    }
+    attention_backward(shape, qkv.q, dl_, qkv.k, kvl_, qkv.v, kvl_, w.attn.data(), dl_,
+                       w.lse.data(), d_attn_.data(), dl_, d.q, dl_, d.k, kvl_, d.v, kvl_);
+    rope_backward(d.q, dl_, batch_, seq_len_, heads_, rope_);
+    rope_backward(d.k, kvl_, batch_, seq_len_, kv_heads_, rope_);
+    latents_backward(layer, kQkv, {d.q, d.k, d.v}, a.x_in, bw.norm1, bw.dnorm1, a.rstd1.data(), a,
+                     dx, 1.0f, w.norm1.data());
   }
 
   int64_t slot_bytes() const override { return acts_.empty() ? 0 : bytes_of(acts_[0]); }
@@ -179,88 +165,48 @@ class Btp final : public Layout {
   }
 
  private:
-  // The four groups of projections that read one input: q|k|v (norm1), o, gate|up (norm2), down.
-  struct Group {
-    int first, count;
-    bool normed;  // reads a norm's output
-  };
-  static constexpr Group kQkv{0, 3, true}, kO{3, 1, false}, kGateUp{4, 2, true}, kDown{6, 1, false};
-
   struct Acts {
     const float* x_in = nullptr;
-    std::array<std::vector<float>, kProjectionsPerBlock> z;  // all-reduced latents (normalised)
-    std::array<std::vector<float>, kProjectionsPerBlock> h;  // σ(z) (cola)
+    // Per group, its latents side by side [N, Σ rank]: all-reduced (normalised) z, and σ(z) (cola).
+    std::array<std::vector<float>, kGroupsPerBlock> z, h;
     std::vector<float> x_mid, rstd1, rstd2;
     std::vector<float> norm1, norm2;  // synchronous norm's outputs (the GEMM inputs)
-    std::vector<float> q, k, v, attn, lse, gate, up, hidden;
+    // q | k | v and gate | up one after the other, so that their B factors' batched GEMM writes
+    // evenly spaced outputs.
+    std::vector<float> qkv, attn, lse, gate_up, hidden;
   };
 
-  int64_t rank(int i) const { return blocks_[first_layer_].proj[i].rank; }
+  struct Qkv {
+    float *q, *k, *v;
+  };
+  Qkv split_qkv(std::vector<float>& buf) const {
+    const int64_t N = batch_ * seq_len_;
+    return {buf.data(), buf.data() + N * dl_, buf.data() + N * (dl_ + kvl_)};
+  }
 
   static int64_t bytes_of(const Acts& a) {
     int64_t n = a.x_mid.size() + a.rstd1.size() + a.rstd2.size() + a.norm1.size() + a.norm2.size() +
-                a.q.size() + a.k.size() + a.v.size() + a.attn.size() + a.lse.size() +
-                a.gate.size() + a.up.size() + a.hidden.size();
-    for (int i = 0; i < kProjectionsPerBlock; ++i) n += a.z[i].size() + a.h[i].size();
+                a.qkv.size() + a.attn.size() + a.lse.size() + a.gate_up.size() + a.hidden.size();
+    for (int g = 0; g < kGroupsPerBlock; ++g) n += a.z[g].size() + a.h[g].size();
     return n * static_cast<int64_t>(sizeof(float));
   }
 
   void allocate_intermediates(Acts& a, int64_t N, bool cola) {
     if (cola)
-      for (int i = 0; i < kProjectionsPerBlock; ++i) a.h[i].resize(N * rank(i));
+      for (const Group& g : kGroups) a.h[g.index].resize(N * group_width(members(first_layer_, g)));
     if (!options_.online_norm) {
       a.norm1.resize(N * dl_);
       a.norm2.resize(N * dl_);
     }
-    a.q.resize(N * dl_);
-    a.k.resize(N * kvl_);
-    a.v.resize(N * kvl_);
+    a.qkv.resize(N * (dl_ + 2 * kvl_));
     a.attn.resize(N * dl_);
     a.lse.resize(N * heads_);
-    a.gate.resize(N * ffl_);
-    a.up.resize(N * ffl_);
+    a.gate_up.resize(2 * N * ffl_);
     a.hidden.resize(N * ffl_);
   }
 
   // Where q, k, v, attention, gate/up/hidden and σ(z) of a block live.
   Acts& intermediates(Acts& a) { return options_.recompute == Recompute::lowrank ? work_ : a; }
-
-  // The concatenated A factors of a group [d_in, Σr] (grouping), rebuilt at every forward because
-  // the weights change between steps; their bf16 rounding alongside.
-  struct GroupedA {
-    std::vector<float> qkv, gate_up;
-    std::vector<bf16_t> qkv_bf16, gate_up_bf16;
-  };
-  void build_grouped_a(int64_t layer) {
-    if (!options_.grouping) return;
-    GroupedA& g = grouped_a_[layer];
-    auto build = [&](const Group& grp, std::vector<float>& out, std::vector<bf16_t>& rounded) {
-      const ProjectionWeights* p = blocks_[layer].proj.data() + grp.first;
-      int64_t cols = 0;
-      for (int j = 0; j < grp.count; ++j) cols += p[j].rank;
-      const int64_t rows = p[0].d_in;
-      out.resize(rows * cols);
-      int64_t c0 = 0;
-      for (int j = 0; j < grp.count; ++j) {
-        for (int64_t r = 0; r < rows; ++r)
-          std::copy_n(p[j].a + r * p[j].rank, p[j].rank, out.data() + r * cols + c0);
-        c0 += p[j].rank;
-      }
-      if (compute_ == DType::bf16) {
-        rounded.resize(out.size());
-        round_to_bf16(out.data(), 1, out.size(), out.size(), rounded.data());
-      }
-    };
-    build(kQkv, g.qkv, g.qkv_bf16);
-    build(kGateUp, g.gate_up, g.gate_up_bf16);
-  }
-
-  // Σ over a group of its ranks.
-  int64_t group_width(int64_t layer, const Group& g) const {
-    int64_t w = 0;
-    for (int j = 0; j < g.count; ++j) w += blocks_[layer].proj[g.first + j].rank;
-    return w;
-  }
 
   // The GEMM input of a group: its input x itself, or the norm of x (for a normed group) —
   // synchronous: normalised here with an all-reduce of Σx²; online: x ⊙ γ, whose latent is
@@ -295,93 +241,87 @@ class Btp final : public Layout {
     const int64_t N = batch_ * seq_len_;
     bool online = false;
     const GemmInput in = group_input(g, x, gamma, rstd, norm_out, online);
-    const bool grouped = options_.grouping && g.count > 1;
-    const ProjectionWeights* p = blocks_[layer].proj.data() + g.first;
+    const ProjectionGroup group = members(layer, g);
+    const int64_t width = group_width(group);
+    const ConcatenatedA* cat = concatenated(layer, g);
+    float* z = a.z[g.index].data();
     // One packed buffer [N, Σr (+1)] per all-reduce: the whole group when grouped, else one per
     // projection; the statistic rides in the first.
     int64_t col = 0;
-    for (int j = 0; j < g.count;) {
-      const int members = grouped ? g.count : 1;
-      int64_t width = 0;
-      for (int m = 0; m < members; ++m) width += p[j + m].rank;
-      const int64_t ld = width + (online && j == 0 ? 1 : 0);
+    for (size_t j = 0; j < group.size();) {
+      const ProjectionGroup part = cat ? group : group.subspan(j, 1);
+      const int64_t part_width = group_width(part);
+      const bool with_stat = online && j == 0;
+      const int64_t ld = part_width + (with_stat ? 1 : 0);
       float* buf = packed_.data();
-      if (grouped) {
-        const GroupedA& ga = grouped_a_[layer];
-        const bool qkv = g.first == q_;
-        gemm(Trans::N, Trans::N, N, width, p[0].d_in, 1.0f, in,
-             {qkv ? ga.qkv.data() : ga.gate_up.data(),
-              compute_ == DType::bf16 ? (qkv ? ga.qkv_bf16.data() : ga.gate_up_bf16.data())
-                                      : nullptr,
-              width},
-             0.0f, buf, ld, compute_);
-      } else {
-        gemm(Trans::N, Trans::N, N, width, p[j].d_in, 1.0f, in, {p[j].a, p[j].a_bf16, width}, 0.0f,
-             buf, ld, compute_);
-      }
-      if (online && j == 0) {
+      group_down_forward(part, cat, in, N, buf, ld, compute_);
+      if (online) {
+        // Undo the local normalisation of the bf16 input (every part read it); the statistic
+        // rides with the first part.
         const bool rescale = compute_ == DType::bf16;
+#pragma omp parallel for schedule(static)
         for (int64_t n = 0; n < N; ++n) {
-          if (rescale) {  // undo the local normalisation of the bf16 input
+          if (rescale) {
             const float s = std::sqrt(stat_[n] / dl_ + config_.rms_eps);
-            for (int64_t c = 0; c < width; ++c) buf[n * ld + c] *= s;
+            for (int64_t c = 0; c < part_width; ++c) buf[n * ld + c] *= s;
           }
-          buf[n * ld + width] = stat_[n];
+          if (with_stat) buf[n * ld + part_width] = stat_[n];
         }
       }
       tp_.all_reduce(buf, N * ld);
-      if (online && j == 0)  // rms from the summed statistic: Z = P / rms (exactly RMSNorm(x)·A)
+      if (with_stat)  // rms from the summed statistic: Z = P / rms (exactly RMSNorm(x)·A)
         for (int64_t n = 0; n < N; ++n)
-          rstd[n] = 1.0f / std::sqrt(buf[n * ld + width] / config_.d_model + config_.rms_eps);
-      // Unpack into each projection's latent (dividing by the rms for an online-normed group).
-      int64_t c0 = 0;
-      for (int m = 0; m < members; ++m) {
-        const int64_t r = p[j + m].rank;
-        float* z = a.z[g.first + j + m].data();
+          rstd[n] = 1.0f / std::sqrt(buf[n * ld + part_width] / config_.d_model + config_.rms_eps);
+          // Unpack into the group's latents (dividing by the rms for an online-normed group).
 #pragma omp parallel for schedule(static)
-        for (int64_t n = 0; n < N; ++n) {
-          const float s = online ? rstd[n] : 1.0f;
-          for (int64_t c = 0; c < r; ++c) z[n * r + c] = buf[n * ld + c0 + c] * s;
-        }
-        c0 += r;
+      for (int64_t n = 0; n < N; ++n) {
+        const float s = online ? rstd[n] : 1.0f;
+        for (int64_t c = 0; c < part_width; ++c) z[n * width + col + c] = buf[n * ld + c] * s;
       }
-      col += width;
-      j += members;
+      col += part_width;
+      j += part.size();
     }
   }
 
-  // y = σ(z_i) B_i (column-parallel B). h: where σ(z) is kept (cola), or scratch.
-  void up_project(int64_t layer, int i, Acts& a, float* y, int64_t ldy, float* h) {
-    const ProjectionWeights& p = blocks_[layer].proj[i];
-    const int64_t N = batch_ * seq_len_;
-    float* hh = h ? h : scratch_h_.data();
-    const float* latent = lowrank_activate(p, a.z[i].data(), hh, N);
-    lowrank_up_forward(p, latent, N, y, ldy, compute_);
+  // y_m = σ(z_m) B_m for the group's members (column-parallel B; batched when grouping); σ(z) is
+  // kept for backward (cola). Each y_m: [N, d_out] contiguous.
+  void up_project(int64_t layer, const Group& g, Acts& a, std::initializer_list<float*> y) {
+    const ProjectionGroup group = members(layer, g);
+    const int64_t N = batch_ * seq_len_, width = group_width(group);
+    const float* latent =
+        group_activate(group, a.z[g.index].data(), intermediates(a).h[g.index].data(), N);
+    const auto ld = output_strides(group);
+    group_up_forward(group, shared_input(latent, N, width, rounded_latent_), N, y.begin(),
+                     ld.data(), options_.grouping, compute_);
+  }
+
+  static std::array<int64_t, 3> output_strides(ProjectionGroup group) {
+    std::array<int64_t, 3> ld{};
+    for (size_t m = 0; m < group.size(); ++m) ld[m] = group[m].d_out;
+    return ld;
   }
 
   void attention_from_qkv(Acts& w) {
-    rope_forward(w.q.data(), dl_, batch_, seq_len_, heads_, rope_);
-    rope_forward(w.k.data(), kvl_, batch_, seq_len_, kv_heads_, rope_);
+    const Qkv qkv = split_qkv(w.qkv);
+    rope_forward(qkv.q, dl_, batch_, seq_len_, heads_, rope_);
+    rope_forward(qkv.k, kvl_, batch_, seq_len_, kv_heads_, rope_);
     const AttentionShape shape{batch_, seq_len_, heads_, kv_heads_, config_.head_dim()};
-    attention_forward(shape, w.q.data(), dl_, w.k.data(), kvl_, w.v.data(), kvl_, w.attn.data(),
-                      dl_, w.lse.data());
+    attention_forward(shape, qkv.q, dl_, qkv.k, kvl_, qkv.v, kvl_, w.attn.data(), dl_,
+                      w.lse.data());
   }
 
   // Rebuilds what lowrank checkpointing dropped, from the kept latents: local GEMMs only.
   void recompute(int64_t layer, Acts& a) {
     Acts& w = work_;
     const int64_t N = batch_ * seq_len_;
-    up_project(layer, q_, a, w.q.data(), dl_, w.h[q_].data());
-    up_project(layer, k_, a, w.k.data(), kvl_, w.h[k_].data());
-    up_project(layer, v_, a, w.v.data(), kvl_, w.h[v_].data());
+    const Qkv qkv = split_qkv(w.qkv);
+    up_project(layer, kQkv, a, {qkv.q, qkv.k, qkv.v});
     attention_from_qkv(w);
-    if (!w.h[o_].empty())
-      silu_forward(a.z[o_].data(), rank(o_), N, rank(o_), w.h[o_].data(), rank(o_));
-    up_project(layer, gate_, a, w.gate.data(), ffl_, w.h[gate_].data());
-    up_project(layer, up_, a, w.up.data(), ffl_, w.h[up_].data());
-    swiglu_forward(w.gate.data(), w.up.data(), N * ffl_, config_.mlp_gate_act, w.hidden.data());
-    if (!w.h[down_].empty())
-      silu_forward(a.z[down_].data(), rank(down_), N, rank(down_), w.h[down_].data(), rank(down_));
+    group_activate(members(layer, kO), a.z[kO.index].data(), w.h[kO.index].data(), N);
+    float *gate = w.gate_up.data(), *up = gate + N * ffl_;
+    up_project(layer, kGateUp, a, {gate, up});
+    swiglu_forward(gate, up, N * ffl_, config_.mlp_gate_act, w.hidden.data());
+    group_activate(members(layer, kDown), a.z[kDown.index].data(), w.h[kDown.index].data(), N);
     if (!options_.online_norm) {  // the synchronous norms' outputs, from x and the kept 1/rms
       rmsnorm_apply(a.x_in, dl_, blocks_[layer].norm1, a.rstd1.data(), N, dl_, w.norm1.data(), dl_);
       rmsnorm_apply(a.x_mid.data(), dl_, blocks_[layer].norm2, a.rstd2.data(), N, dl_,
@@ -391,55 +331,43 @@ class Btp final : public Layout {
 
   // Backward of a group: dB and the latents' (partial) gradients, their all-reduce(s), σ', then
   // dA and the input gradient — through the online norm locally, or the synchronous norm.
-  // x: the group's input (the residual for a normed group); dx = dx_beta·dx + ∂L/∂x.
-  void latents_backward(int64_t layer, const Group& g, const float* const* dy, const float* x,
-                        const float* gamma, float* dgamma, const float* rstd, Acts& a, float* dx,
-                        float dx_beta, const float* norm_out = nullptr) {
+  // dy: ∂L/∂y_m, [N, d_out] each. x: the group's input (the residual for a normed group);
+  // dx = dx_beta·dx + ∂L/∂x.
+  void latents_backward(int64_t layer, const Group& g, std::initializer_list<const float*> dy,
+                        const float* x, const float* gamma, float* dgamma, const float* rstd,
+                        Acts& a, float* dx, float dx_beta, const float* norm_out = nullptr) {
     const int64_t N = batch_ * seq_len_;
-    const bool grouped = options_.grouping && g.count > 1;
-    const ProjectionWeights* p = blocks_[layer].proj.data() + g.first;
+    const ProjectionGroup group = members(layer, g);
+    const ConcatenatedA* cat = concatenated(layer, g);
     Acts& w = intermediates(a);
-    const int64_t width = group_width(layer, g);
+    const int64_t width = group_width(group);
+    const float* z = a.z[g.index].data();
+    const float* latent = w.h[g.index].empty() ? z : w.h[g.index].data();
     // dB += σ(z)ᵀ dy;  dσ = dy Bᵀ → packed [N, Σr];  one all-reduce per packed buffer.
-    int64_t c0 = 0;
-    for (int m = 0; m < g.count; ++m) {
-      const int i = g.first + m;
-      const float* latent = w.h[i].empty() ? a.z[i].data() : w.h[i].data();
-      gemm(Trans::T, Trans::N, p[m].rank, p[m].d_out, N, 1.0f, {latent, p[m].rank},
-           {dy[m], p[m].d_out}, 1.0f, p[m].db, p[m].d_out, compute_);
-      gemm(Trans::N, Trans::T, N, p[m].rank, p[m].d_out, 1.0f, {dy[m], p[m].d_out},
-           {p[m].b, p[m].b_bf16, p[m].d_out}, 0.0f, d_packed_.data() + c0, width, compute_);
-      if (!grouped) {  // this projection's own all-reduce: its columns, gathered contiguous
-        all_reduce_columns(d_packed_.data(), N, width, c0, p[m].rank);
+    const auto lddy = output_strides(group);
+    group_up_backward(group, shared_input(latent, N, width, rounded_latent_), dy.begin(),
+                      lddy.data(), N, d_packed_.data(), width, options_.grouping, compute_);
+    if (cat) {
+      tp_.all_reduce(d_packed_.data(), N * width);
+    } else {  // each projection's own all-reduce: its columns, gathered contiguous
+      int64_t c0 = 0;
+      for (const ProjectionWeights& p : group) {
+        all_reduce_columns(d_packed_.data(), N, width, c0, p.rank);
+        c0 += p.rank;
       }
-      c0 += p[m].rank;
     }
-    if (grouped) tp_.all_reduce(d_packed_.data(), N * width);
-    // dz = dσ ⊙ σ'(z) (cola), in place.
-    c0 = 0;
-    for (int m = 0; m < g.count; ++m) {
-      if (p[m].latent_act)
-        silu_backward(d_packed_.data() + c0, width, a.z[g.first + m].data(), p[m].rank, N,
-                      p[m].rank, d_packed_.data() + c0, width);
-      c0 += p[m].rank;
-    }
+    group_activate_backward(group, z, d_packed_.data(), N);  // dz = dσ ⊙ σ'(z), in place
     const bool online = g.normed && options_.online_norm;
     if (online) {
       // Z = P·rstd: dP = dZ·rstd; the rms term drms = −Σ dZ⊙Z / rms becomes dS below.
 #pragma omp parallel for schedule(static)
       for (int64_t n = 0; n < N; ++n) {
+        const float* zr = z + n * width;
+        float* dzr = d_packed_.data() + n * width;
         float dot = 0.0f;
-        int64_t col = 0;
-        for (int m = 0; m < g.count; ++m) {
-          const int64_t r = p[m].rank;
-          const float* z = a.z[g.first + m].data() + n * r;
-          const float* dz = d_packed_.data() + n * width + col;
-          for (int64_t c = 0; c < r; ++c) dot += dz[c] * z[c];
-          col += r;
-        }
+        for (int64_t c = 0; c < width; ++c) dot += dzr[c] * zr[c];
         // rms = 1/rstd; drms = −dot·rstd; dS = drms / (2·d·rms) = −dot·rstd² / (2d).
         stat_[n] = -dot * rstd[n] * rstd[n] / (2.0f * config_.d_model);
-        float* dzr = d_packed_.data() + n * width;
         for (int64_t c = 0; c < width; ++c) dzr[c] *= rstd[n];
       }
       // xg = x ⊙ γ: the GEMM input of forward (recomputed: cheaper than keeping it).
@@ -448,41 +376,12 @@ class Btp final : public Layout {
         for (int64_t j = 0; j < dl_; ++j) xg_[n * dl_ + j] = x[n * dl_ + j] * gamma[j];
     }
     // The GEMM input of forward: x (o, down), the synchronous norm's output, or x ⊙ γ.
-    const int64_t in_cols = p[0].d_in;
+    const int64_t in_cols = group[0].d_in;
     const float* in = !g.normed ? x : online ? xg_.data() : norm_out;
-    const GemmInput input = shared_input(in, N, in_cols, rounded_);
     // dA_i += inᵀ dP_i ;  g = Σ dP_i A_iᵀ  (one GEMM each when grouped).
     float* g_out = g.normed ? d_norm_.data() : dx;
-    const float g_beta = g.normed ? 0.0f : dx_beta;
-    if (grouped) {
-      const GroupedA& ga = grouped_a_[layer];
-      const bool qkv = g.first == q_;
-      const std::vector<float>& cat = qkv ? ga.qkv : ga.gate_up;
-      d_grouped_a_.assign(cat.size(), 0.0f);
-      gemm(Trans::T, Trans::N, in_cols, width, N, 1.0f, input, {d_packed_.data(), width}, 0.0f,
-           d_grouped_a_.data(), width, compute_);
-      c0 = 0;
-      for (int m = 0; m < g.count; ++m) {
-        for (int64_t r = 0; r < in_cols; ++r)
-          for (int64_t c = 0; c < p[m].rank; ++c)
-            p[m].da[r * p[m].rank + c] += d_grouped_a_[r * width + c0 + c];
-        c0 += p[m].rank;
-      }
-      gemm(
-          Trans::N, Trans::T, N, in_cols, width, 1.0f, {d_packed_.data(), width},
-          {cat.data(),
-           compute_ == DType::bf16 ? (qkv ? ga.qkv_bf16 : ga.gate_up_bf16).data() : nullptr, width},
-          g_beta, g_out, in_cols, compute_);
-    } else {
-      c0 = 0;
-      for (int m = 0; m < g.count; ++m) {
-        gemm(Trans::T, Trans::N, in_cols, p[m].rank, N, 1.0f, input, {d_packed_.data() + c0, width},
-             1.0f, p[m].da, p[m].rank, compute_);
-        gemm(Trans::N, Trans::T, N, in_cols, p[m].rank, 1.0f, {d_packed_.data() + c0, width},
-             {p[m].a, p[m].a_bf16, p[m].rank}, m == 0 ? g_beta : 1.0f, g_out, in_cols, compute_);
-        c0 += p[m].rank;
-      }
-    }
+    group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), d_packed_.data(), width,
+                        N, g_out, in_cols, g.normed ? 0.0f : dx_beta, concatenated_da_, compute_);
     if (!g.normed) return;
     if (online) {
       // dx += g ⊙ γ + 2·dS·x ;  dγ += Σ_rows x ⊙ g   (SPEC §3.4; no collective)
@@ -538,12 +437,11 @@ class Btp final : public Layout {
   Acts work_;                // lowrank recomputation: the intermediates of the block in backward
   int64_t work_layer_ = -1;  // the block (and micro-batch) whose intermediates work_ holds
   int work_micro_ = -1;
-  std::vector<GroupedA> grouped_a_;
   int64_t heads_ = 0, kv_heads_ = 0, dl_ = 0, kvl_ = 0, ffl_ = 0;
   RopeTable rope_;
-  std::vector<float> stat_, xg_, partial_, d_norm_, d_q_, d_k_, d_v_, d_attn_, d_gate_, d_up_,
-      d_hidden_, packed_, d_packed_, scratch_h_, d_grouped_a_, column_scratch_;
-  std::vector<bf16_t> rounded_;
+  std::vector<float> stat_, xg_, partial_, d_norm_, d_qkv_, d_attn_, d_gate_up_, d_hidden_, packed_,
+      d_packed_, column_scratch_;
+  std::vector<bf16_t> rounded_, rounded_latent_;
 };
 
 }  // namespace

@@ -132,6 +132,18 @@ void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grad
   }
 }
 
+void Layout::concatenate_groups(int64_t layer) {
+  if (!options_.grouping) return;
+  concatenated_.resize(config_.n_layers);
+  for (const Group& g : kGroups)
+    if (g.count > 1) concatenate_a(members(layer, g), compute_, concatenated_[layer][g.index]);
+}
+
+const ConcatenatedA* Layout::concatenated(int64_t layer, const Group& g) const {
+  if (!options_.grouping || g.count == 1) return nullptr;
+  return &concatenated_[layer][g.index];
+}
+
 GemmInput Layout::shared_input(const float* x, int64_t rows, int64_t cols,
                                std::vector<bf16_t>& scratch) {
   if (compute_ != DType::bf16) return {x, cols};

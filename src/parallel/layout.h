@@ -105,6 +105,25 @@ class Layout {
   // The projection indices, in block_projections() order.
   static constexpr int q_ = 0, k_ = 1, v_ = 2, o_ = 3, gate_ = 4, up_ = 5, down_ = 6;
 
+  // The groups of projections that read one input (SPEC §3.5): q|k|v (norm1), o, gate|up
+  // (norm2), down. index: the group's place in the block.
+  struct Group {
+    int index, first, count;
+    bool normed;  // reads a norm's output
+  };
+  static constexpr int kGroupsPerBlock = 4;
+  static constexpr Group kQkv{0, q_, 3, true}, kO{1, o_, 1, false}, kGateUp{2, gate_, 2, true},
+      kDown{3, down_, 1, false};
+  static constexpr Group kGroups[kGroupsPerBlock] = {kQkv, kO, kGateUp, kDown};
+  ProjectionGroup members(int64_t layer, const Group& g) const {
+    return {blocks_[layer].proj.data() + g.first, static_cast<size_t>(g.count)};
+  }
+  // Grouping: the A factors of each group of several projections, concatenated for block `layer`
+  // (at each forward: the weights change between steps); without grouping, nothing.
+  void concatenate_groups(int64_t layer);
+  // The concatenation that group g's down half runs on, or nullptr (not grouping, or one member).
+  const ConcatenatedA* concatenated(int64_t layer, const Group& g) const;
+
   // x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
   GemmInput shared_input(const float* x, int64_t rows, int64_t cols, std::vector<bf16_t>& scratch);
 
@@ -126,6 +145,8 @@ class Layout {
   int micro_slots_ = 1, micro_ = 0, micro_index_ = 0;  // slots, current slot, micro-batch
   std::vector<BlockWeights> blocks_;
   int64_t batch_ = 0, seq_len_ = 0;
+  std::vector<std::array<ConcatenatedA, kGroupsPerBlock>> concatenated_;  // per layer
+  std::vector<float> concatenated_da_;  // the gradient of a concatenation (scratch)
 };
 
 std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp);

@@ -7,8 +7,10 @@
 // Per block: forward 7 all-reduces, N·(3d + 2·kv + 2·d_ff) elements (N·(5d + 2·d_ff) without GQA);
 // backward 4, N·(3d + d_ff): the partial input gradients of q/k/v are summed and all-reduced once,
 // those of gate/up likewise, then o's and down's. With grouping (SPEC §3.5, so the comparison with
-// btp stays fair) the forward outputs of q|k|v and of gate|up also share one all-reduce each:
-// 4 forward all-reduces of the same elements. (The A factors still run as separate GEMMs.)
+// btp stays fair) the projections that read one input run together: their A column shards as one
+// GEMM on the concatenation [d, Σ r/t], their B row shards as one batched GEMM over the members of
+// one shape (as btp's, forward and backward), and the forward outputs of q|k|v and of gate|up
+// share one all-reduce each: 4 forward all-reduces of the same elements.
 #include <algorithm>
 
 #include "core/error.h"
@@ -45,37 +47,32 @@ class NaiveTp final : public Layout {
     rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
     const int64_t N = B * T, d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
     acts_.assign(slots(), {});
+    int64_t widest = 0;
     for (auto& a : acts_) {
-      for (int i = 0; i < kProjectionsPerBlock; ++i) {
-        const int64_t rank = blocks_[first_layer_].proj[i].rank;  // local: r / t
-        a.z[i].resize(N * rank);
-        if (config_.arch == Arch::cola) a.h[i].resize(N * rank);
+      for (const Group& g : kGroups) {
+        const int64_t width = group_width(members(first_layer_, g));  // local: Σ r/t
+        widest = std::max(widest, width);
+        a.z[g.index].resize(N * width);
+        if (config_.arch == Arch::cola) a.h[g.index].resize(N * width);
       }
       a.norm1.resize(N * d);
       a.rstd1.resize(N);
-      a.q.resize(N * d);
-      a.k.resize(N * kv);
-      a.v.resize(N * kv);
+      a.qkv.resize(N * (d + 2 * kv));
       a.attn.resize(N * d);
       a.lse.resize(N * config_.n_heads);
       a.x_mid.resize(N * d);
       a.norm2.resize(N * d);
       a.rstd2.resize(N);
-      a.gate.resize(N * ff);
-      a.up.resize(N * ff);
+      a.gate_up.resize(2 * N * ff);
       a.hidden.resize(N * ff);
     }
     partial_.resize(N * d);
     d_norm_.resize(N * d);
-    d_q_.resize(N * d);
-    d_k_.resize(N * kv);
-    d_v_.resize(N * kv);
+    d_qkv_.resize(N * (d + 2 * kv));
     d_attn_.resize(N * d);
-    d_gate_.resize(N * ff);
-    d_up_.resize(N * ff);
+    d_gate_up_.resize(2 * N * ff);
     d_hidden_.resize(N * ff);
-    d_latent_.resize(
-        N * std::max(blocks_[first_layer_].proj[q_].rank, blocks_[first_layer_].proj[gate_].rank));
+    d_latent_.resize(N * widest);
   }
 
   void block_forward(int64_t layer, const float* x_in, float* x_out) override {
@@ -84,55 +81,26 @@ class NaiveTp final : public Layout {
     a.x_in = x_in;
     const int64_t B = batch_, T = seq_len_, N = B * T;
     const int64_t d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-    // The partial product of this rank's r/t slice of the latent, summed to the full output.
-    auto project = [&](int i, GemmInput x, float* y) {
-      float* h = a.h[i].empty() ? a.z[i].data() : a.h[i].data();
-      projection_forward(w.proj[i], x, N, a.z[i].data(), h, y, w.proj[i].d_out, compute_);
-      tp_.all_reduce(y, N * w.proj[i].d_out);
-    };
-    // Grouping: the outputs of projections that read the same input share one all-reduce,
-    // through a packed [N, Σ d_out] buffer.
-    auto project_group = [&](std::initializer_list<std::pair<int, float*>> outputs, GemmInput x) {
-      if (!options_.grouping) {
-        for (auto [i, y] : outputs) project(i, x, y);
-        return;
-      }
-      int64_t width = 0;
-      for (auto [i, y] : outputs) width += w.proj[i].d_out;
-      packed_.resize(N * width);
-      int64_t c0 = 0;
-      for (auto [i, y] : outputs) {
-        float* h = a.h[i].empty() ? a.z[i].data() : a.h[i].data();
-        projection_forward(w.proj[i], x, N, a.z[i].data(), h, packed_.data() + c0, width, compute_);
-        c0 += w.proj[i].d_out;
-      }
-      tp_.all_reduce(packed_.data(), N * width);
-      c0 = 0;
-      for (auto [i, y] : outputs) {
-        const int64_t cols = w.proj[i].d_out;
-        for (int64_t n = 0; n < N; ++n)
-          std::copy_n(packed_.data() + n * width + c0, cols, y + n * cols);
-        c0 += cols;
-      }
-    };
+    concatenate_groups(layer);
 
     rmsnorm_forward(x_in, d, w.norm1, N, d, config_.rms_eps, a.norm1.data(), d, a.rstd1.data());
     const GemmInput norm1 = shared_input(a.norm1.data(), N, d, rounded_);
-    project_group({{q_, a.q.data()}, {k_, a.k.data()}, {v_, a.v.data()}}, norm1);
-    rope_forward(a.q.data(), d, B, T, config_.n_heads, rope_);
-    rope_forward(a.k.data(), kv, B, T, config_.n_kv_heads, rope_);
+    const Qkv qkv = split_qkv(a.qkv);
+    project(layer, kQkv, norm1, a, {qkv.q, qkv.k, qkv.v});
+    rope_forward(qkv.q, d, B, T, config_.n_heads, rope_);
+    rope_forward(qkv.k, kv, B, T, config_.n_kv_heads, rope_);
     const AttentionShape shape{B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim()};
-    attention_forward(shape, a.q.data(), d, a.k.data(), kv, a.v.data(), kv, a.attn.data(), d,
-                      a.lse.data());
-    project(o_, {a.attn.data(), d}, partial_.data());
+    attention_forward(shape, qkv.q, d, qkv.k, kv, qkv.v, kv, a.attn.data(), d, a.lse.data());
+    project(layer, kO, {a.attn.data(), d}, a, {partial_.data()});
     add(x_in, partial_.data(), a.x_mid.data(), N * d);
 
     rmsnorm_forward(a.x_mid.data(), d, w.norm2, N, d, config_.rms_eps, a.norm2.data(), d,
                     a.rstd2.data());
     const GemmInput norm2 = shared_input(a.norm2.data(), N, d, rounded_);
-    project_group({{gate_, a.gate.data()}, {up_, a.up.data()}}, norm2);
-    swiglu_forward(a.gate.data(), a.up.data(), N * ff, config_.mlp_gate_act, a.hidden.data());
-    project(down_, {a.hidden.data(), ff}, partial_.data());
+    float *gate = a.gate_up.data(), *up = gate + N * ff;
+    project(layer, kGateUp, norm2, a, {gate, up});
+    swiglu_forward(gate, up, N * ff, config_.mlp_gate_act, a.hidden.data());
+    project(layer, kDown, {a.hidden.data(), ff}, a, {partial_.data()});
     add(a.x_mid.data(), partial_.data(), x_out, N * d);
   }
 
@@ -141,36 +109,28 @@ class NaiveTp final : public Layout {
     const BlockWeights& w = blocks_[layer];
     const int64_t B = batch_, T = seq_len_, N = B * T;
     const int64_t d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-    // dy is replicated; the input gradient from this rank's rank-slice is partial.
-    auto back = [&](int i, GemmInput x, const float* dy, float* dxi, float beta) {
-      const float* h = a.h[i].empty() ? a.z[i].data() : a.h[i].data();
-      projection_backward(w.proj[i], x, N, a.z[i].data(), h, dy, w.proj[i].d_out, dxi,
-                          w.proj[i].d_in, beta, d_latent_.data(), compute_);
-    };
 
-    back(down_, {a.hidden.data(), ff}, dx, d_hidden_.data(), 0.0f);
+    project_backward(layer, kDown, {a.hidden.data(), ff}, a, {dx}, d_hidden_.data());
     tp_.all_reduce(d_hidden_.data(), N * ff);
-    swiglu_backward(d_hidden_.data(), a.gate.data(), a.up.data(), N * ff, config_.mlp_gate_act,
-                    d_gate_.data(), d_up_.data());
+    const float *gate = a.gate_up.data(), *up = gate + N * ff;
+    float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ff;
+    swiglu_backward(d_hidden_.data(), gate, up, N * ff, config_.mlp_gate_act, d_gate, d_up);
     const GemmInput norm2 = shared_input(a.norm2.data(), N, d, rounded_);
-    back(gate_, norm2, d_gate_.data(), d_norm_.data(), 0.0f);
-    back(up_, norm2, d_up_.data(), d_norm_.data(), 1.0f);
+    project_backward(layer, kGateUp, norm2, a, {d_gate, d_up}, d_norm_.data());
     tp_.all_reduce(d_norm_.data(), N * d);  // gate and up merged
     rmsnorm_backward(d_norm_.data(), d, a.x_mid.data(), d, w.norm2, a.rstd2.data(), N, d, dx, d,
                      w.dnorm2, /*accumulate=*/true);
 
-    back(o_, {a.attn.data(), d}, dx, d_attn_.data(), 0.0f);
+    project_backward(layer, kO, {a.attn.data(), d}, a, {dx}, d_attn_.data());
     tp_.all_reduce(d_attn_.data(), N * d);
+    const Qkv qkv = split_qkv(a.qkv), dq = split_qkv(d_qkv_);
     const AttentionShape shape{B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim()};
-    attention_backward(shape, a.q.data(), d, a.k.data(), kv, a.v.data(), kv, a.attn.data(), d,
-                       a.lse.data(), d_attn_.data(), d, d_q_.data(), d, d_k_.data(), kv,
-                       d_v_.data(), kv);
-    rope_backward(d_q_.data(), d, B, T, config_.n_heads, rope_);
-    rope_backward(d_k_.data(), kv, B, T, config_.n_kv_heads, rope_);
+    attention_backward(shape, qkv.q, d, qkv.k, kv, qkv.v, kv, a.attn.data(), d, a.lse.data(),
+                       d_attn_.data(), d, dq.q, d, dq.k, kv, dq.v, kv);
+    rope_backward(dq.q, d, B, T, config_.n_heads, rope_);
+    rope_backward(dq.k, kv, B, T, config_.n_kv_heads, rope_);
     const GemmInput norm1 = shared_input(a.norm1.data(), N, d, rounded_);
-    back(q_, norm1, d_q_.data(), d_norm_.data(), 0.0f);
-    back(k_, norm1, d_k_.data(), d_norm_.data(), 1.0f);
-    back(v_, norm1, d_v_.data(), d_norm_.data(), 1.0f);
+    project_backward(layer, kQkv, norm1, a, {dq.q, dq.k, dq.v}, d_norm_.data());
     tp_.all_reduce(d_norm_.data(), N * d);  // q, k and v merged
     rmsnorm_backward(d_norm_.data(), d, a.x_in, d, w.norm1, a.rstd1.data(), N, d, dx, d, w.dnorm1,
                      /*accumulate=*/true);
@@ -183,10 +143,9 @@ class NaiveTp final : public Layout {
   int64_t activation_bytes() const override {
     int64_t n = 0;
     for (const auto& a : acts_) {
-      n += a.norm1.size() + a.rstd1.size() + a.q.size() + a.k.size() + a.v.size() + a.attn.size() +
-           a.lse.size() + a.x_mid.size() + a.norm2.size() + a.rstd2.size() + a.gate.size() +
-           a.up.size() + a.hidden.size();
-      for (int i = 0; i < kProjectionsPerBlock; ++i) n += a.z[i].size() + a.h[i].size();
+      n += a.norm1.size() + a.rstd1.size() + a.qkv.size() + a.attn.size() + a.lse.size() +
+           a.x_mid.size() + a.norm2.size() + a.rstd2.size() + a.gate_up.size() + a.hidden.size();
+      for (int g = 0; g < kGroupsPerBlock; ++g) n += a.z[g].size() + a.h[g].size();
     }
     return n * static_cast<int64_t>(sizeof(float));
   }
@@ -194,14 +153,87 @@ class NaiveTp final : public Layout {
  private:
   struct Acts {
     const float* x_in = nullptr;
-    std::array<std::vector<float>, kProjectionsPerBlock> z, h;  // latents, [N, r/t]
-    std::vector<float> norm1, rstd1, q, k, v, attn, lse, x_mid, norm2, rstd2, gate, up, hidden;
+    // Per group, its latents side by side [N, Σ r/t]: z, and σ(z) (cola).
+    std::array<std::vector<float>, kGroupsPerBlock> z, h;
+    // q | k | v and gate | up one after the other (as their gradients), so that the B factors'
+    // batched GEMMs in backward read evenly spaced gradients.
+    std::vector<float> norm1, rstd1, qkv, attn, lse, x_mid, norm2, rstd2, gate_up, hidden;
   };
+
+  struct Qkv {
+    float *q, *k, *v;
+  };
+  Qkv split_qkv(std::vector<float>& buf) const {
+    const int64_t N = batch_ * seq_len_, d = config_.d_model;
+    return {buf.data(), buf.data() + N * d, buf.data() + N * (d + config_.kv_dim())};
+  }
+
+  // A group's projections, each summed to its full output by an all-reduce: the partial products
+  // of this rank's r/t slice of the latents. Grouped: the A shards as one GEMM, the B shards
+  // batched, and the outputs side by side in a packed [N, Σ d_out] buffer for one all-reduce.
+  void project(int64_t layer, const Group& g, GemmInput x, Acts& a,
+               std::initializer_list<float*> outputs) {
+    const ProjectionGroup group = members(layer, g);
+    const int64_t N = batch_ * seq_len_, width = group_width(group);
+    const ConcatenatedA* cat = concatenated(layer, g);
+    float* z = a.z[g.index].data();
+    group_down_forward(group, cat, x, N, z, width, compute_);
+    const GemmInput latent =
+        shared_input(group_activate(group, z, a.h[g.index].data(), N), N, width, rounded_latent_);
+    std::array<float*, 3> y{};
+    std::array<int64_t, 3> ldy{};
+    if (!cat) {
+      for (size_t m = 0; m < group.size(); ++m) {
+        y[m] = outputs.begin()[m];
+        ldy[m] = group[m].d_out;
+      }
+      group_up_forward(group, latent, N, y.data(), ldy.data(), false, compute_);
+      for (size_t m = 0; m < group.size(); ++m) tp_.all_reduce(y[m], N * group[m].d_out);
+      return;
+    }
+    int64_t packed_width = 0;
+    for (const ProjectionWeights& p : group) packed_width += p.d_out;
+    packed_.resize(N * packed_width);
+    int64_t c0 = 0;
+    for (size_t m = 0; m < group.size(); ++m) {
+      y[m] = packed_.data() + c0;
+      ldy[m] = packed_width;
+      c0 += group[m].d_out;
+    }
+    group_up_forward(group, latent, N, y.data(), ldy.data(), true, compute_);
+    tp_.all_reduce(packed_.data(), N * packed_width);
+    c0 = 0;
+    for (size_t m = 0; m < group.size(); ++m) {
+      const int64_t cols = group[m].d_out;
+      float* out = outputs.begin()[m];
+#pragma omp parallel for schedule(static)
+      for (int64_t n = 0; n < N; ++n)
+        std::copy_n(packed_.data() + n * packed_width + c0, cols, out + n * cols);
+      c0 += cols;
+    }
+  }
+
+  // Backward of a group: dy (each [N, d_out]) is replicated; the input gradient dx_partial
+  // ([N, d_in], overwritten) from this rank's rank slice is partial, summed by the caller.
+  void project_backward(int64_t layer, const Group& g, GemmInput x, Acts& a,
+                        std::initializer_list<const float*> dy, float* dx_partial) {
+    const ProjectionGroup group = members(layer, g);
+    const int64_t N = batch_ * seq_len_, width = group_width(group);
+    const float* z = a.z[g.index].data();
+    const float* latent = a.h[g.index].empty() ? z : a.h[g.index].data();
+    std::array<int64_t, 3> lddy{};
+    for (size_t m = 0; m < group.size(); ++m) lddy[m] = group[m].d_out;
+    group_up_backward(group, shared_input(latent, N, width, rounded_latent_), dy.begin(),
+                      lddy.data(), N, d_latent_.data(), width, options_.grouping, compute_);
+    group_activate_backward(group, z, d_latent_.data(), N);
+    group_down_backward(group, concatenated(layer, g), x, d_latent_.data(), width, N, dx_partial,
+                        group[0].d_in, 0.0f, concatenated_da_, compute_);
+  }
+
   std::vector<Acts> acts_;
   RopeTable rope_;
-  std::vector<float> packed_, partial_, d_norm_, d_q_, d_k_, d_v_, d_attn_, d_gate_, d_up_,
-      d_hidden_, d_latent_;
-  std::vector<bf16_t> rounded_;
+  std::vector<float> packed_, partial_, d_norm_, d_qkv_, d_attn_, d_gate_up_, d_hidden_, d_latent_;
+  std::vector<bf16_t> rounded_, rounded_latent_;
 };
 
 }  // namespace

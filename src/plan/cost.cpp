@@ -31,7 +31,7 @@ double gemm_seconds(const Device& device, DType dtype, const GemmWork& g) {
       (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n) * input_bytes(dtype) +
       static_cast<double>(g.m) * g.n * 4.0;
   const double memory = bytes / device.memory_bandwidth;
-  return std::max(compute, memory) + device.gemm_overhead_s;
+  return std::max(compute, memory) + (g.own_call ? device.gemm_overhead_s : 0.0);
 }
 
 double elementwise_seconds(const Device& device, double elements, int64_t kernels,

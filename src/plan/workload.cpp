@@ -39,7 +39,9 @@ struct Builder {
         hd(m.config.head_dim()),
         cola(m.config.arch == Arch::cola) {}
 
-  void gemm(int64_t m, int64_t n, int64_t k) { w.gemms.push_back({m, n, k}); }
+  void gemm(int64_t m, int64_t n, int64_t k, bool own_call = true) {
+    w.gemms.push_back({m, n, k, own_call});
+  }
   // One element-wise kernel touching `elements` × `passes` elements (reads plus writes).
   void ew(double elements, double passes) {
     w.elementwise_elements += elements * passes;
@@ -111,23 +113,64 @@ Work dense_tp_block(const MicroBatch& mb, bool backward) {
   return b.w;
 }
 
+// btp's four groups: q|k|v (reads norm1), o, gate|up (reads norm2), down.
+struct ProjectionGroup {
+  int first, count;
+  bool normed;
+};
+constexpr ProjectionGroup kGroups[] = {{0, 3, true}, {3, 1, false}, {4, 2, true}, {6, 1, false}};
+
+// Whether member j of a group joins member j−1's batched call for the B factors (grouping: the
+// engine batches consecutive members of one shape, whose weights then lie evenly spaced).
+bool batched_with_previous(const MicroBatch& mb,
+                           const std::array<ProjDims, kProjectionsPerBlock>& proj,
+                           const ProjectionGroup& g, int j) {
+  if (!mb.options.grouping || j == 0) return false;
+  const ProjDims &p = proj[g.first + j - 1], &q = proj[g.first + j];
+  return p.rank == q.rank && p.d_out == q.d_out;
+}
+
 // naive-tp: every factorised projection is (d_in → r/t → d_out) on every rank; attention, norms,
-// RoPE and SwiGLU run replicated at full width.
+// RoPE and SwiGLU run replicated at full width. With grouping a group's A shards run as one GEMM
+// on their concatenation (rebuilt each forward; dA taken apart in backward); σ runs per group.
 Work naive_tp_block(const MicroBatch& mb, bool backward) {
   Builder b(mb);
   const double N = static_cast<double>(b.N);
-  for (const auto& p : block_projections(mb.config)) {
-    const int64_t r = p.rank / b.t;
+  const auto proj = block_projections(mb.config);
+  for (const auto& g : kGroups) {
+    const int64_t d_in = proj[g.first].d_in;
+    const bool grouped = mb.options.grouping && g.count > 1;
+    int64_t width = 0;
+    for (int j = 0; j < g.count; ++j) width += proj[g.first + j].rank / b.t;
     if (!backward) {
-      b.gemm(b.N, r, p.d_in);  // z = x A
-      if (b.cola) b.ew(N * r, 2);
-      b.gemm(b.N, p.d_out, r);  // y = σ(z) B
+      if (grouped) {
+        b.gemm(b.N, width, d_in);  // z = x [A…]
+        b.ew(static_cast<double>(d_in) * width, 2);
+      } else {
+        for (int j = 0; j < g.count; ++j) b.gemm(b.N, proj[g.first + j].rank / b.t, d_in);
+      }
+      if (b.cola) b.ew(N * width, 2);
+      for (int j = 0; j < g.count; ++j)
+        b.gemm(b.N, proj[g.first + j].d_out, proj[g.first + j].rank / b.t,  // y = σ(z) B
+               !batched_with_previous(mb, proj, g, j));
     } else {
-      b.gemm(r, p.d_out, b.N);  // dB
-      b.gemm(b.N, r, p.d_out);  // dσ
-      if (b.cola) b.ew(N * r, 3);
-      b.gemm(p.d_in, r, b.N);  // dA
-      b.gemm(b.N, p.d_in, r);  // dx
+      for (int j = 0; j < g.count; ++j) {
+        const ProjDims& p = proj[g.first + j];
+        const bool own_call = !batched_with_previous(mb, proj, g, j);
+        b.gemm(p.rank / b.t, p.d_out, b.N, own_call);  // dB
+        b.gemm(b.N, p.rank / b.t, p.d_out, own_call);  // dσ
+      }
+      if (b.cola) b.ew(N * width, 3);
+      if (grouped) {
+        b.gemm(d_in, width, b.N);  // dA of the concatenation
+        b.ew(static_cast<double>(d_in) * width, 3);
+        b.gemm(b.N, d_in, width);  // dx
+      } else {
+        for (int j = 0; j < g.count; ++j) {
+          b.gemm(d_in, proj[g.first + j].rank / b.t, b.N);
+          b.gemm(b.N, d_in, proj[g.first + j].rank / b.t);
+        }
+      }
     }
   }
   if (!backward && mb.options.grouping) {  // unpacking the shared all-reduces
@@ -140,19 +183,12 @@ Work naive_tp_block(const MicroBatch& mb, bool backward) {
   return b.w;
 }
 
-// btp's four groups: q|k|v (reads norm1), o, gate|up (reads norm2), down.
-struct BtpGroup {
-  int first, count;
-  bool normed;
-};
-constexpr BtpGroup kBtpGroups[] = {{0, 3, true}, {3, 1, false}, {4, 2, true}, {6, 1, false}};
-
 // The local output columns of projection i under btp (its heads, d_ff slice or d slice).
 int64_t btp_out_cols(const Builder& b, const ProjDims& p) {
   return p.d_out / b.t;
 }
 
-void btp_group_forward(Builder& b, const BtpGroup& g,
+void btp_group_forward(Builder& b, const ProjectionGroup& g,
                        const std::array<ProjDims, kProjectionsPerBlock>& proj) {
   const double N = static_cast<double>(b.N);
   const int64_t d_in = proj[g.first].d_in / b.t;
@@ -169,15 +205,15 @@ void btp_group_forward(Builder& b, const BtpGroup& g,
   } else {
     for (int j = 0; j < g.count; ++j) b.gemm(b.N, proj[g.first + j].rank, d_in);
   }
-  b.ew(N * width, 2);  // unpacking the all-reduced latents (÷ rms when online)
+  b.ew(N * width, 2);              // unpacking the all-reduced latents (÷ rms when online)
+  if (b.cola) b.ew(N * width, 2);  // σ(z) of the group, replicated
   for (int j = 0; j < g.count; ++j) {
     const ProjDims& p = proj[g.first + j];
-    if (b.cola) b.ew(N * p.rank, 2);  // σ(z), replicated
-    b.gemm(b.N, btp_out_cols(b, p), p.rank);
+    b.gemm(b.N, btp_out_cols(b, p), p.rank, !batched_with_previous(b.mb, proj, g, j));
   }
 }
 
-void btp_group_backward(Builder& b, const BtpGroup& g,
+void btp_group_backward(Builder& b, const ProjectionGroup& g,
                         const std::array<ProjDims, kProjectionsPerBlock>& proj) {
   const double N = static_cast<double>(b.N);
   const int64_t d_in = proj[g.first].d_in / b.t;
@@ -186,11 +222,12 @@ void btp_group_backward(Builder& b, const BtpGroup& g,
   for (int j = 0; j < g.count; ++j) {
     const ProjDims& p = proj[g.first + j];
     width += p.rank;
-    b.gemm(p.rank, btp_out_cols(b, p), b.N);           // dB
-    b.gemm(b.N, p.rank, btp_out_cols(b, p));           // dσ
-    if (!grouped && g.count > 1) b.ew(N * p.rank, 4);  // its columns, gathered
-    if (b.cola) b.ew(N * p.rank, 3);
+    const bool own_call = !batched_with_previous(b.mb, proj, g, j);
+    b.gemm(p.rank, btp_out_cols(b, p), b.N, own_call);  // dB
+    b.gemm(b.N, p.rank, btp_out_cols(b, p), own_call);  // dσ
+    if (!grouped && g.count > 1) b.ew(N * p.rank, 4);   // its columns, gathered
   }
+  if (b.cola) b.ew(N * width, 3);  // σ' of the group
   const bool online = g.normed && b.mb.options.online_norm;
   if (online) {
     b.ew(N * width, 3);  // Σ dZ⊙Z per token and dZ·rstd
@@ -217,7 +254,7 @@ Work btp_block(const MicroBatch& mb, bool backward) {
   const auto proj = block_projections(mb.config);
   const double N = static_cast<double>(b.N);
   const int64_t dl = b.d / b.t, kvl = b.kv / b.t, ffl = b.ff / b.t;
-  for (const auto& g : kBtpGroups) {
+  for (const auto& g : kGroups) {
     if (backward)
       btp_group_backward(b, g, proj);
     else
@@ -250,9 +287,16 @@ Work btp_lowrank_recompute(const MicroBatch& mb) {
   Builder b(mb);
   const auto proj = block_projections(mb.config);
   const double N = static_cast<double>(b.N);
-  for (int i : {0, 1, 2, 4, 5}) b.gemm(b.N, btp_out_cols(b, proj[i]), proj[i].rank);
-  if (b.cola)
-    for (const auto& p : proj) b.ew(N * p.rank, 2);
+  for (const auto& g : {kGroups[0], kGroups[2]})  // q|k|v and gate|up
+    for (int j = 0; j < g.count; ++j)
+      b.gemm(b.N, btp_out_cols(b, proj[g.first + j]), proj[g.first + j].rank,
+             !batched_with_previous(mb, proj, g, j));
+  if (b.cola)  // σ of each group's latents
+    for (const auto& g : kGroups) {
+      int64_t width = 0;
+      for (int j = 0; j < g.count; ++j) width += proj[g.first + j].rank;
+      b.ew(N * width, 2);
+    }
   if (!mb.options.online_norm)
     for (int i = 0; i < 2; ++i) b.ew(N * b.d / b.t, 3);
   b.rope(b.d / b.t, b.kv / b.t);

@@ -18,6 +18,7 @@ namespace boostlm::plan {
 // C[m, n] = A[m, k] · B[k, n]
 struct GemmWork {
   int64_t m = 0, n = 0, k = 0;
+  bool own_call = true;  // false: a later member of a batched call (SPEC §3.5), no call of its own
   double flops() const { return 2.0 * m * n * k; }
 };
 

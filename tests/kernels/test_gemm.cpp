@@ -77,6 +77,67 @@ TEST(Gemm, CountsCallsAndFlops) {
   EXPECT_DOUBLE_EQ(gemm_counters().flops - before.flops, 2 * 2.0 * 4 * 5 * 6);
 }
 
+// A strided batch against a loop of single GEMMs over the same members, laid out as the layouts
+// use it: A members are column blocks of one buffer (offset, the buffer's row stride), B members
+// separate matrices in one flat buffer (padding between them), C members column blocks again.
+class GemmBatchedTest
+    : public ::testing::TestWithParam<std::tuple<GemmCase, DType, bool /*prerounded*/>> {};
+
+TEST_P(GemmBatchedTest, MatchesALoopOfGemms) {
+  const auto [c, dtype, prerounded] = GetParam();
+  const int64_t count = 3, M = 37, N = 29, K = 53;
+  const int64_t a_rows = c.ta == Trans::N ? M : K, a_cols = c.ta == Trans::N ? K : M;
+  const int64_t b_rows = c.tb == Trans::N ? K : N, b_cols = c.tb == Trans::N ? N : K;
+  const int64_t lda = count * a_cols + 4, a_offset = 2;  // column blocks from column 2
+  const int64_t ldb = b_cols + 5, b_stride = b_rows * ldb + 7;
+  const int64_t ldc = count * N + 1;
+  auto A = random_vector(a_rows * lda, 1), B = random_vector(count * b_stride, 2);
+  auto C = random_vector(M * ldc, 3);
+  std::vector<bf16_t> A16(A.size()), B16(B.size());
+  round_to_bf16(A.data(), 1, A.size(), A.size(), A16.data());
+  round_to_bf16(B.data(), 1, B.size(), B.size(), B16.data());
+  const bool copies = prerounded && dtype == DType::bf16;
+  const GemmInput a(A.data() + a_offset, copies ? A16.data() + a_offset : nullptr, lda);
+  const GemmInput b(B.data(), copies ? B16.data() : nullptr, ldb);
+  auto expected = C;
+  for (int64_t i = 0; i < count; ++i)
+    gemm(c.ta, c.tb, M, N, K, c.alpha,
+         GemmInput(a.f32 + i * a_cols, a.bf16 ? a.bf16 + i * a_cols : nullptr, lda),
+         GemmInput(b.f32 + i * b_stride, b.bf16 ? b.bf16 + i * b_stride : nullptr, ldb), c.beta,
+         expected.data() + i * N, ldc, dtype);
+
+  const GemmCounters before = gemm_counters();
+  gemm_clear_recorded_shapes();
+  gemm_record_shapes(true);
+  gemm_batched(c.ta, c.tb, M, N, K, c.alpha, a, b, c.beta, C.data(), ldc,
+               {count, a_cols, b_stride, N}, dtype);
+  gemm_record_shapes(false);
+  // The same inputs (rounded identically in bf16) and fp32 accumulation: only the summation
+  // order of the K = 53 products of size ~1 may differ between the two oneDNN kernels.
+  const float tol = 2e-5f * std::sqrt(static_cast<float>(K));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < ldc; ++j)  // the column past the last member must be untouched
+      ASSERT_NEAR(C[i * ldc + j], expected[i * ldc + j], tol) << i << "," << j;
+  // Counted as one call, and as `count` GEMMs of the member shape in FLOPs and recorded shapes.
+  EXPECT_EQ(gemm_counters().calls - before.calls, 1);
+  EXPECT_DOUBLE_EQ(gemm_counters().flops - before.flops, count * 2.0 * M * N * K);
+  ASSERT_EQ(gemm_recorded_shapes().size(), static_cast<size_t>(count));
+  for (const GemmShape& shape : gemm_recorded_shapes()) {
+    EXPECT_EQ(std::tuple(shape.M, shape.N, shape.K), std::tuple(M, N, K));
+    EXPECT_EQ(shape.trans_a, c.ta);
+    EXPECT_EQ(shape.trans_b, c.tb);
+  }
+  gemm_clear_recorded_shapes();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTransposes, GemmBatchedTest,
+    ::testing::Combine(::testing::Values(GemmCase{Trans::N, Trans::N, 1.0f, 0.0f},
+                                         GemmCase{Trans::N, Trans::T, 1.0f, 0.0f},
+                                         GemmCase{Trans::T, Trans::N, 1.0f, 1.0f},
+                                         GemmCase{Trans::T, Trans::T, 0.5f, 1.0f}),
+                       ::testing::Values(DType::f32, DType::bf16), ::testing::Bool()));
+
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
   // 1 + 2^-8 lies exactly between two bf16 values; ties go to the even mantissa (1.0).

@@ -11,6 +11,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/gemm.h"
 #include "model/model.h"
 #include "parallel/comm_formulas.h"
 #include "parallel/data_parallel.h"
@@ -263,6 +264,71 @@ TEST(Resharding, FullTensorsMoveBetweenLayoutsAndTpSizes) {
     EXPECT_NEAR(to.forward(tokens.data(), targets.data(), B, T), ref_loss, 1e-5 * ref_loss)
         << "btp at tp=" << world << " -> naive-tp at tp=" << tp;
   }
+}
+
+// Linear-layer grouping (SPEC §3.5) changes the GEMMs, not the collectives (counted above): per
+// block forward a grouped low-rank layout runs one A GEMM per group and one batched B call per
+// group, 8 calls instead of 14; under GQA q's B has another shape than k's and v's, so q runs
+// alone: 9. Backward, per group: a batched dB, a batched dσ, one dA and one dx — 16 instead of 28
+// (18 under GQA). Around the blocks: the head's logits forward, and its dW and dx in backward.
+TEST(Grouping, RunsOneGemmCallPerGroupAndHalf) {
+  const int world = mpi_world_size();
+  const int64_t B = 2, T = 8;
+  const auto tokens = tokens_for(B * T, 1), targets = tokens_for(B * T, 2);
+  for (LayoutKind layout : {LayoutKind::naive_tp, LayoutKind::btp})
+    for (int kv_heads : {4, 2})
+      for (bool grouping : {true, false}) {
+        ModelConfig config = config_for(Arch::cola);
+        config.n_kv_heads = kv_heads;
+        const int tp = kv_heads % world == 0 ? world : 1;
+        ProcessGrid grid(GridShape{tp, 1, world / tp});
+        Model model(config, DType::f32, layout, &grid.tp(), {true, grouping, Recompute::none});
+        model.init_weights(5);
+        const bool gqa = kv_heads != config.n_heads;
+        const int64_t forward = grouping ? (gqa ? 9 : 8) : 14;
+        const int64_t backward = grouping ? (gqa ? 18 : 16) : 28;
+        const int64_t L = config.n_layers;
+        int64_t before = gemm_counters().calls;
+        model.forward(tokens.data(), targets.data(), B, T);
+        EXPECT_EQ(gemm_counters().calls - before, L * forward + 1)
+            << to_string(layout) << " kv=" << kv_heads << " grouping=" << grouping;
+        before = gemm_counters().calls;
+        model.forward_backward(tokens.data(), targets.data(), B, T);
+        EXPECT_EQ(gemm_counters().calls - before, L * (forward + backward) + 3)
+            << to_string(layout) << " kv=" << kv_heads << " grouping=" << grouping;
+      }
+}
+
+// In bf16 grouping rounds the same values (the concatenated A's rounding is each A's, the latent
+// is rounded once for all its readers as for each): grouped and ungrouped steps differ only in
+// the fp32 summation order inside oneDNN's kernels, far below bf16's own error (2^-9 relative).
+TEST(Grouping, Bf16StepEqualsTheUngroupedOne) {
+  const int world = mpi_world_size();
+  const int64_t B = 2, T = 8;
+  const auto tokens = tokens_for(B * T, 3), targets = tokens_for(B * T, 4);
+  for (LayoutKind layout : {LayoutKind::naive_tp, LayoutKind::btp})
+    for (int kv_heads : {4, 2}) {
+      ModelConfig config = config_for(Arch::cola);
+      config.n_kv_heads = kv_heads;
+      const int tp = kv_heads % world == 0 ? world : 1;
+      ProcessGrid grid(GridShape{tp, 1, world / tp});
+      auto step = [&](bool grouping, float& loss) {
+        auto model = std::make_unique<Model>(config, DType::bf16, layout, &grid.tp(),
+                                             BlockOptions{true, grouping, Recompute::none});
+        model->init_weights(7);
+        model->grads().zero();
+        loss = model->forward_backward(tokens.data(), targets.data(), B, T);
+        return model;
+      };
+      float grouped_loss = 0, ungrouped_loss = 0;
+      const auto grouped = step(true, grouped_loss), ungrouped = step(false, ungrouped_loss);
+      const std::string name = to_string(layout) + " kv=" + std::to_string(kv_heads);
+      EXPECT_NEAR(grouped_loss, ungrouped_loss, 1e-6 * std::abs(ungrouped_loss)) << name;
+      for (const auto& p : grouped->params().entries())
+        EXPECT_LT(relative_error(grouped->grads().view(p), ungrouped->grads().view(p), p.numel),
+                  1e-5)
+            << p.name << " " << name;
+    }
 }
 
 // The per-block formulas of SPEC §3 in the form the paper states them (no GQA: kv = d).

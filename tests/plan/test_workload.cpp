@@ -87,7 +87,8 @@ TEST(PlanWorkload, CommunicationIsTheEnginesFormulas) {
   }
 }
 
-// In one process the engine's recorded GEMMs of a training step are exactly the model's list.
+// In one process the engine's recorded GEMMs of a training step are exactly the model's list,
+// and its GEMM calls the model's (a batched call's later members have no call of their own).
 TEST(PlanWorkload, GemmShapesAreTheOnesTheEngineRuns) {
   const int64_t B = 2, T = 8;
   for (const LayoutCase& lc : layout_cases()) {
@@ -97,10 +98,16 @@ TEST(PlanWorkload, GemmShapesAreTheOnesTheEngineRuns) {
     const auto tokens = test::random_tokens(B * T, mb.config.vocab_size, 1);
     gemm_clear_recorded_shapes();
     gemm_record_shapes(true);
+    const int64_t calls_before = gemm_counters().calls;
     model.forward_backward(tokens.data(), tokens.data(), B, T);
+    const int64_t calls = gemm_counters().calls - calls_before;
     gemm_record_shapes(false);
-    EXPECT_EQ(test::sorted_shapes(whole_model_work(mb).gemms),
-              test::sorted_shapes(gemm_recorded_shapes()))
+    const Work work = whole_model_work(mb);
+    EXPECT_EQ(test::sorted_shapes(work.gemms), test::sorted_shapes(gemm_recorded_shapes()))
+        << test::case_name(lc);
+    EXPECT_EQ(std::count_if(work.gemms.begin(), work.gemms.end(),
+                            [](const GemmWork& g) { return g.own_call; }),
+              calls)
         << test::case_name(lc);
   }
 }

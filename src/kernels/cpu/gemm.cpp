@@ -19,12 +19,13 @@ GemmCounters g_counters;
 bool g_recording = false;
 std::vector<GemmShape> g_shapes;
 
-// Matmul primitives are expensive to create; one is built per distinct shape and reused.
-struct Bf16Engine {
+// Matmul primitives are expensive to create; one is built per distinct shape (batch and strides
+// included) and reused.
+struct MatmulEngine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  using Key =
-      std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+  using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, int64_t, float, float>;
   struct Cached {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
@@ -33,8 +34,8 @@ struct Bf16Engine {
   std::vector<bf16_t> a_scratch, b_scratch;
 };
 
-Bf16Engine& bf16_engine() {
-  static Bf16Engine engine;
+MatmulEngine& matmul_engine() {
+  static MatmulEngine engine;
   return engine;
 }
 
@@ -66,41 +67,64 @@ void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf1
 
 namespace {
 
-// The bf16 data of an operand whose stored shape is rows x cols: its own copy when it has one,
-// otherwise a fresh rounding into scratch. Returns the pointer and sets ld.
-const bf16_t* bf16_operand(const GemmInput& in, int64_t rows, int64_t cols,
-                           std::vector<bf16_t>& scratch, int64_t& ld) {
-  if (in.bf16) {
-    ld = in.ld;
-    return in.bf16;
-  }
-  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
-  round_rows(in.f32, rows, cols, in.ld, scratch.data());
-  ld = cols;
-  return scratch.data();
+// An operand of a batch as the matmul reads it: data, row stride, member stride.
+struct Operand {
+  const void* data;
+  int64_t ld, stride;
+};
+
+// The bf16 data of an operand whose members are stored rows x cols: its own copy when it has one,
+// otherwise a fresh rounding of each member into scratch (contiguous, one after the other).
+Operand bf16_operand(const GemmInput& in, int64_t rows, int64_t cols, const GemmBatch& batch,
+                     int64_t stride, std::vector<bf16_t>& scratch) {
+  if (in.bf16) return {in.bf16, in.ld, stride};
+  const int64_t member = rows * cols;
+  if (scratch.size() < static_cast<size_t>(batch.count * member))
+    scratch.resize(batch.count * member);
+  for (int64_t i = 0; i < batch.count; ++i)
+    round_rows(in.f32 + i * stride, rows, cols, in.ld, scratch.data() + i * member);
+  return {scratch.data(), cols, member};
 }
 
-void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
-               const GemmInput& B, float beta, float* C, int64_t ldc) {
-  using dnnl::memory;
-  Bf16Engine& e = bf16_engine();
-  // op(A) is stored as [M, K] (N) or [K, M] (T); the memory descriptor's strides express the
-  // transposition, so oneDNN sees a plain or transposed ("ba") matrix without a copy.
-  int64_t lda = 0, ldb = 0;
-  const bf16_t* a = ta == Trans::N ? bf16_operand(A, M, K, e.a_scratch, lda)
-                                   : bf16_operand(A, K, M, e.a_scratch, lda);
-  const bf16_t* b = tb == Trans::N ? bf16_operand(B, K, N, e.b_scratch, ldb)
-                                   : bf16_operand(B, N, K, e.b_scratch, ldb);
+// op(X) stored as rows x cols (N) or cols x rows (T) with row stride ld: the memory descriptor's
+// strides express the transposition, so oneDNN sees a plain or transposed matrix without a copy;
+// a batch adds a leading dimension with the member stride.
+dnnl::memory::desc matrix_desc(int64_t count, int64_t rows, int64_t cols, Trans trans,
+                               const Operand& x, dnnl::memory::data_type type) {
+  using dims = dnnl::memory::dims;
+  const dims strides = trans == Trans::N ? dims{x.ld, 1} : dims{1, x.ld};
+  if (count == 1) return {{rows, cols}, type, strides};
+  return {{count, rows, cols}, type, {x.stride, strides[0], strides[1]}};
+}
 
-  Bf16Engine::Key key{
-      static_cast<int>(ta), static_cast<int>(tb), M, N, K, lda, ldb, ldc, alpha, beta};
+// C = alpha·op(A)·op(B) + beta·C for every member, on oneDNN's matmul primitive.
+void matmul(dnnl::memory::data_type type, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
+            float alpha, const Operand& a, const Operand& b, float beta, float* C, int64_t ldc,
+            const GemmBatch& batch) {
+  using dnnl::memory;
+  MatmulEngine& e = matmul_engine();
+  const int64_t count = batch.count;
+  MatmulEngine::Key key{static_cast<int>(type),
+                        static_cast<int>(ta),
+                        static_cast<int>(tb),
+                        count,
+                        M,
+                        N,
+                        K,
+                        a.ld,
+                        b.ld,
+                        ldc,
+                        count == 1 ? 0 : a.stride,
+                        count == 1 ? 0 : b.stride,
+                        count == 1 ? 0 : batch.stride_c,
+                        alpha,
+                        beta};
   auto it = e.primitives.find(key);
   if (it == e.primitives.end()) {
-    memory::dims a_strides = ta == Trans::N ? memory::dims{lda, 1} : memory::dims{1, lda};
-    memory::dims b_strides = tb == Trans::N ? memory::dims{ldb, 1} : memory::dims{1, ldb};
-    memory::desc a_md({M, K}, memory::data_type::bf16, a_strides);
-    memory::desc b_md({K, N}, memory::data_type::bf16, b_strides);
-    memory::desc c_md({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
+    const memory::desc a_md = matrix_desc(count, M, K, ta, a, type);
+    const memory::desc b_md = matrix_desc(count, K, N, tb, b, type);
+    const memory::desc c_md =
+        matrix_desc(count, M, N, Trans::N, {C, ldc, batch.stride_c}, memory::data_type::f32);
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
@@ -109,42 +133,73 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
       attr.set_post_ops(ops);
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, e.engine);
-    it = e.primitives.emplace(key, Bf16Engine::Cached{pd, dnnl::matmul(pd)}).first;
+    it = e.primitives.emplace(key, MatmulEngine::Cached{pd, dnnl::matmul(pd)}).first;
   }
   const dnnl::matmul::primitive_desc& pd = it->second.pd;
-  memory a_mem(pd.src_desc(), e.engine, const_cast<bf16_t*>(a));
-  memory b_mem(pd.weights_desc(), e.engine, const_cast<bf16_t*>(b));
+  memory a_mem(pd.src_desc(), e.engine, const_cast<void*>(a.data));
+  memory b_mem(pd.weights_desc(), e.engine, const_cast<void*>(b.data));
   memory c_mem(pd.dst_desc(), e.engine, C);
   it->second.primitive.execute(
       e.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
   e.stream.wait();
 }
 
+void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
+               const GemmInput& B, float beta, float* C, int64_t ldc, const GemmBatch& batch) {
+  MatmulEngine& e = matmul_engine();
+  const Operand a = ta == Trans::N ? bf16_operand(A, M, K, batch, batch.stride_a, e.a_scratch)
+                                   : bf16_operand(A, K, M, batch, batch.stride_a, e.a_scratch);
+  const Operand b = tb == Trans::N ? bf16_operand(B, K, N, batch, batch.stride_b, e.b_scratch)
+                                   : bf16_operand(B, N, K, batch, batch.stride_b, e.b_scratch);
+  matmul(dnnl::memory::data_type::bf16, ta, tb, M, N, K, alpha, a, b, beta, C, ldc, batch);
+}
+
+void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
+              const GemmInput& B, float beta, float* C, int64_t ldc, const GemmBatch& batch) {
+  BOOSTLM_ASSERT_MSG(A.f32 && B.f32, "fp32 GEMM needs fp32 operands");
+  if (batch.count == 1) {
+    const dnnl_status_t status = dnnl_sgemm(ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T',
+                                            M, N, K, alpha, A.f32, A.ld, B.f32, B.ld, beta, C, ldc);
+    BOOSTLM_ASSERT_MSG(status == dnnl_success, "dnnl_sgemm failed");
+    return;
+  }
+  matmul(dnnl::memory::data_type::f32, ta, tb, M, N, K, alpha, {A.f32, A.ld, batch.stride_a},
+         {B.f32, B.ld, batch.stride_b}, beta, C, ldc, batch);
+}
+
 }  // namespace
 
-void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
-          GemmInput B, float beta, float* C, int64_t ldc, DType compute) {
-  BOOSTLM_ASSERT(M >= 0 && N >= 0 && K >= 0);
+void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
+                  GemmInput B, float beta, float* C, int64_t ldc, const GemmBatch& batch,
+                  DType compute) {
+  BOOSTLM_ASSERT(M >= 0 && N >= 0 && K >= 0 && batch.count >= 1);
   if (M == 0 || N == 0) return;
   const auto start = std::chrono::steady_clock::now();
   if (K == 0) {
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    for (int64_t b = 0; b < batch.count; ++b) {
+      float* c = C + b * batch.stride_c;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j)
+          c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    }
   } else if (compute == DType::f32) {
-    BOOSTLM_ASSERT_MSG(A.f32 && B.f32, "fp32 GEMM needs fp32 operands");
-    dnnl_status_t status = dnnl_sgemm(ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T', M, N,
-                                      K, alpha, A.f32, A.ld, B.f32, B.ld, beta, C, ldc);
-    BOOSTLM_ASSERT_MSG(status == dnnl_success, "dnnl_sgemm failed");
+    gemm_f32(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch);
   } else {
-    gemm_bf16(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
+    gemm_bf16(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch);
   }
   g_counters.calls += 1;
-  g_counters.flops += 2.0 * static_cast<double>(M) * N * K;
+  g_counters.flops += 2.0 * static_cast<double>(M) * N * K * batch.count;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   g_counters.seconds += seconds;
   Profile::global().add("gemm", seconds);
-  if (g_recording) g_shapes.push_back({ta, tb, M, N, K, beta, compute});
+  if (g_recording)
+    for (int64_t b = 0; b < batch.count; ++b) g_shapes.push_back({ta, tb, M, N, K, beta, compute});
+}
+
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
+          GemmInput B, float beta, float* C, int64_t ldc, DType compute) {
+  gemm_batched(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, GemmBatch{}, compute);
 }
 
 GemmCounters& gemm_counters() {
