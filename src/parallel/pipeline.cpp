@@ -121,6 +121,29 @@ double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, 
   return loss;
 }
 
+double PipelineTimes::bubble_fraction() const {
+  if (span_s <= 0 || compute_s.empty()) return 0;
+  double sum = 0;
+  for (size_t s = 0; s < compute_s.size(); ++s) sum += bubble_s(static_cast<int>(s)) / span_s;
+  return sum / static_cast<double>(compute_s.size());
+}
+
+double PipelineTimes::one_f_one_b_fraction(int stages, int64_t micro_batches) {
+  return (stages - 1.0) / (static_cast<double>(micro_batches) + stages - 1.0);
+}
+
+PipelineTimes Pipeline::gather_times() {
+  const float mine[2] = {static_cast<float>(stats_.step_s), static_cast<float>(stats_.compute_s)};
+  std::vector<float> all(2 * stages_);
+  pp_.all_gather(mine, 2, all.data());
+  PipelineTimes t;
+  for (int s = 0; s < stages_; ++s) {
+    t.span_s = std::max<double>(t.span_s, all[2 * s]);
+    t.compute_s.push_back(all[2 * s + 1]);
+  }
+  return t;
+}
+
 float Pipeline::forward(const MicroBatch& batch, int64_t B, int64_t T) {
   model_.prepare(B, T);
   elements_ = model_.boundary_elements();

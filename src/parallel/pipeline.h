@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "model/model.h"
 
@@ -35,6 +36,18 @@ struct PipelineStats {
   double wait_s = 0;     // blocked in point-to-point exchanges: the bubble plus transfer time
 };
 
+// Every stage's times of the last step, gathered over the PP group. Stages start the schedule
+// together (a step begins after a collective over the world), so the pipeline's time is the
+// longest stage's, and a stage's bubble is the part of it that the stage did not compute:
+// (p−1)/(m+p−1) of it under 1F1B with balanced stages and free transfers.
+struct PipelineTimes {
+  double span_s = 0;              // the longest stage's step_s
+  std::vector<double> compute_s;  // per stage
+  double bubble_s(int stage) const { return span_s - compute_s[stage]; }
+  double bubble_fraction() const;  // mean over the stages of bubble / span
+  static double one_f_one_b_fraction(int stages, int64_t micro_batches);
+};
+
 class Pipeline {
  public:
   explicit Pipeline(Model& model);
@@ -48,6 +61,8 @@ class Pipeline {
   float forward(const MicroBatch& batch, int64_t B, int64_t T);
 
   const PipelineStats& stats() const { return stats_; }
+  // stats() of every stage (a collective over the PP group: every stage calls it).
+  PipelineTimes gather_times();
 
   // 1F1B on stage `stage` of `stages` with m micro-batches: the forwards before the first
   // backward, and the micro-batches whose activations are alive at once.

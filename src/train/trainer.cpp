@@ -323,12 +323,7 @@ TrainResult train(const TrainOptions& o) {
                                             1.0f / static_cast<float>(o.grad_accum),
                                             use_zero ? nullptr : &reducer);
     const CommCounts pp_step = grid.pp().counts() - pp_before;
-    // Every stage's schedule time, compute and wait, for the metrics (world rank 0 is stage 0).
-    std::vector<float> stage_times(3 * grid.shape().pp);
-    const float mine[3] = {static_cast<float>(pipeline.stats().step_s),
-                           static_cast<float>(pipeline.stats().compute_s),
-                           static_cast<float>(pipeline.stats().wait_s)};
-    grid.pp().all_gather(mine, 3, stage_times.data());
+    const PipelineTimes stage_times = pipeline.gather_times();  // for the metrics
     if (use_zero)
       zero.reduce_scatter(model.grads());
     else
@@ -386,24 +381,16 @@ TrainResult train(const TrainOptions& o) {
             {"dp", comm_json(grid.dp().counts() - dp_before)},
             {"pp", comm_json(pp_step)}}}};
       if (grid.shape().pp > 1) {
-        // Every stage starts the schedule together (the step before ended in a world
-        // all-reduce), so the pipeline's time is the longest stage's; a stage's bubble is the part
-        // of it that the stage did not spend computing, 1F1B's (p−1)/(m+p−1) when balanced.
-        double span = 0;
-        for (int s = 0; s < grid.shape().pp; ++s) span = std::max<double>(span, stage_times[3 * s]);
         nlohmann::json stages = nlohmann::json::array();
-        double bubble = 0;
-        for (int s = 0; s < grid.shape().pp; ++s) {
-          const double compute = stage_times[3 * s + 1];
-          stages.push_back({{"compute_ms", compute * 1e3}, {"bubble_ms", (span - compute) * 1e3}});
-          bubble += span > 0 ? (span - compute) / span : 0;
-        }
+        for (int s = 0; s < grid.shape().pp; ++s)
+          stages.push_back({{"compute_ms", stage_times.compute_s[s] * 1e3},
+                            {"bubble_ms", stage_times.bubble_s(s) * 1e3}});
         line["pipeline"] = {{"stages", stages},
                             {"micro_batches", o.grad_accum},
-                            {"time_ms", span * 1e3},
-                            {"bubble_fraction", bubble / grid.shape().pp},
+                            {"time_ms", stage_times.span_s * 1e3},
+                            {"bubble_fraction", stage_times.bubble_fraction()},
                             {"bubble_fraction_1f1b",
-                             (grid.shape().pp - 1.0) / (o.grad_accum + grid.shape().pp - 1.0)}};
+                             PipelineTimes::one_f_one_b_fraction(grid.shape().pp, o.grad_accum)}};
       }
       if (eval_now && result.val_loss >= 0) line["val_loss"] = result.val_loss;
       metrics << line.dump() << "\n" << std::flush;

@@ -119,6 +119,11 @@ TEST_P(PipelineTest, MatchesOneProcessOnEveryGrid) {
       const PipelineStats& stats = pipeline.stats();
       EXPECT_GT(stats.compute_s, 0) << where;
       EXPECT_LE(stats.compute_s + stats.wait_s, stats.step_s * 1.0001 + 1e-6) << where;
+      const PipelineTimes times = pipeline.gather_times();
+      ASSERT_EQ(times.compute_s.size(), static_cast<size_t>(shape.pp)) << where;
+      EXPECT_GE(times.span_s, static_cast<float>(stats.step_s)) << where;
+      EXPECT_GE(times.bubble_fraction(), 0) << where;
+      EXPECT_LT(times.bubble_fraction(), 1) << where;
 
       // Gradients gathered over TP and the stages match, tensor by tensor.
       FlatBuffer full(model.full_params().total_elements());
