@@ -129,7 +129,8 @@ def gemm_section(j):
             f"`boostlm bench gemm`, {j['shape']} ({j['arch']}), TP {j['tp']}, {j['tokens']} "
             f"tokens, {j['ranks']} ranks measuring at once (one core each). Each cell: M×N×K of "
             "the forward GEMM on one rank, then its rate as a fraction of this machine's measured "
-            f"peak (a {2048}³ GEMM: fp32 {j['peak_gflops']['fp32']:.0f}, bf16 "
+            f"peak (the fastest n³ GEMM of n = 512, 1024, 2048: fp32 "
+            f"{j['peak_gflops']['fp32']:.0f}, bf16 "
             f"{j['peak_gflops']['bf16']:.0f} GFLOP/s per rank), fp32 / bf16. naive-tp splits the "
             "latent (d → r/t → d); btp keeps it whole (d/t → r → d/t).",
             "",

@@ -49,11 +49,10 @@ void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf1
 double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int reps = 5);
 
 // The GEMM peak that model FLOPs utilisation (MFU) is measured against, by the trainer and the
-// benchmarks alike: an n³ product.
-constexpr int64_t kPeakGemmSize = 2048;
-inline double measure_peak_gemm_gflops(DType compute, int64_t n = kPeakGemmSize, int reps = 3) {
-  return measure_gemm_gflops(n, n, n, compute, reps);
-}
+// benchmarks alike: the fastest n³ product of n = 512, 1024, 2048 (no single size is the fastest
+// for every precision and core count: oneDNN's large bf16 products run slower than mid-sized ones
+// on one core here).
+double measure_peak_gemm_gflops(DType compute);
 
 struct GemmShape {
   Trans trans_a, trans_b;

@@ -170,6 +170,13 @@ double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int r
   return 2.0 * static_cast<double>(M) * N * K / best / 1e9;
 }
 
+double measure_peak_gemm_gflops(DType compute) {
+  double best = 0;
+  for (const int64_t n : {512, 1024, 2048})
+    best = std::max(best, measure_gemm_gflops(n, n, n, compute, 3));
+  return best;
+}
+
 GemmCounters& gemm_counters() {
   return g_counters;
 }
