@@ -1,5 +1,6 @@
 #include "bench/layout_bench.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -175,6 +176,8 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
       run.comm_s.push_back(phase_seconds("comm"));
       run.blocks_s.push_back(phase_seconds("block_forward") + phase_seconds("block_backward"));
       run.result.tp_comm = tp.counts() - before;
+      for (const auto& [phase, seconds] : Profile::global().seconds())
+        run.result.phase_ms[phase] += seconds * 1e3 / o.steps;
     }
   }
 
@@ -186,8 +189,8 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     r.blocks_ms = median(run.blocks_s) * 1e3;
     r.tokens_per_s = o.batch * o.seq_len / step;
     // Model FLOPs of the step against the GEMM peak of all the ranks that run it.
-    r.mfu = model_flops(r.config, o.batch, o.seq_len).training() / step /
-            (report.peak_gflops * report.tp * 1e9);
+    r.model_flops = model_flops(r.config, o.batch, o.seq_len).training();
+    r.mfu = r.model_flops / step / (report.peak_gflops * report.tp * 1e9);
     report.results.push_back(r);
   }
   return report;
@@ -221,6 +224,7 @@ nlohmann::json to_json(const LayoutBenchReport& report) {
                               {"step_ms", r.step_ms},
                               {"tokens_per_s", r.tokens_per_s},
                               {"mfu", r.mfu},
+                              {"model_gflop_per_step", r.model_flops / 1e9},
                               {"comm_ms", r.comm_ms},
                               {"compute_ms", r.compute_ms()},
                               {"block_us", r.blocks_ms * 1e3 / r.config.n_layers},
@@ -231,6 +235,7 @@ nlohmann::json to_json(const LayoutBenchReport& report) {
                               {"activation_mb", r.activation_bytes / 1e6},
                               {"kept_mb_per_block", r.kept_bytes_per_block / 1e6},
                               {"checkpoint_mb_per_ms", report.checkpoint_mb_per_ms(r)},
+                              {"phase_ms", r.phase_ms},
                               {"loss", r.loss}});
   }
   return out;
@@ -310,6 +315,25 @@ void print_ablation_table(const LayoutBenchReport& report) {
       "\nblock_us: forward + backward of one transformer block; kept: activations kept from a "
       "block's\nforward to its backward; ckpt: memory saved over the model per ms of extra step "
       "time.\n");
+}
+
+void print_phase_table(const LayoutBenchReport& report) {
+  std::vector<std::string> phases;
+  for (const auto& r : report.results)
+    for (const auto& [phase, ms] : r.phase_ms)
+      if (std::find(phases.begin(), phases.end(), phase) == phases.end()) phases.push_back(phase);
+  std::printf("\nms per step in each phase (rank 0; block_* contain the kernel phases):\n%-22s",
+              "variant");
+  for (const auto& phase : phases) std::printf(" %14s", phase.c_str());
+  std::printf("\n");
+  for (const auto& r : report.results) {
+    std::printf("%-22s", r.variant.name.c_str());
+    for (const auto& phase : phases) {
+      const auto it = r.phase_ms.find(phase);
+      std::printf(" %14.1f", it == r.phase_ms.end() ? 0.0 : it->second);
+    }
+    std::printf("\n");
+  }
 }
 
 }  // namespace boostlm::bench

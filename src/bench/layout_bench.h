@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,9 @@ struct VariantResult {
   // included); blocks: forward and backward of all transformer blocks.
   double step_ms = 0, comm_ms = 0, blocks_ms = 0;
   double tokens_per_s = 0, mfu = 0;
-  CommCounts tp_comm;  // one step's TP collectives, this rank
+  double model_flops = 0;                  // of one training step, the whole model (SPEC §4)
+  CommCounts tp_comm;                      // one step's TP collectives, this rank
+  std::map<std::string, double> phase_ms;  // mean ms per step in each profiled phase, rank 0
   // Heap high-water of the variant's first step over what was allocated before it was built (its
   // weights, gradients, optimizer moments, activations and workspace), the largest over the ranks.
   int64_t peak_bytes = 0;
@@ -80,5 +83,7 @@ nlohmann::json to_json(const LayoutBenchReport& report);
 void print_layout_table(const LayoutBenchReport& report);
 // Block time, memory kept per block, checkpoint efficiency.
 void print_ablation_table(const LayoutBenchReport& report);
+// Milliseconds per step in each profiled phase (GEMM, attention, comm, ...), per variant.
+void print_phase_table(const LayoutBenchReport& report);
 
 }  // namespace boostlm::bench

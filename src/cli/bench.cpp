@@ -43,6 +43,7 @@ std::unique_ptr<ProcessGrid> tp_grid() {
 struct LayoutFlags {
   bench::LayoutBenchOptions options;
   std::string low_rank = "cola", precision = "fp32", json;
+  bool breakdown = false;
 };
 
 // layouts and ablations: the same runner, different default configurations and tables.
@@ -75,6 +76,7 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
   cmd->add_option("--variants", o.variants, "variants to run, in this order")
       ->check(CLI::IsMember(bench::variant_names()))
       ->capture_default_str();
+  cmd->add_flag("--breakdown", f->breakdown, "also print ms per step in each kernel family");
   cmd->add_option("--json", f->json, "also write the results as JSON");
   cmd->callback([f, name, ablation_table] {
     f->options.low_rank = parse_arch(f->low_rank);
@@ -86,6 +88,7 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
         bench::print_ablation_table(report);
       else
         bench::print_layout_table(report);
+      if (f->breakdown) bench::print_phase_table(report);
     }
     write_json(f->json, name, bench::to_json(report));
   });
