@@ -3,7 +3,7 @@
 # saves their JSON under results/, draws PNG plots with gnuplot and rewrites the README's
 # "## Results" section (between <!-- results:begin --> and <!-- results:end -->).
 #
-#   ./scripts/results.sh                    everything (about 15-25 minutes on 2 cores)
+#   ./scripts/results.sh                    everything (about 15 minutes on 2 idle cores)
 #   ./scripts/results.sh --layouts --report only the layout comparison, then the README
 #   ./scripts/results.sh --report           only the plots and the README, from the saved JSON
 #   ./scripts/results.sh --quick            tiny shapes, a generated corpus, a few steps: checks the
@@ -106,7 +106,7 @@ else
   ablation_size=(--steps 3 --warmup 1)
   gemm_size=()
   torch_size=(-b 8 -t 256) torch_steps=3
-  curve=(-b 16 -t 256 --steps 500 --warmup 50 --eval-interval 50 --eval-batches 20)
+  curve=(-b 16 -t 256 --steps 300 --warmup 30 --eval-interval 25 --eval-batches 10)
 fi
 
 if want layouts; then
@@ -148,35 +148,56 @@ if want torch; then
   fi
   tmp=$(mktemp -d /tmp/boostlm_results.XXXXXX)
   trap 'rm -rf "$tmp"' EXIT
-  rows=()
   for arch in cola dense; do
-    config=configs/$torch_shape-$arch.json
-    "$boostlm" init --config "$config" --seed 1 --out "$tmp/$arch" > /dev/null
-    for precision in fp32 bf16; do
-      name=$torch_shape-$arch-$precision
-      run "$out/torch-$name.log" "$python" tools/torch/boostlm_torch.py train-bench \
-        --checkpoint "$tmp/$arch" "${torch_size[@]}" --precision "$precision" \
-        --warmup-steps 1 --steps "$torch_steps"
-      run "$out/boostlm-$name.log" "$boostlm" bench step --shape "$torch_shape" --arch "$arch" \
-        --precision "$precision" "${torch_size[@]}" --warmup 1 --steps "$torch_steps" \
-        --json "$tmp/boostlm-$name.json"
-      rows+=("$out/torch-$name.log" "$tmp/boostlm-$name.json")
+    "$boostlm" init --config "configs/$torch_shape-$arch.json" --seed 1 --out "$tmp/$arch" > /dev/null
+  done
+  # Two rounds over the four pairs: a burst of other work on the machine then spoils one round of
+  # a pair, not both; the report keeps the fastest step of each program over the rounds.
+  rows=()
+  for round in 1 2; do
+    for arch in cola dense; do
+      for precision in fp32 bf16; do
+        name=$torch_shape-$arch-$precision-$round
+        run "$out/torch-$name.log" "$python" tools/torch/boostlm_torch.py train-bench \
+          --checkpoint "$tmp/$arch" "${torch_size[@]}" --precision "$precision" \
+          --warmup-steps 1 --steps "$torch_steps"
+        run "$out/boostlm-$name.log" "$boostlm" bench step --shape "$torch_shape" \
+          --arch "$arch" --precision "$precision" "${torch_size[@]}" --warmup 1 \
+          --steps "$torch_steps" --json "$out/boostlm-$name.json"
+        rows+=("$out/torch-$name.log" "$out/boostlm-$name.json")
+      done
     done
   done
   "$python" - "$out/torch-vs-boostlm-$torch_shape.json" "${rows[@]}" <<'PY'
 import json, sys
 out, files = sys.argv[1], sys.argv[2:]
-results = []
+pairs = {}
 for log, bench in zip(files[::2], files[1::2]):
     torch = json.loads([l for l in open(log) if l.startswith("{")][-1])
     ours = json.load(open(bench))
-    mine = ours["results"][0]
-    results.append({"arch": mine["arch"], "precision": mine["precision"],
-                    "batch": ours["batch"], "seq_len": ours["seq_len"],
-                    "torch_step_ms": torch["median_step_ms"], "torch_tokens_per_s": torch["tokens_per_s"],
-                    "boostlm_step_ms": mine["step_ms"], "boostlm_tokens_per_s": mine["tokens_per_s"],
-                    "speedup": torch["median_step_ms"] / mine["step_ms"],
-                    "torch": {k: torch[k] for k in torch if k not in ("losses",)}})
+    pairs.setdefault((torch["arch"], torch["precision"]), []).append((torch, ours))
+results = []
+for (arch, precision), rounds in pairs.items():
+    torch_min = min(t["min_step_ms"] for t, _ in rounds)
+    ours_min = min(o["results"][0]["min_step_ms"] for _, o in rounds)
+    # Typical step: the median of the less disturbed round.
+    torch_median = min(t["median_step_ms"] for t, _ in rounds)
+    ours_median = min(o["results"][0]["step_ms"] for _, o in rounds)
+    batch, seq_len = rounds[0][1]["batch"], rounds[0][1]["seq_len"]
+    results.append({"arch": arch, "precision": precision, "batch": batch, "seq_len": seq_len,
+                    "rounds": len(rounds), "steps": rounds[0][0]["steps"],
+                    "torch_min_step_ms": torch_min, "torch_step_ms": torch_median,
+                    "boostlm_min_step_ms": ours_min, "boostlm_step_ms": ours_median,
+                    "torch_tokens_per_s": batch * seq_len / torch_min * 1e3,
+                    "boostlm_tokens_per_s": batch * seq_len / ours_min * 1e3,
+                    # Fastest step over fastest step: the pair least disturbed by other work.
+                    "speedup": torch_min / ours_min,
+                    "speedup_median": torch_median / ours_median,
+                    "torch_rounds": [{k: t[k] for k in ("median_step_ms", "min_step_ms")}
+                                     for t, _ in rounds],
+                    "boostlm_rounds": [{k: o["results"][0][k] for k in ("step_ms", "min_step_ms")}
+                                       for _, o in rounds],
+                    "torch": {k: v for k, v in rounds[0][0].items() if k != "losses"}})
 json.dump({"benchmark": "torch", "results": results}, open(out, "w"), indent=2)
 PY
   end_part

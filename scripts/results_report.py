@@ -15,6 +15,7 @@ import sys
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 LAYOUTS = ("dense-tp", "naive-tp", "btp")
+SMOOTH = 20  # steps averaged in the plotted training loss
 # The issue's targets: btp's per-step speed-up at TP 2 (60m/130m fp32), boostlm over PyTorch.
 GOAL_OVER_NAIVE, GOAL_OVER_DENSE = 1.3, 1.6
 GOAL_TORCH = {"fp32": 1.5, "bf16": 3.0}
@@ -142,9 +143,12 @@ def gemm_section(j):
 
 
 def torch_section(j):
-    rows = [[f"{r['arch']}", r["precision"], f"{r['torch_step_ms']:.0f}",
-             f"{r['torch_tokens_per_s']:.0f}", f"{r['boostlm_step_ms']:.0f}",
-             f"{r['boostlm_tokens_per_s']:.0f}", f"**{r['speedup']:.2f}×**"]
+    rows = [[f"{r['arch']}", r["precision"],
+             f"{r['torch_min_step_ms']:.0f} / {r['torch_step_ms']:.0f}",
+             f"{r['boostlm_min_step_ms']:.0f} / {r['boostlm_step_ms']:.0f}",
+             f"{r['batch'] * r['seq_len'] / r['torch_min_step_ms'] * 1e3:.0f}",
+             f"{r['batch'] * r['seq_len'] / r['boostlm_min_step_ms'] * 1e3:.0f}",
+             f"**{r['speedup']:.2f}×**", f"{r['speedup_median']:.2f}×"]
             for r in j["results"]]
     env = j["results"][0]["torch"] if j["results"] else {}
     first = j["results"][0] if j["results"] else {"batch": "?", "seq_len": "?"}
@@ -154,10 +158,16 @@ def torch_section(j):
             f"on the same model, batch {first['batch']} × {first['seq_len']}, random tokens, two "
             f"threads each: PyTorch {env.get('torch', '?')} (`tools/torch/boostlm_torch.py "
             f"train-bench`, OpenBLAS {env.get('openblas_core', '?')} for fp32, oneDNN for bf16 "
-            "autocast) and boostlm (`boostlm bench step`), run alternately. Median step.",
+            "autocast) and boostlm (`boostlm bench step`), run alternately, in "
+            f"{first.get('rounds', 1)} rounds of {first.get('steps', '?')} timed steps each "
+            "after one warm-up. Step times are fastest / median (the median of the less disturbed "
+            "round). Other work on the machine can slow single steps several-fold (two OpenMP "
+            "programs on two cores wait for each other), so tokens/s and the speed-up use the "
+            "fastest step of each, the one least disturbed; the speed-up of the medians is shown "
+            "too. Every round's numbers are in `results/torch-vs-boostlm-*.json`.",
             "",
-            table(["model", "precision", "PyTorch ms", "PyTorch tokens/s", "boostlm ms",
-                   "boostlm tokens/s", "speed-up"], rows), ""]
+            table(["model", "precision", "PyTorch ms", "boostlm ms", "PyTorch tokens/s",
+                   "boostlm tokens/s", "speed-up", "of medians"], rows), ""]
 
 
 def read_curve(path):
@@ -182,8 +192,7 @@ def curves_section(curves, images, results_dir):
         rows.append([f"tiny-{arch}", parameters_m(results_dir, arch), len(metrics),
                      f"{last['tokens_seen'] / 1e6:.2f}M",
                      f"{val[-1]['val_loss']:.3f}" if val else "-",
-                     f"{min(v['val_loss'] for v in val):.3f}" if val else "-",
-                     f"{sum(m['step_ms'] for m in metrics) / 1e3:.0f}"])
+                     f"{min(v['val_loss'] for v in val):.3f}" if val else "-"])
     first = next(iter(curves.values()))
     tokens_per_step = first[0]["tokens_seen"] // max(1, first[0]["step"]) if first else "?"
     out = ["### Dense vs CoLA: validation loss",
@@ -199,8 +208,8 @@ def curves_section(curves, images, results_dir):
            ""]
     if "curves" in images:
         out += [f"![validation loss, dense vs CoLA]({images['curves']})", ""]
-    out += [table(["model", "parameters", "steps", "tokens", "final val loss", "best val loss",
-                   "train time s"], rows), ""]
+    out += [table(["model", "parameters", "steps", "tokens", "final val loss", "best val loss"],
+                  rows), ""]
     return out
 
 
@@ -270,6 +279,7 @@ set style fill solid 0.85 border -1
 set boxwidth 0.9
 set ylabel "step time / btp step time"
 set yrange [0:{top * 1.15:.2f}]
+set xrange [-0.6:{len(names) - 0.4}]
 set grid ytics
 set key top right
 set linetype 1 lc rgb "#7f7f7f"
@@ -305,6 +315,7 @@ set ylabel "ms per step"
 set yrange [0:*]
 set grid ytics
 set xtics rotate by -25
+set xrange [-0.6:{len(j["results"]) - 0.4}]
 set key top right
 set linetype 1 lc rgb "#1f77b4"
 set linetype 2 lc rgb "#ff7f0e"
@@ -320,9 +331,12 @@ def plot_curves(curves, directory):
     for arch, metrics in curves.items():
         path = f"curve-{arch}.dat"
         with open(os.path.join(directory, path), "w", encoding="utf-8") as f:
-            for m in metrics:
+            for i, m in enumerate(metrics):
+                # The training loss jumps between the corpus's texts (the windows are read in
+                # order): a moving average over SMOOTH steps shows its trend.
+                window = [x["loss"] for x in metrics[max(0, i - SMOOTH + 1):i + 1]]
                 val = m.get("val_loss", "NaN")
-                f.write(f"{m['step']} {m['loss']} {val}\n")
+                f.write(f"{m['step']} {sum(window) / len(window)} {val}\n")
         series.append((arch, path))
     if not series:
         return None
@@ -331,7 +345,7 @@ def plot_curves(curves, directory):
     for arch, path in series:
         c = colours.get(arch, "#000000")
         plots.append(f"\"{path}\" using 1:2 with lines lc rgb \"{c}\" lw 1 dt 2 "
-                     f"title \"tiny-{arch} train\"")
+                     f"title \"tiny-{arch} train (mean of {SMOOTH} steps)\"")
         plots.append(f"\"{path}\" using 1:3 with linespoints lc rgb \"{c}\" lw 2 pt 7 ps 0.8 "
                      f"title \"tiny-{arch} validation\"")
     gnuplot(f"""

@@ -1,5 +1,6 @@
 #include "bench/step_bench.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 
@@ -93,6 +94,7 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   r.precision = precision;
   r.params_m = model.params().parameter_count() / 1e6;
   r.step_ms = step * 1e3;
+  r.min_step_ms = *std::min_element(step_s.begin(), step_s.end()) * 1e3;
   r.tokens_per_s = B * T / step;
   r.gemm_share = median(gemm_s) / step;
   r.mfu = rate / (peak * 1e9);
@@ -154,6 +156,7 @@ nlohmann::json to_json(const StepBenchOptions& o, const std::vector<StepResult>&
                               {"precision", r.precision},
                               {"params_m", r.params_m},
                               {"step_ms", r.step_ms},
+                              {"min_step_ms", r.min_step_ms},
                               {"tokens_per_s", r.tokens_per_s},
                               {"gemm_share", r.gemm_share},
                               {"mfu", r.mfu},

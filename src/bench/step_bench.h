@@ -27,7 +27,7 @@ struct StepBenchOptions {
 
 struct StepResult {
   std::string arch, precision;
-  double params_m = 0, step_ms = 0, tokens_per_s = 0, gemm_share = 0, mfu = 0;
+  double params_m = 0, step_ms = 0, min_step_ms = 0, tokens_per_s = 0, gemm_share = 0, mfu = 0;
   double gemm_efficiency = 0, activation_mb = 0, peak_gflops = 0;
   float loss = 0;
   std::string breakdown;  // "phase ms ..." per step
