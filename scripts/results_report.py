@@ -278,10 +278,10 @@ set style histogram clustered gap 1
 set style fill solid 0.85 border -1
 set boxwidth 0.9
 set ylabel "step time / btp step time"
-set yrange [0:{top * 1.15:.2f}]
+set yrange [0:{top * 1.12:.2f}]
 set xrange [-0.6:{len(names) - 0.4}]
 set grid ytics
-set key top right
+set key outside bottom center horizontal
 set linetype 1 lc rgb "#7f7f7f"
 set linetype 2 lc rgb "#d62728"
 set linetype 3 lc rgb "#1f77b4"
@@ -344,7 +344,7 @@ def plot_curves(curves, directory):
     plots = []
     for arch, path in series:
         c = colours.get(arch, "#000000")
-        plots.append(f"\"{path}\" using 1:2 with lines lc rgb \"{c}\" lw 1 dt 2 "
+        plots.append(f"\"{path}\" using 1:2 with lines lc rgb \"{c}\" lw 1.5 dt 2 "
                      f"title \"tiny-{arch} train (mean of {SMOOTH} steps)\"")
         plots.append(f"\"{path}\" using 1:3 with linespoints lc rgb \"{c}\" lw 2 pt 7 ps 0.8 "
                      f"title \"tiny-{arch} validation\"")
