@@ -11,6 +11,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch libopenblas0-openmp  # the PyTorch oracle (tools/torch); OpenBLAS for its fp32 GEMMs
+  gnuplot-nox                      # scripts/results.sh draws its plots with gnuplot
 )
 
 missing=()

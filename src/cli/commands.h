@@ -13,7 +13,8 @@ void add_init(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_launch(CLI::App& app);
 void add_plan(CLI::App& app);       // the performance model: predict and rank layouts
-void add_calibrate(CLI::App& app);  // measure this machine for plan  // run a command on N ranks through mpirun
+void add_calibrate(CLI::App& app);  // measure this machine for plan
+void add_bench(CLI::App& app);      // benchmarks: layouts, ablations, gemm, step
 
 // The exit code a subcommand asks main to return (default 0).
 int& exit_code();

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   boostlm::cli::add_launch(app);
   boostlm::cli::add_plan(app);
   boostlm::cli::add_calibrate(app);
+  boostlm::cli::add_bench(app);
   int code = 0;
   try {
     app.parse(argc, argv);

@@ -6,7 +6,7 @@
 //   boostlm plan --paper [--hardware a100-80g]
 //       the paper's A100 runs (SPEC §5) next to the model's predictions
 //   boostlm plan --measured bench.json [--hardware this-machine]
-//       a bench_layouts result next to the model's prediction for the same runs
+//       a `boostlm bench layouts --json` result next to the model's prediction for the same runs
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -210,7 +210,7 @@ void run_paper(const PlanOptions& o) {
   write_json(o.json_path, out);
 }
 
-// A bench_layouts JSON (bench/layouts.cpp) next to the model's prediction for the same runs.
+// A `boostlm bench layouts --json` result next to the model's prediction for the same runs.
 void run_measured(const PlanOptions& o) {
   std::ifstream in(o.measured);
   if (!in) throw error("cannot read ", o.measured);
@@ -221,20 +221,27 @@ void run_measured(const PlanOptions& o) {
   std::printf("%s, %s, batch %ld x seq %ld, TP %d on %s\n\n", shape.c_str(),
               bench.at("precision").get<std::string>().c_str(), bench.at("batch").get<int64_t>(),
               bench.at("seq_len").get<int64_t>(), tp, hw.name.c_str());
-  std::printf("%-9s %12s %12s %8s | %8s %8s %8s %8s %8s\n", "layout", "measured_ms", "predicted_ms",
-              "error", "gemm", "attn", "eltwise", "TP comm", "optim");
+  std::printf("%-22s %12s %12s %8s | %8s %8s %8s %8s %8s\n", "variant", "measured_ms",
+              "predicted_ms", "error", "gemm", "attn", "eltwise", "TP comm", "optim");
   for (const auto& r : bench.at("results")) {
     plan::StepConfig c;
     c.layout = parse_layout(r.at("layout"));
-    c.config = plan::find_model(shape, parse_arch(r.at("arch")));
+    // BOOST's switches, where the result names them (older results ran the defaults).
+    c.options.online_norm = r.value("rmsnorm", "online") == "online";
+    c.options.grouping = r.value("grouping", "on") == "on";
+    c.options.recompute = parse_recompute(r.value("recompute", "none"));
+    const Arch arch = parse_arch(r.at("arch"));
+    c.config = plan::find_model(shape, arch);
+    // A config file names one architecture; dense-tp ran the dense model of its shape.
+    if (arch == Arch::dense) c.config = plan::dense_counterpart(shape, c.config);
     c.tp = tp;
     c.micro_batch = bench.at("batch");
     c.seq_len = bench.at("seq_len");
     c.precision = parse_dtype(bench.at("precision"));
     const StepPrediction p = plan::predict_step(hw, c);
     const double measured = r.at("step_ms");
-    std::printf("%-9s %12.1f %12.1f %+7.1f%% | %8.1f %8.1f %8.1f %8.1f %8.1f\n",
-                to_string(c.layout).c_str(), measured, p.step_s * 1e3,
+    std::printf("%-22s %12.1f %12.1f %+7.1f%% | %8.1f %8.1f %8.1f %8.1f %8.1f\n",
+                r.value("variant", to_string(c.layout)).c_str(), measured, p.step_s * 1e3,
                 100 * (p.step_s * 1e3 / measured - 1), p.micro_batches.gemm * 1e3,
                 p.micro_batches.attention * 1e3, p.micro_batches.elementwise * 1e3,
                 p.micro_batches.comm * 1e3, p.optimizer_s * 1e3);
@@ -276,7 +283,7 @@ void add_plan(CLI::App& app) {
                   "micro-batches per iteration assumed for the paper's runs")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--measured", o->measured,
-                  "a bench_layouts --json result to compare with (this machine)")
+                  "a `bench layouts --json` result to compare with (this machine)")
       ->check(CLI::ExistingFile);
   cmd->callback([o] {
     if (o->paper)

@@ -46,19 +46,6 @@ double peak_rss_mb() {
   return usage.ru_maxrss / 1024.0;
 }
 
-// GEMM rate of this machine for MFU: one 1024³ product, best of three.
-double measure_peak_gflops(DType dtype) {
-  const int64_t n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  double best = 1e30;
-  for (int i = 0; i < 4; ++i) {
-    const double t0 = now_s();
-    gemm(Trans::N, Trans::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, dtype);
-    if (i > 0) best = std::min(best, now_s() - t0);
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
-
 std::string format_duration(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
   char buf[32];
@@ -238,7 +225,7 @@ TrainResult train(const TrainOptions& o) {
   const ModelFlops flops = model_flops(config, o.batch_size, o.seq_len);
   // Model FLOPs of the whole job's step (every DP replica), against every rank's GEMM peak.
   const double step_flops = flops.training() * o.grad_accum * grid.shape().dp;
-  const double peak_gflops = measure_peak_gflops(o.precision) * grid.shape().world();
+  const double peak_gflops = measure_peak_gemm_gflops(o.precision) * grid.shape().world();
   const int64_t tokens_per_step = o.batch_size * o.seq_len * o.grad_accum * grid.shape().dp;
   const bool tty = root && o.progress && ::isatty(STDERR_FILENO);
 

@@ -26,7 +26,7 @@ grep -q "fastest that fits" <<< "$out" || fail "plan search names no fastest pla
 [[ $(grep -c '"layout"' "$work/plan.json") -gt 100 ]] || fail "plan JSON should list every row"
 grep -q '"dense-tp"' "$work/plan.json" || fail "--with-dense should add dense-tp rows"
 
-# A benchmark result in bench_layouts' format, compared with the model.
+# A benchmark result in `boostlm bench layouts --json`'s format, compared with the model.
 cat > "$work/bench.json" <<'JSON'
 {"shape": "60m", "precision": "fp32", "batch": 8, "seq_len": 256, "tp": 2,
  "results": [{"layout": "btp", "arch": "cola", "step_ms": 900.0}]}

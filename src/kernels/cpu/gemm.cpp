@@ -1,6 +1,7 @@
 #include "kernels/gemm.h"
 
 #include <immintrin.h>
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <tuple>
@@ -200,6 +201,35 @@ void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
           GemmInput B, float beta, float* C, int64_t ldc, DType compute) {
   gemm_batched(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, GemmBatch{}, compute);
+}
+
+double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int reps) {
+  std::vector<float> a(M * K, 0.01f), b(K * N, 0.01f), c(M * N);
+  std::vector<bf16_t> a16, b16;
+  if (compute == DType::bf16) {
+    a16.resize(a.size());
+    b16.resize(b.size());
+    round_to_bf16(a.data(), 1, a.size(), a.size(), a16.data());
+    round_to_bf16(b.data(), 1, b.size(), b.size(), b16.data());
+  }
+  const GemmInput A(a.data(), a16.empty() ? nullptr : a16.data(), K),
+      B(b.data(), b16.empty() ? nullptr : b16.data(), N);
+  double best = 1e30;
+  for (int i = 0; i <= reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    gemm(Trans::N, Trans::N, M, N, K, 1.0f, A, B, 0.0f, c.data(), N, compute);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0) best = std::min(best, seconds);
+  }
+  return 2.0 * static_cast<double>(M) * N * K / best / 1e9;
+}
+
+double measure_peak_gemm_gflops(DType compute) {
+  double best = 0;
+  for (const int64_t n : {512, 1024, 2048})
+    best = std::max(best, measure_gemm_gflops(n, n, n, compute, 3));
+  return best;
 }
 
 GemmCounters& gemm_counters() {

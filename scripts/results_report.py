@@ -1,0 +1,479 @@
+#!/usr/bin/env python3
+"""Turns the JSON that scripts/results.sh saved into PNG plots (gnuplot) and the README's Results
+section, which it rewrites between <!-- results:begin --> and <!-- results:end --> (appending a
+"## Results" section when the markers are missing). Standard library only.
+
+    scripts/results_report.py --results results --readme README.md
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+LAYOUTS = ("dense-tp", "naive-tp", "btp")
+SMOOTH = 20  # steps averaged in the plotted training loss
+# The issue's targets: btp's per-step speed-up at TP 2 (60m/130m fp32), boostlm over PyTorch.
+GOAL_OVER_NAIVE, GOAL_OVER_DENSE = 1.3, 1.6
+GOAL_TORCH = {"fp32": 1.5, "bf16": 3.0}
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def find(results, name):
+    return next((r for r in results if r.get("variant", r.get("layout")) == name), None)
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def gnuplot(script, directory):
+    subprocess.run(["gnuplot"], input=script, text=True, check=True, cwd=directory)
+
+
+def kinds_text(tp_comm):
+    short = {"all_reduce": "AR", "all_gather": "AG", "all_reduce_max": "ARmax",
+             "reduce_scatter": "RS", "broadcast": "BC"}
+    return ", ".join(f"{short.get(k, k)} {v['calls']} / {v['bytes'] / 1e6:.1f}"
+                     for k, v in tp_comm.items()) or "-"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------------
+
+def layout_runs(results_dir):
+    """bench layouts results, fp32 before bf16, small shapes first."""
+    runs = [load(p) for p in glob.glob(os.path.join(results_dir, "layouts-*.json"))]
+    size = lambda j: (j["precision"] != "fp32", float(re.sub(r"[^0-9.]", "", j["shape"]) or 0))
+    return sorted(runs, key=size)
+
+
+def run_title(j):
+    return f"{j['shape']} {j['precision']}, TP {j['tp']}, batch {j['batch']} x {j['seq_len']}"
+
+
+def layouts_section(runs, images):
+    out = ["### Layouts: dense-tp vs naive-tp vs btp",
+           "",
+           "`boostlm bench layouts`: full training steps (forward, backward, gradient norm, AdamW), "
+           "the configurations interleaved, median of the timed steps. *×btp*: step time over "
+           "btp's (above 1: slower than btp). *comm*: time inside TP collectives, including "
+           "waiting for the other rank; *compute*: the rest, *of which GEMM* inside GEMM calls (rank "
+           "0). *Collectives*: calls / MB per step "
+           "and rank by kind (AR all-reduce, AG all-gather). *Peak*: the heap's high-water mark "
+           "over the configuration's first step (weights, gradients, AdamW moments, activations, "
+           "workspace), per rank. MFU: model FLOPs over the summed measured GEMM peak of the ranks.",
+           ""]
+    if "layouts" in images:
+        out += [f"![step time relative to btp]({images['layouts']})", ""]
+    for j in runs:
+        btp = find(j["results"], "btp")
+        out += [f"**{run_title(j)}** ({j['low_rank']} for the low-rank layouts; GEMM peak "
+                f"{j['peak_gflops_per_rank']:.0f} GFLOP/s per rank)", ""]
+        rows = []
+        for r in j["results"]:
+            rel = f"{r['step_ms'] / btp['step_ms']:.2f}" if btp else "-"
+            gemm_ms = r.get("phase_ms", {}).get("gemm")
+            rows.append([f"`{r['variant']}`", r["arch"], f"{r['step_ms']:.0f}", rel,
+                         f"{r['tokens_per_s']:.0f}", f"{100 * r['mfu']:.1f}%",
+                         f"{r['comm_ms']:.0f}", f"{r['compute_ms']:.0f}",
+                         f"{gemm_ms:.0f}" if gemm_ms is not None else "-",
+                         f"{r['tp_bytes'] / 1e6:.1f}", kinds_text(r["tp_comm"]),
+                         f"{r['peak_mb']:.0f}"])
+        out += [table(["variant", "model", "step ms", "×btp", "tokens/s", "MFU", "comm ms",
+                       "compute ms", "of which GEMM", "TP MB", "collectives", "peak MB"], rows),
+                ""]
+    if "breakdown" in images:
+        out += [f"![communication and compute per step]({images['breakdown']})", ""]
+    return out
+
+
+def ablations_section(j):
+    rows = []
+    for r in j["results"]:
+        ckpt = "-"
+        if r["recompute"] != "none":
+            ckpt = f"{r['checkpoint_mb_per_ms']:.1f}" if r["checkpoint_mb_per_ms"] > 0 else \
+                "n/a (not slower)"
+        rows.append([f"`{r['variant']}`", f"{r['step_ms']:.0f}", f"{r['block_us'] / 1e3:.1f}",
+                     f"{r['kept_mb_per_block']:.2f}", f"{r['peak_mb']:.0f}", ckpt])
+    return ["### Ablations: BOOST's switches",
+            "",
+            f"`boostlm bench ablations`, {run_title(j)}. *block ms*: forward + backward of one "
+            "transformer block; *kept*: activations kept from a block's forward to its backward; "
+            "*checkpoint efficiency*: activation memory saved over the model per ms of extra step "
+            "time (the paper's ΔMemory/ΔTime), against the same layout without recomputation.",
+            "",
+            table(["variant", "step ms", "block ms", "kept MB/block", "peak MB",
+                   "checkpoint MB/ms"], rows), ""]
+
+
+def gemm_section(j):
+    rows = {}
+    for r in j["rows"]:
+        rows.setdefault(r["projection"], {})[(r["layout"], r["factor"])] = r
+    cell = lambda r: (f"{r['m']}×{r['n']}×{r['k']}: {100 * r['fp32_of_peak']:.0f}% / "
+                      f"{100 * r['bf16_of_peak']:.0f}%")
+    body = [[f"`{p}`"] + [cell(v[(lay, f)]) for lay in ("naive-tp", "btp") for f in "AB"]
+            for p, v in rows.items()]
+    pct = lambda b: f"**{100 * b['fp32_of_peak']:.0f}% / {100 * b['bf16_of_peak']:.0f}%**"
+    body.append(["all of a block", pct(j["block"]["naive-tp"]), "(A and B)",
+                 pct(j["block"]["btp"]), "(A and B)"])
+    return ["### GEMM shapes per rank",
+            "",
+            f"`boostlm bench gemm`, {j['shape']} ({j['arch']}), TP {j['tp']}, {j['tokens']} "
+            f"tokens, {j['ranks']} ranks measuring at once (one core each). Each cell: M×N×K of "
+            "the forward GEMM on one rank, then its rate as a fraction of this machine's measured "
+            f"peak (the fastest n³ GEMM of n = 512, 1024, 2048: fp32 "
+            f"{j['peak_gflops']['fp32']:.0f}, bf16 "
+            f"{j['peak_gflops']['bf16']:.0f} GFLOP/s per rank), fp32 / bf16. naive-tp splits the "
+            "latent (d → r/t → d); btp keeps it whole (d/t → r → d/t).",
+            "",
+            table(["projection", "naive-tp A", "naive-tp B", "btp A", "btp B"], body), ""]
+
+
+def torch_section(j):
+    rows = [[f"{r['arch']}", r["precision"],
+             f"{r['torch_min_step_ms']:.0f} / {r['torch_step_ms']:.0f}",
+             f"{r['boostlm_min_step_ms']:.0f} / {r['boostlm_step_ms']:.0f}",
+             f"{r['batch'] * r['seq_len'] / r['torch_min_step_ms'] * 1e3:.0f}",
+             f"{r['batch'] * r['seq_len'] / r['boostlm_min_step_ms'] * 1e3:.0f}",
+             f"**{r['speedup']:.2f}×**", f"{r['speedup_median']:.2f}×"]
+            for r in j["results"]]
+    env = j["results"][0]["torch"] if j["results"] else {}
+    first = j["results"][0] if j["results"] else {"batch": "?", "seq_len": "?"}
+    return ["### boostlm vs PyTorch, one process",
+            "",
+            f"The same training step (zero gradients, forward, backward, clip to norm 1, AdamW) "
+            f"on the same model, batch {first['batch']} × {first['seq_len']}, random tokens, two "
+            f"threads each: PyTorch {env.get('torch', '?')} (`tools/torch/boostlm_torch.py "
+            f"train-bench`, OpenBLAS {env.get('openblas_core', '?')} for fp32, oneDNN for bf16 "
+            "autocast) and boostlm (`boostlm bench step`), run alternately, in "
+            f"{first.get('rounds', 1)} rounds of {first.get('steps', '?')} timed steps each "
+            "after one warm-up. Step times are fastest / median (the median of the less disturbed "
+            "round). Other work on the machine can slow single steps several-fold (two OpenMP "
+            "programs on two cores wait for each other), so tokens/s and the speed-up use the "
+            "fastest step of each, the one least disturbed; the speed-up of the medians is shown "
+            "too. Every round's numbers are in `results/torch-vs-boostlm-*.json`.",
+            "",
+            table(["model", "precision", "PyTorch ms", "boostlm ms", "PyTorch tokens/s",
+                   "boostlm tokens/s", "speed-up", "of medians"], rows), ""]
+
+
+def read_curve(path):
+    rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    return rows
+
+
+def parameters_m(results_dir, arch):
+    """The parameter count `boostlm train` printed on its first line."""
+    path = os.path.join(results_dir, f"curve-tiny-{arch}.log")
+    if not os.path.exists(path):
+        return "?"
+    match = re.search(r"([0-9.]+)M parameters", open(path, encoding="utf-8").read())
+    return f"{match.group(1)}M" if match else "?"
+
+
+def curves_section(curves, images, results_dir):
+    rows = []
+    for arch, metrics in curves.items():
+        val = [m for m in metrics if "val_loss" in m]
+        last = metrics[-1]
+        rows.append([f"tiny-{arch}", parameters_m(results_dir, arch), len(metrics),
+                     f"{last['tokens_seen'] / 1e6:.2f}M",
+                     f"{val[-1]['val_loss']:.3f}" if val else "-",
+                     f"{min(v['val_loss'] for v in val):.3f}" if val else "-"])
+    first = next(iter(curves.values()))
+    tokens_per_step = first[0]["tokens_seen"] // max(1, first[0]["step"]) if first else "?"
+    out = ["### Dense vs CoLA: validation loss",
+           "",
+           "`configs/tiny-dense.json` and `configs/tiny-cola.json` (d 128, 4 layers, CoLA rank 32) "
+           "trained from the same seed on the prepared corpus (`scripts/fetch_corpus.sh`: Brown + "
+           "King James Bible, 8192-token BPE; `--quick` uses a generated text) with the same "
+           f"schedule ({tokens_per_step} tokens per step, learning rate 3e-3 cosine to 3e-4, "
+           "see the commands below), one process. Validation: the first windows of val.bin. At "
+           "this size CoLA has fewer parameters in its blocks but the same embedding and head, "
+           "so the comparison is of the architectures at equal steps, not of the paper's "
+           "compute-matched setting.",
+           ""]
+    if "curves" in images:
+        out += [f"![validation loss, dense vs CoLA]({images['curves']})", ""]
+    out += [table(["model", "parameters", "steps", "tokens", "final val loss", "best val loss"],
+                  rows), ""]
+    return out
+
+
+def goals_section(runs, torch):
+    rows, bounds = [], []
+    for j in runs:
+        if j["precision"] != "fp32" or j["tp"] != 2:
+            continue
+        res = j["results"]
+        btp, naive, dense = (find(res, n) for n in LAYOUTS[::-1])
+        if btp and naive:
+            x = naive["step_ms"] / btp["step_ms"]
+            rows.append([f"btp ≥ {GOAL_OVER_NAIVE}× faster than naive-tp, {j['shape']} fp32 TP 2",
+                         f"{x:.2f}×", "met" if x >= GOAL_OVER_NAIVE else "**not met**"])
+        if btp and dense:
+            x = dense["step_ms"] / btp["step_ms"]
+            rows.append([f"btp ≥ {GOAL_OVER_DENSE}× faster than dense-tp, {j['shape']} fp32 TP 2",
+                         f"{x:.2f}×", "met" if x >= GOAL_OVER_DENSE else "**not met**"])
+            if "model_gflop_per_step" in btp:
+                bounds.append(f"{j['shape']} {dense['model_gflop_per_step'] / btp['model_gflop_per_step']:.2f}×")
+    if torch:
+        for r in torch["results"]:
+            goal = GOAL_TORCH[r["precision"]]
+            rows.append([f"boostlm ≥ {goal}× PyTorch throughput, {r['arch']} {r['precision']}",
+                         f"{r['speedup']:.2f}×", "met" if r["speedup"] >= goal else "**not met**"])
+    if not rows:
+        return []
+    out = ["### Against the targets", "", table(["target", "measured", ""], rows), ""]
+    if bounds:
+        out += ["The dense model's training step has " + " and ".join(bounds) + " the model "
+                "FLOPs of the CoLA model's (`model_gflop_per_step` in the JSON): the "
+                "32000-token LM head, the same in both, is most of CoLA's FLOPs at these sizes. "
+                "That ratio is how much faster btp can be than dense-tp when both run their GEMMs "
+                "equally well, so a 1.6× target needs btp to use the cores better than dense-tp "
+                "does, not only to communicate less. On one shared-memory machine communication "
+                "is cheap, which also narrows btp's margin over naive-tp to what naive-tp spends "
+                "beyond it in computation (attention over all heads, replicated norms and "
+                "activations) and in moving 4× the bytes.", ""]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+# ---------------------------------------------------------------------------------------------
+
+def plot_layouts(runs, directory):
+    names = [j for j in runs if all(find(j["results"], n) for n in LAYOUTS)]
+    if not names:
+        return None
+    top = 0
+    with open(os.path.join(directory, "layouts.dat"), "w", encoding="utf-8") as f:
+        f.write("# run " + " ".join(LAYOUTS) + "\n")
+        for j in names:
+            btp = find(j["results"], "btp")["step_ms"]
+            ratios = [find(j["results"], n)["step_ms"] / btp for n in LAYOUTS]
+            top = max(top, *ratios)
+            f.write(f"\"{j['shape']} {j['precision']}\" " +
+                    " ".join(f"{x:.3f}" for x in ratios) + "\n")
+    # Clustered histogram: cluster k is centred at x = k, its 3 bars 1/(3 + gap) apart.
+    gnuplot(f"""
+set terminal pngcairo size 900,480 font ",11"
+set output "layouts.png"
+set title "Step time at TP 2 relative to btp (lower is faster)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.85 border -1
+set boxwidth 0.9
+set ylabel "step time / btp step time"
+set yrange [0:{top * 1.12:.2f}]
+set xrange [-0.6:{len(names) - 0.4}]
+set grid ytics
+set key outside bottom center horizontal
+set linetype 1 lc rgb "#7f7f7f"
+set linetype 2 lc rgb "#d62728"
+set linetype 3 lc rgb "#1f77b4"
+plot "layouts.dat" using 2:xtic(1) title "dense-tp (dense model)", \\
+     "" using 3 title "naive-tp (CoLA)", \\
+     "" using 4 title "btp (CoLA)", \\
+     "" using ($0-0.25):2:(sprintf("%.2f", $2)) with labels offset 0,0.7 notitle, \\
+     "" using 0:3:(sprintf("%.2f", $3)) with labels offset 0,0.7 notitle, \\
+     "" using ($0+0.25):4:(sprintf("%.2f", $4)) with labels offset 0,0.7 notitle
+""", directory)
+    return "layouts.png"
+
+
+def plot_breakdown(runs, directory):
+    j = next((j for j in runs if j["precision"] == "fp32"), None)
+    if not j:
+        return None
+    with open(os.path.join(directory, "breakdown.dat"), "w", encoding="utf-8") as f:
+        f.write("# variant compute comm\n")
+        for r in j["results"]:
+            f.write(f"\"{r['variant']}\" {r['compute_ms']:.1f} {r['comm_ms']:.1f}\n")
+    gnuplot(f"""
+set terminal pngcairo size 900,480 font ",11"
+set output "breakdown.png"
+set title "{j['shape']} {j['precision']}, TP {j['tp']}: time per training step"
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.85 border -1
+set boxwidth 0.7
+set ylabel "ms per step"
+set yrange [0:*]
+set grid ytics
+set xtics rotate by -25
+set xrange [-0.6:{len(j["results"]) - 0.4}]
+set key top right
+set linetype 1 lc rgb "#1f77b4"
+set linetype 2 lc rgb "#ff7f0e"
+plot "breakdown.dat" using 2:xtic(1) title "compute", "" using 3 title "TP communication"
+""", directory)
+    return "breakdown.png"
+
+
+def plot_curves(curves, directory):
+    first = next(iter(curves.values()))
+    tokens_per_step = first[0]["tokens_seen"] // max(1, first[0]["step"])
+    series = []
+    for arch, metrics in curves.items():
+        path = f"curve-{arch}.dat"
+        with open(os.path.join(directory, path), "w", encoding="utf-8") as f:
+            for i, m in enumerate(metrics):
+                # The training loss jumps between the corpus's texts (the windows are read in
+                # order): a moving average over SMOOTH steps shows its trend.
+                window = [x["loss"] for x in metrics[max(0, i - SMOOTH + 1):i + 1]]
+                val = m.get("val_loss", "NaN")
+                f.write(f"{m['step']} {sum(window) / len(window)} {val}\n")
+        series.append((arch, path))
+    if not series:
+        return None
+    colours = {"dense": "#7f7f7f", "cola": "#1f77b4"}
+    plots = []
+    for arch, path in series:
+        c = colours.get(arch, "#000000")
+        plots.append(f"\"{path}\" using 1:2 with lines lc rgb \"{c}\" lw 1.5 dt 2 "
+                     f"title \"tiny-{arch} train (mean of {SMOOTH} steps)\"")
+        plots.append(f"\"{path}\" using 1:3 with linespoints lc rgb \"{c}\" lw 2 pt 7 ps 0.8 "
+                     f"title \"tiny-{arch} validation\"")
+    gnuplot(f"""
+set terminal pngcairo size 900,480 font ",11"
+set output "curves.png"
+set title "Dense vs CoLA (tiny shape): loss"
+set xlabel "step ({tokens_per_step} tokens)"
+set ylabel "cross-entropy"
+set grid
+set key top right
+set datafile missing "NaN"
+set yrange [*:*]
+plot {", ".join(plots)}
+""", directory)
+    return "curves.png"
+
+
+# ---------------------------------------------------------------------------------------------
+
+PARTS = ("layouts", "gemm", "ablations", "torch", "curves")
+
+
+def machine_section(results_dir):
+    path = os.path.join(results_dir, "machine.json")
+    if not os.path.exists(path):
+        return []
+    m = load(path)
+    isa = ", ".join(m.get("isa", []))
+    no_amx = "" if "amx_bf16" in m.get("isa", []) else ", no AMX"
+    rows = []
+    for name in PARTS:
+        p = m.get("parts", {}).get(name)
+        if p:
+            rows.append([name, p["started"], p.get("finished", "?"), f"`{p['commit']}`",
+                         f"{p['load_start']:.1f}", f"{p.get('load_end', float('nan')):.1f}"])
+    return ["*Generated by `scripts/results.sh`; rerun it, or a part of it (`--layouts`, "
+            "`--gemm`, `--ablations`, `--torch`, `--curves`), to refresh.*",
+            "",
+            f"**Machine:** {m['cpu']}, {m['cpus']} CPUs ({m['threads_per_core']} thread per "
+            f"core; {isa}{no_amx}), {m['memory_gib']} GiB, {m['os']}. TP 2 means two MPI ranks "
+            "of one core each on this one machine; one-process runs use both cores.",
+            "",
+            f"**Read the ratios, not the absolute times.** The machine is shared with other work "
+            f"(the 1-minute load averages below are on {m['cpus']} CPUs; anything above "
+            f"{m['cpus']} means the benchmarks waited for the cores), so absolute times vary "
+            "from run to run by tens of percent. Configurations compared in one table ran "
+            "interleaved in the same run, which is what makes their ratios meaningful.",
+            "",
+            table(["part", "started", "finished", "commit", "load at start", "load at end"], rows),
+            ""]
+
+
+def commands_section(results_dir):
+    lines = []
+    for name in PARTS:
+        path = os.path.join(results_dir, f"commands-{name}.txt")
+        if os.path.exists(path):
+            lines += [l.rstrip("\n")[2:] for l in open(path, encoding="utf-8")
+                      if l.startswith("+ ")]
+    if not lines:
+        return []
+    lines = [re.sub(r"/tmp/boostlm_results\.\w+", "$TMP", l) for l in lines]
+    lines = [re.sub(r"^(\S*/)?build/boostlm", "./build/boostlm", l) for l in lines]
+    return ["### Commands", "", "```sh", *lines, "```", ""]
+
+
+def render(results_dir, readme, quick):
+    readme_dir = os.path.dirname(os.path.abspath(readme)) if readme != "none" else results_dir
+    rel = lambda name: os.path.relpath(os.path.join(results_dir, name), readme_dir)
+    runs = layout_runs(results_dir)
+    images = {}
+    if (p := plot_layouts(runs, results_dir)):
+        images["layouts"] = rel(p)
+    if (p := plot_breakdown(runs, results_dir)):
+        images["breakdown"] = rel(p)
+    curves = {}
+    for arch in ("dense", "cola"):
+        path = os.path.join(results_dir, f"curve-tiny-{arch}.jsonl")
+        if os.path.exists(path):
+            curves[arch] = read_curve(path)
+    if curves and (p := plot_curves(curves, results_dir)):
+        images["curves"] = rel(p)
+
+    torch_files = sorted(glob.glob(os.path.join(results_dir, "torch-vs-boostlm-*.json")))
+    torch = load(torch_files[0]) if torch_files else None
+    section = [BEGIN, ""]
+    if quick:
+        section += ["*(`--quick`: tiny shapes and a few steps, to check the script; these "
+                    "numbers mean nothing.)*", ""]
+    section += machine_section(results_dir)
+    section += goals_section(runs, torch)
+    if runs:
+        section += layouts_section(runs, images)
+    for path in sorted(glob.glob(os.path.join(results_dir, "ablations-*.json"))):
+        section += ablations_section(load(path))
+    for path in sorted(glob.glob(os.path.join(results_dir, "gemm-*.json"))):
+        section += gemm_section(load(path))
+    if torch:
+        section += torch_section(torch)
+    if curves:
+        section += curves_section(curves, images, results_dir)
+    section += commands_section(results_dir)
+    section += [END]
+    text = "\n".join(section)
+
+    if readme == "none":
+        print(text)
+        return
+    with open(readme, encoding="utf-8") as f:
+        content = f.read()
+    if BEGIN in content and END in content:
+        start, end = content.index(BEGIN), content.index(END) + len(END)
+        content = content[:start] + text + content[end:]
+    else:
+        content = content.rstrip("\n") + "\n\n## Results\n\n" + text + "\n"
+    with open(readme, "w", encoding="utf-8") as f:
+        f.write(content)
+    print(f"results_report: wrote {readme} and {', '.join(images.values()) or 'no plots'}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--results", default="results", help="directory of results.sh's JSON")
+    p.add_argument("--readme", default="README.md", help='file to rewrite ("none": print)')
+    p.add_argument("--quick", action="store_true", help="mark the section as a --quick run")
+    args = p.parse_args()
+    render(os.path.abspath(args.results), args.readme, args.quick)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

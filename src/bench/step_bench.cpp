@@ -1,0 +1,170 @@
+#include "bench/step_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "bench/timing.h"
+#include "core/profile.h"
+#include "core/rng.h"
+#include "kernels/gemm.h"
+#include "model/flops.h"
+#include "model/model.h"
+#include "plan/models.h"
+#include "train/optimizer.h"
+
+namespace boostlm::bench {
+
+namespace {
+
+// Replays recorded GEMM shapes alone; returns the median total seconds over reps.
+double replay_gemms(const std::vector<GemmShape>& shapes, int reps) {
+  int64_t max_a = 0, max_b = 0, max_c = 0;
+  for (const auto& s : shapes) {
+    max_a = std::max(max_a, s.M * s.K);
+    max_b = std::max(max_b, s.K * s.N);
+    max_c = std::max(max_c, s.M * s.N);
+  }
+  std::vector<float> a(max_a, 0.01f), b(max_b, 0.01f), c(max_c, 0.0f);
+  std::vector<double> totals;
+  for (int r = 0; r < reps + 1; ++r) {
+    const double t0 = now_s();
+    for (const auto& s : shapes) {
+      const int64_t lda = s.trans_a == Trans::N ? s.K : s.M;
+      const int64_t ldb = s.trans_b == Trans::N ? s.N : s.K;
+      gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, s.beta,
+           c.data(), s.N, s.compute);
+    }
+    if (r > 0) totals.push_back(now_s() - t0);
+  }
+  return median(totals);
+}
+
+// Milliseconds per step in each profiled phase. Whole-block phases contain the kernel phases:
+// they are listed, not summed.
+std::string phase_breakdown(double step_total_s, int steps) {
+  std::string text;
+  double accounted = 0;
+  for (const auto& [phase, seconds] : Profile::global().seconds()) {
+    const bool outer = phase == "block_forward" || phase == "block_backward";
+    text += " " + phase + (outer ? "(incl.) " : " ") +
+            std::to_string(seconds / steps * 1e3).substr(0, 6);
+    if (!outer) accounted += seconds;
+  }
+  return text + " other " + std::to_string((step_total_s - accounted) / steps * 1e3).substr(0, 6);
+}
+
+StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const std::string& arch,
+                   const std::string& precision, double peak, Rng& rng) {
+  const int64_t B = o.batch, T = o.seq_len;
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.below(config.vocab_size));
+  for (auto& t : targets) t = static_cast<int32_t>(rng.below(config.vocab_size));
+  const DType dtype = parse_dtype(precision);
+  Model model(config, dtype);
+  model.init_weights(1);
+  AdamW optimizer(model.params(), OptimizerConfig{});
+  std::vector<double> step_s, gemm_s;
+  float loss = 0;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    if (s == o.warmup) {
+      gemm_record_shapes(true);
+      Profile::global().clear();
+    }
+    const GemmCounters before = gemm_counters();
+    const double t0 = now_s();
+    loss = training_step(model, optimizer, tokens.data(), targets.data(), B, T);
+    const double dt = now_s() - t0;
+    if (s == o.warmup) gemm_record_shapes(false);
+    if (s >= o.warmup) {
+      step_s.push_back(dt);
+      gemm_s.push_back(gemm_counters().seconds - before.seconds);
+    }
+  }
+  const std::string breakdown =
+      phase_breakdown(std::accumulate(step_s.begin(), step_s.end(), 0.0), o.steps);
+  const double isolated = replay_gemms(gemm_recorded_shapes(), 3);
+  gemm_clear_recorded_shapes();
+  const ModelFlops flops = model_flops(config, B, T);
+  const double step = median(step_s);
+  const double rate = flops.training() / step;
+  const double gemm_flops = 3 * (flops.projections + flops.head);
+  StepResult r;
+  r.arch = arch;
+  r.precision = precision;
+  r.params_m = model.params().parameter_count() / 1e6;
+  r.step_ms = step * 1e3;
+  r.min_step_ms = *std::min_element(step_s.begin(), step_s.end()) * 1e3;
+  r.tokens_per_s = B * T / step;
+  r.gemm_share = median(gemm_s) / step;
+  r.mfu = rate / (peak * 1e9);
+  r.gemm_efficiency = rate / (gemm_flops / isolated);
+  r.activation_mb = model.activation_bytes() / 1e6;
+  r.peak_gflops = peak;
+  r.loss = loss;
+  r.breakdown = breakdown;
+  return r;
+}
+
+}  // namespace
+
+std::vector<StepResult> run_step_bench(const StepBenchOptions& o) {
+  const double peak_fp32 = measure_peak_gemm_gflops(DType::f32);
+  const double peak_bf16 = measure_peak_gemm_gflops(DType::bf16);
+  std::printf(
+      "peak GEMM (best n^3, this machine, this run): fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n",
+      peak_fp32, peak_bf16);
+  std::printf(
+      "shape %s, batch %ld x seq %ld = %ld tokens/step, median of %d steps after %d warm-up\n\n",
+      o.shape.c_str(), o.batch, o.seq_len, o.batch * o.seq_len, o.steps, o.warmup);
+  std::printf("%-6s %-5s %8s %9s %10s %7s %6s %9s %8s %8s\n", "arch", "prec", "params", "step_ms",
+              "tokens/s", "GEMM%", "MFU", "GEMM-eff", "act_MB", "loss");
+  std::vector<StepResult> results;
+  Rng rng(1);
+  for (const auto& arch : o.archs) {
+    const ModelConfig config = plan::find_model(o.shape, parse_arch(arch));
+    for (const auto& precision : o.precisions) {
+      const double peak = precision == "bf16" ? peak_bf16 : peak_fp32;
+      const StepResult r = run_one(o, config, arch, precision, peak, rng);
+      std::printf("%-6s %-5s %7.1fM %9.1f %10.0f %6.1f%% %5.1f%% %8.1f%% %8.0f %8.4f\n",
+                  r.arch.c_str(), r.precision.c_str(), r.params_m, r.step_ms, r.tokens_per_s,
+                  100 * r.gemm_share, 100 * r.mfu, 100 * r.gemm_efficiency, r.activation_mb,
+                  r.loss);
+      if (o.breakdown) std::printf("       ms/step:%s\n", r.breakdown.c_str());
+      std::fflush(stdout);
+      results.push_back(r);
+    }
+  }
+  bool any = false;
+  for (const auto& a : results)
+    for (const auto& b : results)
+      if (a.arch == b.arch && a.precision == "fp32" && b.precision == "bf16") {
+        if (!any) std::printf("\nbf16 speed-up over fp32 (same model):");
+        any = true;
+        std::printf("  %s %.2fx", a.arch.c_str(), a.step_ms / b.step_ms);
+      }
+  if (any) std::printf("\n");
+  return results;
+}
+
+nlohmann::json to_json(const StepBenchOptions& o, const std::vector<StepResult>& results) {
+  nlohmann::json out = {{"shape", o.shape},     {"batch", o.batch},
+                        {"seq_len", o.seq_len}, {"steps", o.steps},
+                        {"warmup", o.warmup},   {"results", nlohmann::json::array()}};
+  for (const auto& r : results)
+    out["results"].push_back({{"arch", r.arch},
+                              {"precision", r.precision},
+                              {"params_m", r.params_m},
+                              {"step_ms", r.step_ms},
+                              {"min_step_ms", r.min_step_ms},
+                              {"tokens_per_s", r.tokens_per_s},
+                              {"gemm_share", r.gemm_share},
+                              {"mfu", r.mfu},
+                              {"gemm_efficiency", r.gemm_efficiency},
+                              {"activation_mb", r.activation_mb},
+                              {"peak_gflops", r.peak_gflops},
+                              {"loss", r.loss}});
+  return out;
+}
+
+}  // namespace boostlm::bench

@@ -1,0 +1,239 @@
+// `boostlm bench layouts|ablations|gemm|step`: the benchmarks of src/bench as commands. The
+// multi-rank ones run on as many ranks as they are launched on, that number being the TP size:
+//
+//   boostlm launch -n 2 -- bench layouts --shape 60m --json layouts.json
+//   boostlm launch -n 2 -- bench ablations --shape 60m
+//   boostlm launch -n 2 -- bench gemm --shape 60m        (or one process: bench gemm --tp 2)
+//   boostlm bench step --shape 60m --arch cola --precision fp32 bf16
+//   boostlm launch -n 2 -- bench pipeline --shape 60m --vocab-size 512   (PP = the ranks / --tp)
+//
+// Every one prints a table (rank 0) and, with --json FILE, writes the same as JSON.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/gemm_bench.h"
+#include "bench/layout_bench.h"
+#include "bench/pipeline_bench.h"
+#include "bench/step_bench.h"
+#include "cli/commands.h"
+#include "comm/grid.h"
+#include "comm/mpi_runtime.h"
+#include "core/error.h"
+
+namespace boostlm::cli {
+namespace {
+
+void write_json(const std::string& path, const std::string& benchmark, nlohmann::json j) {
+  if (path.empty() || mpi_world_rank() != 0) return;
+  j["benchmark"] = benchmark;
+  std::ofstream out(path);
+  if (!out) throw error("cannot write ", path);
+  out << j.dump(2) << "\n";
+  if (!out) throw error("cannot write ", path);
+}
+
+// The grid of all the ranks this command runs on, as one TP group.
+std::unique_ptr<ProcessGrid> tp_grid() {
+  return mpi_world_size() > 1 ? std::make_unique<ProcessGrid>(GridShape{mpi_world_size(), 1, 1})
+                              : std::make_unique<ProcessGrid>();
+}
+
+struct LayoutFlags {
+  bench::LayoutBenchOptions options;
+  std::string low_rank = "cola", precision = "fp32", json;
+  bool breakdown = false;
+};
+
+// layouts and ablations: the same runner, different default configurations and tables.
+void add_layout_command(CLI::App& bench, const std::string& name, const std::string& help,
+                        bench::LayoutBenchOptions defaults, bool ablation_table) {
+  auto* cmd = bench.add_subcommand(name, help);
+  auto f = std::make_shared<LayoutFlags>();
+  f->options = defaults;
+  auto& o = f->options;
+  cmd->add_option("--shape", o.shape, "preset (60m, 130m, ..., tiny) or a low-rank config file")
+      ->capture_default_str();
+  cmd->add_option("--low-rank", f->low_rank, "model of naive-tp and btp")
+      ->check(CLI::IsMember({"cola", "svd"}))
+      ->capture_default_str();
+  cmd->add_option("--precision", f->precision, "fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--batch-size,-b", o.batch, "sequences per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--seq-len,-t", o.seq_len, "tokens per sequence")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--steps", o.steps, "timed steps per configuration (median reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "untimed steps after the first (which measures memory)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--variants", o.variants, "variants to run, in this order")
+      ->check(CLI::IsMember(bench::variant_names()))
+      ->capture_default_str();
+  cmd->add_flag("--breakdown", f->breakdown, "also print ms per step in each kernel family");
+  cmd->add_option("--json", f->json, "also write the results as JSON");
+  cmd->callback([f, name, ablation_table] {
+    f->options.low_rank = parse_arch(f->low_rank);
+    f->options.precision = parse_dtype(f->precision);
+    auto grid = tp_grid();
+    const bench::LayoutBenchReport report = bench::run_layout_bench(grid->tp(), f->options);
+    if (grid->world_rank() == 0) {
+      if (ablation_table)
+        bench::print_ablation_table(report);
+      else
+        bench::print_layout_table(report);
+      if (f->breakdown) bench::print_phase_table(report);
+    }
+    write_json(f->json, name, bench::to_json(report));
+  });
+}
+
+void add_gemm_command(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand(
+      "gemm",
+      "per-rank GEMM shapes of naive-tp and btp, fp32 and bf16, against this machine's peak");
+  auto o = std::make_shared<bench::GemmBenchOptions>();
+  auto arch = std::make_shared<std::string>("cola");
+  auto tp = std::make_shared<int>(0);
+  auto json = std::make_shared<std::string>();
+  cmd->add_option("--shape", o->shape, "preset (60m, 130m, ..., tiny) or a low-rank config file")
+      ->capture_default_str();
+  cmd->add_option("--arch", *arch, "low-rank architecture")
+      ->check(CLI::IsMember({"cola", "svd"}))
+      ->capture_default_str();
+  cmd->add_option("--tp", *tp, "TP size whose shapes to measure (default: the ranks, or 2)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o->tokens, "rows of the activations (micro-batch x sequence)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--reps", o->reps, "fastest of this many calls per shape")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--json", *json, "also write the results as JSON");
+  cmd->callback([o, arch, tp, json] {
+    o->arch = parse_arch(*arch);
+    o->tp = *tp ? *tp : (mpi_world_size() > 1 ? mpi_world_size() : 2);
+    auto grid = tp_grid();
+    const bench::GemmBenchReport report = bench::run_gemm_bench(grid->world(), *o);
+    if (grid->world_rank() == 0) bench::print_gemm_table(report);
+    write_json(*json, "gemm", bench::to_json(report));
+  });
+}
+
+void add_step_command(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand(
+      "step", "training steps in one process: each architecture and precision, MFU, GEMM share");
+  auto o = std::make_shared<bench::StepBenchOptions>();
+  auto json = std::make_shared<std::string>();
+  cmd->add_option("--shape", o->shape, "preset (configs/<shape>-<arch>.json)")
+      ->capture_default_str();
+  cmd->add_option("--arch", o->archs, "architectures")
+      ->check(CLI::IsMember({"dense", "svd", "cola"}))
+      ->capture_default_str();
+  cmd->add_option("--precision", o->precisions, "precisions")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--batch-size,-b", o->batch, "sequences per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "timed steps (median reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "untimed steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--breakdown", o->breakdown, "print ms per step in each kernel family");
+  cmd->add_option("--json", *json, "also write the results as JSON");
+  cmd->callback([o, json] {
+    if (mpi_world_size() > 1)
+      throw error("bench step runs in one process; for several ranks use bench layouts");
+    const auto results = bench::run_step_bench(*o);
+    write_json(*json, "step", bench::to_json(*o, results));
+  });
+}
+
+void add_pipeline_command(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand(
+      "pipeline", "1F1B's bubble per micro-batch count against (p-1)/(m+p-1); PP = ranks / --tp");
+  auto o = std::make_shared<bench::PipelineBenchOptions>();
+  auto arch = std::make_shared<std::string>("cola");
+  auto precision = std::make_shared<std::string>("fp32");
+  auto json = std::make_shared<std::string>();
+  auto tp = std::make_shared<int>(1);
+  cmd->add_option("--shape", o->shape, "preset (60m, 130m, ..., tiny) or a config file")
+      ->capture_default_str();
+  cmd->add_option("--arch", *arch, "architecture")
+      ->check(CLI::IsMember({"dense", "svd", "cola"}))
+      ->capture_default_str();
+  cmd->add_option("--precision", *precision, "fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--tp", *tp, "tensor-parallel size inside each stage")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--vocab-size", o->vocab_size,
+                  "override the preset's (a small one keeps the last stage's head from dominating)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size,-b", o->batch, "sequences per micro-batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--micro-batches,-m", o->micro_batches, "micro-batch counts to measure")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "timed steps per count (median reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "untimed steps per count first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--json", *json, "also write the results as JSON");
+  cmd->callback([o, arch, precision, tp, json] {
+    o->arch = parse_arch(*arch);
+    o->precision = parse_dtype(*precision);
+    const int world = mpi_world_size();
+    if (world < 2 || world % *tp != 0 || world / *tp < 2)
+      throw error("bench pipeline needs at least 2 stages: launch it on PP x --tp ranks (", world,
+                  " rank(s) and --tp ", *tp, " given)");
+    ProcessGrid grid(GridShape{*tp, world / *tp, 1});
+    const bench::PipelineBenchReport report = bench::run_pipeline_bench(grid, *o);
+    if (grid.world_rank() == 0) bench::print_pipeline_table(report);
+    write_json(*json, "pipeline", bench::to_json(report));
+  });
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "benchmarks: layouts, ablations, gemm, step, pipeline");
+  cmd->require_subcommand(1);
+  bench::LayoutBenchOptions layouts;
+  add_layout_command(*cmd, "layouts",
+                     "dense-tp vs naive-tp vs btp (and btp's switches) at TP = the ranks launched",
+                     layouts, false);
+  bench::LayoutBenchOptions ablations;
+  ablations.batch = 4;
+  ablations.steps = 3;
+  ablations.variants = bench::ablation_variant_names();
+  add_layout_command(*cmd, "ablations",
+                     "BOOST's ablations at TP = the ranks: online norm, grouping, checkpointing",
+                     ablations, true);
+  add_gemm_command(*cmd);
+  add_step_command(*cmd);
+  add_pipeline_command(*cmd);
+}
+
+}  // namespace boostlm::cli
