@@ -11,8 +11,9 @@
 #
 # Parts (default: all): --layouts (bench layouts at TP 2: 60m and 130m fp32, 60m bf16), --gemm
 # (bench gemm 60m TP 2), --ablations (bench ablations 60m TP 2), --torch (boostlm vs PyTorch
-# training throughput, 60m, one process), --curves (tiny-dense vs tiny-cola loss curves on the
-# prepared corpus), --report (plots and README; always run after any other part).
+# training throughput, 60m, one process), --pipeline (bench pipeline: 1F1B's bubble at PP 2, 60m),
+# --curves (tiny-dense vs tiny-cola loss curves on the prepared corpus), --report (plots and
+# README; always run after any other part).
 # Options: --out DIR (default results), --readme FILE (default README.md; "none" skips it),
 # --no-build (use build/boostlm as it is).
 set -euo pipefail
@@ -27,13 +28,14 @@ while (($#)); do
     --out) out=$2; shift ;;
     --readme) readme=$2; shift ;;
     --no-build) build=0 ;;
-    --layouts | --gemm | --ablations | --torch | --curves | --report) parts+=("${1#--}") ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --report)
+      parts+=("${1#--}") ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "results.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
-((${#parts[@]})) || parts=(layouts gemm ablations torch curves report)
+((${#parts[@]})) || parts=(layouts gemm ablations torch pipeline curves report)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
 if ((quick)); then
@@ -100,6 +102,7 @@ if ((quick)); then
   gemm_size=(--tokens 128 --reps 2)
   torch_size=(-b 2 -t 64) torch_steps=2
   curve=(-b 4 -t 64 --steps 30 --warmup 5 --eval-interval 10 --eval-batches 2)
+  pipeline_size=(--shape tiny -b 1 -t 32 -m 1 2 4 --steps 2 --warmup 0)
 else
   shapes=(60m 130m) shape_bf16=60m gemm_shape=60m torch_shape=60m
   small=(--steps 3 --warmup 1)
@@ -107,6 +110,9 @@ else
   gemm_size=()
   torch_size=(-b 8 -t 256) torch_steps=3
   curve=(-b 16 -t 256 --steps 300 --warmup 30 --eval-interval 25 --eval-batches 10)
+  # A 512-token vocabulary keeps the last stage's head from outweighing a stage of 4 blocks, so
+  # the bubble measured is the schedule's.
+  pipeline_size=(--shape 60m --vocab-size 512 -b 1 -t 128 -m 1 2 4 8 --steps 3 --warmup 1)
 fi
 
 if want layouts; then
@@ -128,6 +134,13 @@ if want gemm; then
   begin_part gemm
   run "$out/gemm-$gemm_shape-tp2.log" "$boostlm" launch -n 2 -- bench gemm --shape "$gemm_shape" \
     "${gemm_size[@]}" --json "$out/gemm-$gemm_shape-tp2.json"
+  end_part
+fi
+
+if want pipeline; then
+  begin_part pipeline
+  run "$out/pipeline-pp2.log" "$boostlm" launch -n 2 -- bench pipeline "${pipeline_size[@]}" \
+    --json "$out/pipeline-pp2.json"
   end_part
 fi
 
