@@ -10,7 +10,7 @@
 #                                           script itself (into build/results-quick/, README copy)
 #
 # Parts (default: all): --layouts (bench layouts at TP 2: 60m and 130m fp32, 60m bf16), --gemm
-# (bench gemm 60m TP 2), --ablations (bench ablations 60m TP 2), --torch (boostlm vs PyTorch
+# (bench gemm 60m TP 2), --ablations (bench ablations 60m and 350m TP 2), --torch (boostlm vs PyTorch
 # training throughput, 60m, one process), --pipeline (bench pipeline: 1F1B's bubble at PP 2, 60m),
 # --curves (tiny-dense vs tiny-cola loss curves on the prepared corpus), --report (plots and
 # README; always run after any other part).
@@ -148,6 +148,19 @@ if want ablations; then
   begin_part ablations
   run "$out/ablations-$gemm_shape-fp32.log" "$boostlm" launch -n 2 -- bench ablations \
     --shape "$gemm_shape" "${ablation_size[@]}" --json "$out/ablations-$gemm_shape-fp32.json"
+  if ((!quick)); then
+    # 350m, as the paper's ablations: three runs of three configurations each (every
+    # configuration holds its own model; all eight at once would not fit in 24 GiB).
+    for group in "norm btp btp-sync-rmsnorm btp-ungrouped" \
+      "recompute btp btp-recompute-lowrank btp-recompute-block" \
+      "naive naive-tp naive-tp-ungrouped naive-tp-recompute-block"; do
+      read -r name variants <<< "$group"
+      # shellcheck disable=SC2086
+      run "$out/ablations-350m-fp32-$name.log" "$boostlm" launch -n 2 -- bench ablations \
+        --shape 350m -b 4 -t 256 --steps 3 --warmup 1 --variants $variants \
+        --json "$out/ablations-350m-fp32-$name.json"
+    done
+  fi
   end_part
 fi
 

@@ -98,24 +98,38 @@ def layouts_section(runs, images):
     return out
 
 
-def ablations_section(j):
-    rows = []
-    for r in j["results"]:
-        ckpt = "-"
-        if r["recompute"] != "none":
-            ckpt = f"{r['checkpoint_mb_per_ms']:.1f}" if r["checkpoint_mb_per_ms"] > 0 else \
-                "n/a (not slower)"
-        rows.append([f"`{r['variant']}`", f"{r['step_ms']:.0f}", f"{r['block_us'] / 1e3:.1f}",
-                     f"{r['kept_mb_per_block']:.2f}", f"{r['peak_mb']:.0f}", ckpt])
-    return ["### Ablations: BOOST's switches",
-            "",
-            f"`boostlm bench ablations`, {run_title(j)}. *block ms*: forward + backward of one "
-            "transformer block; *kept*: activations kept from a block's forward to its backward; "
-            "*checkpoint efficiency*: activation memory saved over the model per ms of extra step "
-            "time (the paper's ΔMemory/ΔTime), against the same layout without recomputation.",
-            "",
-            table(["variant", "step ms", "block ms", "kept MB/block", "peak MB",
-                   "checkpoint MB/ms"], rows), ""]
+def ablations_section(runs):
+    """One table per shape from the ablation runs of that shape (a large shape runs its
+    configurations in several runs; a configuration in more than one is listed once)."""
+    by_shape = {}
+    for j in runs:
+        by_shape.setdefault(run_title(j), []).append(j)
+    out = ["### Ablations: BOOST's switches",
+           "",
+           "`boostlm bench ablations`. *block ms*: forward + backward of one transformer block; "
+           "*kept*: activations kept from a block's forward to its backward; *checkpoint "
+           "efficiency*: activation memory saved over the model per ms of extra step time (the "
+           "paper's ΔMemory/ΔTime), against the same layout without recomputation in the same run.",
+           ""]
+    for title, group in by_shape.items():
+        rows, seen = [], set()
+        for j in group:
+            for r in j["results"]:
+                if r["variant"] in seen:
+                    continue
+                seen.add(r["variant"])
+                ckpt = "-"
+                if r["recompute"] != "none":
+                    ckpt = f"{r['checkpoint_mb_per_ms']:.2f}" if r["checkpoint_mb_per_ms"] > 0 \
+                        else "n/a (not slower)"
+                rows.append([f"`{r['variant']}`", f"{r['step_ms']:.0f}",
+                             f"{r['block_us'] / 1e3:.1f}", f"{r['kept_mb_per_block']:.2f}",
+                             f"{r['peak_mb']:.0f}", ckpt])
+        runs_note = f" ({len(group)} runs)" if len(group) > 1 else ""
+        out += [f"**{title}**{runs_note}", "",
+                table(["variant", "step ms", "block ms", "kept MB/block", "peak MB",
+                       "checkpoint MB/ms"], rows), ""]
+    return out
 
 
 def pipeline_section(j):
@@ -463,8 +477,11 @@ def render(results_dir, readme, quick):
     section += goals_section(runs, torch)
     if runs:
         section += layouts_section(runs, images)
-    for path in sorted(glob.glob(os.path.join(results_dir, "ablations-*.json"))):
-        section += ablations_section(load(path))
+    ablation_files = sorted(glob.glob(os.path.join(results_dir, "ablations-*.json")),
+                            key=lambda p: (int(re.sub(r"\D", "", os.path.basename(p).split("-")[1])
+                                               or 0), p))
+    if ablation_files:
+        section += ablations_section([load(p) for p in ablation_files])
     for path in sorted(glob.glob(os.path.join(results_dir, "gemm-*.json"))):
         section += gemm_section(load(path))
     if torch:
