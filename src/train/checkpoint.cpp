@@ -95,8 +95,15 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
   const fs::path final_dir = fs::absolute(dir).lexically_normal();
   const fs::path parent = final_dir.parent_path();
   fs::create_directories(parent);
-  const fs::path temp =
-      parent / ("." + final_dir.filename().string() + ".tmp." + std::to_string(::getpid()));
+  // Hidden siblings of the final directory, unique to this process: .NAME.tmp.PID, .NAME.old.PID.
+  auto sibling = [&](const char* tag) {
+    std::string name = ".";
+    name += final_dir.filename().string();
+    name += tag;
+    name += std::to_string(::getpid());
+    return parent / name;
+  };
+  const fs::path temp = sibling(".tmp.");
   fs::remove_all(temp);
   fs::create_directories(temp);
 
@@ -128,8 +135,7 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
   fsync_directory(temp.string());
 
   // Swap into place: an existing checkpoint of the same name is moved aside first, then removed.
-  const fs::path old =
-      parent / ("." + final_dir.filename().string() + ".old." + std::to_string(::getpid()));
+  const fs::path old = sibling(".old.");
   const bool replace = fs::exists(final_dir);
   if (replace) fs::rename(final_dir, old);
   fs::rename(temp, final_dir);
