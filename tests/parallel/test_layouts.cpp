@@ -73,12 +73,14 @@ TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
     // What a block keeps (SPEC §3.6): with lowrank, the two residual shards, the 7 all-reduced
     // latents and 2 per-token rms values; with block, only its input.
     const int64_t N = B * T, dl = config.d_model / tp;
-    if (c.options.recompute == Recompute::lowrank)
+    if (c.options.recompute == Recompute::lowrank) {
       EXPECT_EQ(model.kept_bytes_per_block(),
                 N * (2 * dl + 4 * config.attn_rank + 3 * config.mlp_rank + 2) * 4);
-    if (c.options.recompute == Recompute::block)
+    }
+    if (c.options.recompute == Recompute::block) {
       EXPECT_EQ(model.kept_bytes_per_block(),
                 N * (c.layout == LayoutKind::btp ? dl : config.d_model) * 4);
+    }
     // The gradient norm counts replicated tensors once.
     EXPECT_NEAR(model.grad_sum_squares(), reference.grad_sum_squares(),
                 1e-5 * reference.grad_sum_squares())

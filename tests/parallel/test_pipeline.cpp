@@ -217,7 +217,9 @@ TEST(Pipeline, RefusesWhatItCannotRun) {
   const auto tokens = tokens_for(16, 1);
   std::vector<MicroBatch> micro(2, MicroBatch{tokens.data(), tokens.data()});
   Pipeline pipeline(model);
-  if (!model.last_stage()) EXPECT_THROW(pipeline.forward_backward(micro, 2, 8, 0.5f), Error);
+  if (!model.last_stage()) {
+    EXPECT_THROW(pipeline.forward_backward(micro, 2, 8, 0.5f), Error);
+  }
 }
 
 }  // namespace
