@@ -7,16 +7,7 @@
 # Usage: test_bench.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
-work=$(mktemp -d /tmp/boostlm_bench.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-expect_error() {
-  local what=$1 fragment=$2; shift 2
-  local out
-  if out=$("$@" 2>&1); then fail "$what: succeeded"; return; fi
-  grep -qF -- "$fragment" <<< "$out" || fail "$what: message lacks '$fragment': $out"
-}
+source "$(dirname "$0")/lib.sh" bench
 # check NAME JSON PYTHON: runs the Python with `j` the parsed JSON; an AssertionError fails.
 check() {
   /usr/bin/python3 - "$2" "$1" "$3" <<'PY' || fail "$1"
@@ -143,5 +134,4 @@ else
   echo "skipped the 2-rank checks: MPI not available (no mpirun found)"
 fi
 
-if ((failures)); then echo "$failures failure(s)"; exit 1; fi
-echo "bench cli: all checks passed"
+finish "bench cli: all checks passed"

@@ -4,17 +4,7 @@
 # Usage: test_cli.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
-work=$(mktemp -d /tmp/boostlm_cli.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-# expect_error "what" "fragment" cmd...: the command must fail and print the fragment.
-expect_error() {
-  local what=$1 fragment=$2; shift 2
-  local out
-  if out=$("$@" 2>&1); then fail "$what: succeeded"; return; fi
-  grep -qF -- "$fragment" <<< "$out" || fail "$what: message lacks '$fragment': $out"
-}
+source "$(dirname "$0")/lib.sh" cli
 
 # A small corpus: numbered paragraphs with some non-ASCII text.
 for i in $(seq 1 400); do
@@ -74,5 +64,4 @@ steps_done=$(wc -l < "$work/long/metrics.jsonl")
 out=$("$boostlm" train -d "$work/data" -o "$work/long" --resume "$work/long" -b 2 -t 32 \
       --steps $((steps_done + 2)) 2>&1) || fail "resume after SIGTERM: $out"
 
-if ((failures)); then echo "$failures failure(s)"; exit 1; fi
-echo "all CLI checks passed"
+finish "all CLI checks passed"

@@ -4,10 +4,7 @@
 # sharded runs only reorder fp32 sums). Usage: test_parallel_train.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
-work=$(mktemp -d /tmp/boostlm_ptrain.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh" ptrain
 
 # Random tokens as a shard (llm.c format, uint16), written by a tiny C-free route: boostlm prepare
 # on generated text gives a real tokenizer and shards.
@@ -73,5 +70,4 @@ grep -q '"bubble_fraction"' "$work/btp_pp2/metrics.jsonl" || fail "btp_pp2: no p
   > "$work/resume_tp2pp2.log" 2>&1 && compare resume_tp2pp2 "$work/cola1" "$work/resume_tp2pp2" ||
   fail "resume at tp 2 x pp 2: $(tail -3 "$work/resume_tp2pp2.log")"
 
-if ((failures)); then echo "$failures failure(s)"; exit 1; fi
-echo "all parallel training runs match one process"
+finish "all parallel training runs match one process"

@@ -5,16 +5,7 @@
 # Usage: test_plan_cli.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
-work=$(mktemp -d /tmp/boostlm_plan_cli.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-expect_error() {
-  local what=$1 fragment=$2; shift 2
-  local out
-  if out=$("$@" 2>&1); then fail "$what: succeeded"; return; fi
-  grep -qF -- "$fragment" <<< "$out" || fail "$what: message lacks '$fragment': $out"
-}
+source "$(dirname "$0")/../cli/lib.sh" plan_cli
 
 out=$("$boostlm" plan --paper --json "$work/paper.json") || fail "plan --paper: exit $?"
 for model in 1b 3b 7b 13b 30b; do grep -q "^$model " <<< "$out" || fail "paper table lacks $model"; done
@@ -49,5 +40,4 @@ echo '{"name": "x"}' > "$work/bad.json"
 expect_error "bad hardware file" "devices_per_node" "$boostlm" plan --model 7b \
   --hardware "$work/bad.json" --gpus 8 --global-batch 8
 
-[[ $failures -eq 0 ]] && echo "plan cli: all checks passed"
-exit $((failures > 0))
+finish "plan cli: all checks passed"

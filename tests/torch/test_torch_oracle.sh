@@ -42,10 +42,7 @@ if ! "$python" -c "import torch, numpy" 2>/dev/null; then
 fi
 export PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
-work=$(mktemp -d /tmp/boostlm_torch.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/../cli/lib.sh" torch
 torch_cli() { "$python" "$oracle" "$@"; }
 
 B=2 T=160 STEPS=3 LR=1e-2 VOCAB=320
@@ -129,8 +126,4 @@ run_case svd "{\"arch\": \"svd\", $common, \"n_kv_heads\": 2, \"attn_rank\": 16,
 run_case cola "{\"arch\": \"cola\", $common, \"n_kv_heads\": 2, \"attn_rank\": 16, \"mlp_rank\": 24, \"tied_embeddings\": false, \"mlp_gate_act\": true}"
 run_case cola-tied-mha "{\"arch\": \"cola\", $common, \"n_kv_heads\": 4, \"attn_rank\": 16, \"mlp_rank\": 24, \"tied_embeddings\": true, \"mlp_gate_act\": false}"
 
-if ((failures)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "torch oracle: all checks passed"
+finish "torch oracle: all checks passed"
