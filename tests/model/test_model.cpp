@@ -10,6 +10,7 @@
 #include "kernels/grad_check.h"
 #include "model/flops.h"
 #include "model/model.h"
+#include "test_util.h"
 
 namespace boostlm {
 namespace {
@@ -30,13 +31,6 @@ ModelConfig tiny(Arch arch, bool tied = false, bool gate_act = true) {
   c.mlp_gate_act = gate_act;
   c.validate();
   return c;
-}
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng.below(V));
-  return t;
 }
 
 TEST(ModelParams, NamesAndShapesFollowTheSpec) {

@@ -15,7 +15,7 @@
 #include "model/model.h"
 #include "parallel/comm_formulas.h"
 #include "parallel/data_parallel.h"
-#include "parallel_test_util.h"
+#include "test_util.h"
 #include "train/optimizer.h"
 
 namespace boostlm {
@@ -46,10 +46,10 @@ class LayoutTest : public ::testing::TestWithParam<Case> {};
 TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
   const int world = mpi_world_size();
   const Case c = GetParam();
-  ModelConfig config = config_for(c.arch);
+  ModelConfig config = small_model(c.arch);
   config.n_kv_heads = c.n_kv_heads;
   const int64_t B = 2, T = 8;
-  const auto tokens = tokens_for(B * T, 1), targets = tokens_for(B * T, 2);
+  const auto tokens = random_tokens(B * T, 64, 1), targets = random_tokens(B * T, 64, 2);
 
   Model reference(config, DType::f32);
   reference.init_weights(5);
@@ -98,10 +98,10 @@ TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
 TEST_P(LayoutTest, CommunicatesExactlyTheSpecFormulas) {
   const int world = mpi_world_size();
   const Case c = GetParam();
-  ModelConfig config = config_for(c.arch);
+  ModelConfig config = small_model(c.arch);
   config.n_kv_heads = c.n_kv_heads;
   const int64_t B = 2, T = 8, N = B * T;
-  const auto tokens = tokens_for(N, 1), targets = tokens_for(N, 2);
+  const auto tokens = random_tokens(N, 64, 1), targets = random_tokens(N, 64, 2);
   for (int tp : {2, 4}) {
     if (world % tp != 0 || config.n_kv_heads % tp != 0) continue;
     ProcessGrid grid(GridShape{tp, 1, world / tp});
@@ -149,9 +149,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest, ::testing::ValuesIn(all_cases()), 
 // whole batch in one process. The DP traffic is exactly the flat gradient buffer, once.
 TEST(DataParallel, MatchesOneProcessOnTheWholeBatch) {
   const int world = mpi_world_size();
-  const ModelConfig config = config_for(Arch::cola);
+  const ModelConfig config = small_model(Arch::cola);
   const int64_t B = 4, T = 8;
-  const auto tokens = tokens_for(B * T, 3), targets = tokens_for(B * T, 4);
+  const auto tokens = random_tokens(B * T, 64, 3), targets = random_tokens(B * T, 64, 4);
   Model reference(config, DType::f32);
   reference.init_weights(9);
   reference.grads().zero();
@@ -199,9 +199,9 @@ TEST(DataParallel, MatchesOneProcessOnTheWholeBatch) {
 TEST(DataParallel, ZeroStage1MatchesPlainDataParallelism) {
   const int world = mpi_world_size();
   if (world < 2) GTEST_SKIP() << "needs 2 or 4 ranks";
-  const ModelConfig config = config_for(Arch::cola);
+  const ModelConfig config = small_model(Arch::cola);
   const int64_t B = 4, T = 8;
-  const auto tokens = tokens_for(B * T, 7), targets = tokens_for(B * T, 8);
+  const auto tokens = random_tokens(B * T, 64, 7), targets = random_tokens(B * T, 64, 8);
   const GridShape shape = world == 4 ? GridShape{2, 1, 2} : GridShape{1, 1, 2};
   ProcessGrid grid(shape);
   const int64_t b = B / shape.dp, first = grid.dp_rank() * b * T;
@@ -247,9 +247,9 @@ TEST(DataParallel, ZeroStage1MatchesPlainDataParallelism) {
 // slice at the other, and the loss is the same.
 TEST(Resharding, FullTensorsMoveBetweenLayoutsAndTpSizes) {
   const int world = mpi_world_size();
-  const ModelConfig config = config_for(Arch::svd);
+  const ModelConfig config = small_model(Arch::svd);
   const int64_t B = 2, T = 8;
-  const auto tokens = tokens_for(B * T, 5), targets = tokens_for(B * T, 6);
+  const auto tokens = random_tokens(B * T, 64, 5), targets = random_tokens(B * T, 64, 6);
   Model reference(config, DType::f32);
   reference.init_weights(13);
   const float ref_loss = reference.forward(tokens.data(), targets.data(), B, T);
@@ -276,11 +276,11 @@ TEST(Resharding, FullTensorsMoveBetweenLayoutsAndTpSizes) {
 TEST(Grouping, RunsOneGemmCallPerGroupAndHalf) {
   const int world = mpi_world_size();
   const int64_t B = 2, T = 8;
-  const auto tokens = tokens_for(B * T, 1), targets = tokens_for(B * T, 2);
+  const auto tokens = random_tokens(B * T, 64, 1), targets = random_tokens(B * T, 64, 2);
   for (LayoutKind layout : {LayoutKind::naive_tp, LayoutKind::btp})
     for (int kv_heads : {4, 2})
       for (bool grouping : {true, false}) {
-        ModelConfig config = config_for(Arch::cola);
+        ModelConfig config = small_model(Arch::cola);
         config.n_kv_heads = kv_heads;
         const int tp = kv_heads % world == 0 ? world : 1;
         ProcessGrid grid(GridShape{tp, 1, world / tp});
@@ -307,10 +307,10 @@ TEST(Grouping, RunsOneGemmCallPerGroupAndHalf) {
 TEST(Grouping, Bf16StepEqualsTheUngroupedOne) {
   const int world = mpi_world_size();
   const int64_t B = 2, T = 8;
-  const auto tokens = tokens_for(B * T, 3), targets = tokens_for(B * T, 4);
+  const auto tokens = random_tokens(B * T, 64, 3), targets = random_tokens(B * T, 64, 4);
   for (LayoutKind layout : {LayoutKind::naive_tp, LayoutKind::btp})
     for (int kv_heads : {4, 2}) {
-      ModelConfig config = config_for(Arch::cola);
+      ModelConfig config = small_model(Arch::cola);
       config.n_kv_heads = kv_heads;
       const int tp = kv_heads % world == 0 ? world : 1;
       ProcessGrid grid(GridShape{tp, 1, world / tp});
@@ -335,7 +335,7 @@ TEST(Grouping, Bf16StepEqualsTheUngroupedOne) {
 
 // The per-block formulas of SPEC §3 in the form the paper states them (no GQA: kv = d).
 TEST(CommFormulas, MatchTheSpecPerBlock) {
-  ModelConfig c = config_for(Arch::cola);
+  ModelConfig c = small_model(Arch::cola);
   const int64_t N = 100, d = c.d_model, ff = c.d_ff, r = c.attn_rank, rm = c.mlp_rank;
   auto elements = [](const CommCounts& counts) {
     return counts[Collective::all_reduce].bytes / static_cast<int64_t>(sizeof(float));
@@ -367,13 +367,13 @@ TEST(CommFormulas, MatchTheSpecPerBlock) {
 }
 
 TEST(Layouts, RefuseWhatTheyCannotRun) {
-  EXPECT_THROW(check_layout(LayoutKind::dense_tp, config_for(Arch::cola), 2), Error);
-  EXPECT_THROW(check_layout(LayoutKind::btp, config_for(Arch::dense), 2), Error);
-  ModelConfig c = config_for(Arch::cola);
+  EXPECT_THROW(check_layout(LayoutKind::dense_tp, small_model(Arch::cola), 2), Error);
+  EXPECT_THROW(check_layout(LayoutKind::btp, small_model(Arch::dense), 2), Error);
+  ModelConfig c = small_model(Arch::cola);
   c.attn_rank = 6;
   EXPECT_THROW(check_layout(LayoutKind::naive_tp, c, 4), Error);
   EXPECT_NO_THROW(check_layout(LayoutKind::btp, c, 4));
-  EXPECT_THROW(check_layout(LayoutKind::btp, config_for(Arch::cola), 8), Error);  // 4 heads
+  EXPECT_THROW(check_layout(LayoutKind::btp, small_model(Arch::cola), 8), Error);  // 4 heads
 }
 
 }  // namespace

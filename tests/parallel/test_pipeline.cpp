@@ -15,13 +15,13 @@
 #include "parallel/comm_formulas.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
-#include "parallel_test_util.h"
+#include "test_util.h"
 
 namespace boostlm {
 namespace {
 
 ModelConfig pipeline_config(Arch arch) {
-  ModelConfig c = config_for(arch);
+  ModelConfig c = small_model(arch);
   c.n_layers = 5;
   c.validate();
   return c;
@@ -64,7 +64,8 @@ TEST_P(PipelineTest, MatchesOneProcessOnEveryGrid) {
     // m < p, m = p − 1 and m > p exercise a clipped warm-up, and a steady state.
     for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{5}}) {
       const int64_t total = shape.dp * m;  // micro-batches in the whole step
-      const auto tokens = tokens_for(total * N, 11), targets = tokens_for(total * N, 12);
+      const auto tokens = random_tokens(total * N, 64, 11),
+                 targets = random_tokens(total * N, 64, 12);
 
       Model reference(config, DType::f32);
       reference.init_weights(7);
@@ -214,7 +215,7 @@ TEST(Pipeline, RefusesWhatItCannotRun) {
   // A model built for one micro-batch in flight cannot run a deeper 1F1B schedule.
   Model model(pipeline_config(Arch::cola), DType::f32, LayoutKind::btp, nullptr, {}, &grid.pp());
   model.init_weights(1);
-  const auto tokens = tokens_for(16, 1);
+  const auto tokens = random_tokens(16, 64, 1);
   std::vector<MicroBatch> micro(2, MicroBatch{tokens.data(), tokens.data()});
   Pipeline pipeline(model);
   if (!model.last_stage()) {

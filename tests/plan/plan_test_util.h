@@ -11,24 +11,9 @@
 #include "kernels/gemm.h"
 #include "model/model.h"
 #include "plan/workload.h"
+#include "test_util.h"
 
 namespace boostlm::plan::test {
-
-inline ModelConfig small_model(Arch arch, int64_t kv_heads = 4, int64_t layers = 3) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 64;
-  c.d_model = 32;
-  c.n_layers = layers;
-  c.n_heads = 4;
-  c.n_kv_heads = kv_heads;
-  c.d_ff = 48;
-  c.attn_rank = 8;
-  c.mlp_rank = 12;
-  c.max_seq_len = 16;
-  c.validate();
-  return c;
-}
 
 struct LayoutCase {
   LayoutKind layout;
@@ -62,14 +47,7 @@ inline std::string case_name(const LayoutCase& c) {
 }
 
 inline MicroBatch micro_batch(const LayoutCase& c, int64_t B, int64_t T, int tp) {
-  return {c.layout, small_model(c.arch, c.kv_heads), c.options, B, T, tp};
-}
-
-inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab));
-  return t;
+  return {c.layout, small_model(c.arch, c.kv_heads, 3), c.options, B, T, tp};
 }
 
 // Sorted (M, N, K) of GEMMs, so two lists compare as multisets.

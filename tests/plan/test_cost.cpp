@@ -80,7 +80,7 @@ TEST(PlanCost, ElementwiseAndAttentionUseBandwidthAndTheHeadDimCurve) {
 StepConfig btp_step(int tp, int pp, int dp, int64_t m) {
   StepConfig c;
   c.layout = LayoutKind::btp;
-  c.config = test::small_model(Arch::cola, 4, 8);
+  c.config = small_model(Arch::cola, 4, 8);
   c.tp = tp;
   c.pp = pp;
   c.dp = dp;

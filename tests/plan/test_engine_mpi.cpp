@@ -22,7 +22,7 @@ TEST(PlanEngineUnderMpi, StepCommunicationAndMemoryMatchTheModel) {
       ProcessGrid grid(GridShape{tp, 1, world / tp});
       Model model(mb.config, DType::f32, lc.layout, &grid.tp(), lc.options);
       model.init_weights(3);
-      const auto tokens = test::random_tokens(B * T, mb.config.vocab_size, 1);
+      const auto tokens = random_tokens(B * T, mb.config.vocab_size, 1);
       grid.tp().reset_counts();
       model.forward_backward(tokens.data(), tokens.data(), B, T);
       const CommCounts engine = grid.tp().counts(), modelled = whole_model_work(mb).tp;

@@ -95,7 +95,7 @@ TEST(PlanWorkload, GemmShapesAreTheOnesTheEngineRuns) {
     const MicroBatch mb = test::micro_batch(lc, B, T, 1);
     Model model(mb.config, DType::f32, lc.layout, nullptr, lc.options);
     model.init_weights(3);
-    const auto tokens = test::random_tokens(B * T, mb.config.vocab_size, 1);
+    const auto tokens = random_tokens(B * T, mb.config.vocab_size, 1);
     gemm_clear_recorded_shapes();
     gemm_record_shapes(true);
     const int64_t calls_before = gemm_counters().calls;
@@ -121,7 +121,7 @@ TEST(PlanWorkload, HeadChunksAreTheEngines) {
   mb.config.max_seq_len = 128;
   EXPECT_EQ(head_chunk_rows(mb), 512);  // 16 Mi / 32768 rows: two chunks of 1024 tokens
   Model model(mb.config, DType::f32, lc.layout, nullptr, lc.options);
-  const auto tokens = test::random_tokens(mb.tokens(), mb.config.vocab_size, 1);
+  const auto tokens = random_tokens(mb.tokens(), mb.config.vocab_size, 1);
   gemm_clear_recorded_shapes();
   gemm_record_shapes(true);
   model.forward_backward(tokens.data(), tokens.data(), mb.batch, mb.seq_len);
@@ -136,7 +136,7 @@ TEST(PlanMemory, MatchesTheEnginesAccountingInOneProcess) {
   for (const LayoutCase& lc : layout_cases()) {
     const MicroBatch mb = test::micro_batch(lc, B, T, 1);
     Model model(mb.config, DType::f32, lc.layout, nullptr, lc.options);
-    const auto tokens = test::random_tokens(B * T, mb.config.vocab_size, 1);
+    const auto tokens = random_tokens(B * T, mb.config.vocab_size, 1);
     model.forward(tokens.data(), tokens.data(), B, T);
     SCOPED_TRACE(test::case_name(lc));
     EXPECT_EQ(stage_param_elements(lc.layout, mb.config, 1, 1, 0),
@@ -160,7 +160,7 @@ TEST(PlanMemory, LowrankKeepsTheSpecsLatents) {
 // Stages split the blocks evenly (the first n_layers % pp one more) and the parameters with
 // them: the stages together hold the whole model once (untied).
 TEST(PlanMemory, StagesPartitionTheModel) {
-  const ModelConfig c = test::small_model(Arch::cola, 4, 7);
+  const ModelConfig c = small_model(Arch::cola, 4, 7);
   for (int pp : {1, 2, 3, 7}) {
     int64_t layers = 0, params = 0;
     for (int s = 0; s < pp; ++s) {

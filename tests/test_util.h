@@ -1,0 +1,49 @@
+// What the C++ tests share: a small model, random tokens, and a relative error.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/config.h"
+
+namespace boostlm {
+
+// A small model: vocab 64, d 32, 4 heads, d_ff 48, ranks 8 (attention) and 12 (MLP), 16 positions.
+inline ModelConfig small_model(Arch arch, int64_t kv_heads = 4, int64_t layers = 2) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = 64;
+  c.d_model = 32;
+  c.n_layers = layers;
+  c.n_heads = 4;
+  c.n_kv_heads = kv_heads;
+  c.d_ff = 48;
+  c.attn_rank = 8;
+  c.mlp_rank = 12;
+  c.max_seq_len = 16;
+  c.validate();
+  return c;
+}
+
+// n tokens drawn uniformly from [0, vocab).
+inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab));
+  return t;
+}
+
+// ‖a − b‖ / ‖b‖ over one tensor.
+inline double relative_error(const float* a, const float* b, int64_t n) {
+  double diff = 0, ref = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    ref += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / std::max(ref, 1e-30));
+}
+
+}  // namespace boostlm
