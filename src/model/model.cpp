@@ -153,8 +153,7 @@ int64_t Model::kept_bytes_per_block() const {
 }
 
 void Model::set_micro(int micro) {
-  micro_index_ = micro;
-  micro_ = micro % micro_slots_;
+  micro_ = micro;
   layout_->set_micro(micro);
 }
 
@@ -190,7 +189,7 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
     layout_->block_forward(l, resid(l), resid(l + 1));
   }
   held_layer_ = last_layer_ - 1;
-  held_micro_ = micro_index_;
+  held_micro_ = micro_;
 }
 
 // Final norm, vocab-parallel LM head and parallel cross-entropy, in row chunks so the [N, V/t]
@@ -287,10 +286,10 @@ void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
     // Whole-block recomputation: rerun the block's forward (collectives included) to rebuild its
     // activations, unless they are the ones the forward pass left in the slot.
     if (layout_->options().recompute == Recompute::block &&
-        (held_layer_ != l || held_micro_ != micro_index_)) {
+        (held_layer_ != l || held_micro_ != micro_)) {
       layout_->block_forward(l, resid(l), x_scratch_.data());
       held_layer_ = l;
-      held_micro_ = micro_index_;
+      held_micro_ = micro_;
     }
     layout_->block_backward(l, d_resid_.data());
     if (observer) observer->block_done(l);

@@ -123,7 +123,7 @@ class Model {
   Communicator* tp_;
   Communicator* pp_;
   int64_t first_layer_ = 0, last_layer_ = 0;
-  int micro_slots_ = 1, micro_ = 0, micro_index_ = 0;
+  int micro_slots_ = 1, micro_ = 0;  // slots; the micro-batch set_micro chose (slot: mod slots)
   // With whole-block recomputation the single activation slot holds the last block forward run:
   // (layer, micro-batch). Backward recomputes a block unless it is that one.
   int64_t held_layer_ = -1;
@@ -138,7 +138,7 @@ class Model {
   // x entering block l of this stage (l = last_layer_: the stage's output), per micro-batch slot.
   std::vector<std::vector<float>> resid_;
   float* resid(int64_t layer) {
-    return resid_[micro_ * (layers() + 1) + (layer - first_layer_)].data();
+    return resid_[(micro_ % micro_slots_) * (layers() + 1) + (layer - first_layer_)].data();
   }
   int64_t layers() const { return last_layer_ - first_layer_; }
   std::vector<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, d_full_, logits_,

@@ -101,7 +101,7 @@ class Btp final : public Layout {
     const BlockWeights& bw = blocks_[layer];
     a.x_in = x_in;
     work_layer_ = layer;
-    work_micro_ = micro_index_;
+    work_micro_ = micro_;
     const int64_t N = batch_ * seq_len_;
     concatenate_groups(layer);
 
@@ -130,8 +130,7 @@ class Btp final : public Layout {
     const BlockWeights& bw = blocks_[layer];
     const int64_t N = batch_ * seq_len_;
     // The shared work area still holds the intermediates of the block forward ran last.
-    if (options_.recompute == Recompute::lowrank &&
-        (work_layer_ != layer || work_micro_ != micro_index_))
+    if (options_.recompute == Recompute::lowrank && (work_layer_ != layer || work_micro_ != micro_))
       recompute(layer, a);
     work_layer_ = -1;  // backward overwrites them
 

@@ -80,14 +80,10 @@ CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
 
 CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
                         bool backward, const BlockOptions& o) {
-  CommCounts out = outer_tp_comm(layout, c, N, tp, chunks, backward);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    out += block_tp_comm(layout, c, N, tp, false, o);
-    if (!backward) continue;
-    out += block_tp_comm(layout, c, N, tp, true, o);
-    if (o.recompute == Recompute::block && l + 1 < c.n_layers)
-      out += block_tp_comm(layout, c, N, tp, false, o);  // the rerun forward
-  }
+  // A training step of one process is the one stage of a one-stage pipeline with one micro-batch.
+  if (backward) return stage_tp_comm(layout, c, N, tp, chunks, o, 1, 0, 1);
+  CommCounts out = outer_tp_comm(layout, c, N, tp, chunks, false);
+  for (int64_t l = 0; l < c.n_layers; ++l) out += block_tp_comm(layout, c, N, tp, false, o);
   return out;
 }
 

@@ -86,10 +86,7 @@ class Layout {
     micro_slots_ = micro_slots;
   }
   // The micro-batch whose activations block_forward/backward use next.
-  void set_micro(int micro) {
-    micro_index_ = micro;
-    micro_ = micro % micro_slots_;
-  }
+  void set_micro(int micro) { micro_ = micro; }
   // Before prepare().
   void set_options(const BlockOptions& options) { options_ = options; }
   const BlockOptions& options() const { return options_; }
@@ -134,15 +131,17 @@ class Layout {
     return options_.recompute == Recompute::block ? 1 : layers() * micro_slots_;
   }
   int64_t slot(int64_t layer) const {
-    return options_.recompute == Recompute::block ? 0 : micro_ * layers() + (layer - first_layer_);
+    return options_.recompute == Recompute::block
+               ? 0
+               : (micro_ % micro_slots_) * layers() + (layer - first_layer_);
   }
 
   const ModelConfig& config_;
   Communicator& tp_;
   DType compute_ = DType::f32;
   BlockOptions options_;
-  int64_t first_layer_ = 0, last_layer_ = 0;           // set by set_stage; all layers by default
-  int micro_slots_ = 1, micro_ = 0, micro_index_ = 0;  // slots, current slot, micro-batch
+  int64_t first_layer_ = 0, last_layer_ = 0;  // set by set_stage; all layers by default
+  int micro_slots_ = 1, micro_ = 0;           // slots; the current micro-batch (slot: mod slots)
   std::vector<BlockWeights> blocks_;
   int64_t batch_ = 0, seq_len_ = 0;
   std::vector<std::array<ConcatenatedA, kGroupsPerBlock>> concatenated_;  // per layer

@@ -41,8 +41,9 @@ void Pipeline::exchange(const float* send, int send_to, int send_tag, float* rec
   BOOSTLM_PHASE("pipeline_wait");
   const double t0 = now_s();
   CommRequest out, in;
-  if (recv) in = pp_.irecv(recv, elements_, recv_from, recv_tag);
-  if (send) out = pp_.isend(send, elements_, send_to, send_tag);
+  const int64_t n = model_.boundary_elements();
+  if (recv) in = pp_.irecv(recv, n, recv_from, recv_tag);
+  if (send) out = pp_.isend(send, n, send_to, send_tag);
   in.wait();
   out.wait();
   stats_.wait_s += now_s() - t0;
@@ -73,7 +74,6 @@ double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, 
                 micro_slots(stages_, stage_, m),
                 " micro-batches in flight, the model was built for ", model_.micro_slots());
   model_.prepare(B, T);
-  elements_ = model_.boundary_elements();
   stats_ = {};
   const double start = now_s();
   const bool first = model_.first_stage(), last = model_.last_stage();
@@ -146,7 +146,6 @@ PipelineTimes Pipeline::gather_times() {
 
 float Pipeline::forward(const MicroBatch& batch, int64_t B, int64_t T) {
   model_.prepare(B, T);
-  elements_ = model_.boundary_elements();
   const bool first = model_.first_stage(), last = model_.last_stage();
   model_.set_micro(0);
   if (!first) exchange(nullptr, 0, 0, model_.stage_input(), stage_ - 1, activation_tag(0));

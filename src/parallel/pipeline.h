@@ -81,7 +81,6 @@ class Pipeline {
   Model& model_;
   Communicator& pp_;
   int stage_, stages_;
-  int64_t elements_ = 0;  // per boundary crossing
   PipelineStats stats_;
 };
 
