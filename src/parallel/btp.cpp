@@ -57,10 +57,7 @@ class Btp final : public Layout {
 
   int64_t residual_columns() const override { return config_.d_model / tp_.size(); }
 
-  void prepare(int64_t B, int64_t T) override {
-    batch_ = B;
-    seq_len_ = T;
-    rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
+  void allocate(int64_t B, int64_t T) override {
     const int64_t N = B * T, t = tp_.size();
     heads_ = config_.n_heads / t;
     kv_heads_ = config_.n_kv_heads / t;
@@ -437,7 +434,6 @@ class Btp final : public Layout {
   int64_t work_layer_ = -1;  // the block (and micro-batch) whose intermediates work_ holds
   int work_micro_ = -1;
   int64_t heads_ = 0, kv_heads_ = 0, dl_ = 0, kvl_ = 0, ffl_ = 0;
-  RopeTable rope_;
   std::vector<float> stat_, xg_, partial_, d_norm_, d_qkv_, d_attn_, d_gate_up_, d_hidden_, packed_,
       d_packed_, column_scratch_;
   std::vector<bf16_t> rounded_, rounded_latent_;

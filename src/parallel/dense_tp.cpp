@@ -35,10 +35,7 @@ class DenseTp final : public Layout {
 
   int64_t residual_columns() const override { return config_.d_model; }
 
-  void prepare(int64_t B, int64_t T) override {
-    batch_ = B;
-    seq_len_ = T;
-    rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
+  void allocate(int64_t B, int64_t T) override {
     const int64_t N = B * T, d = config_.d_model, t = tp_.size();
     heads_ = config_.n_heads / t;
     kv_heads_ = config_.n_kv_heads / t;
@@ -165,7 +162,6 @@ class DenseTp final : public Layout {
   };
   std::vector<Acts> acts_;
   int64_t heads_ = 0, kv_heads_ = 0;
-  RopeTable rope_;
   std::vector<float> partial_, d_norm_, d_q_, d_k_, d_v_, d_attn_, d_gate_, d_up_, d_hidden_;
   std::vector<bf16_t> rounded_;
 };

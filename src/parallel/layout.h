@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/param_table.h"
 #include "kernels/gemm.h"
+#include "kernels/rope.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/projection.h"
@@ -62,8 +63,13 @@ class Layout {
   virtual BlockSharding sharding() const = 0;
   // Columns of the residual stream each rank holds: d, or d/t when it is hidden-sharded (btp).
   virtual int64_t residual_columns() const = 0;
-  // Allocates what the block keeps for backward, for B·T tokens.
-  virtual void prepare(int64_t B, int64_t T) = 0;
+  // For B sequences of T tokens: the RoPE table, and (allocate) what the blocks keep for backward.
+  void prepare(int64_t B, int64_t T) {
+    batch_ = B;
+    seq_len_ = T;
+    rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
+    allocate(B, T);
+  }
   // Runs block `layer`; x_in must stay alive until its backward (the model owns it).
   virtual void block_forward(int64_t layer, const float* x_in, float* x_out) = 0;
   // dx: ∂L/∂x_out on entry, ∂L/∂x_in on return. Adds the block's weight gradients.
@@ -143,7 +149,11 @@ class Layout {
   int64_t first_layer_ = 0, last_layer_ = 0;  // set by set_stage; all layers by default
   int micro_slots_ = 1, micro_ = 0;           // slots; the current micro-batch (slot: mod slots)
   std::vector<BlockWeights> blocks_;
+  // The layout's buffers for B·T tokens (prepare has set batch_, seq_len_ and rope_).
+  virtual void allocate(int64_t B, int64_t T) = 0;
+
   int64_t batch_ = 0, seq_len_ = 0;
+  RopeTable rope_;
   std::vector<std::array<ConcatenatedA, kGroupsPerBlock>> concatenated_;  // per layer
   std::vector<float> concatenated_da_;  // the gradient of a concatenation (scratch)
 };

@@ -41,10 +41,7 @@ class NaiveTp final : public Layout {
 
   int64_t residual_columns() const override { return config_.d_model; }
 
-  void prepare(int64_t B, int64_t T) override {
-    batch_ = B;
-    seq_len_ = T;
-    rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
+  void allocate(int64_t B, int64_t T) override {
     const int64_t N = B * T, d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
     acts_.assign(slots(), {});
     int64_t widest = 0;
@@ -231,7 +228,6 @@ class NaiveTp final : public Layout {
   }
 
   std::vector<Acts> acts_;
-  RopeTable rope_;
   std::vector<float> packed_, partial_, d_norm_, d_qkv_, d_attn_, d_gate_up_, d_hidden_, d_latent_;
   std::vector<bf16_t> rounded_, rounded_latent_;
 };
