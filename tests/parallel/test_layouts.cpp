@@ -11,11 +11,11 @@
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "gradient_check.h"
 #include "kernels/gemm.h"
 #include "model/model.h"
 #include "parallel/comm_formulas.h"
 #include "parallel/data_parallel.h"
-#include "test_util.h"
 #include "train/optimizer.h"
 
 namespace boostlm {
@@ -64,12 +64,7 @@ TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
     model.grads().zero();
     const float loss = model.forward_backward(tokens.data(), targets.data(), B, T);
     EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss)) << "tp=" << tp;
-    FlatBuffer full(model.full_params().total_elements());
-    model.gather_full(model.grads(), full);
-    for (const auto& p : model.full_params().entries()) {
-      const float* ref = reference.grads().view(reference.full_params().at(p.name));
-      EXPECT_LT(relative_error(full.view(p), ref, p.numel), 1e-5) << p.name << " tp=" << tp;
-    }
+    expect_gradients_match(model, reference, "tp=" + std::to_string(tp));
     // What a block keeps (SPEC §3.6): with lowrank, the two residual shards, the 7 all-reduced
     // latents and 2 per-token rms values; with block, only its input.
     const int64_t N = B * T, dl = config.d_model / tp;
@@ -174,13 +169,8 @@ TEST(DataParallel, MatchesOneProcessOnTheWholeBatch) {
     grid.dp().all_reduce(&mean, 1);
     mean /= shape.dp;
     EXPECT_NEAR(mean, ref_loss, 1e-5 * std::abs(ref_loss));
-    FlatBuffer full(model.full_params().total_elements());
-    model.gather_full(model.grads(), full);
-    for (const auto& p : model.full_params().entries()) {
-      const float* ref = reference.grads().view(reference.full_params().at(p.name));
-      EXPECT_LT(relative_error(full.view(p), ref, p.numel), 1e-5)
-          << p.name << " tp=" << shape.tp << " dp=" << shape.dp;
-    }
+    expect_gradients_match(model, reference,
+                           "tp=" + std::to_string(shape.tp) + " dp=" + std::to_string(shape.dp));
     // The buckets tile the gradient buffer: all-reduce bytes = every parameter element once
     // (plus the alignment padding inside buckets), in reducer.buckets() calls (+1: the mean loss).
     const CommCounts dp = grid.dp().counts();

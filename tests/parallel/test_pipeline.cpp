@@ -11,11 +11,11 @@
 #include "comm/grid.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "gradient_check.h"
 #include "model/model.h"
 #include "parallel/comm_formulas.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
-#include "test_util.h"
 
 namespace boostlm {
 namespace {
@@ -127,12 +127,7 @@ TEST_P(PipelineTest, MatchesOneProcessOnEveryGrid) {
       EXPECT_LT(times.bubble_fraction(), 1) << where;
 
       // Gradients gathered over TP and the stages match, tensor by tensor.
-      FlatBuffer full(model.full_params().total_elements());
-      model.gather_full(model.grads(), full);
-      for (const auto& p : model.full_params().entries()) {
-        const float* ref = reference.grads().view(reference.full_params().at(p.name));
-        EXPECT_LT(relative_error(full.view(p), ref, p.numel), 1e-5) << p.name << " " << where;
-      }
+      expect_gradients_match(model, reference, where);
       EXPECT_NEAR(model.grad_sum_squares(), reference.grad_sum_squares(),
                   1e-5 * reference.grad_sum_squares())
           << where;

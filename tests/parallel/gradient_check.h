@@ -1,0 +1,25 @@
+// The check every parallel test ends with: the sharded model's gradient, gathered to full tensors,
+// equals a single process's, tensor by tensor.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/model.h"
+#include "test_util.h"
+
+namespace boostlm {
+
+// Gathers model's gradient (a collective over its TP and PP groups: every rank calls it) and
+// expects every tensor within 1e-5 relative norm of reference's; `where` names the case.
+inline void expect_gradients_match(Model& model, Model& reference, const std::string& where) {
+  FlatBuffer full(model.full_params().total_elements());
+  model.gather_full(model.grads(), full);
+  for (const auto& p : model.full_params().entries()) {
+    const float* ref = reference.grads().view(reference.full_params().at(p.name));
+    EXPECT_LT(relative_error(full.view(p), ref, p.numel), 1e-5) << p.name << " " << where;
+  }
+}
+
+}  // namespace boostlm
