@@ -192,7 +192,7 @@ void add_pipeline_command(CLI::App& bench) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--micro-batches,-m", o->micro_batches, "micro-batch counts to measure")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per count (median reported)")
       ->check(CLI::PositiveNumber)

@@ -128,6 +128,8 @@ for r in rows:
 assert abs(rows[0]["bubble_fraction_1f1b"] - 0.5) < 1e-12 and abs(rows[1]["bubble_fraction_1f1b"] - 0.25) < 1e-12
 '
   expect_error "pipeline on 1 stage" "at least 2 stages" "$boostlm" launch -n 2 -- bench pipeline --tp 2
+  expect_error "zero micro-batches" "--micro-batches: Value 0 not in range 1 to 4096" \
+    "$boostlm" launch -n 2 -- bench pipeline -m 4 0
   expect_error "unknown flag, 2 ranks" "--bogus" "$boostlm" launch -n 2 -- bench layouts --bogus
   expect_error "step on 2 ranks" "one process" "$boostlm" launch -n 2 -- bench step --shape "$model"
 else
