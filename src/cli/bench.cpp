@@ -19,6 +19,7 @@
 #include "bench/layout_bench.h"
 #include "bench/pipeline_bench.h"
 #include "bench/step_bench.h"
+#include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/grid.h"
 #include "comm/mpi_runtime.h"
@@ -64,16 +65,16 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--batch-size,-b", o.batch, "sequences per step")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--seq-len,-t", o.seq_len, "tokens per sequence")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--steps", o.steps, "timed steps per configuration (median reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "untimed steps after the first (which measures memory)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--variants", o.variants, "variants to run, in this order")
       ->check(CLI::IsMember(bench::variant_names()))
@@ -110,12 +111,12 @@ void add_gemm_command(CLI::App& bench) {
       ->check(CLI::IsMember({"cola", "svd"}))
       ->capture_default_str();
   cmd->add_option("--tp", *tp, "TP size whose shapes to measure (default: the ranks, or 2)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--tokens", o->tokens, "rows of the activations (micro-batch x sequence)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--reps", o->reps, "fastest of this many calls per shape")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--json", *json, "also write the results as JSON");
   cmd->callback([o, arch, tp, json] {
@@ -142,16 +143,16 @@ void add_step_command(CLI::App& bench) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--batch-size,-b", o->batch, "sequences per step")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps (median reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "untimed steps first")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_flag("--breakdown", o->breakdown, "print ms per step in each kernel family");
   cmd->add_option("--json", *json, "also write the results as JSON");
@@ -180,25 +181,25 @@ void add_pipeline_command(CLI::App& bench) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--tp", *tp, "tensor-parallel size inside each stage")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--vocab-size", o->vocab_size,
                   "override the preset's (a small one keeps the last stage's head from dominating)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--batch-size,-b", o->batch, "sequences per micro-batch")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--micro-batches,-m", o->micro_batches, "micro-batch counts to measure")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per count (median reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "untimed steps per count first")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--json", *json, "also write the results as JSON");
   cmd->callback([o, arch, precision, tp, json] {

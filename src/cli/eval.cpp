@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -22,10 +23,9 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--data", a->data, "token shard (train.bin / val.bin)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--batch-size,-b", a->batch_size, "sequences per window")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len,-t", a->seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
-  cmd->add_option("--batches", a->batches, "windows from token 0")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size,-b", a->batch_size, "sequences per window")->check(at_least(1));
+  cmd->add_option("--seq-len,-t", a->seq_len, "tokens per sequence")->check(at_least(1));
+  cmd->add_option("--batches", a->batches, "windows from token 0")->check(at_least(1));
   cmd->add_option("--precision", a->precision, "fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->callback([a] {

@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -21,9 +22,11 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--prompt,-p", a->prompt, "text to continue")->required();
   cmd->add_option("--tokenizer", a->tokenizer, "sentencepiece model (default: the checkpoint's)");
   cmd->add_option("--max-tokens,-n", a->sample.max_new_tokens, "tokens to generate")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", a->sample.temperature, "sampling temperature (0: greedy)");
-  cmd->add_option("--top-k", a->sample.top_k, "sample among the k most likely (0: all)");
+      ->check(at_least(1));
+  cmd->add_option("--temperature", a->sample.temperature, "sampling temperature (0: greedy)")
+      ->check(non_negative());
+  cmd->add_option("--top-k", a->sample.top_k, "sample among the k most likely (0: all)")
+      ->check(at_least(0));
   cmd->add_option("--seed", a->sample.seed, "sampling seed");
   cmd->callback([a] {
     if (mpi_world_size() > 1) throw error("generate runs in one process; start it without mpirun");

@@ -1,5 +1,7 @@
 #include <cstdio>
+#include <new>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -10,6 +12,7 @@ int main(int argc, char** argv) {
   boostlm::mpi_start(&argc, &argv);
   CLI::App app{"boostlm: training low-rank LLaMA models (BOOST, arXiv 2512.12131)"};
   app.require_subcommand(1);
+  boostlm::cli::show_defaults(app);
   app.set_version_flag("--version", "boostlm 0.1");
   boostlm::cli::add_prepare(app);
   boostlm::cli::add_train(app);
@@ -22,6 +25,7 @@ int main(int argc, char** argv) {
   boostlm::cli::add_bench(app);
   int code = 0;
   try {
+    boostlm::cli::check_command_name(app, argc, argv);
     app.parse(argc, argv);
     code = boostlm::cli::exit_code();
   } catch (const CLI::ParseError& e) {
@@ -30,7 +34,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {  // boostlm::Error, and filesystem or allocation failures
     const std::string name =
         app.get_subcommands().empty() ? "" : " " + app.get_subcommands()[0]->get_name();
-    const std::string message = "boostlm" + name + ": error: " + e.what();
+    const bool out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+    const std::string message =
+        "boostlm" + name + ": error: " +
+        (out_of_memory ? "out of memory (a smaller model, batch or more ranks would fit)"
+                       : e.what());
     if (boostlm::mpi_world_size() > 1) boostlm::fail_job(message);
     std::fprintf(stderr, "%s\n", message.c_str());
     code = 1;

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "plan/enumerate.h"
@@ -261,9 +262,9 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--hardware", o->hardware,
                   "hardware name (hardware/<name>.json) or file; default a100-80g "
                   "(this-machine with --measured)");
-  cmd->add_option("--gpus,-g", o->gpus, "devices in all")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus,-g", o->gpus, "devices in all")->check(at_least(1));
   cmd->add_option("--global-batch,-B", o->global_batch, "sequences per step");
-  cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")->check(at_least(1));
   cmd->add_option("--precision", o->precision, "bf16 or fp32")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--layouts", o->layouts, "only these layouts")
@@ -276,12 +277,12 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--recompute", o->recompute, "only these recomputation modes")
       ->check(CLI::IsMember({"none", "lowrank", "block"}));
   cmd->add_flag("--no-zero", o->no_zero, "do not consider ZeRO-1");
-  cmd->add_option("--top", o->top, "rows to print")->check(CLI::PositiveNumber);
+  cmd->add_option("--top", o->top, "rows to print")->check(at_least(1));
   cmd->add_option("--json", o->json_path, "also write every row as JSON");
   cmd->add_flag("--paper", o->paper, "compare with the paper's A100 measurements (SPEC §5)");
   cmd->add_option("--paper-micro-batches", o->paper_micro_batches,
                   "micro-batches per iteration assumed for the paper's runs")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--measured", o->measured,
                   "a `bench layouts --json` result to compare with (this machine)")
       ->check(CLI::ExistingFile);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "train/trainer.h"
@@ -26,10 +27,13 @@ void add_train(CLI::App& app) {
   cmd->add_option("--resume", o->resume, "continue a run from a checkpoint or run directory");
   cmd->add_option("--init-from", o->init_from,
                   "start from a checkpoint's weights, fresh optimizer");
-  cmd->add_option("--vocab-size", o->vocab_size, "override the preset's vocabulary size");
-  cmd->add_option("--tp", o->grid.tp, "tensor-parallel size")->check(CLI::PositiveNumber);
-  cmd->add_option("--pp", o->grid.pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
-  cmd->add_option("--dp", o->grid.dp, "data-parallel size")->check(CLI::PositiveNumber);
+  cmd->add_flag("--overwrite", o->overwrite,
+                "replace an earlier run in --out (deletes its metrics and checkpoints)");
+  cmd->add_option("--vocab-size", o->vocab_size, "override the preset's vocabulary size")
+      ->check(at_least(1));
+  cmd->add_option("--tp", o->grid.tp, "tensor-parallel size")->check(at_least(1));
+  cmd->add_option("--pp", o->grid.pp, "pipeline-parallel size")->check(at_least(1));
+  cmd->add_option("--dp", o->grid.dp, "data-parallel size")->check(at_least(1));
   cmd->add_option("--layout", *layout,
                   "dense-tp, naive-tp or btp (default: dense-tp for dense "
                   "models, btp for low-rank)")
@@ -45,30 +49,40 @@ void add_train(CLI::App& app) {
   cmd->add_option("--zero", o->zero, "1: ZeRO stage 1, optimizer state sharded over DP")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--bucket-mb", o->bucket_mb, "DP gradient all-reduce bucket (MiB)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--batch-size,-b", o->batch_size, "sequences per micro-batch and DP rank")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", o->steps, "total optimizer steps")->check(CLI::PositiveNumber);
-  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per step")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", o->schedule.max_lr, "peak learning rate");
-  cmd->add_option("--min-lr", o->schedule.min_lr, "final learning rate of the cosine schedule");
-  cmd->add_option("--warmup", o->schedule.warmup_steps, "linear warm-up steps");
+      ->check(at_least(1));
+  cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")->check(at_least(1));
+  cmd->add_option("--steps", o->steps, "total optimizer steps")->check(at_least(1));
+  cmd->add_option("--schedule-steps", o->schedule_steps,
+                  "length of the learning-rate schedule (0: --steps; saved, kept on --resume)")
+      ->check(at_least(0));
+  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per step")->check(at_least(1));
+  cmd->add_option("--lr", o->schedule.max_lr, "peak learning rate")->check(positive());
+  cmd->add_option("--min-lr", o->schedule.min_lr, "final learning rate of the cosine schedule")
+      ->check(non_negative());
+  cmd->add_option("--warmup", o->schedule.warmup_steps, "linear warm-up steps")->check(at_least(0));
   cmd->add_option("--schedule", o->schedule.kind, "cosine or constant")
       ->check(CLI::IsMember({"cosine", "constant"}));
-  cmd->add_option("--weight-decay", o->optimizer.weight_decay, "AdamW decoupled weight decay");
-  cmd->add_option("--grad-clip", o->optimizer.grad_clip, "clip the global grad norm (0: off)");
-  cmd->add_option("--beta2", o->optimizer.beta2, "AdamW beta2");
+  cmd->add_option("--weight-decay", o->optimizer.weight_decay, "AdamW decoupled weight decay")
+      ->check(non_negative());
+  cmd->add_option("--grad-clip", o->optimizer.grad_clip, "clip the global grad norm (0: off)")
+      ->check(non_negative());
+  cmd->add_option("--beta1", o->optimizer.beta1, "AdamW beta1")->check(number_in(0, 1, false));
+  cmd->add_option("--beta2", o->optimizer.beta2, "AdamW beta2")->check(number_in(0, 1, false));
+  cmd->add_option("--adam-eps", o->optimizer.eps, "AdamW epsilon")->check(positive());
   cmd->add_option("--precision", *precision, "fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--seed", o->seed, "initialisation and shuffling seed");
   cmd->add_flag("--shuffle", o->shuffle, "shuffle windows per epoch");
-  cmd->add_option("--eval-interval", o->eval_interval, "steps between validations (0: end only)");
-  cmd->add_option("--eval-batches", o->eval_batches, "validation windows");
-  cmd->add_option("--save-interval", o->save_interval, "steps between checkpoints (0: end only)");
-  cmd->add_option("--keep", o->keep_checkpoints, "checkpoints kept");
-  cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)");
+  cmd->add_option("--eval-interval", o->eval_interval, "steps between validations (0: end only)")
+      ->check(at_least(0));
+  cmd->add_option("--eval-batches", o->eval_batches, "validation windows")->check(at_least(1));
+  cmd->add_option("--save-interval", o->save_interval, "steps between checkpoints (0: end only)")
+      ->check(at_least(0));
+  cmd->add_option("--keep", o->keep_checkpoints, "checkpoints kept")->check(at_least(1));
+  cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)")
+      ->check(at_least(1));
   cmd->callback([o, precision, layout, rmsnorm, grouping, recompute] {
     o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
     o->precision = parse_dtype(*precision);

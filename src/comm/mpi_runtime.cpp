@@ -46,6 +46,7 @@ int mpi_start(int* argc, char*** argv) {
     fail_job("this MPI does not support MPI_THREAD_FUNNELED (OpenMP threads beside MPI calls)");
   }
   g_previous_abort_handler = set_abort_handler(abort_job_on_assert);
+  set_warning_rank(mpi_world_rank());
   return mpi_world_size();
 }
 

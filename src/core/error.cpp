@@ -9,7 +9,16 @@ void default_abort(const std::string&) {
   std::abort();
 }
 AbortHandler g_abort_handler = default_abort;
+int g_warning_rank = 0;
 }  // namespace
+
+void warn(const std::string& message) {
+  if (g_warning_rank == 0) std::fprintf(stderr, "boostlm: warning: %s\n", message.c_str());
+}
+
+void set_warning_rank(int world_rank) {
+  g_warning_rank = world_rank;
+}
 
 AbortHandler set_abort_handler(AbortHandler handler) {
   AbortHandler old = g_abort_handler;

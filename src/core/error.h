@@ -27,6 +27,11 @@ Error error(const Parts&... parts) {
   return Error(os.str());
 }
 
+// Prints "boostlm: warning: <message>" to stderr, once per job: only the process whose rank
+// set_warning_rank() made 0 (every process, until the MPI runtime sets it) prints.
+void warn(const std::string& message);
+void set_warning_rank(int world_rank);
+
 using AbortHandler = void (*)(const std::string& message);
 // Replaces what a failed assertion does after printing (default: std::abort). Returns the old one.
 AbortHandler set_abort_handler(AbortHandler handler);

@@ -68,7 +68,10 @@ int64_t ParamTable::parameter_count() const {
 FlatBuffer::FlatBuffer(int64_t size) : size_(size) {
   size_t bytes = (static_cast<size_t>(size) * sizeof(float) + 63) / 64 * 64;
   float* p = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
-  BOOSTLM_ASSERT_MSG(p, "out of memory allocating " + std::to_string(bytes) + " bytes");
+  // Too large a model or batch is a user's choice, not a broken invariant: an Error, not an abort.
+  if (!p)
+    throw error("out of memory allocating ", static_cast<double>(bytes) / (1 << 30),
+                " GiB (a smaller model, batch or more ranks would fit)");
   std::memset(p, 0, bytes);
   data_.reset(p);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 
@@ -35,11 +36,69 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Bytes that are not part of a well-formed UTF-8 sequence (overlong forms and surrogates
+// included), and NUL bytes, which text files do not hold.
+struct TextCheck {
+  int64_t invalid = 0, nul = 0;
+};
+
+TextCheck check_utf8(std::string_view text) {
+  TextCheck check;
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      check.nul += c == 0;
+      ++i;
+      continue;
+    }
+    int len = 0;
+    uint32_t cp = 0;
+    if ((c & 0xE0) == 0xC0)
+      len = 2, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0)
+      len = 3, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0)
+      len = 4, cp = c & 0x07;
+    bool ok = len > 0 && i + len <= n;
+    for (int k = 1; ok && k < len; ++k) {
+      ok = (p[i + k] & 0xC0) == 0x80;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    ok = ok && cp >= kMin[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (ok) {
+      i += len;
+    } else {
+      ++check.invalid;
+      ++i;
+    }
+  }
+  return check;
+}
+
+void warn_if_not_text(const std::string& path, std::string_view text) {
+  const TextCheck check = check_utf8(text);
+  if (check.invalid == 0 && check.nul == 0) return;
+  const double share = 100.0 * static_cast<double>(check.invalid + check.nul) /
+                       static_cast<double>(std::max<size_t>(1, text.size()));
+  char percent[32];
+  std::snprintf(percent, sizeof percent, "%.2f%%", share);
+  warn("prepare: " + path +
+       (check.nul > 0 || share > 10 ? " looks binary, not text: " : " is not valid UTF-8: ") +
+       std::to_string(check.invalid) + " invalid bytes and " + std::to_string(check.nul) +
+       " NUL bytes of " + std::to_string(text.size()) + " (" + percent +
+       "); the tokenizer will see them as unknown pieces. Convert it with iconv -t UTF-8, or leave "
+       "it out");
+}
+
 Corpus load_corpus(const std::vector<std::string>& input_files) {
   if (input_files.empty()) throw error("prepare: no input files given");
   Corpus corpus;
   for (const std::string& path : input_files) {
     const std::string text = read_text_file(path);
+    warn_if_not_text(path, text);
     std::vector<std::string> documents = split_documents(text);
     corpus.inputs.push_back({{"path", fs::absolute(path).string()},
                              {"bytes", text.size()},

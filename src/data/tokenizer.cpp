@@ -106,6 +106,39 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return Tokenizer(std::move(processor), path);
 }
 
+namespace {
+
+// SentencePiece's messages name its own flags (vocab_size, character_coverage...); say what to
+// change in terms of the options `boostlm prepare` has.
+Error training_error(const std::string& status, const std::string& model, int vocab_size) {
+  const std::string prefix = "tokenizer training for " + model + " failed: ";
+  // "Vocabulary size too high (8192). Please set it to a value <= 1234."
+  const size_t high = status.find("Vocabulary size too high");
+  if (high != std::string::npos) {
+    const size_t le = status.find("<=", high);
+    std::string limit = le == std::string::npos ? "" : status.substr(le + 2);
+    limit = limit.substr(0, limit.find_first_not_of(" 0123456789"));
+    return error(prefix, "the inputs are too small for a vocabulary of ", vocab_size,
+                 " tokens (at most", limit.empty() ? " fewer" : limit, "): give --vocab-size",
+                 limit.empty() ? " a smaller value" : limit, " or less, or more text");
+  }
+  // "Vocabulary size is smaller than required_chars. 100 vs 300."
+  const size_t small = status.find("smaller than required_chars");
+  if (small != std::string::npos) {
+    const size_t vs = status.find(" vs ", small);
+    std::string chars = vs == std::string::npos ? "" : status.substr(vs + 4);
+    chars = chars.substr(0, chars.find_first_not_of("0123456789"));
+    return error(prefix, "the inputs hold ", chars.empty() ? "more" : chars,
+                 " distinct characters, more than a vocabulary of ", vocab_size,
+                 " tokens can hold: give --vocab-size ", chars.empty() ? "a larger value" : chars,
+                 " or more");
+  }
+  return error(prefix, "sentencepiece: ", status,
+               " (check the inputs are UTF-8 text, or try another --vocab-size)");
+}
+
+}  // namespace
+
 std::string Tokenizer::train(const std::vector<std::string>& input_files,
                              const std::string& model_prefix, int vocab_size,
                              const TokenizerTrainOptions& options) {
@@ -116,9 +149,7 @@ std::string Tokenizer::train(const std::vector<std::string>& input_files,
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(options.seed));
   const auto status = sentencepiece::SentencePieceTrainer::Train(
       trainer_arguments(vocab_size, options), &iterator, &model_bytes);
-  if (!status.ok()) {
-    throw error("tokenizer training for ", model_prefix, ".model failed: ", status.ToString());
-  }
+  if (!status.ok()) throw training_error(status.ToString(), model_prefix + ".model", vocab_size);
   const std::string model_path = model_prefix + ".model";
   write_file_atomically(model_path, model_bytes);
   return model_path;

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <set>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,16 @@ void read(const nlohmann::json& json, const char* field, T& out, bool required) 
   if (it == json.end()) {
     if (required) throw error("config: missing required field '", field, "'");
     return;
+  }
+  // nlohmann converts 128.5 to an integer 128 and true to 1 without a word: refuse both.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (!it->is_number_integer())
+      throw error("config: field '", field, "' has the wrong type: it must be an integer (found ",
+                  it->dump(), ")");
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number())
+      throw error("config: field '", field, "' has the wrong type: it must be a number (found ",
+                  it->dump(), ")");
   }
   try {
     out = it->template get<T>();
@@ -104,6 +115,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json) {
   read(json, "d_ff", c.d_ff, true);
   read(json, "attn_rank", c.attn_rank, c.low_rank());
   read(json, "mlp_rank", c.mlp_rank, c.low_rank());
+  if (!c.low_rank() && (json.contains("attn_rank") || json.contains("mlp_rank"))) {
+    warn("config: attn_rank and mlp_rank are ignored by a dense model (arch \"dense\")");
+    c.attn_rank = c.mlp_rank = 0;
+  }
   read(json, "max_seq_len", c.max_seq_len, false);
   read(json, "tied_embeddings", c.tied_embeddings, false);
   read(json, "mlp_gate_act", c.mlp_gate_act, false);

@@ -134,11 +134,17 @@ double optimizer_seconds(const Device& dev, const StepConfig& c, double params) 
 
 MemoryEstimate stage_memory(const Hardware& hw, const StepConfig& c, const Placement& pl,
                             int stage) {
+  MemoryEstimate m = rank_memory(c, stage, activation_bytes(hw, c));
+  m.capacity = pl.device->memory_bytes;
+  return m;
+}
+
+}  // namespace
+
+MemoryEstimate rank_memory(const StepConfig& c, int stage, double bytes_per_activation) {
   MicroBatch mb{c.layout, c.config, c.options, c.micro_batch, c.seq_len, c.tp};
   const double params = stage_param_elements(c.layout, c.config, c.tp, c.pp, stage);
-  const double act = activation_bytes(hw, c);
   MemoryEstimate m;
-  m.capacity = pl.device->memory_bytes;
   m.weights = params * 4;
   m.grads = params * 4;
   m.optimizer = params * 8 / (c.zero1 ? c.dp : 1);
@@ -146,12 +152,10 @@ MemoryEstimate stage_memory(const Hardware& hw, const StepConfig& c, const Place
   const int64_t in_flight = std::min<int64_t>(c.micro_batches, c.pp - stage);
   const double kept = static_cast<double>(block_kept_elements(mb)) *
                       stage_layers(c.config, c.pp, stage) * in_flight;
-  m.activations = (kept + recompute_area_elements(mb)) * act;
-  m.workspace = static_cast<double>(workspace_elements(mb)) * act;
+  m.activations = (kept + recompute_area_elements(mb)) * bytes_per_activation;
+  m.workspace = static_cast<double>(workspace_elements(mb)) * bytes_per_activation;
   return m;
 }
-
-}  // namespace
 
 void check_step_config(const StepConfig& c) {
   if (c.tp < 1 || c.pp < 1 || c.dp < 1) throw error("plan: tp, pp and dp must be at least 1");

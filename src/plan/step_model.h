@@ -68,6 +68,10 @@ struct StepPrediction {
   std::string tp_link, dp_link, pp_link;  // "intra-node" / "inter-node"
 };
 
+// Bytes one rank of pipeline stage `stage` holds (capacity left 0), activations stored with
+// `bytes_per_activation` bytes per element.
+MemoryEstimate rank_memory(const StepConfig& config, int stage, double bytes_per_activation);
+
 // Throws Error when the layout cannot run this configuration (divisibility, architecture).
 void check_step_config(const StepConfig& config);
 StepPrediction predict_step(const Hardware& hardware, const StepConfig& config);

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
 #include "core/file_io.h"
 #include "parallel/sharding.h"
+#include "train/run_dir.h"
 #include "train/safetensors.h"
 
 namespace boostlm {
@@ -45,6 +47,36 @@ void write_json(const fs::path& path, const nlohmann::json& json, nlohmann::json
   file.write(text);
   checksums[path.filename().string()] = Checksum64::hex(file.checksum());
   file.commit();
+}
+
+// Every file of a checkpoint, written into `temp`, with checksums.json last.
+void write_checkpoint_files(const fs::path& temp, const CheckpointWrite& what) {
+  nlohmann::json checksums = nlohmann::json::object();
+  checksums["model.safetensors"] = Checksum64::hex(write_safetensors(
+      (temp / "model.safetensors").string(), tensors_of(*what.table, *what.weights, ""),
+      {{"format", "pt"}, {"producer", "boostlm"}}));
+  write_json(temp / "config.json", hf_config(*what.config), checksums);
+  if (!what.tokenizer_path.empty()) {
+    const std::string bytes = read_text_file(what.tokenizer_path);
+    AtomicFile file((temp / "tokenizer.model").string());
+    file.write(bytes);
+    checksums["tokenizer.model"] = Checksum64::hex(file.checksum());
+    file.commit();
+  }
+  if (what.exp_avg && what.exp_avg_sq && what.state) {
+    std::vector<TensorToWrite> moments = tensors_of(*what.table, *what.exp_avg, ".exp_avg");
+    for (auto& t : tensors_of(*what.table, *what.exp_avg_sq, ".exp_avg_sq")) moments.push_back(t);
+    checksums["optimizer.safetensors"] =
+        Checksum64::hex(write_safetensors((temp / "optimizer.safetensors").string(), moments));
+    const nlohmann::json state = {{"step", what.state->step},
+                                  {"tokens_seen", what.state->tokens_seen},
+                                  {"optimizer_step", what.optimizer_step},
+                                  {"loader", what.state->loader},
+                                  {"extra", what.state->extra}};
+    write_json(temp / "trainer_state.json", state, checksums);
+  }
+  write_file_atomically((temp / kChecksums).string(), checksums.dump(2) + "\n");
+  fsync_directory(temp.string());
 }
 
 }  // namespace
@@ -106,33 +138,13 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
   const fs::path temp = sibling(".tmp.");
   fs::remove_all(temp);
   fs::create_directories(temp);
-
-  nlohmann::json checksums = nlohmann::json::object();
-  checksums["model.safetensors"] = Checksum64::hex(write_safetensors(
-      (temp / "model.safetensors").string(), tensors_of(*what.table, *what.weights, ""),
-      {{"format", "pt"}, {"producer", "boostlm"}}));
-  write_json(temp / "config.json", hf_config(*what.config), checksums);
-  if (!what.tokenizer_path.empty()) {
-    const std::string bytes = read_text_file(what.tokenizer_path);
-    AtomicFile file((temp / "tokenizer.model").string());
-    file.write(bytes);
-    checksums["tokenizer.model"] = Checksum64::hex(file.checksum());
-    file.commit();
+  try {
+    write_checkpoint_files(temp, what);
+  } catch (...) {  // a full disk: free what the failed save took; the earlier checkpoints stay
+    std::error_code ignored;
+    fs::remove_all(temp, ignored);
+    throw;
   }
-  if (what.exp_avg && what.exp_avg_sq && what.state) {
-    std::vector<TensorToWrite> moments = tensors_of(*what.table, *what.exp_avg, ".exp_avg");
-    for (auto& t : tensors_of(*what.table, *what.exp_avg_sq, ".exp_avg_sq")) moments.push_back(t);
-    checksums["optimizer.safetensors"] =
-        Checksum64::hex(write_safetensors((temp / "optimizer.safetensors").string(), moments));
-    const nlohmann::json state = {{"step", what.state->step},
-                                  {"tokens_seen", what.state->tokens_seen},
-                                  {"optimizer_step", what.optimizer_step},
-                                  {"loader", what.state->loader},
-                                  {"extra", what.state->extra}};
-    write_json(temp / "trainer_state.json", state, checksums);
-  }
-  write_file_atomically((temp / kChecksums).string(), checksums.dump(2) + "\n");
-  fsync_directory(temp.string());
 
   // Swap into place: an existing checkpoint of the same name is moved aside first, then removed.
   const fs::path old = sibling(".old.");
@@ -146,11 +158,19 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
   if (fs::exists(p / kChecksums) || fs::exists(p / "model.safetensors")) return p.string();
-  const fs::path latest = p / "checkpoints" / "latest";
-  if (fs::exists(latest)) {
-    std::string name = read_text_file(latest.string());
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    return (p / "checkpoints" / name).string();
+  const std::string latest = latest_checkpoint_name(p / "checkpoints");
+  if (!latest.empty()) {
+    const fs::path dir = p / "checkpoints" / latest;
+    if (fs::is_directory(dir)) return dir.string();
+    // `latest` is written after its checkpoint and pruning spares it, so this is damage from
+    // outside: say so, and take the newest checkpoint there is.
+    const auto all = list_checkpoints(p / "checkpoints");
+    if (all.empty())
+      throw error("checkpoint: ", (p / "checkpoints" / "latest").string(), " names ", latest,
+                  ", which does not exist, and there is no other checkpoint");
+    std::fprintf(stderr, "boostlm: %s names %s, which does not exist; using %s\n",
+                 (p / "checkpoints" / "latest").c_str(), latest.c_str(), all.back().dir.c_str());
+    return all.back().dir.string();
   }
   throw error("checkpoint: '", path, "' is neither a checkpoint directory nor a run directory ",
               "with checkpoints/latest");

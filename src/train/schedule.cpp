@@ -10,8 +10,10 @@ namespace boostlm {
 void LrSchedule::validate() const {
   if (kind != "cosine" && kind != "constant")
     throw error("--schedule: unknown schedule '", kind, "' (expected cosine or constant)");
-  if (!(max_lr > 0.0f)) throw error("--lr must be positive");
-  if (min_lr < 0.0f || min_lr > max_lr) throw error("--min-lr must lie in [0, --lr]");
+  if (!(max_lr > 0.0f) || !std::isfinite(max_lr))
+    throw error("--lr ", max_lr, " is out of range: a finite number above 0");
+  if (!(min_lr >= 0.0f && min_lr <= max_lr))
+    throw error("--min-lr ", min_lr, " is out of range: [0, --lr] = [0, ", max_lr, "]");
   if (warmup_steps < 0) throw error("--warmup must not be negative");
 }
 

@@ -9,7 +9,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +23,8 @@
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
 #include "train/checkpoint.h"
+#include "train/memory_check.h"
+#include "train/run_dir.h"
 
 namespace boostlm {
 
@@ -82,49 +83,138 @@ ModelConfig resolve_config(const TrainOptions& o, const std::string& checkpoint)
   return config;
 }
 
-// The data directory's shards and tokenizer, checked against the model.
+// An evaluation shard's tokens, checked against the model and the window before any use.
+std::vector<int32_t> read_eval_shard(const std::string& path, int64_t vocab_size,
+                                     int64_t batch_size, int64_t seq_len) {
+  std::vector<int32_t> tokens = read_shard(path);
+  check_tokens_below(tokens, vocab_size, path);
+  if (DataLoader::full_windows(static_cast<int64_t>(tokens.size()), batch_size, seq_len) < 1)
+    throw error(path, " holds ", tokens.size(), " tokens, fewer than one window of ", batch_size,
+                "x", seq_len, "+1");
+  return tokens;
+}
+
+// The data directory's shards and tokenizer, all checked against the model and the batch shape
+// before the first step, so a bad validation shard cannot end a run after hours of training.
 struct DataFiles {
   std::string train, val, tokenizer;
 };
 
-DataFiles open_data(const std::string& dir, const ModelConfig& config) {
+DataFiles open_data(const std::string& dir, const ModelConfig& config, const TrainOptions& o) {
   DataFiles f;
   f.train = (fs::path(dir) / "train.bin").string();
   if (!fs::exists(f.train))
     throw error("--data ", dir, " has no train.bin (run `boostlm prepare` first)");
   const fs::path val = fs::path(dir) / "val.bin", tok = fs::path(dir) / "tokenizer.model";
-  if (fs::exists(val)) f.val = val.string();
-  if (fs::exists(tok)) {
+  if (fs::exists(tok)) {  // first: a vocabulary mismatch explains bad tokens in the shards
     f.tokenizer = tok.string();
     const int64_t vocab = Tokenizer::load(f.tokenizer).vocab_size();
     if (vocab > config.vocab_size)
       throw error("the tokenizer ", f.tokenizer, " has ", vocab,
                   " tokens but the model's vocab_size is ", config.vocab_size,
                   " (use a preset with a larger vocabulary or --vocab-size ", vocab, ")");
+  } else {
+    warn("--data " + dir + " has no tokenizer.model: checkpoints will carry no tokenizer, so " +
+         "generate will need --tokenizer");
+  }
+  if (fs::exists(val)) {
+    f.val = val.string();
+    read_eval_shard(f.val, config.vocab_size, o.batch_size, o.seq_len);
   }
   return f;
 }
 
-// Keeps the newest `keep` step_* checkpoints of a run.
-void prune_checkpoints(const fs::path& dir, int64_t keep) {
-  std::vector<fs::path> steps;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0)
-      steps.push_back(e.path());
-  std::sort(steps.begin(), steps.end());
-  for (size_t i = 0; i + keep < steps.size(); ++i) fs::remove_all(steps[i]);
+void check_range(bool ok, const char* option, double value, const char* allowed) {
+  if (!ok) throw error(option, " ", value, " is out of range: ", allowed);
+}
+
+// Every option checked before anything is read or allocated, with the range it may take.
+void check_options(const TrainOptions& o) {
+  check_range(o.batch_size > 0, "--batch-size", o.batch_size, "at least 1");
+  check_range(o.seq_len > 0, "--seq-len", o.seq_len, "at least 1");
+  check_range(o.steps > 0, "--steps", o.steps, "at least 1");
+  check_range(o.grad_accum > 0, "--grad-accum", o.grad_accum, "at least 1");
+  check_range(o.schedule_steps >= 0, "--schedule-steps", o.schedule_steps,
+              "at least 1 (0: the run's --steps)");
+  check_range(o.eval_interval >= 0, "--eval-interval", o.eval_interval, "0 (end only) or more");
+  check_range(o.eval_batches > 0, "--eval-batches", o.eval_batches, "at least 1");
+  check_range(o.save_interval >= 0, "--save-interval", o.save_interval, "0 (end only) or more");
+  check_range(o.keep_checkpoints > 0, "--keep", o.keep_checkpoints, "at least 1");
+  check_range(o.log_interval > 0, "--log-interval", o.log_interval, "at least 1");
+  check_range(o.bucket_mb > 0, "--bucket-mb", o.bucket_mb, "at least 1");
+  const OptimizerConfig& a = o.optimizer;
+  check_range(a.beta1 >= 0 && a.beta1 < 1, "--beta1", a.beta1, "[0, 1)");
+  check_range(a.beta2 >= 0 && a.beta2 < 1, "--beta2", a.beta2, "[0, 1)");
+  check_range(std::isfinite(a.eps) && a.eps > 0, "--adam-eps", a.eps, "a positive number");
+  check_range(std::isfinite(a.weight_decay) && a.weight_decay >= 0, "--weight-decay",
+              a.weight_decay, "0 or a positive number");
+  check_range(std::isfinite(a.grad_clip) && a.grad_clip >= 0, "--grad-clip", a.grad_clip,
+              "0 (off) or a positive number");
+  if (!o.resume.empty() && !o.init_from.empty())
+    throw error("--resume and --init-from are exclusive");
+  LrSchedule schedule = o.schedule;
+  schedule.total_steps = o.steps;
+  schedule.validate();
+}
+
+// The schedule's length is a setting of the run, saved in its checkpoints: a resumed run keeps
+// it unless --schedule-steps changes it, so N steps and then M more give the losses of N+M steps
+// in one run whenever both runs were given the same schedule.
+LrSchedule resolve_schedule(const TrainOptions& o, const TrainingState* resumed, bool root) {
+  LrSchedule schedule = o.schedule;
+  schedule.total_steps = o.schedule_steps > 0 ? o.schedule_steps : o.steps;
+  if (resumed) {
+    const auto saved = resumed->extra.find("schedule_steps");
+    if (saved == resumed->extra.end()) {
+      if (root)
+        std::fprintf(stderr,
+                     "boostlm train: the checkpoint predates saved schedule lengths; the "
+                     "learning-rate schedule spans %ld steps\n",
+                     schedule.total_steps);
+    } else {
+      const int64_t saved_steps = saved->get<int64_t>();
+      if (o.schedule_steps == 0) schedule.total_steps = saved_steps;
+      if (root && schedule.total_steps != saved_steps)
+        std::fprintf(stderr,
+                     "boostlm train: --schedule-steps %ld re-lays the learning-rate schedule "
+                     "(the checkpoint's spans %ld steps)\n",
+                     schedule.total_steps, saved_steps);
+      else if (root && saved_steps != o.steps)
+        std::fprintf(stderr,
+                     "boostlm train: keeping the checkpoint's learning-rate schedule of %ld steps "
+                     "(--schedule-steps changes it)\n",
+                     saved_steps);
+    }
+  }
+  schedule.validate();
+  return schedule;
+}
+
+// Claims the run directory (world rank 0 only), clears what a crash left in it and opens its
+// metrics, dropping the lines of steps that a resumed run is about to redo.
+MetricsLog open_run_directory(const fs::path& run, const ModelConfig& config,
+                              const std::string& resume_dir, int64_t step, bool overwrite) {
+  claim_run_directory(run, resume_dir, overwrite);
+  for (const std::string& action : clean_stale_temporaries(run))
+    std::fprintf(stderr, "boostlm train: %s\n", action.c_str());
+  fs::create_directories(run / "checkpoints");
+  write_file_atomically((run / "config.json").string(), config.to_json().dump(2) + "\n");
+  MetricsLog log((run / "metrics.jsonl").string(), resume_dir.empty() ? -1 : step);
+  if (log.dropped_lines() > 0)
+    std::fprintf(stderr,
+                 "boostlm train: %s: dropped %ld lines after step %ld (the steps since the "
+                 "checkpoint, about to be rerun)\n",
+                 log.path().c_str(), log.dropped_lines(), step);
+  return log;
 }
 
 }  // namespace
 
 double evaluate(Model& model, const std::string& shard_path, int64_t batch_size, int64_t seq_len,
                 int64_t batches) {
-  const std::vector<int32_t> tokens = read_shard(shard_path);
-  check_tokens_below(tokens, model.config().vocab_size, shard_path);
+  const std::vector<int32_t> tokens =
+      read_eval_shard(shard_path, model.config().vocab_size, batch_size, seq_len);
   const int64_t available = DataLoader::full_windows(tokens.size(), batch_size, seq_len);
-  if (available < 1)
-    throw error(shard_path, " holds ", tokens.size(), " tokens, fewer than one window of ",
-                batch_size, "x", seq_len, "+1");
   const int64_t n = std::min(batches, available);
   Pipeline pipeline(model);
   double total = 0;
@@ -151,13 +241,7 @@ nlohmann::json comm_json(const CommCounts& counts) {
 }  // namespace
 
 TrainResult train(const TrainOptions& o) {
-  if (o.batch_size <= 0 || o.seq_len <= 0 || o.steps <= 0 || o.grad_accum <= 0)
-    throw error("--batch-size, --seq-len, --steps and --grad-accum must be positive");
-  if (!o.resume.empty() && !o.init_from.empty())
-    throw error("--resume and --init-from are exclusive");
-  LrSchedule schedule = o.schedule;
-  schedule.total_steps = o.steps;
-  schedule.validate();
+  check_options(o);
 
   ProcessGrid grid(o.grid);
   const bool root = grid.world_rank() == 0;
@@ -166,7 +250,10 @@ TrainResult train(const TrainOptions& o) {
   if (!resume_dir.empty()) verify_checkpoint(resume_dir);
   if (!init_dir.empty()) verify_checkpoint(init_dir);
   const ModelConfig config = resolve_config(o, resume_dir.empty() ? init_dir : resume_dir);
-  const DataFiles data = open_data(o.data_dir, config);
+  const DataFiles data = open_data(o.data_dir, config, o);
+  check_memory_fits(estimate_rank_memory(o, config, o.layout.value_or(default_layout(config)),
+                                         read_shard_header(data.train).num_tokens),
+                    ranks_on_this_machine(), available_memory_bytes(), o);
 
   LoaderConfig loader_config;
   loader_config.batch_size = o.batch_size;
@@ -212,15 +299,11 @@ TrainResult train(const TrainOptions& o) {
   }
   if (state.step >= o.steps)
     throw error("the checkpoint is already at step ", state.step, " of --steps ", o.steps);
+  const LrSchedule schedule = resolve_schedule(o, resume_dir.empty() ? nullptr : &state, root);
 
   const fs::path run(o.out_dir);
-  std::ofstream metrics;
-  if (root) {
-    fs::create_directories(run / "checkpoints");
-    write_file_atomically((run / "config.json").string(), config.to_json().dump(2) + "\n");
-    metrics.open(run / "metrics.jsonl", std::ios::app);
-    if (!metrics) throw error("cannot write ", (run / "metrics.jsonl").string());
-  }
+  MetricsLog metrics;
+  if (root) metrics = open_run_directory(run, config, resume_dir, state.step, o.overwrite);
 
   const ModelFlops flops = model_flops(config, o.batch_size, o.seq_len);
   // Model FLOPs of the whole job's step (every DP replica), against every rank's GEMM peak.
@@ -263,7 +346,8 @@ TrainResult train(const TrainOptions& o) {
                      {"tp", grid.shape().tp},
                      {"pp", grid.shape().pp},
                      {"dp", grid.shape().dp},
-                     {"zero", o.zero}};
+                     {"zero", o.zero},
+                     {"schedule_steps", schedule.total_steps}};
       CheckpointWrite w;
       w.config = &config;
       w.table = &model.full_params();
@@ -273,18 +357,32 @@ TrainResult train(const TrainOptions& o) {
       w.optimizer_step = optimizer.steps_taken();
       w.state = &state;
       w.tokenizer_path = data.tokenizer;
-      save_checkpoint(dir.string(), w);
-      write_file_atomically((run / "checkpoints" / "latest").string(), std::string(name) + "\n");
-      prune_checkpoints(run / "checkpoints", std::max<int64_t>(1, o.keep_checkpoints));
+      try {
+        save_checkpoint(dir.string(), w);
+        write_file_atomically((run / "checkpoints" / "latest").string(), std::string(name) + "\n");
+      } catch (const std::exception& e) {
+        const std::string last = latest_checkpoint_name(run / "checkpoints");
+        throw error("cannot save checkpoint ", dir.string(), ": ", e.what(), ". ",
+                    last.empty() ? std::string("No earlier checkpoint of this run exists.")
+                                 : "The last good checkpoint, " + last + ", is intact.");
+      }
+      prune_checkpoints(run / "checkpoints", o.keep_checkpoints, name);
       if (tty) std::fprintf(stderr, "\n");
       std::fprintf(stderr, "checkpoint (%s): %s\n", why, dir.c_str());
     }
     grid.world().barrier();
     return dir.string();
   };
-  auto validate = [&]() -> float {
+  // The validation shard was checked up front; should evaluation fail anyway (the file changed
+  // under the run), the trained weights are saved before the run ends.
+  auto validate_now = [&]() -> float {
     if (data.val.empty()) return -1.0f;
-    return static_cast<float>(evaluate(model, data.val, o.batch_size, o.seq_len, o.eval_batches));
+    try {
+      return static_cast<float>(evaluate(model, data.val, o.batch_size, o.seq_len, o.eval_batches));
+    } catch (const Error& e) {
+      const std::string saved = save("validation failed");
+      throw error(e.what(), " (the trained weights are saved in ", saved, ")");
+    }
   };
 
   g_signal.store(0);
@@ -349,7 +447,7 @@ TrainResult train(const TrainOptions& o) {
 
     const bool eval_now =
         (o.eval_interval > 0 && state.step % o.eval_interval == 0) || state.step == o.steps;
-    if (eval_now) result.val_loss = validate();
+    if (eval_now) result.val_loss = validate_now();
     if (root) {
       nlohmann::json line = {
           {"step", state.step},
@@ -380,7 +478,7 @@ TrainResult train(const TrainOptions& o) {
                              PipelineTimes::one_f_one_b_fraction(grid.shape().pp, o.grad_accum)}};
       }
       if (eval_now && result.val_loss >= 0) line["val_loss"] = result.val_loss;
-      metrics << line.dump() << "\n" << std::flush;
+      metrics.append(line);
 
       const double elapsed = now_s() - start;
       const double eta = elapsed / (state.step - first_step) * (o.steps - state.step);

@@ -24,6 +24,7 @@ struct TrainOptions {
   std::string out_dir;      // run directory: metrics.jsonl, checkpoints/
   std::string resume;       // checkpoint or run directory to continue bit-exactly
   std::string init_from;    // checkpoint whose weights start a fresh run
+  bool overwrite = false;   // replace an earlier run in out_dir (its metrics and checkpoints)
   int64_t vocab_size = 0;   // overrides the preset's when > 0
 
   GridShape grid;                    // TP × PP × DP; the job must have grid.world() ranks
@@ -35,6 +36,9 @@ struct TrainOptions {
   int64_t batch_size = 8;
   int64_t seq_len = 256;
   int64_t steps = 1000;  // total optimizer steps of the run
+  // Length of the learning-rate schedule (0: --steps). Saved in checkpoints and kept on resume
+  // unless given again, so a run can be continued in several parts on one schedule.
+  int64_t schedule_steps = 0;
   int64_t grad_accum = 1;
   LrSchedule schedule;
   OptimizerConfig optimizer;

@@ -75,6 +75,30 @@ TEST(Config, RejectsMissingAndUnknownAndMistypedFields) {
   expect_error(j, "d_model=0 must be positive");
 }
 
+// nlohmann's get<int64_t>() turns 128.5 into 128 without a word; a config says what it means.
+TEST(Config, RejectsFractionalIntegers) {
+  auto j = base();
+  j["d_model"] = 128.5;
+  expect_error(j, "field 'd_model' has the wrong type: it must be an integer (found 128.5)");
+  j = base();
+  j["n_layers"] = true;
+  expect_error(j, "field 'n_layers' has the wrong type");
+  j = base();
+  j["rms_eps"] = "1e-5";
+  expect_error(j, "field 'rms_eps' has the wrong type");
+}
+
+TEST(Config, WarnsThatADenseModelIgnoresRanks) {
+  auto j = base();
+  j["arch"] = "dense";
+  ::testing::internal::CaptureStderr();
+  const ModelConfig c = ModelConfig::from_json(j);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("warning: config: attn_rank and mlp_rank are ignored"), std::string::npos)
+      << said;
+  EXPECT_EQ(c.attn_rank, 0);
+}
+
 TEST(Config, DenseNeedsNoRanks) {
   auto j = base();
   j["arch"] = "dense";

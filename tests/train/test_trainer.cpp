@@ -1,5 +1,7 @@
 // The training loop: bit-exact resume, divergence handling, evaluation windows.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
@@ -8,7 +10,9 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "model/model.h"
 #include "train/checkpoint.h"
+#include "train/optimizer.h"
 #include "train/trainer.h"
 #include "train_fixture.h"
 
@@ -85,16 +89,21 @@ TEST(Trainer, StopsOnANonFiniteLossAndKeepsTheLastCheckpoint) {
   const std::string good = run + "/checkpoints/step_000002";
   verify_checkpoint(good);
   // A checkpoint whose weights hold a NaN makes the first loss NaN.
+  // It continues the run from a checkpoint beside the good one (not named step_*, so `latest`
+  // and pruning ignore it).
   Model model(tiny_config(), DType::f32);
   load_checkpoint_weights(good, model);
+  AdamW optimizer(model.params(), {});
+  TrainingState state;
+  load_training_state(good, optimizer, state);
   model.weights().view(model.params().at("model.norm.weight"))[0] = NAN;
-  const std::string poisoned = (fresh_dir("nan_poison") / "ckpt").string();
-  save_checkpoint(poisoned, checkpoint_of(model));
+  const std::string poisoned = run + "/checkpoints/poisoned";
+  save_checkpoint(poisoned, checkpoint_of(model, &optimizer, &state));
   auto o = options(data, run, "", 4);
-  o.init_from = poisoned;
+  o.resume = poisoned;
   const TrainResult r = train(o);
   EXPECT_TRUE(r.diverged);
-  EXPECT_EQ(r.steps_done, 0);
+  EXPECT_EQ(r.steps_done, 2);  // no step beyond the checkpoint's
   EXPECT_EQ(read_text_file(run + "/checkpoints/latest"), "step_000002\n");
   verify_checkpoint(good);  // untouched
 }
@@ -137,6 +146,95 @@ TEST(Trainer, RefusesTokensOutsideTheVocabulary) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("vocab"), std::string::npos) << e.what();
   }
+}
+
+// The README's claim: N steps, then M more after a resume, give the losses of N+M steps in one run,
+// also when the first part was a shorter run (--steps N --schedule-steps N+M) and the second
+// does not repeat the schedule's length: it is saved in the checkpoint and kept.
+TEST(Trainer, ResumeKeepsTheSavedScheduleLength) {
+  const std::string data = make_data_dir("sched_data", 64);
+  const std::string config = write_config("sched");
+  const std::string straight = (fresh_dir("sched_straight") / "run").string();
+  const std::string split = (fresh_dir("sched_split") / "run").string();
+  train(options(data, straight, config, 8));
+  auto first = options(data, split, config, 5);
+  first.schedule_steps = 8;
+  train(first);
+  auto second = options(data, split, "", 8);
+  second.resume = split;
+  EXPECT_EQ(train(second).steps_done, 8);
+  const auto a = losses(straight), b = losses(split);
+  ASSERT_EQ(b.size(), 8u);
+  for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
+}
+
+// A second run into a directory that holds one is refused (it appended to the metrics, replaced
+// the config and pruned the new run's checkpoint as older); --overwrite replaces it.
+TEST(Trainer, RefusesToMixTwoRunsInOneDirectory) {
+  const std::string data = make_data_dir("mix_data", 64);
+  const std::string config = write_config("mix");
+  const std::string run = (fresh_dir("mix_run") / "run").string();
+  train(options(data, run, config, 3));
+  EXPECT_THROW(train(options(data, run, config, 2)), Error);
+  EXPECT_EQ(losses(run).size(), 3u);
+  auto again = options(data, run, config, 2);
+  again.overwrite = true;
+  train(again);
+  EXPECT_EQ(losses(run).size(), 2u);
+  EXPECT_EQ(read_text_file(run + "/checkpoints/latest"), "step_000002\n");
+}
+
+// A validation shard that cannot be evaluated is found before the first step, not after training.
+TEST(Trainer, ChecksTheValidationShardBeforeTraining) {
+  const std::string data = make_data_dir("badval_data", 64);
+  const std::string config = write_config("badval");
+  write_shard(data + "/val.bin", {1, 2, 3}, 64);  // shorter than one window of 2x16+1
+  const std::string run = (fresh_dir("badval_run") / "run").string();
+  try {
+    train(options(data, run, config, 3));
+    ADD_FAILURE() << "a too-short val.bin was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("val.bin"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(run + "/metrics.jsonl"));                     // refused before any step
+  write_shard(data + "/val.bin", std::vector<uint32_t>(200, 63), 100);  // token 63 < 64: fine
+  ModelConfig small = tiny_config();
+  small.vocab_size = 60;  // the shard's token 63 is outside this model's vocabulary
+  const auto path = fresh_dir("badval_small") / "config.json";
+  write_file_atomically(path.string(), small.to_json().dump());
+  EXPECT_THROW(train(options(data, run, path.string(), 3)), Error);
+  EXPECT_FALSE(fs::exists(run + "/metrics.jsonl"));
+}
+
+// A checkpoint that cannot be written (the disk is full: RLIMIT_FSIZE makes writes fail the same
+// way) ends the run with a message naming the last good checkpoint, which stays intact, and the
+// failed save leaves no temporary behind.
+TEST(Trainer, AFailedSaveKeepsTheLastCheckpoint) {
+  const std::string data = make_data_dir("full_data", 64);
+  const std::string config = write_config("full");
+  const std::string run = (fresh_dir("full_run") / "run").string();
+  train(options(data, run, config, 2));
+  auto o = options(data, run, "", 4);
+  o.resume = run;
+  struct rlimit old_limit;
+  ::getrlimit(RLIMIT_FSIZE, &old_limit);
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = {20000, old_limit.rlim_max};  // below the tiny model's 40 kB of weights
+  ::setrlimit(RLIMIT_FSIZE, &small);
+  std::string message;
+  try {
+    train(o);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(message.find("cannot save checkpoint"), std::string::npos) << message;
+  EXPECT_NE(message.find("step_000002, is intact"), std::string::npos) << message;
+  EXPECT_EQ(read_text_file(run + "/checkpoints/latest"), "step_000002\n");
+  verify_checkpoint(run + "/checkpoints/step_000002");
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints"))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
 }  // namespace

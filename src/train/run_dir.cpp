@@ -1,0 +1,206 @@
+#include "train/run_dir.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace boostlm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMetrics = "metrics.jsonl";
+constexpr const char* kConfig = "config.json";
+constexpr const char* kCheckpoints = "checkpoints";
+
+// The number `text` spells in decimal, or -1 when it is not all digits (or does not fit).
+int64_t parse_digits(std::string_view text) {
+  if (text.empty() || text.size() > 18) return -1;
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return ec == std::errc() && end == text.data() + text.size() ? value : -1;
+}
+
+bool process_gone(int64_t pid) {
+  if (pid == ::getpid()) return true;  // an earlier process that had our PID: we wrote nothing yet
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+// "NAME.tmp.PID" or ".NAME.old.PID": {NAME without the leading dot, tag, PID}; pid < 0 otherwise.
+struct Temporary {
+  std::string original;
+  std::string tag;
+  int64_t pid = -1;
+};
+
+Temporary parse_temporary(const std::string& name) {
+  Temporary t;
+  for (const char* tag : {".tmp.", ".old."}) {
+    const size_t at = name.rfind(tag);
+    if (at == std::string::npos || at == 0) continue;
+    const int64_t pid = parse_digits(std::string_view(name).substr(at + 5));
+    if (pid <= 0) continue;
+    t.original = name.substr(name[0] == '.' ? 1 : 0, at - (name[0] == '.' ? 1 : 0));
+    t.tag = tag;
+    t.pid = pid;
+    return t;
+  }
+  return t;
+}
+
+void write_all(int fd, const std::string& path, const char* data, size_t bytes) {
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd, data, bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw error("cannot write ", path, ": ", std::strerror(errno));
+    }
+    data += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+std::vector<CheckpointEntry> list_checkpoints(const fs::path& checkpoints) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(checkpoints, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step_", 0) != 0) continue;
+    const int64_t step = parse_digits(std::string_view(name).substr(5));
+    if (step >= 0) out.push_back({step, e.path()});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+  return out;
+}
+
+std::string latest_checkpoint_name(const fs::path& checkpoints) {
+  const fs::path latest = checkpoints / "latest";
+  if (!fs::exists(latest)) return "";
+  std::string name = read_text_file(latest.string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
+void prune_checkpoints(const fs::path& checkpoints, int64_t keep, const std::string& keep_also) {
+  const std::vector<CheckpointEntry> all = list_checkpoints(checkpoints);
+  const std::string latest = latest_checkpoint_name(checkpoints);
+  const int64_t older = static_cast<int64_t>(all.size()) - std::max<int64_t>(1, keep);
+  for (int64_t i = 0; i < older; ++i) {
+    const std::string name = all[i].dir.filename().string();
+    if (name == latest || name == keep_also) continue;
+    fs::remove_all(all[i].dir);
+  }
+}
+
+bool holds_run(const fs::path& run) {
+  return fs::exists(run / kMetrics) || fs::exists(run / kConfig) || fs::exists(run / kCheckpoints);
+}
+
+void claim_run_directory(const fs::path& run, const std::string& resume_dir, bool overwrite) {
+  if (!holds_run(run)) return;
+  if (!resume_dir.empty()) {
+    const fs::path checkpoints = fs::weakly_canonical(run / kCheckpoints);
+    const fs::path resumed = fs::weakly_canonical(resume_dir);
+    if (resumed.parent_path() == checkpoints) return;  // the run continues where it was
+  }
+  if (!overwrite)
+    throw error("--out ", run.string(), " already holds a run (",
+                fs::exists(run / kMetrics) ? "metrics.jsonl" : "config.json or checkpoints/",
+                "). To continue it add --resume ", run.string(),
+                "; to replace it add --overwrite (its metrics and checkpoints are deleted); or "
+                "choose another --out");
+  for (const char* name : {kMetrics, kConfig, kCheckpoints}) fs::remove_all(run / name);
+}
+
+std::vector<std::string> clean_stale_temporaries(const fs::path& run) {
+  std::vector<std::string> actions;
+  for (const fs::path& dir : {run, run / kCheckpoints}) {
+    std::error_code ec;
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(dir, ec)) entries.push_back(e.path());
+    for (const fs::path& path : entries) {
+      const Temporary t = parse_temporary(path.filename().string());
+      if (t.pid < 0 || !process_gone(t.pid)) continue;
+      const fs::path original = dir / t.original;
+      if (t.tag == ".old." && !fs::exists(original)) {
+        fs::rename(path, original);
+        actions.push_back("restored " + original.string() + " (its replacement never arrived)");
+      } else {
+        fs::remove_all(path);
+        actions.push_back("removed " + path.string() + " (left by process " +
+                          std::to_string(t.pid) + ")");
+      }
+    }
+  }
+  return actions;
+}
+
+MetricsLog::MetricsLog(std::string path, int64_t keep_through_step) : path_(std::move(path)) {
+  if (keep_through_step >= 0 && fs::exists(path_)) {
+    std::istringstream lines(read_text_file(path_));
+    std::string kept;
+    for (std::string line; std::getline(lines, line);) {
+      bool keep = false;
+      try {
+        const auto j = nlohmann::json::parse(line);
+        keep = j.is_object() && j.value("step", int64_t{-1}) <= keep_through_step;
+      } catch (const nlohmann::json::exception&) {  // a line cut short by a crash
+      }
+      if (keep)
+        kept += line + "\n";
+      else
+        ++dropped_;
+    }
+    if (dropped_ > 0) write_file_atomically(path_, kept);
+  }
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw error("cannot open ", path_, " for writing: ", std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+MetricsLog::MetricsLog(MetricsLog&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_), dropped_(other.dropped_) {
+  other.fd_ = -1;
+}
+
+MetricsLog& MetricsLog::operator=(MetricsLog&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = other.fd_;
+    dropped_ = other.dropped_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void MetricsLog::append(const nlohmann::json& line) {
+  BOOSTLM_ASSERT_MSG(fd_ >= 0, "metrics log not open");
+  const std::string text = line.dump() + "\n";
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  try {
+    write_all(fd_, path_, text.data(), text.size());
+  } catch (const Error&) {
+    if (before >= 0 && ::ftruncate(fd_, before) != 0) {  // best effort: no line cut short
+    }
+    throw;
+  }
+}
+
+}  // namespace boostlm

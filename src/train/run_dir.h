@@ -1,0 +1,77 @@
+// A run directory's bookkeeping: whether it already holds a run, the stale temporaries a crash left
+// in it, which checkpoints to keep, and metrics.jsonl.
+//
+// A run directory holds config.json, metrics.jsonl and checkpoints/{step_NNNNNN/, latest}. Only
+// world rank 0 calls these (it alone writes the run directory).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace boostlm {
+
+// A step_* checkpoint directory with the step its name encodes.
+struct CheckpointEntry {
+  int64_t step = 0;
+  std::filesystem::path dir;
+};
+
+// The step_N checkpoints under `checkpoints`, ordered by step number (not by name: step_1000000
+// sorts before step_999999 as text). Names that are not step_<digits> are left out.
+std::vector<CheckpointEntry> list_checkpoints(const std::filesystem::path& checkpoints);
+
+// The checkpoint directory name `checkpoints/latest` names ("" when there is none).
+std::string latest_checkpoint_name(const std::filesystem::path& checkpoints);
+
+// Removes the step checkpoints that are not among the newest `keep`, except the one `latest`
+// names and `keep_also` (the checkpoint just written), whatever their steps: a run resumed from
+// an older checkpoint writes steps below those of the abandoned ones.
+void prune_checkpoints(const std::filesystem::path& checkpoints, int64_t keep,
+                       const std::string& keep_also);
+
+// True when the directory holds (part of) an earlier run: metrics.jsonl, config.json or
+// checkpoints/.
+bool holds_run(const std::filesystem::path& run);
+
+// Refuses to start a run in `run` when it already holds another run, unless the run continues
+// there (`resume_dir` is a checkpoint inside it) or `overwrite` is set, in which case the old
+// run's files (and only those) are removed. Throws Error with the ways out.
+void claim_run_directory(const std::filesystem::path& run, const std::string& resume_dir,
+                         bool overwrite);
+
+// Removes the temporaries a crash or failed save left behind (.step_N.tmp.PID checkpoint
+// directories, latest.tmp.PID, config.json.tmp.PID...) whose process is gone. A checkpoint moved
+// aside for replacement (.step_N.old.PID) whose replacement never arrived is moved back instead.
+// Returns a line per action, for the log.
+std::vector<std::string> clean_stale_temporaries(const std::filesystem::path& run);
+
+// metrics.jsonl, one JSON object per line. Every write is checked: a full disk or an I/O error
+// throws Error naming the file instead of leaving a line cut short and training on in silence.
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  // Opens `path` for appending. With `keep_through_step` >= 0 (a resumed run), lines of steps
+  // after it (the steps the crashed run did after its last checkpoint, about to be rerun) and a
+  // final line cut short are dropped first, so the file reads as one run.
+  MetricsLog(std::string path, int64_t keep_through_step);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  MetricsLog(MetricsLog&& other) noexcept;
+  MetricsLog& operator=(MetricsLog&& other) noexcept;
+
+  void append(const nlohmann::json& line);
+  int64_t dropped_lines() const { return dropped_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int64_t dropped_ = 0;
+};
+
+}  // namespace boostlm

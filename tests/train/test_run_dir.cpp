@@ -1,0 +1,184 @@
+// The run directory: checkpoint retention by step, refusing to mix runs, stale temporaries,
+// metrics that survive a full disk and a resume.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "train/run_dir.h"
+#include "train_fixture.h"
+
+namespace boostlm {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::fresh_dir;
+
+void touch_checkpoint(const fs::path& checkpoints, const std::string& name) {
+  fs::create_directories(checkpoints / name);
+  write_file_atomically((checkpoints / name / "model.safetensors").string(), "x");
+}
+
+// A PID no process has: a child that has exited and been reaped.
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  return child;
+}
+
+TEST(RunDir, CheckpointsAreOrderedByStepNotName) {
+  const fs::path dir = fresh_dir("rundir_order");
+  for (const char* name : {"step_999999", "step_1000000", "step_000005", "step_abc", "latest_x"})
+    touch_checkpoint(dir, name);
+  const auto all = list_checkpoints(dir);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].step, 5);
+  EXPECT_EQ(all[1].step, 999999);
+  EXPECT_EQ(all[2].step, 1000000);
+}
+
+// Past step 999,999 the names no longer sort as the steps do: pruning by name deleted the newest.
+TEST(RunDir, PruningPastAMillionStepsKeepsTheNewest) {
+  const fs::path dir = fresh_dir("rundir_million");
+  touch_checkpoint(dir, "step_999999");
+  touch_checkpoint(dir, "step_1000000");
+  write_file_atomically((dir / "latest").string(), "step_1000000\n");
+  prune_checkpoints(dir, 1, "step_1000000");
+  EXPECT_TRUE(fs::exists(dir / "step_1000000"));
+  EXPECT_FALSE(fs::exists(dir / "step_999999"));
+}
+
+// A run resumed from an older checkpoint writes steps below those of newer ones: `latest` and the
+// checkpoint just written survive even though their steps are not the highest.
+TEST(RunDir, PruningSparesLatestAndTheCheckpointJustWritten) {
+  const fs::path dir = fresh_dir("rundir_spare");
+  for (const char* name :
+       {"step_000010", "step_000020", "step_000030", "step_000040", "step_000050"})
+    touch_checkpoint(dir, name);
+  write_file_atomically((dir / "latest").string(), "step_000010\n");
+  prune_checkpoints(dir, 2, "step_000020");
+  EXPECT_TRUE(fs::exists(dir / "step_000010"));  // latest
+  EXPECT_TRUE(fs::exists(dir / "step_000020"));  // just written
+  EXPECT_FALSE(fs::exists(dir / "step_000030"));
+  EXPECT_TRUE(fs::exists(dir / "step_000040"));  // the newest two
+  EXPECT_TRUE(fs::exists(dir / "step_000050"));
+}
+
+TEST(RunDir, RefusesADirectoryHoldingAnotherRun) {
+  const fs::path run = fresh_dir("rundir_claim");
+  claim_run_directory(run, "", false);  // empty: fine
+  touch_checkpoint(run / "checkpoints", "step_000004");
+  write_file_atomically((run / "metrics.jsonl").string(), "{\"step\": 1}\n");
+  try {
+    claim_run_directory(run, "", false);
+    ADD_FAILURE() << "a second run into the same directory was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("already holds a run"), std::string::npos) << message;
+    EXPECT_NE(message.find("--resume"), std::string::npos) << message;
+    EXPECT_NE(message.find("--overwrite"), std::string::npos) << message;
+  }
+  // Continuing the run there is fine, and leaves it as it is.
+  claim_run_directory(run, (run / "checkpoints" / "step_000004").string(), false);
+  EXPECT_TRUE(fs::exists(run / "metrics.jsonl"));
+  // Resuming another run's checkpoint into it is not.
+  const fs::path other = fresh_dir("rundir_claim_other");
+  touch_checkpoint(other / "checkpoints", "step_000002");
+  EXPECT_THROW(claim_run_directory(run, (other / "checkpoints" / "step_000002").string(), false),
+               Error);
+  // --overwrite removes the old run's files and nothing else.
+  write_file_atomically((run / "notes.txt").string(), "mine");
+  claim_run_directory(run, "", true);
+  EXPECT_FALSE(holds_run(run));
+  EXPECT_TRUE(fs::exists(run / "notes.txt"));
+}
+
+TEST(RunDir, CleansTemporariesOfDeadProcessesOnly) {
+  const fs::path run = fresh_dir("rundir_stale");
+  const fs::path ck = run / "checkpoints";
+  const std::string dead = std::to_string(dead_pid());
+  const std::string alive = std::to_string(::getppid());
+  touch_checkpoint(ck, ".step_000010.tmp." + dead);   // a save cut short
+  touch_checkpoint(ck, ".step_000012.tmp." + alive);  // a save in progress elsewhere
+  write_file_atomically((ck / ("latest.tmp." + dead)).string(), "step_000010\n");
+  write_file_atomically((run / ("config.json.tmp." + dead)).string(), "{}");
+  // Replacing step_000020 was cut between moving the old copy aside and moving the new one in.
+  touch_checkpoint(ck, ".step_000020.old." + dead);
+  // Replacing step_000030 was cut after the new copy arrived: the old copy is garbage.
+  touch_checkpoint(ck, "step_000030");
+  touch_checkpoint(ck, ".step_000030.old." + dead);
+
+  const auto actions = clean_stale_temporaries(run);
+  EXPECT_EQ(actions.size(), 5u);
+  EXPECT_FALSE(fs::exists(ck / (".step_000010.tmp." + dead)));
+  EXPECT_TRUE(fs::exists(ck / (".step_000012.tmp." + alive)));
+  EXPECT_FALSE(fs::exists(ck / ("latest.tmp." + dead)));
+  EXPECT_FALSE(fs::exists(run / ("config.json.tmp." + dead)));
+  EXPECT_TRUE(fs::exists(ck / "step_000020" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(ck / (".step_000020.old." + dead)));
+  EXPECT_TRUE(fs::exists(ck / "step_000030"));
+  EXPECT_FALSE(fs::exists(ck / (".step_000030.old." + dead)));
+}
+
+std::vector<int64_t> steps_in(const std::string& path) {
+  std::vector<int64_t> steps;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    steps.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
+  return steps;
+}
+
+// A crash after step 7 with the last checkpoint at step 5: the resumed run redoes 6 and 7, and the
+// file must hold each step once.
+TEST(RunDir, MetricsOfAResumedRunHoldEachStepOnce) {
+  const std::string path = (fresh_dir("rundir_metrics") / "metrics.jsonl").string();
+  {
+    MetricsLog log(path, -1);
+    for (int step = 1; step <= 7; ++step) log.append({{"step", step}, {"loss", 1.0 / step}});
+  }
+  {
+    std::ofstream cut(path, std::ios::app);
+    cut << "{\"step\": 8, \"lo";  // the crash cut the last line
+  }
+  MetricsLog log(path, 5);
+  EXPECT_EQ(log.dropped_lines(), 3);
+  for (int step = 6; step <= 8; ++step) log.append({{"step", step}});
+  EXPECT_EQ(steps_in(path), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+// With the disk full a write fails: the log says so (naming the file) instead of training on,
+// and takes back the part of the line that was written.
+TEST(RunDir, MetricsWriteFailureIsAnErrorAndLeavesNoPartialLine) {
+  const std::string path = (fresh_dir("rundir_full") / "metrics.jsonl").string();
+  MetricsLog log(path, -1);
+  log.append({{"step", 1}});
+  const auto size_after_one = fs::file_size(path);
+  // RLIMIT_FSIZE makes writes beyond the limit fail (EFBIG) as a full disk would (ENOSPC).
+  struct rlimit old_limit;
+  ::getrlimit(RLIMIT_FSIZE, &old_limit);
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = {static_cast<rlim_t>(size_after_one + 10), old_limit.rlim_max};
+  ::setrlimit(RLIMIT_FSIZE, &small);
+  std::string message;
+  try {
+    log.append({{"step", 2}, {"padding", std::string(100, 'x')}});
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(message.find("metrics.jsonl"), std::string::npos) << message;
+  EXPECT_EQ(fs::file_size(path), size_after_one);
+}
+
+}  // namespace
+}  // namespace boostlm
