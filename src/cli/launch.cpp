@@ -166,9 +166,9 @@ MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>
     plan.env = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
   }
   const Hostfile file = o.hostfile.empty() ? Hostfile{} : read_hostfile(o.hostfile);
-  if (o.hostfile.empty() && o.ranks == 0) throw error("launch: give -n RANKS (or a --hostfile)");
   if (o.hostfile.empty() && o.emulated)
     throw error("launch --emulated needs the --hostfile that scripts/cluster.sh up wrote");
+  if (o.hostfile.empty() && o.ranks == 0) throw error("launch: give -n RANKS (or a --hostfile)");
   const int ranks = o.ranks ? o.ranks : file.slots;
   auto& a = plan.argv;
   a = {"mpirun", "-n", std::to_string(ranks)};
