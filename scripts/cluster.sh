@@ -193,7 +193,12 @@ cluster_down() {
   local kind what
   tac "$state" | while read -r kind what; do
     case $kind in
-      netns) ip netns del "$what" 2> /dev/null || true ;;
+      netns)
+        # A host's processes (an orted a killed job left behind) would keep it alive unnamed.
+        ip netns pids "$what" 2> /dev/null | xargs -r kill -KILL 2> /dev/null || true
+        ip netns del "$what" 2> /dev/null || true
+        # The host's own /tmp, which `boostlm netns-agent` makes on the first run there.
+        rm -rf "/tmp/boostlm-netns-$what" ;;
       link) ip link del "$what" 2> /dev/null || true ;;
       file) rm -f "$what" ;;
     esac

@@ -38,6 +38,7 @@
 //    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set; they are set for mpirun when euid is 0.
 // mpirun replaces this process (execvp), so signals reach it directly and its exit code is ours.
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -233,6 +234,9 @@ std::string to_shell(const MpirunCommand& plan) {
 // its agent as it would call ssh, with the host and the words of a shell command line (quoted for
 // a remote shell: the daemon's contact URI carries a ';'), so the words are joined and given to
 // /bin/sh inside the host's network namespace, as sshd would give them to the login shell.
+// Each host gets a /tmp of its own (TMPDIR=/tmp/boostlm-netns-HOST), as separate machines have:
+// Open MPI names its session directory after the host name, which all namespaces share, and two
+// daemons creating the same directory at once fail one start in about twenty.
 void add_netns_agent(CLI::App& app) {
   auto* cmd = app.add_subcommand("netns-agent", "")->group("");  // hidden: mpirun's, not a user's
   auto host = std::make_shared<std::string>();
@@ -243,6 +247,10 @@ void add_netns_agent(CLI::App& app) {
       throw error("netns-agent: ", *host,
                   " is not a network namespace; is the emulated cluster up? (scripts/cluster.sh "
                   "status)");
+    const std::string tmp = "/tmp/boostlm-netns-" + *host;
+    if (mkdir(tmp.c_str(), 0700) != 0 && errno != EEXIST)
+      throw error("netns-agent: cannot make ", tmp, ": ", std::strerror(errno));
+    setenv("TMPDIR", tmp.c_str(), 1);
     std::string line;
     for (const std::string& w : cmd->remaining()) line += (line.empty() ? "" : " ") + w;
     std::vector<std::string> argv = {"ip", "netns", "exec", *host, "/bin/sh", "-c", line};
