@@ -27,6 +27,14 @@ trap '"$cluster" down --name "$cluster_name" > /dev/null; rm -rf "$work"' EXIT
 "$cluster" up 2 --rate 10gbit --name "$cluster_name" --hostfile "$work/hosts" > "$work/up.log" ||
   { cat "$work/up.log"; echo "cluster.sh up failed"; exit 1; }
 grep -q '^# boostlm-emulated-cluster .*rate=10gbit' "$work/hosts" || fail "hostfile marker"
+# Both directions of host 0's link are shaped; `up` again is a no-op, of another shape a refusal.
+tc qdisc show dev "$cluster_name-v0" | grep -q 'tbf.*rate 10Gbit' || fail "no tbf towards host 0"
+ip netns exec "$cluster_name-h0" tc qdisc show dev eth0 | grep -q 'tbf.*rate 10Gbit' ||
+  fail "no tbf from host 0"
+ip netns exec "$cluster_name-h0" ip route | grep -q default && fail "host 0 has a default route"
+"$cluster" up 2 --rate 10gbit --name "$cluster_name" --hostfile "$work/hosts" | grep "already up" > /dev/null ||
+  fail "second up is not a no-op"
+expect_error "up of another shape" "down --name $cluster_name" "$cluster" up 3 --name "$cluster_name"
 
 for i in $(seq 1 300); do
   echo "Line $i of the text, with words such as river, mountain, $((i * 13)) and sky."
@@ -96,5 +104,11 @@ run naive_tp2 cola -b 4 --tp 2 --layout naive-tp && check naive_tp2 cola naive-t
 run btp_tp2 cola -b 4 --tp 2 --layout btp && check btp_tp2 cola btp 2 1 1 4 1
 run btp_dp2 cola -b 2 --dp 2 && check btp_dp2 cola btp 1 1 2 2 1
 run btp_pp2 cola -b 2 --grad-accum 2 --pp 2 && check btp_pp2 cola btp 1 2 1 2 2
+
+# `down` leaves nothing of the cluster behind.
+"$cluster" down --name "$cluster_name" > /dev/null
+ip netns list | grep -q "^$cluster_name-" && fail "down left namespaces"
+ip -br link | grep -q "^$cluster_name-" && fail "down left links"
+[ -e "$work/hosts" ] && fail "down left the hostfile"
 
 finish "training across emulated hosts matches one process and the closed forms"
