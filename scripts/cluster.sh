@@ -156,6 +156,9 @@ cluster_up() {
     record link "$veth"
     ip link set "$veth" master "$bridge" up
     ip -n "$ns" link set lo up
+    # A collective follows a gap of compute; Linux would restart TCP's slow start after it (per
+    # namespace setting), which the lossless fabrics emulated here do not do.
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0
     ip -n "$ns" addr add "$net.$((i + 2))/24" dev eth0
     ip -n "$ns" link set eth0 up
     if [ -n "$tbf" ]; then
