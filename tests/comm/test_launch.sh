@@ -5,7 +5,7 @@
 set -u
 boostlm=$1
 exe=$(readlink -f "$boostlm")
-cores=$(nproc)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OMP_NUM_THREADS; launch counts CPUs
 status=0
 
 fail() { echo "FAIL: $*"; status=1; }
