@@ -14,7 +14,8 @@
 # namespaces and the bridge. With --rate (a tc rate: 500mbit, 1gbit, 25gbit), each link is shaped
 # with a token bucket (tbf) in both directions: on NAME-v<i> (root side) tbf shapes what flows
 # towards host i, on eth0 inside the namespace what flows from it. Host-to-host traffic crosses
-# one of each, so it runs at RATE. Without --rate the links are not shaped.
+# one of each, so it runs at RATE. Without --rate the links are not shaped. With --slots K > 1,
+# the ranks of one host reach each other inside its namespace, not through the shaped link.
 #
 # It writes an Open MPI hostfile (default /run/boostlm-cluster/NAME.hostfile) whose first line
 # marks it as emulated, for `boostlm launch --hostfile`:
@@ -228,12 +229,14 @@ cluster_status() {
 case $command in
   up)
     require_admin
-    exec 9> /run/boostlm-cluster.lock  # one `up` or `down` at a time: subnets are chosen by looking
+    mkdir -p "$state_dir"
+    exec 9> "$state_dir/lock"  # one `up` or `down` at a time: subnets are chosen by looking
     flock 9
     cluster_up ;;
   down)
     require_admin
-    exec 9> /run/boostlm-cluster.lock
+    mkdir -p "$state_dir"
+    exec 9> "$state_dir/lock"
     flock 9
     cluster_down ;;
   status) cluster_status ;;
