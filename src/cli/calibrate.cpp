@@ -165,8 +165,8 @@ plan::Hardware calibrate_cluster(const CalibrateOptions& o, std::string& rate) {
   }
   const std::string path = std::filesystem::temp_directory_path() /
                            ("boostlm-link-" + std::to_string(getpid()) + ".json");
-  const std::string command = "'" + this_executable() + "' launch --hostfile '" + o.hostfile +
-                              "'" + (o.ranks ? " -n " + std::to_string(o.ranks) : "") +
+  const std::string command = "'" + this_executable() + "' launch --hostfile '" + o.hostfile + "'" +
+                              (o.ranks ? " -n " + std::to_string(o.ranks) : "") +
                               " -- calibrate --probe-link '" + path + "'";
   std::printf("link probe: %s\n", command.c_str());
   std::fflush(stdout);
@@ -177,12 +177,13 @@ plan::Hardware calibrate_cluster(const CalibrateOptions& o, std::string& rate) {
   std::filesystem::remove(path);
   rate = probe.at("link_rate");
   h.name = "cluster-" + rate;
-  h.description += "; inter-node link: " + o.hostfile + " (rate " + rate + "), measured on " +
-                   today();
+  h.description +=
+      "; inter-node link: " + o.hostfile + " (rate " + rate + "), measured on " + today();
   h.devices_per_node = 1;
   h.solo_device.reset();  // the hosts share this machine's cores: no rank has them all
   h.inter_node = {probe.at("alpha_s"), probe.at("bandwidth"), 1.0, false};
-  h.sources.push_back("inter-node link (" + rate + ", " + std::to_string(probe.at("ranks").get<int>()) +
+  h.sources.push_back("inter-node link (" + rate + ", " +
+                      std::to_string(probe.at("ranks").get<int>()) +
                       " hosts): " + probe.at("note").get<std::string>());
   return h;
 }
@@ -201,8 +202,8 @@ void print_summary(const plan::Hardware& h) {
   std::printf("%-12s all-reduce alpha %.1f us, beta %.2f GB/s\n",
               "link:", h.intra_node.alpha_s * 1e6, h.intra_node.bandwidth / 1e9);
   if (h.devices_per_node == 1)
-    std::printf("%-12s all-reduce alpha %.1f us, beta %.3f GB/s\n", "inter-node:",
-                h.inter_node.alpha_s * 1e6, h.inter_node.bandwidth / 1e9);
+    std::printf("%-12s all-reduce alpha %.1f us, beta %.3f GB/s\n",
+                "inter-node:", h.inter_node.alpha_s * 1e6, h.inter_node.bandwidth / 1e9);
 }
 
 void write_hardware(const std::string& out, nlohmann::json j) {

@@ -122,7 +122,8 @@ Hostfile read_hostfile(const std::string& path) {
     while (words >> word) {
       if (word.rfind("slots=", 0) != 0) continue;
       slots = std::atoi(word.c_str() + 6);
-      if (slots < 1) throw error("hostfile ", path, ": ", host, " has ", word, "; give slots=N >= 1");
+      if (slots < 1)
+        throw error("hostfile ", path, ": ", host, " has ", word, "; give slots=N >= 1");
     }
     file.slots += slots;
   }

@@ -1,5 +1,6 @@
 // What `boostlm train` must log as world rank 0's "comm" for one training step, from the closed
-// forms of parallel/comm_formulas.h, for shell tests that run the trainer (tests/cli/test_cluster.sh).
+// forms of parallel/comm_formulas.h, for shell tests that run the trainer
+// (tests/cli/test_cluster.sh).
 //
 //   boostlm_closed_form_comm CONFIG.json LAYOUT TP PP DP MICRO_BATCH SEQ_LEN MICRO_BATCHES
 //
@@ -89,8 +90,8 @@ int main(int argc, char** argv) {
     dp_comm[Collective::all_reduce].bytes =
         (entries.back().offset + entries.back().numel - entries.front().offset) * 4;
   }
-  const nlohmann::json out = {{"tp", to_json(tp_comm)}, {"pp", to_json(pp_comm)},
-                              {"dp", to_json(dp_comm)}};
+  const nlohmann::json out = {
+      {"tp", to_json(tp_comm)}, {"pp", to_json(pp_comm)}, {"dp", to_json(dp_comm)}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
