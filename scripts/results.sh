@@ -14,13 +14,18 @@
 # training throughput, 60m, one process), --pipeline (bench pipeline: 1F1B's bubble at PP 2, 60m),
 # --curves (tiny-dense vs tiny-cola loss curves on the prepared corpus), --report (plots and
 # README; always run after any other part).
+# --cluster (not part of "all": needs root, and minutes per rate) sweeps link rates on an emulated
+# cluster of two hosts (scripts/cluster.sh): per rate, calibrate the link's alpha-beta
+# (calibrate --hostfile), bench layouts dense-tp/naive-tp/btp at TP 2 across the hosts (60m fp32)
+# and plan --measured beside it; writes cluster-*.json and cluster-sweep.md. --rates "R1 R2 ..."
+# (tc rates) overrides the list.
 # Options: --out DIR (default results), --readme FILE (default README.md; "none" skips it),
 # --no-build (use build/boostlm as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-quick=0 build=1 out="" readme=""
+quick=0 build=1 out="" readme="" rates=""
 parts=()
 while (($#)); do
   case $1 in
@@ -28,9 +33,10 @@ while (($#)); do
     --out) out=$2; shift ;;
     --readme) readme=$2; shift ;;
     --no-build) build=0 ;;
-    --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --report)
+    --rates) rates=$2; shift ;;
+    --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --report | --cluster)
       parts+=("${1#--}") ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "results.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -127,6 +133,54 @@ if want layouts; then
   done
   run "$out/layouts-$shape_bf16-bf16.log" "$boostlm" launch -n 2 -- bench layouts \
     --shape "$shape_bf16" --precision bf16 "${small[@]}" --json "$out/layouts-$shape_bf16-bf16.json"
+  end_part
+fi
+
+if want cluster; then
+  begin_part cluster
+  if ((quick)); then
+    cluster_shape=tiny rates=${rates:-1gbit} cluster_size=(-b 2 -t 64 --steps 2 --warmup 0)
+  else
+    # Scaled rates (README, Emulated cluster): from the paper's inter-node InfiniBand to its NVLink.
+    cluster_shape=60m rates=${rates:-"200mbit 1gbit 5gbit 25gbit"} cluster_size=("${small[@]}")
+  fi
+  cluster_name=blmres
+  # Whatever happens, the namespaces go (the parts run one after another; none else sets a trap
+  # before this one).
+  trap './scripts/cluster.sh down --name "$cluster_name" > /dev/null 2>&1 || true' EXIT
+  for rate in $rates; do
+    hosts=$out/cluster-$rate.hosts
+    ./scripts/cluster.sh up 2 --rate "$rate" --name "$cluster_name" --hostfile "$hosts"
+    run "$out/cluster-calibrate-$rate.log" "$boostlm" calibrate --hostfile "$hosts" \
+      -o "$out/cluster-hardware-$rate.json"
+    run "$out/cluster-layouts-$cluster_shape-$rate.log" "$boostlm" launch --hostfile "$hosts" -- \
+      bench layouts --shape "$cluster_shape" --precision fp32 --variants dense-tp naive-tp btp \
+      "${cluster_size[@]}" --json "$out/cluster-layouts-$cluster_shape-$rate.json"
+    run "$out/cluster-plan-$cluster_shape-$rate.log" "$boostlm" plan \
+      --measured "$out/cluster-layouts-$cluster_shape-$rate.json" \
+      --hardware "$out/cluster-hardware-$rate.json" --json "$out/cluster-plan-$cluster_shape-$rate.json"
+    ./scripts/cluster.sh down --name "$cluster_name"
+  done
+  trap - EXIT
+  # One table: step time per layout against link rate, the plan's prediction beside each.
+  # shellcheck disable=SC2086  # the rates are words
+  "$python" - "$out" "$cluster_shape" $rates > "$out/cluster-sweep.md" << 'PY'
+import json, os, sys
+out, shape, rates = sys.argv[1], sys.argv[2], sys.argv[3:]
+print("| link | layout | measured ms | predicted ms | error | comm ms | naive-tp / btp | dense-tp / btp |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+for rate in rates:
+    rows = json.load(open(os.path.join(out, f"cluster-plan-{shape}-{rate}.json")))
+    by = {r["layout"]: r for r in rows}
+    btp = by.get("btp", {}).get("measured_ms")
+    for r in rows:
+        err = 100 * (r["predicted_ms"] / r["measured_ms"] - 1)
+        ratio = lambda other: (f"{by[other]['measured_ms'] / btp:.2f}"
+                               if btp and other in by and r["layout"] == "btp" else "")
+        print(f"| {rate} | {r['layout']} | {r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | "
+              f"{err:+.0f}% | {r['measured_comm_ms']:.1f} | {ratio('naive-tp')} | {ratio('dense-tp')} |")
+PY
+  cat "$out/cluster-sweep.md"
   end_part
 fi
 

@@ -9,6 +9,7 @@
 //
 // Every one prints a table (rank 0) and, with --json FILE, writes the same as JSON.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -45,9 +46,18 @@ std::unique_ptr<ProcessGrid> tp_grid() {
 
 struct LayoutFlags {
   bench::LayoutBenchOptions options;
-  std::string low_rank = "cola", precision = "fp32", json;
+  std::string low_rank = "cola", precision = "fp32", json, link_rate;
   bool breakdown = false;
 };
+
+// The label of the link between the ranks, for the JSON: --link-rate, else what `boostlm launch`
+// read from an emulated cluster's hostfile (BOOSTLM_LINK_RATE: a tc rate, or "none" when not
+// shaped), else "local": one machine, shared memory.
+std::string link_rate_label(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* launched = std::getenv("BOOSTLM_LINK_RATE");
+  return launched && *launched ? launched : "local";
+}
 
 // layouts and ablations: the same runner, different default configurations and tables.
 void add_layout_command(CLI::App& bench, const std::string& name, const std::string& help,
@@ -81,6 +91,9 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
       ->capture_default_str();
   cmd->add_flag("--breakdown", f->breakdown, "also print ms per step in each kernel family");
   cmd->add_option("--json", f->json, "also write the results as JSON");
+  cmd->add_option("--link-rate", f->link_rate,
+                  "label of the link between the ranks, for the JSON (default: the emulated "
+                  "cluster's rate, else \"local\")");
   cmd->callback([f, name, ablation_table] {
     f->options.low_rank = parse_arch(f->low_rank);
     f->options.precision = parse_dtype(f->precision);
@@ -93,7 +106,9 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
         bench::print_layout_table(report);
       if (f->breakdown) bench::print_phase_table(report);
     }
-    write_json(f->json, name, bench::to_json(report));
+    nlohmann::json j = bench::to_json(report);
+    j["link_rate"] = link_rate_label(f->link_rate);
+    write_json(f->json, name, j);
   });
 }
 

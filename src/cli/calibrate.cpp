@@ -12,6 +12,14 @@
 // of the cores, and the link keeps a default that the file marks as not measured. One machine has
 // no inter-node link to measure: the file copies the intra-node one and says so.
 // Everything takes about a minute on 2 cores.
+//
+// `boostlm calibrate --hostfile FILE [--from this-machine] [-o FILE]` measures only the link
+// between the hosts of a cluster (for the emulated one of scripts/cluster.sh: the shaped veth
+// links): the same all-reduce α–β probe, launched over the hostfile, becomes the inter-node link
+// of a copy of the --from hardware file, written as hardware/cluster-<rate>.json. One rank per
+// host (cluster.sh's default), so devices_per_node is 1 and a TP group of 2 crosses the link.
+// The emulated hosts share this machine's cores, so the device stays the one measured with the
+// cores split among ranks, and the copy drops the solo device (a rank alone on all the cores).
 #include <omp.h>
 #include <sched.h>
 #include <unistd.h>
@@ -37,7 +45,7 @@ namespace boostlm::cli {
 namespace {
 
 struct CalibrateOptions {
-  std::string out, probe;
+  std::string out, probe, hostfile, from = "this-machine", probe_link;
   int ranks = 0;
 };
 
@@ -132,6 +140,54 @@ plan::Hardware calibrate(int ranks) {
   return h;
 }
 
+// Under mpirun across hosts: the all-reduce α–β; rank 0 writes it with the link's rate label.
+void run_link_probe(const std::string& path) {
+  ProcessGrid grid(GridShape{mpi_world_size(), 1, 1});
+  std::string note;
+  const plan::Link link = plan::measure_link(grid.world(), note);
+  if (grid.world().rank() != 0) return;
+  const char* rate = std::getenv("BOOSTLM_LINK_RATE");
+  nlohmann::json j = {{"alpha_s", link.alpha_s},
+                      {"bandwidth", link.bandwidth},
+                      {"note", note},
+                      {"ranks", grid.world().size()},
+                      {"link_rate", rate && *rate ? rate : "unknown"}};
+  std::ofstream(path) << j.dump(2) << "\n";
+}
+
+plan::Hardware calibrate_cluster(const CalibrateOptions& o, std::string& rate) {
+  plan::Hardware h;
+  try {
+    h = plan::load_hardware(o.from);
+  } catch (const Error& e) {
+    throw error("calibrate --hostfile measures only the link and takes the device from --from ",
+                o.from, " (", e.what(), "); run `boostlm calibrate` on this machine first");
+  }
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("boostlm-link-" + std::to_string(getpid()) + ".json");
+  const std::string command = "'" + this_executable() + "' launch --hostfile '" + o.hostfile + "'" +
+                              (o.ranks ? " -n " + std::to_string(o.ranks) : "") +
+                              " -- calibrate --probe-link '" + path + "'";
+  std::printf("link probe: %s\n", command.c_str());
+  std::fflush(stdout);
+  if (std::system(command.c_str()) != 0 || !std::filesystem::exists(path))
+    throw error("the link probe across ", o.hostfile, " failed (see above)");
+  std::ifstream in(path);
+  const nlohmann::json probe = nlohmann::json::parse(in);
+  std::filesystem::remove(path);
+  rate = probe.at("link_rate");
+  h.name = "cluster-" + rate;
+  h.description +=
+      "; inter-node link: " + o.hostfile + " (rate " + rate + "), measured on " + today();
+  h.devices_per_node = 1;
+  h.solo_device.reset();  // the hosts share this machine's cores: no rank has them all
+  h.inter_node = {probe.at("alpha_s"), probe.at("bandwidth"), 1.0, false};
+  h.sources.push_back("inter-node link (" + rate + ", " +
+                      std::to_string(probe.at("ranks").get<int>()) +
+                      " hosts): " + probe.at("note").get<std::string>());
+  return h;
+}
+
 void print_summary(const plan::Hardware& h) {
   auto show = [](const char* what, const plan::Device& d) {
     std::printf(
@@ -145,6 +201,15 @@ void print_summary(const plan::Hardware& h) {
   if (h.solo_device) show("solo device:", *h.solo_device);
   std::printf("%-12s all-reduce alpha %.1f us, beta %.2f GB/s\n",
               "link:", h.intra_node.alpha_s * 1e6, h.intra_node.bandwidth / 1e9);
+  if (h.devices_per_node == 1)
+    std::printf("%-12s all-reduce alpha %.1f us, beta %.3f GB/s\n",
+                "inter-node:", h.inter_node.alpha_s * 1e6, h.inter_node.bandwidth / 1e9);
+}
+
+void write_hardware(const std::string& out, nlohmann::json j) {
+  std::ofstream file(out);
+  if (!file) throw error("cannot write ", out);
+  file << j.dump(2) << "\n";
 }
 
 }  // namespace
@@ -158,21 +223,42 @@ void add_calibrate(CLI::App& app) {
   cmd->add_option("--ranks", o->ranks, "devices to split the cores into (default: one per core)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--probe", o->probe, "internal: the multi-rank measurement, under mpirun");
+  cmd->add_option("--hostfile", o->hostfile,
+                  "measure the link between this cluster's hosts (e.g. scripts/cluster.sh's) as "
+                  "the inter-node link; writes hardware/cluster-<rate>.json")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--from", o->from, "with --hostfile: the hardware file the device comes from");
+  cmd->add_option("--probe-link", o->probe_link, "internal: the link measurement, under mpirun");
   cmd->callback([o] {
     if (!o->probe.empty()) {
       if (!mpi_active()) throw error("--probe runs under mpirun (boostlm launch)");
       run_probe(o->probe);
       return;
     }
+    if (!o->probe_link.empty()) {
+      if (!mpi_active()) throw error("--probe-link runs under mpirun (boostlm launch)");
+      run_link_probe(o->probe_link);
+      return;
+    }
     if (launched_by_mpi())
       throw error("run calibrate directly: it starts its own multi-rank probe through mpirun");
+    if (!o->hostfile.empty()) {
+      std::string rate;
+      plan::Hardware h = calibrate_cluster(*o, rate);
+      const std::string out =
+          o->out.empty() ? plan::default_hardware_dir() + "/cluster-" + rate + ".json" : o->out;
+      nlohmann::json j = h.to_json();
+      j["link_rate"] = rate;
+      write_hardware(out, j);
+      print_summary(h);
+      std::printf("wrote %s\n", out.c_str());
+      return;
+    }
     const int ranks = o->ranks ? o->ranks : available_cpus();
     const plan::Hardware h = calibrate(ranks);
     const std::string out =
         o->out.empty() ? plan::default_hardware_dir() + "/this-machine.json" : o->out;
-    std::ofstream file(out);
-    if (!file) throw error("cannot write ", out);
-    file << h.to_json().dump(2) << "\n";
+    write_hardware(out, h.to_json());
     print_summary(h);
     std::printf("wrote %s\n", out.c_str());
   });

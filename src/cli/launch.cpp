@@ -13,10 +13,23 @@
 //    all of a rank's OpenMP threads to one CPU, and an oversubscribed or partly used machine is
 //    better left to the OS scheduler.
 //  - With a hostfile (several machines): the file's slots are the capacity, so no --oversubscribe
-//    (mpirun's refusal is the right answer to asking for more ranks than slots). The other machines
-//    are assumed to have as many cores as this one: threads default to
-//    max(1, cores / ceil(N / hosts)). Always `--bind-to none`, since the exact fit cannot be
-//    checked from here.
+//    (mpirun's refusal is the right answer to asking for more ranks than slots), and N defaults to
+//    all of them. The other machines are assumed to have as many cores as this one: threads
+//    default to max(1, cores / ceil(N / hosts)). Always `--bind-to none`, since the exact fit
+//    cannot be checked from here. Between hosts the ranks talk TCP (`--mca btl tcp,vader,self`:
+//    shared memory stays in use between ranks of one machine); `--subnet CIDR` keeps MPI's data
+//    (btl_tcp_if_include) and mpirun's control traffic (oob_tcp_if_include) on that network.
+//  - An emulated cluster (a hostfile written by scripts/cluster.sh, whose first line is the
+//    "# boostlm-emulated-cluster ..." marker, or --emulated): the hosts are network namespaces of
+//    this machine. mpirun starts each host's daemon through Open MPI's rsh launcher with this
+//    program as the agent (`boostlm netns-agent HOST WORDS...` runs the words under
+//    `ip netns exec HOST`, as ssh would run them on HOST), one at a time rather than as a tree.
+//    `--mca btl tcp,self`: every byte between hosts crosses the shaped links, and the interfaces
+//    are those of the marker's subnet (default 198.18.0.0/15, the range cluster.sh draws from).
+//    The hosts share this machine's cores, so threads default to max(1, cores / N): giving each
+//    rank a real machine's share would oversubscribe the cores (measured 4-7x slower compute,
+//    which would hide the very communication effect the emulation exists to show).
+//    The marker's link rate reaches every rank as BOOSTLM_LINK_RATE, for the benchmarks' JSON.
 //  - Always `-x OMP_NUM_THREADS=threads`, and `--mca orte_abort_on_non_zero_status 1` (Open MPI's
 //    default, made explicit so a site configuration cannot turn it off): a rank that exits non-zero
 //    ends the whole job instead of leaving the others blocked in a collective. MPI_Abort and ranks
@@ -25,6 +38,7 @@
 //    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set; they are set for mpirun when euid is 0.
 // mpirun replaces this process (execvp), so signals reach it directly and its exit code is ours.
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,11 +62,26 @@ namespace boostlm::cli {
 namespace {
 
 struct LaunchOptions {
-  int ranks = 0;
+  int ranks = 0;  // 0: the hostfile's slots
   std::string hostfile;
   int threads_per_rank = 0;  // 0: derived from the cores
   bool dry_run = false;
+  bool emulated = false;  // the hostfile's hosts are network namespaces (scripts/cluster.sh)
+  std::string subnet;     // the hosts' network, for btl/oob_tcp_if_include
 };
+
+// What an Open MPI hostfile says ("host [slots=N] ...", '#' starts a comment), and the marker line
+// scripts/cluster.sh writes first: "# boostlm-emulated-cluster name=... rate=R subnet=S ...".
+struct Hostfile {
+  int hosts = 0;  // distinct names
+  int slots = 0;  // all of them; a line without slots= counts 1
+  bool emulated = false;
+  std::string rate, subnet;  // from the marker
+};
+
+constexpr const char* kEmulatedMarker = "# boostlm-emulated-cluster";
+// Every address scripts/cluster.sh gives out lies in this range (RFC 2544's benchmarking networks).
+constexpr const char* kEmulatedNetwork = "198.18.0.0/15";
 
 struct MpirunCommand {
   std::vector<std::pair<std::string, std::string>> env;  // set for mpirun
@@ -66,18 +95,41 @@ int available_cpus() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// Distinct host names in an Open MPI hostfile ("host [slots=N] ...", '#' starts a comment).
-int count_hosts(const std::string& path) {
+// The value of `key=value` among the words of a line, or "".
+std::string marker_value(const std::string& line, const std::string& key) {
+  std::istringstream words(line);
+  for (std::string word; words >> word;)
+    if (word.rfind(key + "=", 0) == 0) return word.substr(key.size() + 1);
+  return "";
+}
+
+Hostfile read_hostfile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw error("cannot read hostfile ", path);
+  Hostfile file;
   std::set<std::string> hosts;
   for (std::string line; std::getline(in, line);) {
+    if (line.rfind(kEmulatedMarker, 0) == 0) {
+      file.emulated = true;
+      file.rate = marker_value(line, "rate");
+      file.subnet = marker_value(line, "subnet");
+    }
     std::istringstream words(line.substr(0, line.find('#')));
-    std::string host;
-    if (words >> host) hosts.insert(host);
+    std::string host, word;
+    if (!(words >> host)) continue;
+    hosts.insert(host);
+    int slots = 1;
+    while (words >> word) {
+      if (word.rfind("slots=", 0) != 0) continue;
+      slots = std::atoi(word.c_str() + 6);
+      if (slots < 1)
+        throw error("hostfile ", path, ": ", host, " has ", word, "; give slots=N >= 1");
+    }
+    file.slots += slots;
   }
   if (hosts.empty()) throw error("hostfile ", path, " lists no hosts");
-  return static_cast<int>(hosts.size());
+  file.hosts = static_cast<int>(hosts.size());
+  return file;
 }
 
 std::string this_executable() {
@@ -87,34 +139,61 @@ std::string this_executable() {
   return std::string(path.data(), static_cast<size_t>(n));
 }
 
+// The mpirun flags for ranks spread over the hosts of a hostfile (see the top of this file).
+void add_hostfile_flags(const LaunchOptions& o, const Hostfile& file, const std::string& exe,
+                        MpirunCommand& plan) {
+  auto& a = plan.argv;
+  const bool emulated = o.emulated || file.emulated;
+  a.insert(a.end(), {"--hostfile", o.hostfile, "--bind-to", "none"});
+  a.insert(a.end(), {"--mca", "btl", emulated ? "tcp,self" : "tcp,vader,self"});
+  std::string subnet = o.subnet.empty() ? file.subnet : o.subnet;
+  if (subnet.empty() && emulated) subnet = kEmulatedNetwork;
+  if (!subnet.empty()) {
+    a.insert(a.end(), {"--mca", "btl_tcp_if_include", subnet});
+    a.insert(a.end(), {"--mca", "oob_tcp_if_include", subnet});
+  }
+  if (emulated) {
+    // Open MPI splits the agent at spaces and appends the host and the daemon's command words.
+    a.insert(a.end(), {"--mca", "plm_rsh_agent", exe + " netns-agent"});
+    a.insert(a.end(), {"--mca", "plm_rsh_no_tree_spawn", "1"});
+  }
+  if (!file.rate.empty()) a.insert(a.end(), {"-x", "BOOSTLM_LINK_RATE=" + file.rate});
+}
+
 MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>& command) {
   const int cores = available_cpus();
+  const std::string exe = this_executable();
   MpirunCommand plan;
   if (geteuid() == 0) {
     plan.env = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
   }
+  const Hostfile file = o.hostfile.empty() ? Hostfile{} : read_hostfile(o.hostfile);
+  if (o.hostfile.empty() && o.emulated)
+    throw error("launch --emulated needs the --hostfile that scripts/cluster.sh up wrote");
+  if (o.hostfile.empty() && o.ranks == 0) throw error("launch: give -n RANKS (or a --hostfile)");
+  const int ranks = o.ranks ? o.ranks : file.slots;
   auto& a = plan.argv;
-  a = {"mpirun", "-n", std::to_string(o.ranks)};
+  a = {"mpirun", "-n", std::to_string(ranks)};
   int threads = o.threads_per_rank;
   if (o.hostfile.empty()) {
-    if (threads == 0) threads = std::max(1, cores / o.ranks);
+    if (threads == 0) threads = std::max(1, cores / ranks);
     a.push_back("--use-hwthread-cpus");
-    if (o.ranks > cores) a.push_back("--oversubscribe");
-    if (o.ranks * threads == cores) {
+    if (ranks > cores) a.push_back("--oversubscribe");
+    if (ranks * threads == cores) {
       a.insert(a.end(),
                {"--map-by", "slot:PE=" + std::to_string(threads), "--bind-to", "hwthread"});
     } else {
       a.insert(a.end(), {"--bind-to", "none"});
     }
   } else {
-    const int hosts = count_hosts(o.hostfile);
-    const int ranks_per_host = (o.ranks + hosts - 1) / hosts;
-    if (threads == 0) threads = std::max(1, cores / ranks_per_host);
-    a.insert(a.end(), {"--hostfile", o.hostfile, "--bind-to", "none"});
+    const bool emulated = o.emulated || file.emulated;
+    const int ranks_per_machine = emulated ? ranks : (ranks + file.hosts - 1) / file.hosts;
+    if (threads == 0) threads = std::max(1, cores / ranks_per_machine);
+    add_hostfile_flags(o, file, exe, plan);
   }
   a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(threads)});
   a.insert(a.end(), {"--mca", "orte_abort_on_non_zero_status", "1"});
-  a.push_back(this_executable());
+  a.push_back(exe);
   a.insert(a.end(), command.begin(), command.end());
   return plan;
 }
@@ -152,17 +231,55 @@ std::string to_shell(const MpirunCommand& plan) {
               err == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "");
 }
 
+// `boostlm netns-agent HOST WORDS...`: Open MPI's rsh agent for an emulated cluster. mpirun calls
+// its agent as it would call ssh, with the host and the words of a shell command line (quoted for
+// a remote shell: the daemon's contact URI carries a ';'), so the words are joined and given to
+// /bin/sh inside the host's network namespace, as sshd would give them to the login shell.
+// Each host gets a /tmp of its own (TMPDIR=/tmp/boostlm-netns-HOST), as separate machines have:
+// Open MPI names its session directory after the host name, which all namespaces share, and two
+// daemons creating the same directory at once fail one start in about twenty.
+void add_netns_agent(CLI::App& app) {
+  auto* cmd = app.add_subcommand("netns-agent", "")->group("");  // hidden: mpirun's, not a user's
+  auto host = std::make_shared<std::string>();
+  cmd->add_option("host", *host)->required();
+  cmd->prefix_command();  // the words after the host are the command's, not ours: remaining()
+  cmd->callback([cmd, host] {
+    if (access(("/run/netns/" + *host).c_str(), F_OK) != 0)
+      throw error("netns-agent: ", *host,
+                  " is not a network namespace; is the emulated cluster up? (scripts/cluster.sh "
+                  "status)");
+    const std::string tmp = "/tmp/boostlm-netns-" + *host;
+    if (mkdir(tmp.c_str(), 0700) != 0 && errno != EEXIST)
+      throw error("netns-agent: cannot make ", tmp, ": ", std::strerror(errno));
+    setenv("TMPDIR", tmp.c_str(), 1);
+    std::string line;
+    for (const std::string& w : cmd->remaining()) line += (line.empty() ? "" : " ") + w;
+    std::vector<std::string> argv = {"ip", "netns", "exec", *host, "/bin/sh", "-c", line};
+    std::vector<char*> args;
+    for (std::string& w : argv) args.push_back(w.data());
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    throw error("netns-agent: cannot run ip: ", std::strerror(errno));
+  });
+}
+
 }  // namespace
 
 void add_launch(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "launch", "run a boostlm command on several ranks through mpirun: launch -n 4 -- train ...");
   auto o = std::make_shared<LaunchOptions>();
-  cmd->add_option("-n,--ranks", o->ranks, "number of ranks (processes)")
-      ->required()
+  cmd->add_option("-n,--ranks", o->ranks,
+                  "number of ranks (processes); with --hostfile, default: all its slots")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--hostfile", o->hostfile, "Open MPI hostfile, to run on several machines")
       ->check(CLI::ExistingFile);
+  cmd->add_flag("--emulated", o->emulated,
+                "the hostfile's hosts are network namespaces of this machine (scripts/cluster.sh); "
+                "implied by the hostfile cluster.sh writes");
+  cmd->add_option("--subnet", o->subnet,
+                  "the hosts' network (CIDR), for MPI's TCP traffic (default: the emulated "
+                  "cluster's, else Open MPI's choice)");
   cmd->add_option("--threads-per-rank", o->threads_per_rank,
                   "OpenMP threads per rank (default: the cores divided among the ranks)")
       ->check(CLI::Range(1, 1 << 16));
@@ -189,6 +306,7 @@ void add_launch(CLI::App& app) {
     }
     exec_mpirun(plan);
   });
+  add_netns_agent(app);
 }
 
 }  // namespace boostlm::cli

@@ -224,6 +224,7 @@ void run_measured(const PlanOptions& o) {
               bench.at("seq_len").get<int64_t>(), tp, hw.name.c_str());
   std::printf("%-22s %12s %12s %8s | %8s %8s %8s %8s %8s\n", "variant", "measured_ms",
               "predicted_ms", "error", "gemm", "attn", "eltwise", "TP comm", "optim");
+  nlohmann::json out = nlohmann::json::array();
   for (const auto& r : bench.at("results")) {
     plan::StepConfig c;
     c.layout = parse_layout(r.at("layout"));
@@ -246,7 +247,15 @@ void run_measured(const PlanOptions& o) {
                 100 * (p.step_s * 1e3 / measured - 1), p.micro_batches.gemm * 1e3,
                 p.micro_batches.attention * 1e3, p.micro_batches.elementwise * 1e3,
                 p.micro_batches.comm * 1e3, p.optimizer_s * 1e3);
+    out.push_back({{"variant", r.value("variant", to_string(c.layout))},
+                   {"layout", to_string(c.layout)},
+                   {"link_rate", bench.value("link_rate", "local")},
+                   {"measured_ms", measured},
+                   {"predicted_ms", p.step_s * 1e3},
+                   {"predicted_tp_comm_ms", p.micro_batches.comm * 1e3},
+                   {"measured_comm_ms", r.value("comm_ms", 0.0)}});
   }
+  write_json(o.json_path, out);
 }
 
 }  // namespace

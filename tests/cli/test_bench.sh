@@ -109,6 +109,12 @@ assert all("checkpoint_mb_per_ms" in r and "block_us" in r for r in j["results"]
   out=$("$boostlm" launch -n 2 -- bench gemm --shape "$model" --tokens 64 --reps 1 \
         --json "$work/g2.json" 2>&1) || fail "bench gemm, 2 ranks: $out"
   check "gemm 2 ranks" "$work/g2.json" 'assert j["tp"] == 2 and j["ranks"] == 2, (j["tp"], j["ranks"])'
+  # The link between the ranks is recorded: one machine unless labelled (or launched on an
+  # emulated cluster, which sets BOOSTLM_LINK_RATE).
+  check "layouts link rate" "$work/l2.json" 'assert j["link_rate"] == "local", j["link_rate"]'
+  out=$(BOOSTLM_LINK_RATE=3gbit "$boostlm" bench layouts --shape "$model" "${small[@]}" \
+        --variants btp --json "$work/l1-rate.json" 2>&1) || fail "bench layouts, a rate: $out"
+  check "layouts link rate from launch" "$work/l1-rate.json" 'assert j["link_rate"] == "3gbit", j'
   # The JSON is what `boostlm plan --measured` reads.
   out=$("$boostlm" plan --measured "$work/l2.json" 2>&1) || fail "plan --measured on bench JSON: $out"
   grep -q "^btp-recompute-lowrank " <<< "$out" || fail "plan --measured lacks a variant: $out"

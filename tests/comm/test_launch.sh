@@ -5,7 +5,7 @@
 set -u
 boostlm=$1
 exe=$(readlink -f "$boostlm")
-cores=$(nproc)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OMP_NUM_THREADS; launch counts CPUs
 status=0
 
 fail() { echo "FAIL: $*"; status=1; }
@@ -41,6 +41,29 @@ out=$("$boostlm" launch -n 8 --hostfile "$hostfile" --dry-run -- train)
 [[ "$out" == *"--hostfile $hostfile --bind-to none"* && "$out" != *oversubscribe* &&
    "$out" == *"OMP_NUM_THREADS=$((cores / 4 > 1 ? cores / 4 : 1))"* ]] ||
   fail "hostfile: $out"
+[[ "$out" == *"--mca btl tcp,vader,self"* && "$out" != *netns-agent* && "$out" != *if_include* ]] ||
+  fail "hostfile: a real cluster uses ssh and Open MPI's interfaces: $out"
+out=$("$boostlm" launch --hostfile "$hostfile" --subnet 10.1.0.0/16 --dry-run -- train)
+[[ "$out" == *"mpirun -n 9 "* && "$out" == *"btl_tcp_if_include 10.1.0.0/16"* &&
+   "$out" == *"oob_tcp_if_include 10.1.0.0/16"* ]] || fail "hostfile slots and --subnet: $out"
+# A hostfile written by scripts/cluster.sh: its marker makes the run emulated (namespace agent,
+# TCP only, the marker's subnet and rate), and the hosts share this machine's cores.
+printf '# boostlm-emulated-cluster name=blmx rate=2gbit subnet=198.18.7.0/24 namespaces=blmx-h0,blmx-h1\nblmx-h0 slots=1\nblmx-h1 slots=1\n' >"$hostfile"
+expect_dry "emulated cluster" "--hostfile $hostfile --dry-run -- train" "mpirun -n 2" \
+  "--mca btl tcp,self" "--mca btl_tcp_if_include 198.18.7.0/24" \
+  "--mca oob_tcp_if_include 198.18.7.0/24" "--mca plm_rsh_agent '$exe netns-agent'" \
+  "--mca plm_rsh_no_tree_spawn 1" "-x BOOSTLM_LINK_RATE=2gbit" \
+  "OMP_NUM_THREADS=$((cores / 2 > 1 ? cores / 2 : 1))" "--bind-to none"
+printf 'ns-a slots=2\nns-b slots=2\n' >"$hostfile"
+expect_dry "--emulated" "--hostfile $hostfile --emulated --dry-run -- train" "mpirun -n 4" \
+  "--mca btl tcp,self" "--mca btl_tcp_if_include 198.18.0.0/15" "netns-agent'" \
+  "OMP_NUM_THREADS=$((cores / 4 > 1 ? cores / 4 : 1))"
+out=$("$boostlm" launch --emulated --dry-run -- train 2>&1) && fail "--emulated without hostfile: $out"
+[[ "$out" == *"needs the --hostfile"* ]] || fail "--emulated without hostfile: $out"
+out=$("$boostlm" launch --dry-run -- train 2>&1) && fail "no -n and no hostfile: $out"
+[[ "$out" == *"give -n"* ]] || fail "no -n and no hostfile: $out"
+out=$("$boostlm" netns-agent blm-no-such-ns echo hi 2>&1) && fail "agent on a missing host: $out"
+[[ "$out" == *"not a network namespace"* ]] || fail "agent on a missing host: $out"
 rm -f "$hostfile"
 
 out=$("$boostlm" launch -n 2 --dry-run 2>&1) && fail "no command accepted: $out"

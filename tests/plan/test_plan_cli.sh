@@ -24,6 +24,14 @@ cat > "$work/bench.json" <<'JSON'
 JSON
 out=$("$boostlm" plan --measured "$work/bench.json" --hardware a100-80g) || fail "--measured: exit $?"
 grep -q "^btp " <<< "$out" || fail "--measured prints no btp row: $out"
+"$boostlm" plan --measured "$work/bench.json" --hardware a100-80g --json "$work/measured.json" \
+  > /dev/null || fail "--measured --json: exit $?"
+python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 1 and rows[0]["layout"] == "btp" and rows[0]["measured_ms"] == 900.0, rows
+assert rows[0]["predicted_ms"] > 0 and rows[0]["link_rate"] == "local", rows
+' "$work/measured.json" || fail "--measured --json rows"
 
 # Calibration writes a hardware file that plan reads (multi-rank probe when mpirun exists).
 "$boostlm" calibrate -o "$work/machine.json" > "$work/calibrate.log" 2>&1 ||

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Training across the hosts of an emulated cluster (scripts/cluster.sh: network namespaces on a
+# shaped bridge, one rank per host, TCP between them): TP 2 for each layout (dense-tp on a dense
+# model, naive-tp and btp on a low-rank one), DP 2 and PP 2 give the same losses as one process
+# (relative 1e-5 per step, as tests/cli/test_parallel_train.sh: the sharded runs only reorder fp32
+# sums), log per-kind byte counts equal to the closed forms (tests/parallel/closed_form_comm.cpp),
+# and their bytes really cross the links (the veths' counters).
+# Needs root to make namespaces; skips (exit 77) with the reason where they cannot be made.
+# Usage: test_cluster.sh BOOSTLM CLOSED_FORM_COMM
+set -uo pipefail
+boostlm=$1 closed_form=$2
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cluster=$repo/scripts/cluster.sh
+source "$(dirname "$0")/lib.sh" cluster
+
+if ! command -v mpirun > /dev/null; then echo "skipped: MPI not available (no mpirun)"; exit 77; fi
+probe=blmprobe$$
+if ! ip netns add "$probe" 2> /dev/null; then
+  echo "skipped: cannot create network namespaces here (needs root / CAP_NET_ADMIN)"
+  exit 77
+fi
+ip netns del "$probe"
+
+# A name of its own, so that concurrent tests and a user's cluster are left alone.
+cluster_name=blmc$(($$ % 100000))
+trap '"$cluster" down --name "$cluster_name" > /dev/null; rm -rf "$work"' EXIT
+"$cluster" up 2 --rate 10gbit --name "$cluster_name" --hostfile "$work/hosts" > "$work/up.log" ||
+  { cat "$work/up.log"; echo "cluster.sh up failed"; exit 1; }
+grep -q '^# boostlm-emulated-cluster .*rate=10gbit' "$work/hosts" || fail "hostfile marker"
+# Both directions of host 0's link are shaped; `up` again is a no-op, of another shape a refusal.
+tc qdisc show dev "$cluster_name-v0" | grep -q 'tbf.*rate 10Gbit' || fail "no tbf towards host 0"
+ip netns exec "$cluster_name-h0" tc qdisc show dev eth0 | grep -q 'tbf.*rate 10Gbit' ||
+  fail "no tbf from host 0"
+ip netns exec "$cluster_name-h0" ip route | grep -q default && fail "host 0 has a default route"
+"$cluster" up 2 --rate 10gbit --name "$cluster_name" --hostfile "$work/hosts" | grep "already up" > /dev/null ||
+  fail "second up is not a no-op"
+expect_error "up of another shape" "down --name $cluster_name" "$cluster" up 3 --name "$cluster_name"
+
+for i in $(seq 1 300); do
+  echo "Line $i of the text, with words such as river, mountain, $((i * 13)) and sky."
+  echo
+done > "$work/text.txt"
+"$boostlm" prepare "$work/text.txt" -o "$work/data" --vocab-size 300 --val-fraction 0.1 > /dev/null ||
+  { echo "prepare failed"; exit 1; }
+for arch in dense cola; do
+  cat > "$work/$arch.json" << JSON
+{"arch": "$arch", "vocab_size": 320, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+ "d_ff": 48, "attn_rank": 8, "mlp_rank": 8, "max_seq_len": 32}
+JSON
+done
+steps=3 seq=16
+common=(-d "$work/data" -t "$seq" --steps "$steps" --lr 1e-2 --warmup 1 --eval-interval 0
+  --eval-batches 1 --save-interval 0)
+
+for arch in dense cola; do
+  timeout 60 "$boostlm" train -c "$work/$arch.json" -o "$work/${arch}1" -b 4 "${common[@]}" \
+    > /dev/null 2>&1 || fail "$arch in one process"
+done
+
+link_bytes() {
+  echo $(($(< /sys/class/net/"$cluster_name"-v0/statistics/rx_bytes) +
+    $(< /sys/class/net/"$cluster_name"-v0/statistics/tx_bytes)))
+}
+
+# check NAME CONFIG LAYOUT TP PP DP MICRO_BATCH MICRO_BATCHES: losses as one process, the closed
+# forms' bytes on every step but the last (which also evaluates), and at least that many bytes
+# through host 0's link.
+check() {
+  local name=$1 arch=$2 layout=$3 tp=$4 pp=$5 dp=$6 b=$7 m=$8
+  "$closed_form" "$work/$arch.json" "$layout" "$tp" "$pp" "$dp" "$b" "$seq" "$m" \
+    > "$work/$name.expected" || { fail "$name: closed form"; return; }
+  python3 - "$work/${arch}1/metrics.jsonl" "$work/$name/metrics.jsonl" "$work/$name.expected" \
+    "$name" "$3" "$(($(link_bytes) - link_before))" << 'PY' || fail "$name"
+import json, sys
+ref = [json.loads(l) for l in open(sys.argv[1])]
+run = [json.loads(l) for l in open(sys.argv[2])]
+expected = json.load(open(sys.argv[3]))
+name, link_bytes = sys.argv[4], int(sys.argv[6])
+assert len(run) == len(ref), f"{name}: {len(run)} steps logged, want {len(ref)}"
+bad = [(i, a["loss"], b["loss"]) for i, (a, b) in enumerate(zip(ref, run))
+       if abs(a["loss"] - b["loss"]) > 1e-5 * abs(a["loss"])]
+assert not bad, f"{name}: losses differ from one process: {bad}"
+for step in run[:-1]:
+    assert step["comm"] == expected, f"{name} step {step['step']}: {step['comm']} != {expected}"
+sent = sum(c["bytes"] for group in run[0]["comm"].values() for c in group.values())
+# Rank 0 lives on host 0: each step's traffic leaves or enters through its veth (TCP adds headers).
+assert link_bytes >= sent * len(run), f"{name}: {link_bytes} bytes on the link, {sent}/step logged"
+print(f"ok   {name}: losses match, comm {expected}, {link_bytes} bytes over the link")
+PY
+}
+
+# run NAME CONFIG FLAGS...: train across the two hosts. Each run takes a few seconds; together
+# they must end well inside CTest's limit, so that the trap still takes the cluster down.
+deadline=$((SECONDS + 90))
+run() {
+  local name=$1 arch=$2 left=$((deadline - SECONDS))
+  shift 2
+  ((left > 5)) || { fail "$name: no time left"; return 1; }
+  link_before=$(link_bytes)
+  timeout -k 5 $((left < 40 ? left : 40)) "$boostlm" launch --hostfile "$work/hosts" -- train -c "$work/$arch.json" \
+    -o "$work/$name" "${common[@]}" "$@" > "$work/$name.log" 2>&1 ||
+    { fail "$name: $(tail -3 "$work/$name.log")"; return 1; }
+}
+
+run dense_tp2 dense -b 4 --tp 2 --layout dense-tp && check dense_tp2 dense dense-tp 2 1 1 4 1
+run naive_tp2 cola -b 4 --tp 2 --layout naive-tp && check naive_tp2 cola naive-tp 2 1 1 4 1
+run btp_tp2 cola -b 4 --tp 2 --layout btp && check btp_tp2 cola btp 2 1 1 4 1
+run btp_dp2 cola -b 2 --dp 2 && check btp_dp2 cola btp 1 1 2 2 1
+run btp_pp2 cola -b 2 --grad-accum 2 --pp 2 && check btp_pp2 cola btp 1 2 1 2 2
+
+# `down` leaves nothing of the cluster behind.
+"$cluster" down --name "$cluster_name" > /dev/null
+ip netns list | grep -q "^$cluster_name-" && fail "down left namespaces"
+ip -br link | grep -q "^$cluster_name-" && fail "down left links"
+[ -e "$work/hosts" ] && fail "down left the hostfile"
+
+finish "training across emulated hosts matches one process and the closed forms"
