@@ -80,6 +80,7 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
       ->capture_default_str();
   cmd->add_flag("--breakdown", f->breakdown, "also print ms per step in each kernel family");
   cmd->add_option("--json", f->json, "also write the results as JSON");
+  add_comm_timeout(*cmd);
   cmd->callback([f, name, ablation_table] {
     f->options.low_rank = parse_arch(f->low_rank);
     f->options.precision = parse_dtype(f->precision);
@@ -201,6 +202,7 @@ void add_pipeline_command(CLI::App& bench) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--json", *json, "also write the results as JSON");
+  add_comm_timeout(*cmd);
   cmd->callback([o, arch, precision, tp, json] {
     o->arch = parse_arch(*arch);
     o->precision = parse_dtype(*precision);

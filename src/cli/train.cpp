@@ -69,6 +69,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--save-interval", o->save_interval, "steps between checkpoints (0: end only)");
   cmd->add_option("--keep", o->keep_checkpoints, "checkpoints kept");
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)");
+  add_comm_timeout(*cmd);
   cmd->callback([o, precision, layout, rmsnorm, grouping, recompute] {
     o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
     o->precision = parse_dtype(*precision);

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/loader.h"
@@ -295,6 +296,7 @@ TrainResult train(const TrainOptions& o) {
   const double start = now_s();
   const int64_t first_step = state.step;
   while (state.step < o.steps) {
+    set_watchdog_step(state.step + 1);  // for the watchdog's message, numbered as in the metrics
     const double t0 = now_s();
     const CommCounts tp_before = grid.tp().counts(), dp_before = grid.dp().counts(),
                      pp_before = grid.pp().counts();
