@@ -7,6 +7,8 @@
 #            it and ends with the same final loss, bit for bit, as an uninterrupted run.
 #  shrink    as restart, with only 1 slot usable on the restart (BOOSTLM_LAUNCH_SLOTS): with
 #            --min-ranks 1 it continues on 1 rank (DP 1, twice the gradient accumulation).
+#  interrupt SIGINT to a launcher with restarts reaches the ranks (they save and stop) and is
+#            not followed by a restart.
 #  no-restart --max-restarts 0 is today's launcher: mpirun replaces it, a killed rank ends the job.
 # Usage: test_faults.sh path/to/boostlm
 set -uo pipefail
@@ -127,6 +129,21 @@ BOOSTLM_LAUNCH_SLOTS=1 kill_rank1_and_finish noshrink --max-restarts 1
 [ "$code" -ne 0 ] && grep -q "fewer than --min-ranks 2 allows" "$work/noshrink.log" ||
   fail "noshrink: exit $code: $(grep 'boostlm launch' "$work/noshrink.log")"
 
+# --- interrupt: SIGINT reaches the ranks through the supervising launcher, no restart ----------
+run=$work/interrupt
+"$boostlm" launch -n 2 --max-restarts 2 -- "${train[@]}" -o "$run" --steps 100000 \
+  > "$run.out" 2> "$run.log" &
+launcher=$!
+wait_for steps_logged "$run" 20 || fail "interrupt: the run did not start"
+kill -INT "$launcher"
+wait "$launcher"
+if grep -q '"interrupted":true' "$run.out" && grep -q "not restarting" "$run.log" &&
+   ! grep -q "restart 1 of" "$run.log"; then
+  echo "ok   interrupt: $(grep 'checkpoint (interrupted)' "$run.log")"
+else
+  fail "interrupt: $(tail -3 "$run.log") $(cat "$run.out")"
+fi
+
 # --- no-restart: --max-restarts 0 is today's launcher ----------------------------------------
 [ "$("$boostlm" launch -n 2 --dry-run -- "${train[@]}" -o x)" = \
   "$("$boostlm" launch -n 2 --max-restarts 0 --dry-run -- "${train[@]}" -o x)" ] ||
@@ -145,4 +162,4 @@ else
 fi
 kill -TERM "$launcher"; wait "$launcher"
 
-finish "faults: stall, restart, shrink and no-restart behave"
+finish "faults: stall, restart, shrink, interrupt and no-restart behave"
