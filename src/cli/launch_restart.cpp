@@ -91,7 +91,9 @@ std::string describe(int status) {
   const int code = exit_code_of(status);
   std::string why = "exit code " + std::to_string(code);
   if (code == 75) why += ": the communication watchdog ended it (a rank stalled or a link died)";
-  if (code > 128) why += ": a rank was killed by signal " + std::to_string(code - 128);
+  if (code > 128 && code < 128 + 32) {  // a shell's convention for "killed by a signal"
+    why += ": a rank was killed by " + std::string(strsignal(code - 128));
+  }
   return why;
 }
 
@@ -315,6 +317,13 @@ int run_with_restarts(const RestartPolicy& policy, std::vector<std::string> comm
   install_forwarding();
   Shape shape{policy.ranks, std::move(command)};
   std::string hostfile = policy.hostfile;
+  struct RemoveLiveHostfile {  // the hostfile of the hosts that still answered, if one was written
+    const RestartPolicy& policy;
+    const std::string& path;
+    ~RemoveLiveHostfile() {
+      if (path != policy.hostfile) std::remove(path.c_str());
+    }
+  } remove_live_hostfile{policy, hostfile};
   for (int restart = 0;; ++restart) {
     const int status = run_child(plan(shape.ranks, hostfile, shape.command));
     const int code = exit_code_of(status);

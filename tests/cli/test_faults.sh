@@ -7,6 +7,8 @@
 #            it and ends with the same final loss, bit for bit, as an uninterrupted run.
 #  shrink    as restart, with only 1 slot usable on the restart (BOOSTLM_LAUNCH_SLOTS): with
 #            --min-ranks 1 it continues on 1 rank (DP 1, twice the gradient accumulation).
+#  host gone with a hostfile, a host that does not answer through the rsh agent (ssh) is left out
+#            of the restart, which continues on the other host's slots (--min-ranks).
 #  interrupt SIGINT to a launcher with restarts reaches the ranks (they save and stop) and is
 #            not followed by a restart.
 #  no-restart --max-restarts 0 is today's launcher: mpirun replaces it, a killed rank ends the job.
@@ -70,7 +72,7 @@ if wait_for steps_logged "$run" 20 && pid=$(rank_pid "$run" 1); then
   sleep 1
   if left_behind "$run" > /dev/null; then
     fail "stall: processes left behind: $(left_behind "$run")"
-    pkill -9 -f -- "-o $run "
+    for p in $(pgrep -f -- "-o $run "); do kill -9 "$p"; done
   fi
   echo "ok   stall: the job ended ${took}s after rank 1 was stopped: $(grep -o 'communication watchdog: [^;]*' "$run.log" | head -1)"
 else
@@ -128,6 +130,22 @@ fi
 BOOSTLM_LAUNCH_SLOTS=1 kill_rank1_and_finish noshrink --max-restarts 1
 [ "$code" -ne 0 ] && grep -q "fewer than --min-ranks 2 allows" "$work/noshrink.log" ||
   fail "noshrink: exit $code: $(grep 'boostlm launch' "$work/noshrink.log")"
+
+# --- host gone: a hostfile host that does not answer (.invalid never resolves, RFC 6761) -------
+run=$work/hostgone
+hostfiles_before=$(ls /tmp/boostlm_hosts.* 2> /dev/null)
+printf 'localhost slots=2\ngone.invalid slots=2\n' > "$work/hosts"
+timeout -k 5 120 "$boostlm" launch -n 4 --hostfile "$work/hosts" --max-restarts 1 --min-ranks 2 -- \
+  "${train[@]}" --dp 4 -o "$run" --steps 20 > "$run.out" 2> "$run.log"
+code=$?
+if [ "$code" -eq 0 ] && grep -q "host gone.invalid does not answer" "$run.log" &&
+   grep -q "continuing on 2 ranks with data-parallel size 2 instead of 4" "$run.log" &&
+   grep -q '"steps":20' "$run.out"; then
+  echo "ok   host gone: $(grep 'boostlm launch: only' "$run.log")"
+else
+  fail "host gone: exit $code: $(grep 'boostlm launch' "$run.log") $(cat "$run.out")"
+fi
+[ "$(ls /tmp/boostlm_hosts.* 2> /dev/null)" = "$hostfiles_before" ] || fail "host gone: the launcher left its hostfile in /tmp"
 
 # --- interrupt: SIGINT reaches the ranks through the supervising launcher, no restart ----------
 run=$work/interrupt

@@ -26,7 +26,7 @@ run_case() {  # mode, expected message
   grep -q "passed the stuck exchange" "$log" && { echo "FAIL $mode: rank 0 got through"; ok=0; }
   if pgrep -f "$probe $mode" >/dev/null; then
     echo "FAIL $mode: a rank is left behind: $(pgrep -af "$probe $mode")"; ok=0
-    pkill -9 -f "$probe $mode"
+    for p in $(pgrep -f "$probe $mode"); do kill -9 "$p"; done
   fi
   if [ $ok -eq 1 ]; then
     echo "ok   $mode: the job ended in ${elapsed}s with exit code $code"
