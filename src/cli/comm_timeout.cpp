@@ -1,4 +1,5 @@
-// `--comm-timeout SECONDS`, shared by the commands that communicate (train, the multi-rank benches).
+// `--comm-timeout SECONDS`, shared by the commands that communicate (train, the multi-rank
+// benches).
 #include <memory>
 
 #include "cli/commands.h"

@@ -203,13 +203,14 @@ void add_launch(CLI::App& app) {
     }
     if (o->max_restarts == 0) exec_mpirun(plan);
     const RestartPolicy policy{o->max_restarts, o->min_ranks, o->ranks, o->hostfile};
-    exit_code() = run_with_restarts(policy, command, [o](int ranks, const std::string& hostfile,
-                                                         const std::vector<std::string>& words) {
-      LaunchOptions attempt = *o;
-      attempt.ranks = ranks;
-      attempt.hostfile = hostfile;
-      return plan_mpirun(attempt, words);
-    });
+    exit_code() = run_with_restarts(
+        policy, command,
+        [o](int ranks, const std::string& hostfile, const std::vector<std::string>& words) {
+          LaunchOptions attempt = *o;
+          attempt.ranks = ranks;
+          attempt.hostfile = hostfile;
+          return plan_mpirun(attempt, words);
+        });
   });
 }
 

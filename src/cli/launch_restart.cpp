@@ -166,7 +166,8 @@ std::vector<std::string> resume_latest(const std::vector<std::string>& command, 
   const fs::path latest = fs::path(out) / "checkpoints" / "latest";
   std::error_code ec;
   if (out.empty() || !fs::exists(latest, ec)) {
-    std::fprintf(stderr, "boostlm launch: no checkpoint in %s yet: restart %d starts the run over\n",
+    std::fprintf(stderr,
+                 "boostlm launch: no checkpoint in %s yet: restart %d starts the run over\n",
                  out.empty() ? "the run directory" : out.c_str(), restart);
     return command;
   }
@@ -219,8 +220,8 @@ bool host_answers(const std::string& host, int timeout_s) {
   for (std::string w; words >> w;) argv.push_back(w);
   if (argv.empty()) argv.push_back("ssh");
   if (fs::path(argv[0]).filename() == "ssh") {
-    argv.insert(argv.begin() + 1, {"-o", "BatchMode=yes", "-o",
-                                   "ConnectTimeout=" + std::to_string(timeout_s)});
+    argv.insert(argv.begin() + 1,
+                {"-o", "BatchMode=yes", "-o", "ConnectTimeout=" + std::to_string(timeout_s)});
   }
   argv.push_back(host);
   argv.push_back("true");
@@ -266,8 +267,8 @@ int usable_slots(const RestartPolicy& policy, int ranks, std::string& live_hostf
     slots += host_slots > 0 ? host_slots : per_host;
     live << host << (host_slots > 0 ? " slots=" + std::to_string(host_slots) : "") << "\n";
   }
-  live_hostfile = (fs::temp_directory_path() / ("boostlm_hosts." + std::to_string(getpid())))
-                      .string();
+  live_hostfile =
+      (fs::temp_directory_path() / ("boostlm_hosts." + std::to_string(getpid()))).string();
   std::ofstream(live_hostfile) << live.str();
   return slots;
 }

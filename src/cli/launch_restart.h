@@ -1,6 +1,6 @@
-// `boostlm launch --max-restarts K [--min-ranks M]`: mpirun as a supervised child, restarted when the
-// job fails, in the manner of torchrun's elastic agent (a failed worker group is torn down whole and
-// started again, up to a restart budget, on the nodes that are still there).
+// `boostlm launch --max-restarts K [--min-ranks M]`: mpirun as a supervised child, restarted when
+// the job fails, in the manner of torchrun's elastic agent (a failed worker group is torn down
+// whole and started again, up to a restart budget, on the nodes that are still there).
 #pragma once
 
 #include <functional>

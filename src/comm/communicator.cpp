@@ -23,8 +23,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/error.h"
 #include "comm/watchdog.h"
+#include "core/error.h"
 #include "core/profile.h"
 
 namespace boostlm {

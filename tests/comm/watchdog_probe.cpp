@@ -1,7 +1,8 @@
 // boostlm_watchdog_probe MODE: a 2-rank job in which rank 0 waits for an exchange that rank 1
 // never joins (rank 1 sleeps, outside any exchange, so only rank 0's watchdog can fire).
-// test_watchdog.sh checks that the job ends within the 1 s timeout plus slack, with exit code 75 and
-// a message naming the group, the operation, its bytes and the step. MODE is the stuck exchange:
+// test_watchdog.sh checks that the job ends within the 1 s timeout plus slack, with exit code 75
+// and a message naming the group, the operation, its bytes and the step. MODE is the stuck
+// exchange:
 //   recv        a blocking receive with no matching send (1024 floats)
 //   wait        a non-blocking receive, then CommRequest::wait (1024 floats)
 //   all_reduce  an all-reduce rank 1 never joins (256 floats)

@@ -172,7 +172,8 @@ TEST(Loader, LoadStateReshardsAcrossDataParallelSizes) {
     std::vector<DataLoader> four;
     for (int64_t r = 0; r < 4; ++r) four.push_back(make(r, 4));
     for (DataLoader& l : four) l.load_state(saved);
-    for (int i = 0; i < 8; ++i) EXPECT_EQ(four[i % 4].next().inputs, want[i]) << "dp 4, window " << i;
+    for (int i = 0; i < 8; ++i)
+      EXPECT_EQ(four[i % 4].next().inputs, want[i]) << "dp 4, window " << i;
   }
   // 3 windows read at DP 3 cannot be shared by 2 ranks.
   LoaderConfig c = config(2, 3);
