@@ -94,6 +94,7 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
   cmd->add_option("--link-rate", f->link_rate,
                   "label of the link between the ranks, for the JSON (default: the emulated "
                   "cluster's rate, else \"local\")");
+  add_comm_timeout(*cmd);
   cmd->callback([f, name, ablation_table] {
     f->options.low_rank = parse_arch(f->low_rank);
     f->options.precision = parse_dtype(f->precision);
@@ -217,6 +218,7 @@ void add_pipeline_command(CLI::App& bench) {
       ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--json", *json, "also write the results as JSON");
+  add_comm_timeout(*cmd);
   cmd->callback([o, arch, precision, tp, json] {
     o->arch = parse_arch(*arch);
     o->precision = parse_dtype(*precision);

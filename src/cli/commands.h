@@ -16,6 +16,10 @@ void add_plan(CLI::App& app);       // the performance model: predict and rank l
 void add_calibrate(CLI::App& app);  // measure this machine for plan
 void add_bench(CLI::App& app);      // benchmarks: layouts, ablations, gemm, step
 
+// Adds `--comm-timeout SECONDS` (default 300, 0: off) to a command that communicates between ranks,
+// and configures the communication watchdog (comm/watchdog.h) once the command line is parsed.
+void add_comm_timeout(CLI::App& cmd);
+
 // The exit code a subcommand asks main to return (default 0).
 int& exit_code();
 

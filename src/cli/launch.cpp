@@ -37,6 +37,7 @@
 //  - As root, Open MPI refuses to start unless OMPI_ALLOW_RUN_AS_ROOT=1 and
 //    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set; they are set for mpirun when euid is 0.
 // mpirun replaces this process (execvp), so signals reach it directly and its exit code is ours.
+// With --max-restarts K > 0 it runs as a child instead, restarted when it fails (restart.cpp).
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -55,6 +56,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/launch_restart.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 
@@ -68,6 +70,8 @@ struct LaunchOptions {
   bool dry_run = false;
   bool emulated = false;  // the hostfile's hosts are network namespaces (scripts/cluster.sh)
   std::string subnet;     // the hosts' network, for btl/oob_tcp_if_include
+  int max_restarts = 0;   // 0: mpirun replaces this process, as without restarts
+  int min_ranks = 0;      // 0: as many as --ranks (never shrink)
 };
 
 // What an Open MPI hostfile says ("host [slots=N] ...", '#' starts a comment), and the marker line
@@ -82,11 +86,6 @@ struct Hostfile {
 constexpr const char* kEmulatedMarker = "# boostlm-emulated-cluster";
 // Every address scripts/cluster.sh gives out lies in this range (RFC 2544's benchmarking networks).
 constexpr const char* kEmulatedNetwork = "198.18.0.0/15";
-
-struct MpirunCommand {
-  std::vector<std::pair<std::string, std::string>> env;  // set for mpirun
-  std::vector<std::string> argv;
-};
 
 int available_cpus() {
   cpu_set_t set;
@@ -284,6 +283,15 @@ void add_launch(CLI::App& app) {
                   "OpenMP threads per rank (default: the cores divided among the ranks)")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--dry-run", o->dry_run, "print the mpirun command instead of running it");
+  cmd->add_option("--max-restarts", o->max_restarts,
+                  "when the job fails (a rank dies, the communication watchdog fires), run it "
+                  "again up to this many times; train resumes from its latest checkpoint")
+      ->default_val(0)
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--min-ranks", o->min_ranks,
+                  "with --max-restarts: when fewer slots answer on a restart, continue on as few "
+                  "as this many ranks (train: fewer data-parallel replicas; default: --ranks)")
+      ->check(CLI::Range(1, 1 << 20));
   // Everything after `--`, or from the first word that is not a launch option, is the command:
   // positionals_at_end stops option parsing at the first positional.
   auto command_words = std::make_shared<std::vector<std::string>>();
@@ -299,12 +307,32 @@ void add_launch(CLI::App& app) {
     if (launched_by_mpi()) {
       throw error("launch starts mpirun itself: run it directly, not under mpirun");
     }
+    if (o->ranks == 0 && !o->hostfile.empty()) o->ranks = read_hostfile(o->hostfile).slots;
+    if (o->min_ranks > 0 && o->max_restarts == 0) {
+      throw error("--min-ranks applies to restarts: give --max-restarts too");
+    }
+    if (o->min_ranks > o->ranks) {
+      throw error("--min-ranks ", o->min_ranks, " is more than the ", o->ranks, " ranks launched");
+    }
     const MpirunCommand plan = plan_mpirun(*o, command);
     if (o->dry_run) {
       std::printf("%s\n", to_shell(plan).c_str());
       return;
     }
-    exec_mpirun(plan);
+    if (o->max_restarts == 0) exec_mpirun(plan);
+    // Restarts probe the hosts through the agent mpirun uses (launch_restart.cpp reads it from
+    // Open MPI's environment variable): on an emulated cluster, the namespace agent.
+    if (o->emulated || (!o->hostfile.empty() && read_hostfile(o->hostfile).emulated))
+      setenv("OMPI_MCA_plm_rsh_agent", (this_executable() + " netns-agent").c_str(), 1);
+    const RestartPolicy policy{o->max_restarts, o->min_ranks, o->ranks, o->hostfile};
+    exit_code() = run_with_restarts(
+        policy, command,
+        [o](int ranks, const std::string& hostfile, const std::vector<std::string>& words) {
+          LaunchOptions attempt = *o;
+          attempt.ranks = ranks;
+          attempt.hostfile = hostfile;
+          return plan_mpirun(attempt, words);
+        });
   });
   add_netns_agent(app);
 }

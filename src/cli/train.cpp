@@ -83,6 +83,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--keep", o->keep_checkpoints, "checkpoints kept")->check(at_least(1));
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)")
       ->check(at_least(1));
+  add_comm_timeout(*cmd);
   cmd->callback([o, precision, layout, rmsnorm, grouping, recompute] {
     o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
     o->precision = parse_dtype(*precision);

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/profile.h"
 
@@ -110,6 +111,9 @@ int64_t CommCounts::total_calls() const {
 
 struct CommRequest::Impl {
   MPI_Request request = MPI_REQUEST_NULL;
+  const char* group = "?";  // for the watchdog's message
+  const char* operation = "?";
+  int64_t bytes = 0;
 };
 
 CommRequest::CommRequest() = default;
@@ -142,6 +146,7 @@ bool CommRequest::test() {
 void CommRequest::wait() {
   BOOSTLM_PHASE("comm");
   if (!pending()) return;
+  WatchedExchange watch(impl_->group, impl_->operation, impl_->bytes);
   MPI_Wait(&impl_->request, MPI_STATUS_IGNORE);
 }
 
@@ -157,14 +162,18 @@ Communicator::Communicator() = default;
 // The group is duplicated, so this Communicator owns a communicator of its own: its messages never
 // match those of another library or of another Communicator over the same group, and it frees what
 // it owns. MPI_Comm_dup is collective, so constructing is collective over the group.
-Communicator::Communicator(void* mpi_comm, std::string name) : name_(std::move(name)) {
+Communicator::Communicator(void* mpi_comm, std::string name)
+    : name_(std::move(name)), watch_name_(intern_group_name(name_.c_str())) {
   BOOSTLM_ASSERT_MSG(mpi_comm != nullptr, "Communicator(" + name_ + "): null MPI_Comm");
   int initialised = 0;
   MPI_Initialized(&initialised);
   BOOSTLM_ASSERT_MSG(initialised && !mpi_finalized(),
                      "Communicator(" + name_ + "): MPI is not running (see mpi_start)");
   MPI_Comm dup = MPI_COMM_NULL;
-  MPI_Comm_dup(as_mpi(mpi_comm), &dup);
+  {
+    WatchedExchange watch(watch_name_, "comm_dup", 0);
+    MPI_Comm_dup(as_mpi(mpi_comm), &dup);
+  }
   comm_ = as_handle(dup);
   MPI_Comm_rank(dup, &rank_);
   MPI_Comm_size(dup, &size_);
@@ -183,6 +192,7 @@ Communicator::Communicator(Communicator&& other) noexcept
       rank_(std::exchange(other.rank_, 0)),
       size_(std::exchange(other.size_, 1)),
       name_(std::move(other.name_)),
+      watch_name_(std::exchange(other.watch_name_, "self")),
       counts_(std::exchange(other.counts_, {})) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
@@ -192,6 +202,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     rank_ = std::exchange(other.rank_, 0);
     size_ = std::exchange(other.size_, 1);
     name_ = std::move(other.name_);
+    watch_name_ = std::exchange(other.watch_name_, "self");
     counts_ = std::exchange(other.counts_, {});
   }
   return *this;
@@ -206,6 +217,7 @@ void Communicator::count(Collective kind, int64_t elements, int64_t element_byte
 void Communicator::all_reduce(float* data, int64_t count) {
   BOOSTLM_PHASE("comm");
   if (size_ == 1) return;
+  WatchedExchange watch(watch_name_, "all_reduce", count * 4);
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_SUM, as_mpi(comm_));
   this->count(Collective::all_reduce, count);
 }
@@ -213,6 +225,7 @@ void Communicator::all_reduce(float* data, int64_t count) {
 void Communicator::all_reduce_max(float* data, int64_t count) {
   BOOSTLM_PHASE("comm");
   if (size_ == 1) return;
+  WatchedExchange watch(watch_name_, "all_reduce_max", count * 4);
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_MAX, as_mpi(comm_));
   this->count(Collective::all_reduce_max, count);
 }
@@ -220,6 +233,7 @@ void Communicator::all_reduce_max(float* data, int64_t count) {
 void Communicator::all_reduce(double* data, int64_t count) {
   BOOSTLM_PHASE("comm");
   if (size_ == 1) return;
+  WatchedExchange watch(watch_name_, "all_reduce", count * 8);
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_DOUBLE, MPI_SUM, as_mpi(comm_));
   this->count(Collective::all_reduce, count, sizeof(double));
 }
@@ -237,6 +251,7 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
     if (!in_place) std::memcpy(recv, send, count * sizeof(float));
     return;
   }
+  WatchedExchange watch(watch_name_, "all_gather", count * 4);
   MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, MPI_FLOAT, recv, n, MPI_FLOAT, as_mpi(comm_));
   this->count(Collective::all_gather, count);
 }
@@ -257,6 +272,7 @@ void Communicator::reduce_scatter(const float* send, float* recv,
     std::memcpy(recv, send, counts[0] * sizeof(float));
     return;
   }
+  WatchedExchange watch(watch_name_, "reduce_scatter", total * 4);
   MPI_Reduce_scatter(send, recv, mpi_counts.data(), MPI_FLOAT, MPI_SUM, as_mpi(comm_));
   this->count(Collective::reduce_scatter, total);
 }
@@ -265,6 +281,7 @@ void Communicator::broadcast(float* data, int64_t count, int root) {
   BOOSTLM_PHASE("comm");
   BOOSTLM_ASSERT_MSG(root >= 0 && root < size_, "broadcast: root out of range");
   if (size_ == 1) return;
+  WatchedExchange watch(watch_name_, "broadcast", count * 4);
   MPI_Bcast(data, to_mpi_count(count), MPI_FLOAT, root, as_mpi(comm_));
   this->count(Collective::broadcast, count);
 }
@@ -272,6 +289,7 @@ void Communicator::broadcast(float* data, int64_t count, int root) {
 void Communicator::broadcast_bytes(void* data, int64_t bytes, int root) {
   BOOSTLM_ASSERT_MSG(root >= 0 && root < size_, "broadcast_bytes: root out of range");
   if (size_ == 1) return;
+  WatchedExchange watch(watch_name_, "broadcast_bytes", bytes);
   MPI_Bcast(data, to_mpi_count(bytes), MPI_BYTE, root, as_mpi(comm_));
 }
 
@@ -279,6 +297,7 @@ void Communicator::send(const float* data, int64_t count, int dest, int tag) {
   BOOSTLM_PHASE("comm");
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "send on " + name_ + ": bad destination " + std::to_string(dest));
+  WatchedExchange watch(watch_name_, "send", count * 4);
   MPI_Send(data, to_mpi_count(count), MPI_FLOAT, dest, tag, as_mpi(comm_));
   this->count(Collective::send, count);
 }
@@ -288,7 +307,10 @@ void Communicator::recv(float* data, int64_t count, int source, int tag) {
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "recv on " + name_ + ": bad source " + std::to_string(source));
   MPI_Status status;
-  MPI_Recv(data, to_mpi_count(count), MPI_FLOAT, source, tag, as_mpi(comm_), &status);
+  {
+    WatchedExchange watch(watch_name_, "recv", count * 4);
+    MPI_Recv(data, to_mpi_count(count), MPI_FLOAT, source, tag, as_mpi(comm_), &status);
+  }
   // MPI accepts a shorter message into a larger buffer; a size mismatch is a protocol bug here.
   int received = 0;
   MPI_Get_count(&status, MPI_FLOAT, &received);
@@ -300,7 +322,8 @@ void Communicator::recv(float* data, int64_t count, int source, int tag) {
 CommRequest Communicator::iall_reduce(float* data, int64_t count) {
   CommRequest request;
   if (size_ == 1) return request;  // nothing in flight: test() is true at once
-  request.impl_ = std::make_unique<CommRequest::Impl>();
+  request.impl_ = std::make_unique<CommRequest::Impl>(
+      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "iall_reduce", count * 4});
   MPI_Iallreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_SUM, as_mpi(comm_),
                  &request.impl_->request);
   this->count(Collective::all_reduce, count);
@@ -311,7 +334,8 @@ CommRequest Communicator::isend(const float* data, int64_t count, int dest, int 
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "isend on " + name_ + ": bad destination " + std::to_string(dest));
   CommRequest request;
-  request.impl_ = std::make_unique<CommRequest::Impl>();
+  request.impl_ = std::make_unique<CommRequest::Impl>(
+      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "isend", count * 4});
   MPI_Isend(data, to_mpi_count(count), MPI_FLOAT, dest, tag, as_mpi(comm_),
             &request.impl_->request);
   this->count(Collective::send, count);
@@ -322,7 +346,8 @@ CommRequest Communicator::irecv(float* data, int64_t count, int source, int tag)
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "irecv on " + name_ + ": bad source " + std::to_string(source));
   CommRequest request;
-  request.impl_ = std::make_unique<CommRequest::Impl>();
+  request.impl_ = std::make_unique<CommRequest::Impl>(
+      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "irecv", count * 4});
   MPI_Irecv(data, to_mpi_count(count), MPI_FLOAT, source, tag, as_mpi(comm_),
             &request.impl_->request);
   this->count(Collective::recv, count);
@@ -331,6 +356,7 @@ CommRequest Communicator::irecv(float* data, int64_t count, int source, int tag)
 
 void Communicator::barrier() {
   if (size_ == 1) return;
+  WatchedExchange watch(watch_name_, "barrier", 0);
   MPI_Barrier(as_mpi(comm_));
 }
 

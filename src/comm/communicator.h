@@ -34,6 +34,7 @@ struct CommCounts {
 };
 
 // A non-blocking operation in flight. test() lets MPI progress it and says whether it finished.
+// wait() is watched like a blocking exchange (comm/watchdog.h), from the moment it starts waiting.
 class CommRequest {
  public:
   CommRequest();
@@ -94,6 +95,7 @@ class Communicator {
   void* comm_ = nullptr;  // MPI_Comm, or nullptr for the single-process group
   int rank_ = 0, size_ = 1;
   std::string name_ = "self";
+  const char* watch_name_ = "self";  // name_, alive as long as the process (comm/watchdog.h)
   CommCounts counts_;
 };
 

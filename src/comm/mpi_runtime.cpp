@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "comm/watchdog.h"
 #include "core/error.h"
 
 namespace boostlm {
@@ -51,6 +52,7 @@ int mpi_start(int* argc, char*** argv) {
 }
 
 void mpi_stop() {
+  stop_watchdog();  // nothing is exchanged after this
   if (!g_initialised_here || !mpi_active()) return;
   set_abort_handler(g_previous_abort_handler);
   MPI_Finalize();

@@ -116,7 +116,7 @@ nlohmann::json DataLoader::state() const {
 void DataLoader::load_state(const nlohmann::json& state) {
   const nlohmann::json expected = this->state();
   for (const auto& [key, value] : expected.items()) {
-    if (key == "step") continue;
+    if (key == "step" || key == "dp_size") continue;
     if (!state.contains(key)) throw error(source_, ": loader state lacks '", key, "'");
     if (state.at(key) != value) {
       throw error(source_, ": loader state was saved with ", key, "=", state.at(key).dump(),
@@ -126,7 +126,22 @@ void DataLoader::load_state(const nlohmann::json& state) {
   if (!state.contains("step") || !state.at("step").is_number_integer()) {
     throw error(source_, ": loader state lacks an integer 'step'");
   }
-  set_position(state.at("step").get<int64_t>());
+  const int64_t step = state.at("step").get<int64_t>();
+  if (!state.contains("dp_size") || !state.at("dp_size").is_number_integer() ||
+      state.at("dp_size").get<int64_t>() < 1) {
+    throw error(source_, ": loader state lacks a positive integer 'dp_size'");
+  }
+  // The dp_size ranks have read the first step·dp_size global windows together, so a run on a
+  // different DP size goes on from the same window if that count divides evenly among its ranks
+  // (a restart on fewer ranks: `launch --min-ranks`).
+  const int64_t windows_read = step * state.at("dp_size").get<int64_t>();
+  if (windows_read % config_.dp_size != 0) {
+    throw error(source_, ": loader state was saved with dp_size=", state.at("dp_size").dump(),
+                " after ", windows_read, " windows, which ", config_.dp_size,
+                " data-parallel ranks cannot share evenly; resume at dp_size=",
+                state.at("dp_size").dump(), " or from another checkpoint");
+  }
+  set_position(windows_read / config_.dp_size);
 }
 
 Batch DataLoader::window(const std::vector<int32_t>& tokens, int64_t index, int64_t batch_size,

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -146,6 +147,32 @@ std::vector<std::string> clean_stale_temporaries(const fs::path& run) {
     }
   }
   return actions;
+}
+
+RunDirectoryLock::RunDirectoryLock(const fs::path& run) {
+  fs::create_directories(run);
+  const std::string path = (run / ".lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw error("cannot open ", path, ": ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    throw error("--out ", run.string(), " is in use by another boostlm train (it holds ", path,
+                "); wait for it to end or choose another --out");
+  }
+}
+
+RunDirectoryLock::~RunDirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+}
+
+RunDirectoryLock& RunDirectoryLock::operator=(RunDirectoryLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
 }
 
 MetricsLog::MetricsLog(std::string path, int64_t keep_through_step) : path_(std::move(path)) {

@@ -49,6 +49,22 @@ void claim_run_directory(const std::filesystem::path& run, const std::string& re
 // Returns a line per action, for the log.
 std::vector<std::string> clean_stale_temporaries(const std::filesystem::path& run);
 
+// An exclusive lock on the run directory (flock on DIR/.lock) for the life of the object: two
+// trainers writing one directory prune each other's checkpoints and interleave their metrics.
+class RunDirectoryLock {
+ public:
+  RunDirectoryLock() = default;
+  explicit RunDirectoryLock(const std::filesystem::path& run);  // throws Error when held
+  ~RunDirectoryLock();
+  RunDirectoryLock(RunDirectoryLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  RunDirectoryLock& operator=(RunDirectoryLock&& other) noexcept;
+  RunDirectoryLock(const RunDirectoryLock&) = delete;
+  RunDirectoryLock& operator=(const RunDirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // metrics.jsonl, one JSON object per line. Every write is checked: a full disk or an I/O error
 // throws Error naming the file instead of leaving a line cut short and training on in silence.
 class MetricsLog {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/loader.h"
@@ -302,8 +303,12 @@ TrainResult train(const TrainOptions& o) {
   const LrSchedule schedule = resolve_schedule(o, resume_dir.empty() ? nullptr : &state, root);
 
   const fs::path run(o.out_dir);
+  RunDirectoryLock run_lock;
   MetricsLog metrics;
-  if (root) metrics = open_run_directory(run, config, resume_dir, state.step, o.overwrite);
+  if (root) {
+    run_lock = RunDirectoryLock(run);
+    metrics = open_run_directory(run, config, resume_dir, state.step, o.overwrite);
+  }
 
   const ModelFlops flops = model_flops(config, o.batch_size, o.seq_len);
   // Model FLOPs of the whole job's step (every DP replica), against every rank's GEMM peak.
@@ -393,6 +398,7 @@ TrainResult train(const TrainOptions& o) {
   const double start = now_s();
   const int64_t first_step = state.step;
   while (state.step < o.steps) {
+    set_watchdog_step(state.step + 1);  // for the watchdog's message, numbered as in the metrics
     const double t0 = now_s();
     const CommCounts tp_before = grid.tp().counts(), dp_before = grid.dp().counts(),
                      pp_before = grid.pp().counts();

@@ -149,6 +149,42 @@ TEST(Loader, SetPositionResumesBitExactly) {
   }
 }
 
+// A run saved at DP 2 and resumed at DP 1 (with twice the micro-batches) or DP 4 reads on from
+// the same global window: the windows of every later step are those the DP 2 run would have read.
+TEST(Loader, LoadStateReshardsAcrossDataParallelSizes) {
+  for (bool shuffle : {false, true}) {
+    auto make = [&](int64_t rank, int64_t size) {
+      LoaderConfig c = config(2, 3);
+      c.shuffle = shuffle;
+      c.seed = 99;
+      c.dp_rank = rank;
+      c.dp_size = size;
+      return DataLoader(iota_tokens(500), c);
+    };
+    DataLoader a = make(0, 2), b = make(1, 2);
+    for (int i = 0; i < 12; ++i) a.next(), b.next();  // 24 global windows read
+    const nlohmann::json saved = a.state();
+    std::vector<std::vector<int32_t>> want;  // the next 8 global windows at DP 2
+    for (int i = 0; i < 4; ++i) want.push_back(a.next().inputs), want.push_back(b.next().inputs);
+    DataLoader one = make(0, 1);
+    one.load_state(saved);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(one.next().inputs, want[i]) << "dp 1, window " << i;
+    std::vector<DataLoader> four;
+    for (int64_t r = 0; r < 4; ++r) four.push_back(make(r, 4));
+    for (DataLoader& l : four) l.load_state(saved);
+    for (int i = 0; i < 8; ++i)
+      EXPECT_EQ(four[i % 4].next().inputs, want[i]) << "dp 4, window " << i;
+  }
+  // 3 windows read at DP 3 cannot be shared by 2 ranks.
+  LoaderConfig c = config(2, 3);
+  c.dp_size = 3;
+  DataLoader three(iota_tokens(500), c, "train.bin");
+  three.next();
+  c.dp_size = 2;
+  DataLoader two(iota_tokens(500), c, "train.bin");
+  expect_error([&] { two.load_state(three.state()); }, {"train.bin", "dp_size=3", "evenly"});
+}
+
 TEST(Loader, LoadStateRefusesADifferentConfiguration) {
   LoaderConfig c = config(2, 4);
   DataLoader loader(iota_tokens(100), c, "train.bin");

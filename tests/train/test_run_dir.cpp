@@ -129,6 +129,20 @@ TEST(RunDir, CleansTemporariesOfDeadProcessesOnly) {
   EXPECT_FALSE(fs::exists(ck / (".step_000030.old." + dead)));
 }
 
+TEST(RunDir, OneTrainerPerDirectory) {
+  const fs::path run = fresh_dir("rundir_lock");
+  {
+    RunDirectoryLock first(run);
+    try {
+      RunDirectoryLock second(run);
+      ADD_FAILURE() << "two locks on one run directory";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("in use by another boostlm train"), std::string::npos);
+    }
+  }
+  EXPECT_NO_THROW(RunDirectoryLock again(run));  // released with the first
+}
+
 std::vector<int64_t> steps_in(const std::string& path) {
   std::vector<int64_t> steps;
   std::ifstream in(path);

@@ -1,0 +1,365 @@
+// How a failed job is restarted (launch_restart.h). The launcher stays outside the job: it never
+// joins MPI, so it survives whatever ends the ranks (a rank killed, the communication watchdog, a
+// host gone), and decides from mpirun's exit status alone.
+#include "cli/launch_restart.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <sstream>
+#include <string_view>
+#include <thread>
+
+#include "core/error.h"
+
+namespace boostlm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// mpirun could not be started at all (the child's exec failed): a restart cannot help.
+constexpr int kExecFailed = 127;
+
+volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_stop_signal = 0;
+
+// A Ctrl-C at a terminal goes to the whole foreground process group, mpirun included, and comes
+// from the kernel (si_code > 0); passing it on would make mpirun see it twice. A signal sent to
+// this process alone (kill PID, timeout(1), a batch system: si_code <= 0) is passed on. Either way
+// the user has stopped the job, and it is not restarted.
+extern "C" void forward_signal(int sig, siginfo_t* info, void*) {
+  g_stop_signal = sig;
+  if (g_child > 0 && info != nullptr && info->si_code <= 0) kill(g_child, sig);
+}
+
+void install_forwarding() {
+  struct sigaction action {};
+  action.sa_sigaction = forward_signal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// Runs mpirun and waits for it; returns its wait status.
+int run_child(const MpirunCommand& plan) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) throw error("cannot start mpirun: fork failed: ", std::strerror(errno));
+  if (pid == 0) {
+    for (const auto& [name, value] : plan.env) setenv(name.c_str(), value.c_str(), 1);
+    std::vector<char*> argv;
+    for (const std::string& arg : plan.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "boostlm launch: cannot run mpirun: %s%s\n", std::strerror(errno),
+                 errno == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "");
+    _exit(kExecFailed);
+  }
+  g_child = pid;
+  if (g_stop_signal) kill(pid, g_stop_signal);  // it arrived while mpirun was being started
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  return status;
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe(int status) {
+  if (WIFSIGNALED(status)) {
+    return "mpirun was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  }
+  const int code = exit_code_of(status);
+  std::string why = "exit code " + std::to_string(code);
+  if (code == 75) why += ": the communication watchdog ended it (a rank stalled or a link died)";
+  if (code > 128 && code < 128 + 32) {  // a shell's convention for "killed by a signal"
+    why += ": a rank was killed by " + std::string(strsignal(code - 128));
+  }
+  return why;
+}
+
+// Whether `word` is option `name` with its value attached (--out=DIR, -oDIR).
+bool attached(const std::string& word, std::string_view name) {
+  if (word.size() <= name.size() || word.compare(0, name.size(), name) != 0) return false;
+  return name.size() == 2 || word[name.size()] == '=';  // short options take -oDIR
+}
+
+std::string attached_value(const std::string& word, std::string_view name) {
+  return word.substr(name.size() + (name.size() == 2 && word[name.size()] != '=' ? 0 : 1));
+}
+
+// The value of an option of the command (the last one given, as CLI11 keeps); empty if absent.
+std::string option_value(const std::vector<std::string>& words,
+                         std::initializer_list<std::string_view> names) {
+  std::string value;
+  for (size_t i = 1; i < words.size(); ++i) {
+    if (words[i] == "--") break;
+    for (std::string_view name : names) {
+      if (words[i] == name && i + 1 < words.size()) value = words[i + 1];
+      if (attached(words[i], name)) value = attached_value(words[i], name);
+    }
+  }
+  return value;
+}
+
+std::vector<std::string> without_option(const std::vector<std::string>& words,
+                                        std::initializer_list<std::string_view> names) {
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < words.size(); ++i) {
+    bool drop = false;
+    for (std::string_view name : names) {
+      if (i > 0 && words[i] == name) {
+        drop = true;
+        ++i;  // and its value
+        break;
+      }
+      if (i > 0 && attached(words[i], name)) drop = true;
+    }
+    if (!drop) kept.push_back(words[i]);
+  }
+  return kept;
+}
+
+std::vector<std::string> with_option(const std::vector<std::string>& words, std::string_view name,
+                                     std::initializer_list<std::string_view> aliases,
+                                     const std::string& value) {
+  std::vector<std::string> out = without_option(words, aliases);
+  out.push_back(std::string(name));
+  out.push_back(value);
+  return out;
+}
+
+int int_option(const std::vector<std::string>& words, std::initializer_list<std::string_view> names,
+               int fallback) {
+  const std::string value = option_value(words, names);
+  return value.empty() ? fallback : std::atoi(value.c_str());
+}
+
+bool is_train(const std::vector<std::string>& command) {
+  return !command.empty() && command.front() == "train";
+}
+
+// A train command resumes from its run's latest checkpoint (train's --resume takes the run
+// directory); any --resume or --init-from it had is older than that checkpoint.
+std::vector<std::string> resume_latest(const std::vector<std::string>& command, int restart) {
+  if (!is_train(command)) return command;
+  const std::string out = option_value(command, {"-o", "--out"});
+  const fs::path latest = fs::path(out) / "checkpoints" / "latest";
+  std::error_code ec;
+  if (out.empty() || !fs::exists(latest, ec)) {
+    std::fprintf(stderr,
+                 "boostlm launch: no checkpoint in %s yet: restart %d starts the run over\n",
+                 out.empty() ? "the run directory" : out.c_str(), restart);
+    // The failed attempt made the run directory; the run over replaces what it left there.
+    std::vector<std::string> over = command;
+    if (std::find(over.begin(), over.end(), "--overwrite") == over.end())
+      over.push_back("--overwrite");
+    return over;
+  }
+  std::ifstream in(latest);
+  std::string name;
+  std::getline(in, name);
+  std::fprintf(stderr, "boostlm launch: restart %d resumes from %s\n", restart,
+               (fs::path(out) / "checkpoints" / name).c_str());
+  return with_option(without_option(command, {"--init-from"}), "--resume", {"--resume"}, out);
+}
+
+// The hosts of an Open MPI hostfile in order, with their slots (0: not given).
+std::vector<std::pair<std::string, int>> read_hosts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw error("cannot read hostfile ", path);
+  std::vector<std::pair<std::string, int>> hosts;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line.substr(0, line.find('#')));
+    std::string host, word;
+    if (!(words >> host)) continue;
+    int slots = 0;
+    while (words >> word) {
+      if (word.rfind("slots=", 0) == 0) slots = std::atoi(word.c_str() + 6);
+    }
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](auto& h) { return h.first == host; });
+    if (it == hosts.end())
+      hosts.emplace_back(host, slots);
+    else
+      it->second += slots;
+  }
+  return hosts;
+}
+
+bool is_this_host(const std::string& host) {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return host == "localhost" || host == "127.0.0.1" || host == name;
+}
+
+// Whether `host` runs a command through the agent mpirun would use to start ranks there: Open
+// MPI's plm_rsh_agent (from the environment; its default is ssh), so a host passes only where
+// mpirun could start a rank. Runs `AGENT... HOST true` for at most timeout_s.
+bool host_answers(const std::string& host, int timeout_s) {
+  if (is_this_host(host)) return true;
+  const char* configured = std::getenv("OMPI_MCA_plm_rsh_agent");
+  std::string agent = configured ? configured : "ssh";
+  agent = agent.substr(0, agent.find(':'));  // "ssh : rsh": the first choice
+  std::vector<std::string> argv;
+  std::istringstream words(agent);
+  for (std::string w; words >> w;) argv.push_back(w);
+  if (argv.empty()) argv.push_back("ssh");
+  if (fs::path(argv[0]).filename() == "ssh") {
+    argv.insert(argv.begin() + 1,
+                {"-o", "BatchMode=yes", "-o", "ConnectTimeout=" + std::to_string(timeout_s)});
+  }
+  argv.push_back(host);
+  argv.push_back("true");
+  const pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(kExecFailed);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// The slots a restart can use. Without a hostfile this machine's (it cannot lose hosts), unless
+// BOOSTLM_LAUNCH_SLOTS says otherwise: a test hook standing in for a host that no longer answers.
+// With a hostfile, the slots of the hosts that still answer; `live_hostfile` is then rewritten to
+// list only those (a host without slots= counts for the job's ranks per host).
+int usable_slots(const RestartPolicy& policy, int ranks, std::string& live_hostfile) {
+  if (const char* hook = std::getenv("BOOSTLM_LAUNCH_SLOTS")) return std::atoi(hook);
+  if (policy.hostfile.empty()) return ranks;
+  const auto hosts = read_hosts(policy.hostfile);
+  const int per_host = (policy.ranks + static_cast<int>(hosts.size()) - 1) /
+                       std::max<int>(1, static_cast<int>(hosts.size()));
+  int slots = 0;
+  std::ostringstream live;
+  for (const auto& [host, host_slots] : hosts) {
+    if (!host_answers(host, 10)) {
+      std::fprintf(stderr, "boostlm launch: host %s does not answer\n", host.c_str());
+      continue;
+    }
+    slots += host_slots > 0 ? host_slots : per_host;
+    live << host << (host_slots > 0 ? " slots=" + std::to_string(host_slots) : "") << "\n";
+  }
+  live_hostfile =
+      (fs::temp_directory_path() / ("boostlm_hosts." + std::to_string(getpid()))).string();
+  std::ofstream(live_hostfile) << live.str();
+  return slots;
+}
+
+struct Shape {
+  int ranks;
+  std::vector<std::string> command;
+};
+
+// Fewer slots than ranks: a train command drops data-parallel replicas (the checkpoint reshards to
+// any TP/PP/DP), keeping the sequences per step by raising --grad-accum where that divides evenly.
+// Returns ranks 0 when the job cannot continue on at least min_ranks.
+Shape shrink(const RestartPolicy& policy, const Shape& now, int slots) {
+  const int min_ranks = policy.min_ranks > 0 ? policy.min_ranks : policy.ranks;
+  if (!is_train(now.command)) {
+    return slots >= min_ranks ? Shape{slots, now.command} : Shape{0, now.command};
+  }
+  const std::vector<std::string>& c = now.command;
+  const int tp = int_option(c, {"--tp"}, 1), pp = int_option(c, {"--pp"}, 1);
+  const int dp = int_option(c, {"--dp"}, 1), accum = int_option(c, {"--grad-accum"}, 1);
+  const int new_dp = slots / (tp * pp);
+  if (new_dp < 1 || tp * pp * new_dp < min_ranks) return {0, c};
+  std::vector<std::string> command = with_option(c, "--dp", {"--dp"}, std::to_string(new_dp));
+  std::fprintf(stderr,
+               "boostlm launch: only %d slots answer: continuing on %d ranks with data-parallel "
+               "size %d instead of %d (--min-ranks %d)\n",
+               slots, tp * pp * new_dp, new_dp, dp, min_ranks);
+  if ((accum * dp) % new_dp == 0) {
+    const int new_accum = accum * dp / new_dp;
+    command = with_option(command, "--grad-accum", {"--grad-accum"}, std::to_string(new_accum));
+    std::fprintf(stderr,
+                 "boostlm launch: --grad-accum %d instead of %d keeps the sequences per step\n",
+                 new_accum, accum);
+  } else {
+    std::fprintf(stderr,
+                 "boostlm launch: warning: %d x %d micro-batches cannot be spread over %d "
+                 "replicas: the sequences per step change\n",
+                 dp, accum, new_dp);
+  }
+  return {tp * pp * new_dp, command};
+}
+
+}  // namespace
+
+int run_with_restarts(const RestartPolicy& policy, std::vector<std::string> command,
+                      const PlanMpirun& plan) {
+  install_forwarding();
+  Shape shape{policy.ranks, std::move(command)};
+  std::string hostfile = policy.hostfile;
+  struct RemoveLiveHostfile {  // the hostfile of the hosts that still answered, if one was written
+    const RestartPolicy& policy;
+    const std::string& path;
+    ~RemoveLiveHostfile() {
+      if (path != policy.hostfile) std::remove(path.c_str());
+    }
+  } remove_live_hostfile{policy, hostfile};
+  for (int restart = 0;; ++restart) {
+    const int status = run_child(plan(shape.ranks, hostfile, shape.command));
+    const int code = exit_code_of(status);
+    if (code == 0) return 0;
+    if (g_stop_signal) {
+      std::fprintf(stderr, "boostlm launch: stopped by %s: not restarting\n",
+                   strsignal(g_stop_signal));
+      return code;
+    }
+    if (code == kExecFailed) return code;
+    if (restart == policy.max_restarts) {
+      std::fprintf(stderr, "boostlm launch: the job failed (%s); no restarts left (%d used)\n",
+                   describe(status).c_str(), policy.max_restarts);
+      return code;
+    }
+    std::fprintf(stderr, "boostlm launch: the job failed (%s); restart %d of %d\n",
+                 describe(status).c_str(), restart + 1, policy.max_restarts);
+    const int slots = usable_slots(policy, shape.ranks, hostfile);
+    if (slots < shape.ranks) {
+      Shape smaller = shrink(policy, shape, slots);
+      if (smaller.ranks == 0) {
+        std::fprintf(stderr,
+                     "boostlm launch: only %d slots answer, fewer than --min-ranks %d allows: "
+                     "giving up\n",
+                     slots, policy.min_ranks > 0 ? policy.min_ranks : policy.ranks);
+        return code;
+      }
+      shape = std::move(smaller);
+    }
+    shape.command = resume_latest(shape.command, restart + 1);
+  }
+}
+
+}  // namespace boostlm::cli

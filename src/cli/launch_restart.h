@@ -1,0 +1,37 @@
+// `boostlm launch --max-restarts K [--min-ranks M]`: mpirun as a supervised child, restarted when
+// the job fails, in the manner of torchrun's elastic agent (a failed worker group is torn down
+// whole and started again, up to a restart budget, on the nodes that are still there).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace boostlm::cli {
+
+struct MpirunCommand {
+  std::vector<std::pair<std::string, std::string>> env;  // set for mpirun
+  std::vector<std::string> argv;
+};
+
+struct RestartPolicy {
+  int max_restarts = 0;
+  int min_ranks = 0;  // 0: never fewer than `ranks`
+  int ranks = 0;
+  std::string hostfile;  // empty: this machine
+};
+
+// The mpirun command for `ranks` ranks on `hostfile` (empty: this machine) running `command`.
+using PlanMpirun = std::function<MpirunCommand(int ranks, const std::string& hostfile,
+                                               const std::vector<std::string>& command)>;
+
+// Runs the job; when it fails and restarts remain, says why on stderr and runs it again: a `train`
+// command resumes from its run's latest checkpoint, and where fewer slots answer than the job had,
+// it continues with fewer data-parallel replicas if at least min_ranks remain. SIGINT and SIGTERM
+// are passed to mpirun, and end the supervision (no restart after the user stopped the job).
+// Returns the exit code of the last attempt (128 + signal for mpirun killed by a signal).
+int run_with_restarts(const RestartPolicy& policy, std::vector<std::string> command,
+                      const PlanMpirun& plan);
+
+}  // namespace boostlm::cli

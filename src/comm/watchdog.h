@@ -1,0 +1,46 @@
+// The communication watchdog: a collective or point-to-point exchange that has not completed within
+// the timeout ends the whole job with a message naming the group, the operation, its size and the
+// training step, instead of hanging forever when a peer stalls or its link dies (PyTorch's
+// process-group watchdog does the same for NCCL).
+//
+// Cheap on the hot path: each exchange writes one per-process record (group, operation, bytes,
+// start time) into atomics before its MPI call and clears it after; one monitor thread reads the
+// record about once a second. MPI runs with MPI_THREAD_FUNNELED, so the monitor never calls MPI: it
+// writes the message to stderr and exits the process with kWatchdogExitCode; mpirun (with
+// orte_abort_on_non_zero_status, as `boostlm launch` sets) then kills every other rank.
+//
+// Exchanges do not nest (one thread talks to MPI), so one record is enough.
+#pragma once
+
+#include <cstdint>
+
+namespace boostlm {
+
+// EX_TEMPFAIL (sysexits.h): a temporary failure, worth a restart (`launch --max-restarts`).
+constexpr int kWatchdogExitCode = 75;
+constexpr double kDefaultCommTimeoutS = 300;
+
+// Sets the timeout (seconds; 0 turns the watchdog off) and starts the monitor thread on first use.
+// Call from the thread that calls MPI, after mpi_start (the message names this process's rank).
+void configure_watchdog(double timeout_s);
+double watchdog_timeout_s();
+// The training step in progress, for the message (-1: not in the training loop).
+void set_watchdog_step(int64_t step);
+// Stops and joins the monitor thread (mpi_stop calls it; configure_watchdog starts it again).
+void stop_watchdog();
+
+// Marks one exchange in progress for its lifetime. `group` and `operation` must outlive the
+// process (string literals, or names from intern_group_name).
+class WatchedExchange {
+ public:
+  WatchedExchange(const char* group, const char* operation, int64_t bytes);
+  ~WatchedExchange();
+  WatchedExchange(const WatchedExchange&) = delete;
+  WatchedExchange& operator=(const WatchedExchange&) = delete;
+};
+
+// A copy of `name` that lives as long as the process: the monitor may read a group's name after the
+// Communicator that owns it has gone. Equal names share one copy.
+const char* intern_group_name(const char* name);
+
+}  // namespace boostlm

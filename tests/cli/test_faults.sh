@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Faults in a 2-rank training under `boostlm launch` (issue 16, "Survive faults"):
+#  stall     rank 1 is SIGSTOPped mid-run: the communication watchdog (--comm-timeout 3) ends the
+#            job within the timeout plus slack, naming group, operation, bytes and step, and no
+#            process of the job is left behind (the stopped one included).
+#  restart   rank 1 is killed with kill -9 after a checkpoint: `launch --max-restarts 1` resumes from
+#            it and ends with the same final loss, bit for bit, as an uninterrupted run.
+#  shrink    as restart, with only 1 slot usable on the restart (BOOSTLM_LAUNCH_SLOTS): with
+#            --min-ranks 1 it continues on 1 rank (DP 1, twice the gradient accumulation).
+#  host gone with a hostfile, a host that does not answer through the rsh agent (ssh) is left out
+#            of the restart, which continues on the other host's slots (--min-ranks).
+#  interrupt SIGINT to a launcher with restarts reaches the ranks (they save and stop) and is
+#            not followed by a restart.
+#  no-restart --max-restarts 0 is today's launcher: mpirun replaces it, a killed rank ends the job.
+# Usage: test_faults.sh path/to/boostlm
+set -uo pipefail
+boostlm=$1
+source "$(dirname "$0")/lib.sh" faults
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
+for i in $(seq 1 300); do
+  echo "Line $i of the text, with words such as river, mountain, $((i * 13)) and sky."
+  echo
+done > "$work/text.txt"
+"$boostlm" prepare "$work/text.txt" -o "$work/data" --vocab-size 300 --val-fraction 0.1 > /dev/null 2>&1 ||
+  { echo "prepare failed"; exit 1; }
+cat > "$work/cola.json" <<JSON
+{"arch": "cola", "vocab_size": 320, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+ "d_ff": 48, "attn_rank": 8, "mlp_rank": 8, "max_seq_len": 32}
+JSON
+train=(train -c "$work/cola.json" -d "$work/data" -t 16 -b 2 --dp 2 --lr 1e-2 --warmup 1
+       --eval-interval 0 --eval-batches 1 --log-interval 1000)
+
+# rank_pid RUN_DIR RANK: the pid of that rank of the job writing RUN_DIR (from its environment).
+rank_pid() {
+  local p
+  for p in $(pgrep -f -- "-o $1 "); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$p"; return 0
+    fi
+  done
+  return 1
+}
+# wait_for CONDITION...: polls the command for up to 60 s.
+wait_for() {
+  local i
+  for i in $(seq 600); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+steps_logged() { [ -f "$1/metrics.jsonl" ] && [ "$(wc -l < "$1/metrics.jsonl")" -ge "$2" ]; }
+has_checkpoint() { [ -f "$1/checkpoints/latest" ] && steps_logged "$1" "$2"; }
+left_behind() { pgrep -af -- "-o $1 " | grep -v pgrep; }
+last_loss() { tail -1 "$1" | python3 -c "import json,sys; print(repr(json.load(sys.stdin)['train_loss']))"; }
+
+# --- stall: SIGSTOP one rank ----------------------------------------------------------------
+run=$work/stall
+start=$(date +%s)
+"$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --steps 100000 --comm-timeout 3 \
+  > "$run.log" 2>&1 &
+launcher=$!
+if wait_for steps_logged "$run" 20 && pid=$(rank_pid "$run" 1); then
+  kill -STOP "$pid"
+  stopped_at=$(date +%s)
+  waited=0
+  while kill -0 "$launcher" 2>/dev/null && ((waited < 60)); do sleep 0.2; waited=$((waited + 1)); done
+  took=$(($(date +%s) - stopped_at))
+  wait "$launcher"; code=$?
+  ((took <= 3 + 10)) || fail "stall: the job took ${took}s to end after the SIGSTOP (timeout 3s)"
+  [ "$code" -eq 75 ] || fail "stall: exit code $code, expected 75 (the watchdog's)"
+  grep -Eq "rank 0: communication watchdog: [a-z_]+ of [0-9]+ bytes on group (dp|world) has not completed within 3 s \(training step [0-9]+\)" "$run.log" ||
+    fail "stall: no watchdog message naming group, operation, bytes and step: $(tail -5 "$run.log")"
+  sleep 1
+  if left_behind "$run" > /dev/null; then
+    fail "stall: processes left behind: $(left_behind "$run")"
+    for p in $(pgrep -f -- "-o $run "); do kill -9 "$p"; done
+  fi
+  echo "ok   stall: the job ended ${took}s after rank 1 was stopped: $(grep -o 'communication watchdog: [^;]*' "$run.log" | head -1)"
+else
+  fail "stall: the run did not start: $(tail -5 "$run.log")"
+  kill "$launcher" 2>/dev/null
+fi
+
+# --- restart: kill -9 one rank after a checkpoint -------------------------------------------
+ref=$work/reference
+"$boostlm" launch -n 2 -- "${train[@]}" -o "$ref" --steps 400 --save-interval 50 \
+  > "$ref.out" 2> "$ref.log" || fail "reference run: $(tail -3 "$ref.log")"
+want=$(last_loss "$ref.out")
+
+# kill_rank1_and_finish NAME LAUNCH_FLAGS...: the interrupted run; sets $code.
+kill_rank1_and_finish() {
+  local run=$work/$1; shift
+  "$boostlm" launch -n 2 "$@" -- "${train[@]}" -o "$run" --steps 400 --save-interval 50 \
+    > "$run.out" 2> "$run.log" &
+  local launcher=$!
+  if wait_for has_checkpoint "$run" 60 && pid=$(rank_pid "$run" 1); then
+    kill -9 "$pid"
+  else
+    fail "$(basename "$run"): rank 1 was not killed (the run ended or did not start)"
+  fi
+  wait "$launcher"; code=$?
+}
+
+kill_rank1_and_finish restart --max-restarts 1
+run=$work/restart
+if [ "$code" -ne 0 ]; then
+  fail "restart: exit code $code: $(grep 'boostlm launch' "$run.log")"
+else
+  grep -q "boostlm launch: the job failed (.*); restart 1 of 1" "$run.log" ||
+    fail "restart: no line saying why it restarted"
+  grep -q "boostlm launch: restart 1 resumes from $run/checkpoints/step_" "$run.log" ||
+    fail "restart: no line naming the checkpoint"
+  got=$(last_loss "$run.out")
+  [ "$got" = "$want" ] || fail "restart: final loss $got, uninterrupted $want"
+  [ "$(tail -1 "$run/metrics.jsonl" | python3 -c "import json,sys; print(json.load(sys.stdin)['step'])")" = 400 ] ||
+    fail "restart: the metrics do not end at step 400"
+  echo "ok   restart: $(grep 'boostlm launch' "$run.log" | tr '\n' ' ')-> final loss $got = $want"
+fi
+
+BOOSTLM_LAUNCH_SLOTS=1 kill_rank1_and_finish shrink --max-restarts 1 --min-ranks 1
+run=$work/shrink
+if [ "$code" -ne 0 ]; then
+  fail "shrink: exit code $code: $(grep -v '^step' "$run.log" | tail -5)"
+else
+  grep -q "continuing on 1 ranks with data-parallel size 1 instead of 2" "$run.log" &&
+    grep -q -- "--grad-accum 2 instead of 1" "$run.log" || fail "shrink: $(grep 'boostlm launch' "$run.log")"
+  grep -q '"steps":400' "$run.out" || fail "shrink: did not finish: $(tail -2 "$run.out")"
+  echo "ok   shrink: $(grep 'boostlm launch: only' "$run.log")"
+fi
+# Without --min-ranks a restart does not shrink: it gives up.
+BOOSTLM_LAUNCH_SLOTS=1 kill_rank1_and_finish noshrink --max-restarts 1
+[ "$code" -ne 0 ] && grep -q "fewer than --min-ranks 2 allows" "$work/noshrink.log" ||
+  fail "noshrink: exit $code: $(grep 'boostlm launch' "$work/noshrink.log")"
+
+# --- host gone: a hostfile host that does not answer (.invalid never resolves, RFC 6761) -------
+run=$work/hostgone
+hostfiles_before=$(ls /tmp/boostlm_hosts.* 2> /dev/null)
+printf 'localhost slots=2\ngone.invalid slots=2\n' > "$work/hosts"
+timeout -k 5 120 "$boostlm" launch -n 4 --hostfile "$work/hosts" --max-restarts 1 --min-ranks 2 -- \
+  "${train[@]}" --dp 4 -o "$run" --steps 20 > "$run.out" 2> "$run.log"
+code=$?
+if [ "$code" -eq 0 ] && grep -q "host gone.invalid does not answer" "$run.log" &&
+   grep -q "continuing on 2 ranks with data-parallel size 2 instead of 4" "$run.log" &&
+   grep -q '"steps":20' "$run.out"; then
+  echo "ok   host gone: $(grep 'boostlm launch: only' "$run.log")"
+else
+  fail "host gone: exit $code: $(grep 'boostlm launch' "$run.log") $(cat "$run.out")"
+fi
+[ "$(ls /tmp/boostlm_hosts.* 2> /dev/null)" = "$hostfiles_before" ] || fail "host gone: the launcher left its hostfile in /tmp"
+
+# --- interrupt: SIGINT reaches the ranks through the supervising launcher, no restart ----------
+run=$work/interrupt
+"$boostlm" launch -n 2 --max-restarts 2 -- "${train[@]}" -o "$run" --steps 100000 \
+  > "$run.out" 2> "$run.log" &
+launcher=$!
+wait_for steps_logged "$run" 20 || fail "interrupt: the run did not start"
+kill -INT "$launcher"
+wait "$launcher"
+if grep -q '"interrupted":true' "$run.out" && grep -q "not restarting" "$run.log" &&
+   ! grep -q "restart 1 of" "$run.log"; then
+  echo "ok   interrupt: $(grep 'checkpoint (interrupted)' "$run.log")"
+else
+  fail "interrupt: $(tail -3 "$run.log") $(cat "$run.out")"
+fi
+
+# --- no-restart: --max-restarts 0 is today's launcher ----------------------------------------
+[ "$("$boostlm" launch -n 2 --dry-run -- "${train[@]}" -o x)" = \
+  "$("$boostlm" launch -n 2 --max-restarts 0 --dry-run -- "${train[@]}" -o x)" ] ||
+  fail "no-restart: the dry run differs from one without --max-restarts"
+kill_rank1_and_finish norestart --max-restarts 0
+[ "$code" -ne 0 ] || fail "no-restart: a killed rank gave exit 0"
+grep -q "boostlm launch" "$work/norestart.log" && fail "no-restart: the launcher restarted"
+"$boostlm" launch -n 2 --max-restarts 0 -- "${train[@]}" -o "$work/exec" --steps 100000 \
+  > /dev/null 2>&1 &
+launcher=$!
+wait_for steps_logged "$work/exec" 5
+if [ "$(cat /proc/$launcher/comm 2>/dev/null)" = mpirun ]; then
+  echo "ok   no-restart: exit code $code after the kill, mpirun replaces the launcher"
+else
+  fail "no-restart: mpirun does not replace the launcher"
+fi
+kill -TERM "$launcher"; wait "$launcher"
+
+finish "faults: stall, restart, shrink, interrupt and no-restart behave"
