@@ -141,8 +141,11 @@ if want cluster; then
   if ((quick)); then
     cluster_shape=tiny rates=${rates:-1gbit} cluster_size=(-b 2 -t 64 --steps 2 --warmup 0)
   else
-    # Scaled rates (README, Emulated cluster): from the paper's inter-node InfiniBand to its NVLink.
-    cluster_shape=60m rates=${rates:-"200mbit 1gbit 5gbit 25gbit"} cluster_size=("${small[@]}")
+    # Scaled rates (README, Emulated cluster): 150mbit is the paper's inter-node InfiniBand and
+    # 2gbit its NVLink at this machine's per-rank GEMM rate; 500mbit and 10gbit bracket them. A
+    # micro-batch of 2x256 keeps naive-tp's steps at the slowest rate under half a minute.
+    cluster_shape=60m rates=${rates:-"150mbit 500mbit 2gbit 10gbit"}
+    cluster_size=(-b 2 -t 256 --steps 3 --warmup 0)
   fi
   cluster_name=blmres
   # Whatever happens, the namespaces go (the parts run one after another; none else sets a trap

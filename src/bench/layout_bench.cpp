@@ -44,11 +44,15 @@ std::string mb(int64_t bytes) {
 
 }  // namespace
 
-const std::vector<Variant>& all_variants() {
-  static const std::vector<Variant> variants = {
-      {"dense-tp", LayoutKind::dense_tp, kBoost, "dense model, Megatron TP"},
-      {"naive-tp", LayoutKind::naive_tp, kBoost, "low-rank model, each factor pair Megatron TP"},
-      {"btp", LayoutKind::btp, kBoost, "low-rank model, BOOST: online norm, grouping"},
+namespace {
+
+// Every registered layout with BOOST's default switches, then the ablations of the paper's
+// comparison (the BOOST switches one at a time, on btp and naive-tp).
+std::vector<Variant> make_variants() {
+  std::vector<Variant> variants;
+  for (const LayoutTraits& t : layout_registry())
+    variants.push_back({t.name, t.kind, kBoost, t.summary});
+  const std::vector<Variant> ablations = {
       {"btp-sync-rmsnorm",
        LayoutKind::btp,
        {false, true, Recompute::none},
@@ -74,6 +78,14 @@ const std::vector<Variant>& all_variants() {
        {true, true, Recompute::block},
        "naive-tp, whole-block recomputation"},
   };
+  variants.insert(variants.end(), ablations.begin(), ablations.end());
+  return variants;
+}
+
+}  // namespace
+
+const std::vector<Variant>& all_variants() {
+  static const std::vector<Variant> variants = make_variants();
   return variants;
 }
 
@@ -92,9 +104,11 @@ const Variant& find_variant(const std::string& name) {
 }
 
 std::vector<std::string> layout_variant_names() {
-  return {"dense-tp",           "naive-tp",      "btp",
-          "btp-sync-rmsnorm",   "btp-ungrouped", "btp-recompute-lowrank",
-          "btp-recompute-block"};
+  std::vector<std::string> names = layout_names();
+  for (const char* ablation :
+       {"btp-sync-rmsnorm", "btp-ungrouped", "btp-recompute-lowrank", "btp-recompute-block"})
+    names.push_back(ablation);
+  return names;
 }
 
 std::vector<std::string> ablation_variant_names() {
@@ -148,7 +162,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     Running run;
     VariantResult& r = run.result;
     r.variant = find_variant(name);
-    r.config = r.variant.layout == LayoutKind::dense_tp ? dense : low_rank;
+    r.config = layout_traits(r.variant.layout).low_rank ? low_rank : dense;
     check_options(r.variant.layout, r.variant.options);
     tp.barrier();
     const int64_t heap_before = heap_live_bytes();

@@ -1,6 +1,8 @@
 // What the benchmarks share: a clock, medians, and one timed training step.
 #pragma once
 
+#include "core/profile.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,10 +13,6 @@
 #include "train/optimizer.h"
 
 namespace boostlm::bench {
-
-inline double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -40,7 +40,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string options_text(const plan::StepConfig& c) {
   std::string s = to_string(c.options.recompute);
-  if (c.layout == LayoutKind::btp && !c.options.online_norm) s += ",sync-norm";
+  if (layout_traits(c.layout).hidden_sharded_residual && !c.options.online_norm) s += ",sync-norm";
   if (!c.options.grouping) s += ",ungrouped";
   return s;
 }
@@ -103,9 +103,12 @@ std::vector<LayoutKind> chosen_layouts(const PlanOptions& o, const ModelConfig& 
   std::vector<LayoutKind> out;
   for (const auto& name : o.layouts) out.push_back(parse_layout(name));
   if (!out.empty()) return out;
-  if (!model.low_rank()) return {LayoutKind::dense_tp};
-  out = {LayoutKind::naive_tp, LayoutKind::btp};
-  if (o.with_dense) out.insert(out.begin(), LayoutKind::dense_tp);
+  if (!model.low_rank()) return layouts_for(false);
+  out = layouts_for(true);
+  if (o.with_dense) {
+    const std::vector<LayoutKind> dense = layouts_for(false);
+    out.insert(out.begin(), dense.begin(), dense.end());
+  }
   return out;
 }
 
@@ -277,7 +280,7 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--precision", o->precision, "bf16 or fp32")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--layouts", o->layouts, "only these layouts")
-      ->check(CLI::IsMember({"dense-tp", "naive-tp", "btp"}));
+      ->check(CLI::IsMember(layout_names()));
   cmd->add_flag("--with-dense", o->with_dense,
                 "also rank dense-tp on the dense model of this shape");
   cmd->add_option("--tp", o->tp, "only this TP size");

@@ -37,7 +37,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--layout", *layout,
                   "dense-tp, naive-tp or btp (default: dense-tp for dense "
                   "models, btp for low-rank)")
-      ->check(CLI::IsMember({"dense-tp", "naive-tp", "btp"}));
+      ->check(CLI::IsMember(layout_names()));
   cmd->add_option("--rmsnorm", *rmsnorm, "btp: online (SPEC 3.4) or sync (separate all-reduce)")
       ->check(CLI::IsMember({"online", "sync"}));
   cmd->add_option("--grouping", *grouping, "share GEMMs/collectives across q|k|v, gate|up")

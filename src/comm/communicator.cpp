@@ -85,6 +85,14 @@ const char* to_string(Collective kind) {
   return "unknown";
 }
 
+CommCounts& CommCounts::operator+=(const CommCounts& other) {
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    by_kind[k].calls += other.by_kind[k].calls;
+    by_kind[k].bytes += other.by_kind[k].bytes;
+  }
+  return *this;
+}
+
 CommCounts CommCounts::operator-(const CommCounts& other) const {
   CommCounts diff;
   for (int k = 0; k < kCollectiveKinds; ++k) {

@@ -15,7 +15,15 @@
 
 namespace boostlm {
 
-enum class Collective { all_reduce, all_reduce_max, all_gather, reduce_scatter, broadcast, send, recv };
+enum class Collective {
+  all_reduce,
+  all_reduce_max,
+  all_gather,
+  reduce_scatter,
+  broadcast,
+  send,
+  recv
+};
 constexpr int kCollectiveKinds = 7;
 const char* to_string(Collective kind);
 
@@ -27,8 +35,11 @@ struct CollectiveCount {
 struct CommCounts {
   std::array<CollectiveCount, kCollectiveKinds> by_kind{};
   CollectiveCount& operator[](Collective kind) { return by_kind[static_cast<int>(kind)]; }
-  const CollectiveCount& operator[](Collective kind) const { return by_kind[static_cast<int>(kind)]; }
+  const CollectiveCount& operator[](Collective kind) const {
+    return by_kind[static_cast<int>(kind)];
+  }
   CommCounts operator-(const CommCounts& other) const;
+  CommCounts& operator+=(const CommCounts& other);
   int64_t total_bytes() const;
   int64_t total_calls() const;
 };

@@ -8,6 +8,11 @@
 
 namespace boostlm {
 
+// Seconds on the monotonic clock, for intervals.
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 class Profile {
  public:
   static Profile& global();

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <type_traits>
@@ -126,6 +127,11 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json) {
   read(json, "rope_theta", c.rope_theta, false);
   c.validate();
   return c;
+}
+
+int64_t logits_chunk_rows(int64_t vocab_columns, int64_t tokens) {
+  constexpr int64_t kLogitsChunkElements = int64_t{16} << 20;
+  return std::clamp<int64_t>(kLogitsChunkElements / vocab_columns, 1, tokens);
 }
 
 ModelConfig ModelConfig::load(const std::string& path) {

@@ -41,4 +41,8 @@ struct ModelConfig {
   nlohmann::json to_json() const;
 };
 
+// Rows of the logits the head computes at once, of `tokens` rows of `vocab_columns` (the rank's
+// vocabulary slice): at most 16 Mi elements (64 MiB in fp32), so [N, V] is never held whole.
+int64_t logits_chunk_rows(int64_t vocab_columns, int64_t tokens);
+
 }  // namespace boostlm

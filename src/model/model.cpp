@@ -18,8 +18,6 @@ namespace boostlm {
 
 namespace {
 
-constexpr int64_t kLogitsChunkElements = int64_t{16} << 20;  // head/loss rows per chunk: ≤ 64 MiB
-
 // full [N, c·t] from every rank's column block local [N, c] (a collective over tp).
 void gather_columns(Communicator& tp, const float* local, int64_t N, int64_t c, float* full,
                     std::vector<float>& scratch) {
@@ -133,7 +131,7 @@ void Model::prepare(int64_t B, int64_t T) {
   rstd_final_.resize(N);
   d_resid_.resize(N * rc);
   d_full_.resize(N * d);
-  const int64_t chunk = std::clamp<int64_t>(kLogitsChunkElements / vocab_rows_, 1, N);
+  const int64_t chunk = logits_chunk_rows(vocab_rows_, N);
   logits_.resize(chunk * vocab_rows_);
   row_max_.resize(chunk);
   ce_stats_.resize(2 * chunk);

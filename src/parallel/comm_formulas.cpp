@@ -12,13 +12,6 @@ void add(CommCounts& c, Collective kind, int64_t calls, int64_t elements) {
   c[kind].bytes += elements * kFloat;
 }
 
-CommCounts& operator+=(CommCounts& a, const CommCounts& b) {
-  for (int k = 0; k < kCollectiveKinds; ++k) {
-    a.by_kind[k].calls += b.by_kind[k].calls;
-    a.by_kind[k].bytes += b.by_kind[k].bytes;
-  }
-  return a;
-}
 }  // namespace
 
 CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, bool backward,
@@ -53,7 +46,7 @@ CommCounts embedding_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N,
   CommCounts out;
   if (tp == 1) return out;
   add(out, Collective::all_reduce, 1, N * c.d_model);
-  if (backward && layout == LayoutKind::btp)
+  if (backward && layout_traits(layout).hidden_sharded_residual)
     add(out, Collective::all_gather, 1, N * c.d_model / tp);
   return out;
 }
@@ -66,7 +59,8 @@ CommCounts head_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int 
   const int64_t d = c.d_model;
   add(out, Collective::all_reduce_max, chunks, N);  // loss: row max
   add(out, Collective::all_reduce, chunks, 2 * N);  // loss: Σexp and target logit
-  if (layout == LayoutKind::btp) add(out, Collective::all_gather, 1, N * d / tp);  // final norm
+  if (layout_traits(layout).hidden_sharded_residual)
+    add(out, Collective::all_gather, 1, N * d / tp);              // the final norm's input
   if (backward) add(out, Collective::all_reduce, chunks, N * d);  // head input gradient
   return out;
 }
@@ -116,7 +110,8 @@ CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
 CommCounts pipeline_p2p_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int pp,
                              int stage, int64_t m, bool backward) {
   CommCounts out;
-  const int64_t boundary = N * (layout == LayoutKind::btp ? c.d_model / tp : c.d_model);
+  const int64_t boundary =
+      N * (layout_traits(layout).hidden_sharded_residual ? c.d_model / tp : c.d_model);
   const bool has_next = stage + 1 < pp, has_prev = stage > 0;
   // Activations go forward: sent to the next stage, received from the previous one.
   if (has_next) add(out, Collective::send, m, m * boundary);

@@ -1,26 +1,53 @@
 #include "parallel/layout.h"
 
+#include <cstdlib>
+
 #include "core/error.h"
 
 namespace boostlm {
 
+const std::vector<LayoutTraits>& layout_registry() {
+  static const std::vector<LayoutTraits> registry = {
+      {LayoutKind::dense_tp, "dense-tp", "dense model, Megatron TP", false, false, false, false},
+      {LayoutKind::naive_tp, "naive-tp", "low-rank model, each factor pair Megatron TP", true,
+       false, false, true},
+      {LayoutKind::btp, "btp", "low-rank model, BOOST: online norm, grouping", true, true, true,
+       false},
+  };
+  return registry;
+}
+
+const LayoutTraits& layout_traits(LayoutKind kind) {
+  for (const LayoutTraits& t : layout_registry())
+    if (t.kind == kind) return t;
+  BOOSTLM_ASSERT_MSG(false, "layout missing from the registry");
+  std::abort();
+}
+
+std::vector<std::string> layout_names() {
+  std::vector<std::string> names;
+  for (const LayoutTraits& t : layout_registry()) names.push_back(t.name);
+  return names;
+}
+
+std::vector<LayoutKind> layouts_for(bool low_rank) {
+  std::vector<LayoutKind> out;
+  for (const LayoutTraits& t : layout_registry())
+    if (t.low_rank == low_rank) out.push_back(t.kind);
+  return out;
+}
+
 std::string to_string(LayoutKind kind) {
-  switch (kind) {
-    case LayoutKind::dense_tp:
-      return "dense-tp";
-    case LayoutKind::naive_tp:
-      return "naive-tp";
-    case LayoutKind::btp:
-      return "btp";
-  }
-  return "?";
+  return layout_traits(kind).name;
 }
 
 LayoutKind parse_layout(const std::string& text) {
-  if (text == "dense-tp") return LayoutKind::dense_tp;
-  if (text == "naive-tp") return LayoutKind::naive_tp;
-  if (text == "btp") return LayoutKind::btp;
-  throw error("unknown layout '", text, "' (expected dense-tp, naive-tp or btp)");
+  std::string expected;
+  for (const LayoutTraits& t : layout_registry()) {
+    if (text == t.name) return t.kind;
+    expected += (expected.empty() ? "" : ", ") + std::string(t.name);
+  }
+  throw error("unknown layout '", text, "' (expected one of ", expected, ")");
 }
 
 std::string to_string(Recompute recompute) {
@@ -43,7 +70,7 @@ Recompute parse_recompute(const std::string& text) {
 }
 
 void check_options(LayoutKind kind, const BlockOptions& options) {
-  if (options.recompute == Recompute::lowrank && kind != LayoutKind::btp)
+  if (options.recompute == Recompute::lowrank && !layout_traits(kind).keeps_latents)
     throw error("--recompute lowrank checkpoints BTP's all-reduced latents; layout ",
                 to_string(kind),
                 " has none to recompute from without communication (use --recompute block)");
@@ -54,18 +81,25 @@ LayoutKind default_layout(const ModelConfig& config) {
 }
 
 void check_layout(LayoutKind kind, const ModelConfig& c, int t) {
-  const std::string name = to_string(kind);
-  if (kind == LayoutKind::dense_tp && c.low_rank())
-    throw error("layout dense-tp is Megatron TP for the dense model; a ", to_string(c.arch),
-                " model runs under naive-tp or btp");
-  if (kind != LayoutKind::dense_tp && !c.low_rank())
-    throw error("layout ", name, " shards low-rank factors; the dense model runs under dense-tp");
+  const LayoutTraits& traits = layout_traits(kind);
+  const std::string name = traits.name;
+  auto names = [](bool low_rank) {
+    std::string out;
+    for (LayoutKind k : layouts_for(low_rank)) out += (out.empty() ? "" : " or ") + to_string(k);
+    return out;
+  };
+  if (!traits.low_rank && c.low_rank())
+    throw error("layout ", name, " is for the dense model; a ", to_string(c.arch),
+                " model runs under ", names(true));
+  if (traits.low_rank && !c.low_rank())
+    throw error("layout ", name, " shards low-rank factors; the dense model runs under ",
+                names(false));
   auto divisible = [&](const char* what, int64_t value) {
     if (value % t != 0)
       throw error("layout ", name, ": ", what, "=", value, " is not divisible by tp=", t);
   };
   divisible("vocab_size", c.vocab_size);
-  if (kind == LayoutKind::naive_tp) {
+  if (traits.shards_ranks) {
     divisible("attn_rank", c.attn_rank);
     divisible("mlp_rank", c.mlp_rank);
   } else {

@@ -22,6 +22,33 @@
 namespace boostlm {
 
 enum class LayoutKind { dense_tp, naive_tp, btp };
+
+// What a layout is, said once: its name, the model it runs, and the properties that the planner,
+// the communication formulas, the CLI and the benchmarks ask instead of comparing kinds, so that a
+// new layout states them here and inherits correct traffic and memory figures everywhere.
+struct LayoutTraits {
+  LayoutKind kind;
+  const char* name;     // as on the command line
+  const char* summary;  // one line, for help and tables
+  bool low_rank;        // runs svd/cola models (else the dense model)
+  // The residual stream between blocks is sharded over the hidden dimension ([N, d/t] per rank):
+  // pipeline boundaries carry d/t columns, the embedding's output and the final norm's input are
+  // gathered, and the block norms' weights and statistics are sharded (Online-RMSNorm applies).
+  bool hidden_sharded_residual;
+  // Keeps the all-reduced latents, so --recompute lowrank can rebuild a block without collectives.
+  bool keeps_latents;
+  // What must divide by the TP size besides the vocabulary: the ranks (each factor's r is split)
+  // or the heads and d_ff (attention heads and MLP columns are split).
+  bool shards_ranks;
+};
+
+// Every layout, in the order tables list them.
+const std::vector<LayoutTraits>& layout_registry();
+const LayoutTraits& layout_traits(LayoutKind kind);
+std::vector<std::string> layout_names();
+// The layouts that run a model of this architecture (low-rank or dense).
+std::vector<LayoutKind> layouts_for(bool low_rank);
+
 std::string to_string(LayoutKind kind);
 LayoutKind parse_layout(const std::string& text);      // throws Error
 LayoutKind default_layout(const ModelConfig& config);  // dense-tp for dense, btp for low-rank

@@ -10,10 +10,6 @@ namespace boostlm {
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Message tags: micro-batch i's activations travel as 2i, their gradient as 2i + 1.
 int activation_tag(int micro) {
   return 2 * micro;

@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 
+#include "core/profile.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
@@ -21,10 +22,6 @@
 namespace boostlm::plan {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // For fixed h: minimise Σ ((a·x_i + b − t_i)/t_i)², i.e. weighted least squares in (a, b).
 struct Linear {

@@ -67,7 +67,7 @@ std::vector<Candidate> enumerate_plans(const Hardware& hw, const SearchSpace& s)
         if (s.pp && pp != s.pp) continue;
         StepConfig base;
         base.layout = layout;
-        base.config = layout == LayoutKind::dense_tp ? s.dense_config : s.config;
+        base.config = layout_traits(layout).low_rank ? s.config : s.dense_config;
         base.tp = tp;
         base.pp = pp;
         base.dp = s.gpus / (tp * pp);

@@ -60,7 +60,8 @@ int64_t block_param_elements(LayoutKind layout, const ModelConfig& c, int tp) {
   for (const auto& p : block_projections(c))
     projections += p.rank == 0 ? p.d_in * p.d_out : p.rank * (p.d_in + p.d_out);
   // Every layout shards each projection over TP; only btp shards the two norms.
-  const int64_t norms = layout == LayoutKind::btp ? 2 * c.d_model / tp : 2 * c.d_model;
+  const int64_t norms =
+      layout_traits(layout).hidden_sharded_residual ? 2 * c.d_model / tp : 2 * c.d_model;
   return projections / tp + norms;
 }
 
@@ -81,7 +82,8 @@ int64_t stage_param_elements(LayoutKind layout, const ModelConfig& c, int tp, in
 }
 
 int64_t residual_columns(const MicroBatch& mb) {
-  return mb.layout == LayoutKind::btp ? mb.config.d_model / mb.tp : mb.config.d_model;
+  return layout_traits(mb.layout).hidden_sharded_residual ? mb.config.d_model / mb.tp
+                                                          : mb.config.d_model;
 }
 
 int64_t block_slot_elements(const MicroBatch& mb) {

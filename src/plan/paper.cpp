@@ -53,7 +53,7 @@ ModelConfig paper_model(const std::string& name, Arch arch) {
 StepConfig paper_step(const PaperRow& row, LayoutKind layout, int64_t micro_batches) {
   StepConfig s;
   s.layout = layout;
-  s.config = paper_model(row, layout == LayoutKind::dense_tp ? Arch::dense : Arch::cola);
+  s.config = paper_model(row, layout_traits(layout).low_rank ? Arch::cola : Arch::dense);
   s.tp = row.tp;
   s.pp = row.pp;
   s.dp = 1;

@@ -9,17 +9,6 @@ namespace boostlm::plan {
 
 namespace {
 
-// The engine's logits chunk (model.cpp kLogitsChunkElements).
-constexpr int64_t kLogitsChunkElements = int64_t{16} << 20;
-
-CommCounts& operator+=(CommCounts& a, const CommCounts& b) {
-  for (int k = 0; k < kCollectiveKinds; ++k) {
-    a.by_kind[k].calls += b.by_kind[k].calls;
-    a.by_kind[k].bytes += b.by_kind[k].bytes;
-  }
-  return a;
-}
-
 // Local dimensions of one micro-batch on one rank, and helpers that append work.
 struct Builder {
   const MicroBatch& mb;
@@ -345,7 +334,7 @@ Work block_recompute(const MicroBatch& mb) {
 
 int64_t head_chunk_rows(const MicroBatch& mb) {
   const int64_t vocab_rows = mb.config.vocab_size / mb.tp;
-  return std::clamp<int64_t>(kLogitsChunkElements / vocab_rows, 1, mb.tokens());
+  return logits_chunk_rows(vocab_rows, mb.tokens());
 }
 
 Work embedding_work(const MicroBatch& mb) {
@@ -357,7 +346,7 @@ Work embedding_work(const MicroBatch& mb) {
     Collective kind = Collective::all_reduce;
     b.w.tp[kind].calls += 1;  // the lookup's sum over vocabulary slices
     b.w.tp[kind].bytes += b.N * b.d * 4;
-    if (mb.layout == LayoutKind::btp) {  // own columns out, whole rows back for the backward
+    if (layout_traits(mb.layout).hidden_sharded_residual) {  // own columns out, whole rows back
       b.ew(N * b.d / b.t, 2);
       b.ew(N * b.d, 2);
       b.w.tp[Collective::all_gather].calls += 1;
@@ -384,7 +373,8 @@ Work head_work(const MicroBatch& mb) {
   CommCounts outer = outer_tp_comm(mb.layout, mb.config, b.N, mb.tp, (b.N + chunk - 1) / chunk,
                                    /*backward=*/true);
   b.w.tp = outer - embedding_work(mb).tp;
-  if (mb.layout == LayoutKind::btp && mb.tp > 1) b.ew(N * b.d, 4);  // gather, take columns
+  if (layout_traits(mb.layout).hidden_sharded_residual && mb.tp > 1)
+    b.ew(N * b.d, 4);  // gather, take columns
   return b.w;
 }
 

@@ -15,6 +15,7 @@
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/profile.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -36,10 +37,6 @@ namespace {
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) {
   g_signal.store(sig);
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double peak_rss_mb() {

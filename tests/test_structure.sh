@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The code's shape, checked: a layout is asked for its properties (parallel/layout.h's registry),
+# never compared by kind outside the registry, so a new layout cannot inherit another's traffic or
+# memory figures by falling through a comparison. plan/paper.cpp is exempt: it restates the
+# paper's three named configurations (its naive baseline ran ungrouped).
+# Usage: test_structure.sh SOURCE_DIR
+set -uo pipefail
+cd "$1"
+failures=0
+kind_tests=$(grep -rnE '[!=]= *LayoutKind::|LayoutKind::[a-z_]+ *[!=]=' src --include='*.cpp' --include='*.h' |
+  grep -v '^src/parallel/layout.cpp:' | grep -v '^src/plan/paper.cpp:')
+if [[ -n $kind_tests ]]; then
+  echo "FAIL: LayoutKind compared outside the registry (ask layout_traits() for the property):"
+  echo "$kind_tests"
+  failures=1
+fi
+literal_lists=$(grep -rn '"dense-tp", *"naive-tp"' src --include='*.cpp' | grep -v '^src/parallel/layout.cpp:')
+if [[ -n $literal_lists ]]; then
+  echo "FAIL: a literal list of layout names (use layout_names()):"
+  echo "$literal_lists"
+  failures=1
+fi
+((failures)) && exit 1
+echo "structure checks passed"
