@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "plan/models.h"
 #include "train/optimizer.h"
+#include "train/step.h"
 
 namespace boostlm::bench {
 
@@ -33,6 +34,7 @@ struct Running {
   VariantResult result;
   std::unique_ptr<Model> model;
   std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<Pipeline> pipeline;
   std::vector<double> step_s, comm_s, blocks_s;
 };
 
@@ -154,6 +156,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
   std::vector<int32_t> tokens(o.batch * o.seq_len), targets(o.batch * o.seq_len);
   for (auto& x : tokens) x = static_cast<int32_t>(rng.below(low_rank.vocab_size));
   for (auto& x : targets) x = static_cast<int32_t>(rng.below(low_rank.vocab_size));
+  const MicroBatch batch{tokens.data(), targets.data()};
 
   // Each variant is built and runs its first step before the next is built, so the heap's
   // high-water mark over that step counts its own memory only.
@@ -171,7 +174,8 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
         std::make_unique<Model>(r.config, o.precision, r.variant.layout, &tp, r.variant.options);
     run.model->init_weights(1);
     run.optimizer = std::make_unique<AdamW>(run.model->params(), OptimizerConfig{});
-    training_step(*run.model, *run.optimizer, tokens.data(), targets.data(), o.batch, o.seq_len);
+    run.pipeline = std::make_unique<Pipeline>(*run.model);
+    training_step(*run.pipeline, *run.optimizer, batch, o.batch, o.seq_len, kBenchLr);
     auto peak = static_cast<float>(heap_peak_bytes() - heap_before);
     tp.all_reduce_max(&peak, 1);
     r.peak_bytes = static_cast<int64_t>(peak);
@@ -186,8 +190,8 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
       Profile::global().clear();
       const CommCounts before = tp.counts();
       const double t0 = now_s();
-      run.result.loss = training_step(*run.model, *run.optimizer, tokens.data(), targets.data(),
-                                      o.batch, o.seq_len);
+      run.result.loss =
+          training_step(*run.pipeline, *run.optimizer, batch, o.batch, o.seq_len, kBenchLr);
       tp.barrier();  // the step ends when the slowest rank is done
       const double dt = now_s() - t0;
       if (rep < o.warmup) continue;

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "plan/models.h"
 #include "train/optimizer.h"
+#include "train/step.h"
 
 namespace boostlm::bench {
 
@@ -64,6 +65,8 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   Model model(config, dtype);
   model.init_weights(1);
   AdamW optimizer(model.params(), OptimizerConfig{});
+  Pipeline pipeline(model);
+  const MicroBatch batch{tokens.data(), targets.data()};
   std::vector<double> step_s, gemm_s;
   float loss = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
@@ -73,7 +76,7 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
     }
     const GemmCounters before = gemm_counters();
     const double t0 = now_s();
-    loss = training_step(model, optimizer, tokens.data(), targets.data(), B, T);
+    loss = training_step(pipeline, optimizer, batch, B, T, kBenchLr);
     const double dt = now_s() - t0;
     if (s == o.warmup) gemm_record_shapes(false);
     if (s >= o.warmup) {

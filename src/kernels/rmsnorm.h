@@ -37,4 +37,31 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
                             int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
                             float* dgamma, bool accumulate);
 
+// Online-RMSNorm (SPEC §3.4) for BTP: a normed group's latent GEMM reads x ⊙ γ, and RMSNorm's
+// 1/rms is applied to the summed latents, its statistic riding in their all-reduce as one more
+// column. D is this rank's share of the row, D_total the whole row.
+//
+// out[r, :] = x[r, :] ⊙ γ · s_r, with s_r = 1/sqrt(sum_sq[r]/D + eps) when sum_sq is given (bf16:
+// the rounded GEMM input at unit scale), else s_r = 1.
+void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
+                       int64_t D, float eps, float* out);
+// Before the all-reduce of partial latents p [rows, width] (row stride ld): with `rescale` undo
+// s_r (p · sqrt(sum_sq/D + eps)), and with `with_stat` write sum_sq[r] into column `width`.
+void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
+                      int64_t D, float eps, bool rescale, bool with_stat);
+// After it: rstd[r] = 1/sqrt(summed statistic / D_total + eps), from column `stat_column`.
+void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
+                      int64_t D_total, float eps, float* rstd);
+// z[r, :] = summed[r, :width] · rstd[r] (or a plain copy when rstd is null), z with stride ldz.
+void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, float* z, int64_t ldz);
+// Backward through Z = P · rstd: dz (in place) becomes dP = dz · rstd, and
+// ds[r] = −(Σ dz ⊙ z) · rstd² / (2 · D_total), the gradient of the summed statistic.
+void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
+                                 const float* rstd, int64_t D_total, float* ds);
+// Backward to the input, given g = ∂L/∂(x ⊙ γ) from the latent GEMM and ds:
+// dx = dx_beta · dx + g ⊙ γ + 2 · ds · x ;  dγ += Σ_rows x ⊙ g. No collective.
+void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
+                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma);
+
 }  // namespace boostlm

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/activation.h"
+#include "kernels/elementwise.h"
 
 namespace boostlm {
 
@@ -214,10 +215,7 @@ void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmIn
     // Each member's dA: its columns of the concatenation's.
     int64_t c0 = 0;
     for (const ProjectionWeights& p : group) {
-      const float* from = da_scratch.data() + c0;
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < d_in; ++r)
-        for (int64_t c = 0; c < p.rank; ++c) p.da[r * p.rank + c] += from[r * width + c];
+      add_columns(da_scratch.data() + c0, width, d_in, p.rank, p.da, p.rank);
       c0 += p.rank;
     }
     gemm(Trans::N, Trans::T, N, d_in, width, 1.0f, {dz, lddz}, cat->input(), dx_beta, dx, lddx,

@@ -31,9 +31,9 @@
 #include "kernels/activation.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
-#include "parallel/elementwise.h"
 #include "parallel/layout.h"
 
 namespace boostlm {
@@ -223,11 +223,8 @@ class Btp final : public Layout {
     // x ⊙ γ; in bf16 each row is first divided by its local rms so the rounded GEMM input has
     // unit scale (SPEC §3.4), and the partial latent is multiplied back before the all-reduce.
     const bool rescale = compute_ == DType::bf16;
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      const float s = rescale ? 1.0f / std::sqrt(stat_[n] / dl_ + config_.rms_eps) : 1.0f;
-      for (int64_t j = 0; j < dl_; ++j) xg_[n * dl_ + j] = x[n * dl_ + j] * gamma[j] * s;
-    }
+    online_norm_input(x, gamma, rescale ? stat_.data() : nullptr, N, dl_, config_.rms_eps,
+                      xg_.data());
     return shared_input(xg_.data(), N, dl_, rounded_);
   }
 
@@ -251,29 +248,17 @@ class Btp final : public Layout {
       const int64_t ld = part_width + (with_stat ? 1 : 0);
       float* buf = packed_.data();
       group_down_forward(part, cat, in, N, buf, ld, compute_);
-      if (online) {
-        // Undo the local normalisation of the bf16 input (every part read it); the statistic
-        // rides with the first part.
-        const bool rescale = compute_ == DType::bf16;
-#pragma omp parallel for schedule(static)
-        for (int64_t n = 0; n < N; ++n) {
-          if (rescale) {
-            const float s = std::sqrt(stat_[n] / dl_ + config_.rms_eps);
-            for (int64_t c = 0; c < part_width; ++c) buf[n * ld + c] *= s;
-          }
-          if (with_stat) buf[n * ld + part_width] = stat_[n];
-        }
-      }
+      // Undo the local normalisation of the bf16 input (every part read it); the statistic
+      // rides with the first part.
+      if (online)
+        online_norm_pack(buf, ld, N, part_width, stat_.data(), dl_, config_.rms_eps,
+                         compute_ == DType::bf16, with_stat);
       tp_.all_reduce(buf, N * ld);
-      if (with_stat)  // rms from the summed statistic: Z = P / rms (exactly RMSNorm(x)·A)
-        for (int64_t n = 0; n < N; ++n)
-          rstd[n] = 1.0f / std::sqrt(buf[n * ld + part_width] / config_.d_model + config_.rms_eps);
-          // Unpack into the group's latents (dividing by the rms for an online-normed group).
-#pragma omp parallel for schedule(static)
-      for (int64_t n = 0; n < N; ++n) {
-        const float s = online ? rstd[n] : 1.0f;
-        for (int64_t c = 0; c < part_width; ++c) z[n * width + col + c] = buf[n * ld + c] * s;
-      }
+      // rms from the summed statistic: Z = P / rms (exactly RMSNorm(x)·A)
+      if (with_stat)
+        online_norm_rstd(buf, ld, N, part_width, config_.d_model, config_.rms_eps, rstd);
+      // Unpack into the group's latents (dividing by the rms for an online-normed group).
+      online_norm_unpack(buf, ld, N, part_width, online ? rstd : nullptr, z + col, width);
       col += part_width;
       j += part.size();
     }
@@ -355,21 +340,11 @@ class Btp final : public Layout {
     group_activate_backward(group, z, d_packed_.data(), N);  // dz = dσ ⊙ σ'(z), in place
     const bool online = g.normed && options_.online_norm;
     if (online) {
-      // Z = P·rstd: dP = dZ·rstd; the rms term drms = −Σ dZ⊙Z / rms becomes dS below.
-#pragma omp parallel for schedule(static)
-      for (int64_t n = 0; n < N; ++n) {
-        const float* zr = z + n * width;
-        float* dzr = d_packed_.data() + n * width;
-        float dot = 0.0f;
-        for (int64_t c = 0; c < width; ++c) dot += dzr[c] * zr[c];
-        // rms = 1/rstd; drms = −dot·rstd; dS = drms / (2·d·rms) = −dot·rstd² / (2d).
-        stat_[n] = -dot * rstd[n] * rstd[n] / (2.0f * config_.d_model);
-        for (int64_t c = 0; c < width; ++c) dzr[c] *= rstd[n];
-      }
+      // Z = P·rstd: dP = dZ·rstd; the rms term becomes dS (in stat_).
+      online_norm_latent_backward(z, d_packed_.data(), N, width, rstd, config_.d_model,
+                                  stat_.data());
       // xg = x ⊙ γ: the GEMM input of forward (recomputed: cheaper than keeping it).
-#pragma omp parallel for schedule(static)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < dl_; ++j) xg_[n * dl_ + j] = x[n * dl_ + j] * gamma[j];
+      online_norm_input(x, gamma, nullptr, N, dl_, config_.rms_eps, xg_.data());
     }
     // The GEMM input of forward: x (o, down), the synchronous norm's output, or x ⊙ γ.
     const int64_t in_cols = group[0].d_in;
@@ -381,29 +356,8 @@ class Btp final : public Layout {
     if (!g.normed) return;
     if (online) {
       // dx += g ⊙ γ + 2·dS·x ;  dγ += Σ_rows x ⊙ g   (SPEC §3.4; no collective)
-#pragma omp parallel for schedule(static)
-      for (int64_t n = 0; n < N; ++n) {
-        const float two_ds = 2.0f * stat_[n];
-        const float* gr = d_norm_.data() + n * dl_;
-        const float* xr = x + n * dl_;
-        float* dxr = dx + n * dl_;
-        for (int64_t j = 0; j < dl_; ++j)
-          dxr[j] = dx_beta * dxr[j] + gr[j] * gamma[j] + two_ds * xr[j];
-      }
-      // Column blocks per thread, rows inner: contiguous reads, no two threads on one element.
-      constexpr int64_t kCols = 64;
-#pragma omp parallel for schedule(static)
-      for (int64_t j0 = 0; j0 < dl_; j0 += kCols) {
-        const int64_t j1 = std::min(dl_, j0 + kCols);
-        float acc[kCols] = {};
-        for (int64_t n = 0; n < N; ++n) {
-          const float* xr = x + n * dl_;
-          const float* gr = d_norm_.data() + n * dl_;
-#pragma omp simd
-          for (int64_t j = j0; j < j1; ++j) acc[j - j0] += xr[j] * gr[j];
-        }
-        for (int64_t j = j0; j < j1; ++j) dgamma[j] += acc[j - j0];
-      }
+      online_norm_input_backward(d_norm_.data(), x, gamma, stat_.data(), N, dl_, dx_beta, dx,
+                                 dgamma);
     } else {
       // Synchronous norm backward: the row term needs Σ dy⊙γ⊙x over the whole row.
       rmsnorm_partial_backward_dot(d_norm_.data(), dl_, x, dl_, gamma, N, dl_, stat_.data());

@@ -12,7 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
-#include "parallel/elementwise.h"
+#include "kernels/elementwise.h"
 #include "parallel/layout.h"
 
 namespace boostlm {

@@ -16,9 +16,9 @@
 #include "core/error.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
-#include "parallel/elementwise.h"
 #include "parallel/layout.h"
 
 namespace boostlm {
@@ -202,10 +202,7 @@ class NaiveTp final : public Layout {
     c0 = 0;
     for (size_t m = 0; m < group.size(); ++m) {
       const int64_t cols = group[m].d_out;
-      float* out = outputs.begin()[m];
-#pragma omp parallel for schedule(static)
-      for (int64_t n = 0; n < N; ++n)
-        std::copy_n(packed_.data() + n * packed_width + c0, cols, out + n * cols);
+      copy_columns(packed_.data() + c0, packed_width, N, cols, outputs.begin()[m], cols);
       c0 += cols;
     }
   }

@@ -60,6 +60,7 @@ class Pipeline {
   // The mean loss of one batch through every stage (evaluation), on every stage.
   float forward(const MicroBatch& batch, int64_t B, int64_t T);
 
+  Model& model() { return model_; }
   const PipelineStats& stats() const { return stats_; }
   // stats() of every stage (a collective over the PP group: every stage calls it).
   PipelineTimes gather_times();

@@ -16,7 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"
-#include "parallel/elementwise.h"
+#include "kernels/elementwise.h"
 #include "plan/cost.h"
 
 namespace boostlm::plan {

@@ -106,6 +106,21 @@ nlohmann::json hf_config(const ModelConfig& c) {
   return j;
 }
 
+void gather_full_state(Model& model, AdamW& optimizer, ZeroStage1* zero, FlatBuffer& local_m,
+                       FlatBuffer& local_v, FlatBuffer& full_weights, FlatBuffer& full_m,
+                       FlatBuffer& full_v) {
+  model.gather_full(model.weights(), full_weights);
+  if (zero) {
+    zero->all_gather_range(optimizer.first_moment(), local_m);
+    zero->all_gather_range(optimizer.second_moment(), local_v);
+    model.gather_full(local_m, full_m);
+    model.gather_full(local_v, full_v);
+  } else {
+    model.gather_full(optimizer.first_moment(), full_m);
+    model.gather_full(optimizer.second_moment(), full_v);
+  }
+}
+
 CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer,
                               const TrainingState* state, std::string tokenizer) {
   CheckpointWrite w;

@@ -19,6 +19,7 @@
 
 #include "model/config.h"
 #include "model/model.h"
+#include "parallel/data_parallel.h"
 #include "train/optimizer.h"
 
 namespace boostlm {
@@ -44,6 +45,14 @@ struct CheckpointWrite {
 };
 
 // The checkpoint of a model that holds its tensors whole (one process, no TP).
+// A sharded run's weights and AdamW moments as full tensors, for its checkpoint: under ZeRO-1
+// the DP ranks' owned ranges first (into local_m/local_v: every element of this rank's shards),
+// then the TP shards. Every rank of the job calls it (collectives); the full_* buffers hold
+// model.full_params().total_elements() elements.
+void gather_full_state(Model& model, AdamW& optimizer, ZeroStage1* zero, FlatBuffer& local_m,
+                       FlatBuffer& local_v, FlatBuffer& full_weights, FlatBuffer& full_m,
+                       FlatBuffer& full_v);
+
 CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer = nullptr,
                               const TrainingState* state = nullptr, std::string tokenizer = "");
 

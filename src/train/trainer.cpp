@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +28,7 @@
 #include "train/checkpoint.h"
 #include "train/memory_check.h"
 #include "train/run_dir.h"
+#include "train/step.h"
 
 namespace boostlm {
 
@@ -238,284 +240,342 @@ nlohmann::json comm_json(const CommCounts& counts) {
 
 }  // namespace
 
-TrainResult train(const TrainOptions& o) {
-  check_options(o);
+namespace {
 
-  ProcessGrid grid(o.grid);
-  const bool root = grid.world_rank() == 0;
-  const std::string resume_dir = o.resume.empty() ? "" : resolve_checkpoint(o.resume);
-  const std::string init_dir = o.init_from.empty() ? "" : resolve_checkpoint(o.init_from);
-  if (!resume_dir.empty()) verify_checkpoint(resume_dir);
-  if (!init_dir.empty()) verify_checkpoint(init_dir);
-  const ModelConfig config = resolve_config(o, resume_dir.empty() ? init_dir : resume_dir);
-  const DataFiles data = open_data(o.data_dir, config, o);
-  check_memory_fits(estimate_rank_memory(o, config, o.layout.value_or(default_layout(config)),
-                                         read_shard_header(data.train).num_tokens),
+// What one optimizer step produced, for the metrics and the loop's decisions.
+struct StepRecord {
+  double loss = 0;  // mean over the job's micro-batches
+  float lr = 0, grad_norm = 0;
+  double seconds = 0;
+  CommCounts tp, dp, pp;
+  PipelineTimes stages;
+  bool finite = true, signalled = false;
+};
+
+// A training run in pieces: the constructor sets it up (grid, checkpoint, data, model, optimizer,
+// data parallelism, run directory), step() is one optimizer step, validate(), log() and save() do
+// what their names say, and run() is the loop. Every rank of the job holds one; world rank 0
+// alone writes the run directory.
+class TrainingRun {
+ public:
+  explicit TrainingRun(const TrainOptions& options);
+  TrainResult run();
+
+ private:
+  StepRecord step();
+  float validate();
+  void log(const StepRecord& record, bool evaluated, float val_loss, double start_s,
+           int64_t first_step);
+  std::string save(const char* why);
+  void restore(const std::string& resume_dir, const std::string& init_dir);
+
+  const TrainOptions& o_;
+  ProcessGrid grid_;
+  bool root_;
+  std::string resume_dir_, init_dir_;
+  ModelConfig config_;
+  DataFiles data_;
+  std::optional<DataLoader> loader_;
+  std::optional<Model> model_;
+  std::optional<Pipeline> pipeline_;
+  std::optional<ZeroStage1> zero_;
+  std::optional<AdamW> optimizer_;
+  std::optional<GradReducer> reducer_;
+  FlatBuffer local_m_, local_v_;  // ZeRO-1: every element of this rank's shards' moments
+  FlatBuffer full_weights_, full_m_, full_v_;  // gathered for checkpoints
+  TrainingState state_;
+  LrSchedule schedule_;
+  fs::path run_dir_;
+  RunDirectoryLock lock_;
+  MetricsLog metrics_;
+  double step_flops_ = 0, peak_gflops_ = 0;
+  int64_t tokens_per_step_ = 0;
+  bool tty_ = false;
+  std::string last_checkpoint_;
+
+  bool use_zero() const { return o_.zero == 1; }
+  DataParallelStep dp_step() {
+    return {use_zero() ? nullptr : &*reducer_, use_zero() ? &*zero_ : nullptr, &grid_.dp()};
+  }
+};
+
+// The options are checked before the grid starts (the comma operator runs check_options first).
+TrainingRun::TrainingRun(const TrainOptions& o) : o_(o), grid_((check_options(o), o.grid)) {
+  root_ = grid_.world_rank() == 0;
+  resume_dir_ = o.resume.empty() ? "" : resolve_checkpoint(o.resume);
+  init_dir_ = o.init_from.empty() ? "" : resolve_checkpoint(o.init_from);
+  if (!resume_dir_.empty()) verify_checkpoint(resume_dir_);
+  if (!init_dir_.empty()) verify_checkpoint(init_dir_);
+  config_ = resolve_config(o, resume_dir_.empty() ? init_dir_ : resume_dir_);
+  data_ = open_data(o.data_dir, config_, o);
+  check_memory_fits(estimate_rank_memory(o, config_, o.layout.value_or(default_layout(config_)),
+                                         read_shard_header(data_.train).num_tokens),
                     ranks_on_this_machine(), available_memory_bytes(), o);
 
   LoaderConfig loader_config;
   loader_config.batch_size = o.batch_size;
   loader_config.seq_len = o.seq_len;
-  loader_config.dp_rank = grid.dp_rank();
-  loader_config.dp_size = grid.shape().dp;
+  loader_config.dp_rank = grid_.dp_rank();
+  loader_config.dp_size = grid_.shape().dp;
   loader_config.shuffle = o.shuffle;
   loader_config.seed = o.seed;
-  std::vector<int32_t> train_tokens = read_shard(data.train);
-  check_tokens_below(train_tokens, config.vocab_size, data.train);
-  DataLoader loader(std::move(train_tokens), loader_config, data.train);
+  std::vector<int32_t> train_tokens = read_shard(data_.train);
+  check_tokens_below(train_tokens, config_.vocab_size, data_.train);
+  loader_.emplace(std::move(train_tokens), loader_config, data_.train);
 
   if (o.zero != 0 && o.zero != 1) throw error("--zero ", o.zero, ": only stage 1 is implemented");
   // A pipeline stage keeps the activations of the micro-batches in flight in 1F1B.
-  Model model(config, o.precision, o.layout, &grid.tp(), o.block, &grid.pp(),
-              Pipeline::micro_slots(grid.shape().pp, grid.pp_rank(), o.grad_accum));
-  Pipeline pipeline(model);
+  model_.emplace(config_, o.precision, o.layout, &grid_.tp(), o.block, &grid_.pp(),
+                 Pipeline::micro_slots(grid_.shape().pp, grid_.pp_rank(), o.grad_accum));
+  pipeline_.emplace(*model_);
   // ZeRO-1: this DP rank owns a range of the flat buffer and the optimizer state for it only.
-  ZeroStage1 zero(model.params().total_elements(), grid.dp());
-  const bool use_zero = o.zero == 1;
-  AdamW optimizer(model.params(), o.optimizer, use_zero ? zero.begin() : 0,
-                  use_zero ? zero.end() : -1);
-  GradReducer reducer(model.params(), config.n_layers, model.grads(), grid.dp(), o.bucket_mb << 20);
-  // Moments as every element of this rank's shards (for checkpoints under ZeRO).
-  FlatBuffer local_m(use_zero ? model.params().total_elements() : 0),
-      local_v(use_zero ? model.params().total_elements() : 0);
-  TrainingState state;
-  if (!resume_dir.empty()) {
-    load_checkpoint_weights(resume_dir, model);
-    if (use_zero) {
-      optimizer.set_steps_taken(
-          load_training_state(resume_dir, model.params(), local_m, local_v, state));
-      zero.take_range(local_m, optimizer.first_moment());
-      zero.take_range(local_v, optimizer.second_moment());
-    } else {
-      load_training_state(resume_dir, optimizer, state);
-    }
-    loader.load_state(state.loader);
-  } else if (!init_dir.empty()) {
-    load_checkpoint_weights(init_dir, model);
-  } else {
-    model.init_weights(o.seed);
-  }
-  if (state.step >= o.steps)
-    throw error("the checkpoint is already at step ", state.step, " of --steps ", o.steps);
-  const LrSchedule schedule = resolve_schedule(o, resume_dir.empty() ? nullptr : &state, root);
+  const int64_t elements = model_->params().total_elements();
+  zero_.emplace(elements, grid_.dp());
+  optimizer_.emplace(model_->params(), o.optimizer, use_zero() ? zero_->begin() : 0,
+                     use_zero() ? zero_->end() : -1);
+  reducer_.emplace(model_->params(), config_.n_layers, model_->grads(), grid_.dp(),
+                   o.bucket_mb << 20);
+  local_m_ = FlatBuffer(use_zero() ? elements : 0);
+  local_v_ = FlatBuffer(use_zero() ? elements : 0);
+  restore(resume_dir_, init_dir_);
+  if (state_.step >= o.steps)
+    throw error("the checkpoint is already at step ", state_.step, " of --steps ", o.steps);
+  schedule_ = resolve_schedule(o, resume_dir_.empty() ? nullptr : &state_, root_);
 
-  const fs::path run(o.out_dir);
-  RunDirectoryLock run_lock;
-  MetricsLog metrics;
-  if (root) {
-    run_lock = RunDirectoryLock(run);
-    metrics = open_run_directory(run, config, resume_dir, state.step, o.overwrite);
+  run_dir_ = o.out_dir;
+  if (root_) {
+    lock_ = RunDirectoryLock(run_dir_);
+    metrics_ = open_run_directory(run_dir_, config_, resume_dir_, state_.step, o.overwrite);
   }
-
-  const ModelFlops flops = model_flops(config, o.batch_size, o.seq_len);
   // Model FLOPs of the whole job's step (every DP replica), against every rank's GEMM peak.
-  const double step_flops = flops.training() * o.grad_accum * grid.shape().dp;
-  const double peak_gflops = measure_peak_gemm_gflops(o.precision) * grid.shape().world();
-  const int64_t tokens_per_step = o.batch_size * o.seq_len * o.grad_accum * grid.shape().dp;
-  const bool tty = root && o.progress && ::isatty(STDERR_FILENO);
+  step_flops_ =
+      model_flops(config_, o.batch_size, o.seq_len).training() * o.grad_accum * grid_.shape().dp;
+  peak_gflops_ = measure_peak_gemm_gflops(o.precision) * grid_.shape().world();
+  tokens_per_step_ = o.batch_size * o.seq_len * o.grad_accum * grid_.shape().dp;
+  tty_ = root_ && o.progress && ::isatty(STDERR_FILENO);
+  const int64_t full = model_->full_params().total_elements();
+  full_weights_ = FlatBuffer(full);
+  full_m_ = FlatBuffer(full);
+  full_v_ = FlatBuffer(full);
+}
 
-  if (root)
+void TrainingRun::restore(const std::string& resume_dir, const std::string& init_dir) {
+  if (!resume_dir.empty()) {
+    load_checkpoint_weights(resume_dir, *model_);
+    if (use_zero()) {
+      optimizer_->set_steps_taken(
+          load_training_state(resume_dir, model_->params(), local_m_, local_v_, state_));
+      zero_->take_range(local_m_, optimizer_->first_moment());
+      zero_->take_range(local_v_, optimizer_->second_moment());
+    } else {
+      load_training_state(resume_dir, *optimizer_, state_);
+    }
+    loader_->load_state(state_.loader);
+  } else if (!init_dir.empty()) {
+    load_checkpoint_weights(init_dir, *model_);
+  } else {
+    model_->init_weights(o_.seed);
+  }
+}
+
+StepRecord TrainingRun::step() {
+  StepRecord r;
+  const double t0 = now_s();
+  const CommCounts tp_before = grid_.tp().counts(), dp_before = grid_.dp().counts(),
+                   pp_before = grid_.pp().counts();
+  std::vector<Batch> batches;
+  std::vector<MicroBatch> micro;
+  for (int64_t i = 0; i < o_.grad_accum; ++i) batches.push_back(loader_->next());
+  for (const Batch& b : batches) micro.push_back({b.inputs.data(), b.targets.data()});
+  const double loss = accumulate_gradients(*pipeline_, micro, o_.batch_size, o_.seq_len, dp_step());
+  r.pp = grid_.pp().counts() - pp_before;
+  r.stages = pipeline_->gather_times();  // for the metrics
+  // Control data over the world: the mean loss over DP replicas, and whether any rank was
+  // signalled (so every rank saves and stops at the same step).
+  double control[2] = {loss / static_cast<double>(o_.grad_accum), g_signal.load() ? 1.0 : 0.0};
+  grid_.world().all_reduce(control, 2);
+  r.loss = control[0] / grid_.shape().world();
+  r.signalled = control[1] > 0;
+  r.lr = schedule_.at(state_.step);
+  r.grad_norm = apply_gradients(*model_, *optimizer_, r.lr, r.loss, dp_step());
+  r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+  r.seconds = now_s() - t0;
+  r.tp = grid_.tp().counts() - tp_before;
+  r.dp = grid_.dp().counts() - dp_before;
+  return r;
+}
+
+// The validation shard was checked up front; should evaluation fail anyway (the file changed
+// under the run), the trained weights are saved before the run ends.
+float TrainingRun::validate() {
+  if (data_.val.empty()) return -1.0f;
+  try {
+    return static_cast<float>(
+        evaluate(*model_, data_.val, o_.batch_size, o_.seq_len, o_.eval_batches));
+  } catch (const Error& e) {
+    const std::string saved = save("validation failed");
+    throw error(e.what(), " (the trained weights are saved in ", saved, ")");
+  }
+}
+
+void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, double start_s,
+                      int64_t first_step) {
+  if (!root_) return;
+  const double mfu = step_flops_ / r.seconds / (peak_gflops_ * 1e9);
+  nlohmann::json line = {
+      {"step", state_.step},
+      {"loss", r.loss},
+      {"lr", r.lr},
+      {"grad_norm", r.grad_norm},
+      {"step_ms", r.seconds * 1e3},
+      {"tokens_per_s", tokens_per_step_ / r.seconds},
+      {"mfu", mfu},
+      {"tokens_seen", state_.tokens_seen},
+      {"peak_rss_mb", peak_rss_mb()},
+      {"activation_mb", model_->activation_bytes() / 1e6},
+      {"optimizer_state_mb", 2.0 * (optimizer_->end() - optimizer_->begin()) * 4 / 1e6},
+      {"comm", {{"tp", comm_json(r.tp)}, {"dp", comm_json(r.dp)}, {"pp", comm_json(r.pp)}}}};
+  const int pp = grid_.shape().pp;
+  if (pp > 1) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (int s = 0; s < pp; ++s)
+      stages.push_back(
+          {{"compute_ms", r.stages.compute_s[s] * 1e3}, {"bubble_ms", r.stages.bubble_s(s) * 1e3}});
+    line["pipeline"] = {
+        {"stages", stages},
+        {"micro_batches", o_.grad_accum},
+        {"time_ms", r.stages.span_s * 1e3},
+        {"bubble_fraction", r.stages.bubble_fraction()},
+        {"bubble_fraction_1f1b", PipelineTimes::one_f_one_b_fraction(pp, o_.grad_accum)}};
+  }
+  if (evaluated && val_loss >= 0) line["val_loss"] = val_loss;
+  metrics_.append(line);
+
+  const double eta = (now_s() - start_s) / (state_.step - first_step) * (o_.steps - state_.step);
+  char progress[256];
+  std::snprintf(progress, sizeof progress,
+                "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | "
+                "ETA %s",
+                state_.step, o_.steps, r.loss, r.lr, r.grad_norm, tokens_per_step_ / r.seconds,
+                100.0 * mfu, format_duration(eta).c_str());
+  if (tty_)
+    std::fprintf(stderr, "\r%-110s", progress);
+  else if (state_.step % std::max<int64_t>(1, o_.log_interval) == 0 || state_.step == o_.steps)
+    std::fprintf(stderr, "%s\n", progress);
+  if (evaluated && val_loss >= 0)
+    std::fprintf(stderr, "%sstep %ld: val loss %.4f\n", tty_ ? "\n" : "", state_.step, val_loss);
+}
+
+// Gathers full tensors (every rank takes part); world rank 0 writes, points `latest` at the new
+// checkpoint and prunes the old ones.
+std::string TrainingRun::save(const char* why) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%06ld", state_.step);
+  const fs::path checkpoints = run_dir_ / "checkpoints";
+  const fs::path dir = checkpoints / name;
+  gather_full_state(*model_, *optimizer_, use_zero() ? &*zero_ : nullptr, local_m_, local_v_,
+                    full_weights_, full_m_, full_v_);
+  if (root_) {
+    state_.loader = loader_->state();
+    state_.extra = {{"seed", o_.seed},
+                    {"arch", to_string(config_.arch)},
+                    {"layout", to_string(model_->layout())},
+                    {"tp", grid_.shape().tp},
+                    {"pp", grid_.shape().pp},
+                    {"dp", grid_.shape().dp},
+                    {"zero", o_.zero},
+                    {"schedule_steps", schedule_.total_steps}};
+    CheckpointWrite w;
+    w.config = &config_;
+    w.table = &model_->full_params();
+    w.weights = &full_weights_;
+    w.exp_avg = &full_m_;
+    w.exp_avg_sq = &full_v_;
+    w.optimizer_step = optimizer_->steps_taken();
+    w.state = &state_;
+    w.tokenizer_path = data_.tokenizer;
+    try {
+      save_checkpoint(dir.string(), w);
+      write_file_atomically((checkpoints / "latest").string(), std::string(name) + "\n");
+    } catch (const std::exception& e) {
+      const std::string last = latest_checkpoint_name(checkpoints);
+      throw error("cannot save checkpoint ", dir.string(), ": ", e.what(), ". ",
+                  last.empty() ? std::string("No earlier checkpoint of this run exists.")
+                               : "The last good checkpoint, " + last + ", is intact.");
+    }
+    prune_checkpoints(checkpoints, o_.keep_checkpoints, name);
+    if (tty_) std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "checkpoint (%s): %s\n", why, dir.c_str());
+  }
+  grid_.world().barrier();
+  last_checkpoint_ = dir.string();
+  return last_checkpoint_;
+}
+
+TrainResult TrainingRun::run() {
+  if (root_)
     std::fprintf(stderr,
                  "boostlm train: %s %s, %.2fM parameters, %s, layout %s, tp %d x pp %d x dp %d, "
                  "%ld tokens/step, steps %ld..%ld\n",
-                 to_string(config.arch).c_str(), o.config_path.c_str(),
-                 model.full_params().parameter_count() / 1e6, to_string(o.precision).c_str(),
-                 to_string(model.layout()).c_str(), grid.shape().tp, grid.shape().pp,
-                 grid.shape().dp, tokens_per_step, state.step, o.steps);
-
-  // Gathers full tensors over TP (every rank takes part); world rank 0 writes.
-  FlatBuffer full_weights(model.full_params().total_elements()),
-      full_m(model.full_params().total_elements()), full_v(model.full_params().total_elements());
-  auto save = [&](const char* why) {
-    char name[32];
-    std::snprintf(name, sizeof name, "step_%06ld", state.step);
-    const fs::path dir = run / "checkpoints" / name;
-    model.gather_full(model.weights(), full_weights);
-    if (use_zero) {  // the DP ranks' ranges first, then the TP shards
-      zero.all_gather_range(optimizer.first_moment(), local_m);
-      zero.all_gather_range(optimizer.second_moment(), local_v);
-      model.gather_full(local_m, full_m);
-      model.gather_full(local_v, full_v);
-    } else {
-      model.gather_full(optimizer.first_moment(), full_m);
-      model.gather_full(optimizer.second_moment(), full_v);
-    }
-    if (root) {
-      state.loader = loader.state();
-      state.extra = {{"seed", o.seed},
-                     {"arch", to_string(config.arch)},
-                     {"layout", to_string(model.layout())},
-                     {"tp", grid.shape().tp},
-                     {"pp", grid.shape().pp},
-                     {"dp", grid.shape().dp},
-                     {"zero", o.zero},
-                     {"schedule_steps", schedule.total_steps}};
-      CheckpointWrite w;
-      w.config = &config;
-      w.table = &model.full_params();
-      w.weights = &full_weights;
-      w.exp_avg = &full_m;
-      w.exp_avg_sq = &full_v;
-      w.optimizer_step = optimizer.steps_taken();
-      w.state = &state;
-      w.tokenizer_path = data.tokenizer;
-      try {
-        save_checkpoint(dir.string(), w);
-        write_file_atomically((run / "checkpoints" / "latest").string(), std::string(name) + "\n");
-      } catch (const std::exception& e) {
-        const std::string last = latest_checkpoint_name(run / "checkpoints");
-        throw error("cannot save checkpoint ", dir.string(), ": ", e.what(), ". ",
-                    last.empty() ? std::string("No earlier checkpoint of this run exists.")
-                                 : "The last good checkpoint, " + last + ", is intact.");
-      }
-      prune_checkpoints(run / "checkpoints", o.keep_checkpoints, name);
-      if (tty) std::fprintf(stderr, "\n");
-      std::fprintf(stderr, "checkpoint (%s): %s\n", why, dir.c_str());
-    }
-    grid.world().barrier();
-    return dir.string();
-  };
-  // The validation shard was checked up front; should evaluation fail anyway (the file changed
-  // under the run), the trained weights are saved before the run ends.
-  auto validate_now = [&]() -> float {
-    if (data.val.empty()) return -1.0f;
-    try {
-      return static_cast<float>(evaluate(model, data.val, o.batch_size, o.seq_len, o.eval_batches));
-    } catch (const Error& e) {
-      const std::string saved = save("validation failed");
-      throw error(e.what(), " (the trained weights are saved in ", saved, ")");
-    }
-  };
-
+                 to_string(config_.arch).c_str(), o_.config_path.c_str(),
+                 model_->full_params().parameter_count() / 1e6, to_string(o_.precision).c_str(),
+                 to_string(model_->layout()).c_str(), grid_.shape().tp, grid_.shape().pp,
+                 grid_.shape().dp, tokens_per_step_, state_.step, o_.steps);
   g_signal.store(0);
   auto old_int = std::signal(SIGINT, on_signal);
   auto old_term = std::signal(SIGTERM, on_signal);
 
   TrainResult result;
   const double start = now_s();
-  const int64_t first_step = state.step;
-  while (state.step < o.steps) {
-    set_watchdog_step(state.step + 1);  // for the watchdog's message, numbered as in the metrics
-    const double t0 = now_s();
-    const CommCounts tp_before = grid.tp().counts(), dp_before = grid.dp().counts(),
-                     pp_before = grid.pp().counts();
-    model.grads().zero();
-    std::vector<Batch> batches;
-    std::vector<MicroBatch> micro;
-    for (int64_t i = 0; i < o.grad_accum; ++i) batches.push_back(loader.next());
-    for (const Batch& b : batches) micro.push_back({b.inputs.data(), b.targets.data()});
-    // The micro-batches in 1F1B order over the stages (one stage: one after the other). The
-    // gradient all-reduce overlaps the backward of the last micro-batch only (ZeRO
-    // reduce-scatters after backward instead).
-    double loss = pipeline.forward_backward(micro, o.batch_size, o.seq_len,
-                                            1.0f / static_cast<float>(o.grad_accum),
-                                            use_zero ? nullptr : &reducer);
-    const CommCounts pp_step = grid.pp().counts() - pp_before;
-    const PipelineTimes stage_times = pipeline.gather_times();  // for the metrics
-    if (use_zero)
-      zero.reduce_scatter(model.grads());
-    else
-      reducer.finish();
-    // Control data over the world: the mean loss over DP replicas, and whether any rank was
-    // signalled (so every rank saves and stops at the same step).
-    double control[2] = {loss / static_cast<double>(o.grad_accum), g_signal.load() ? 1.0 : 0.0};
-    grid.world().all_reduce(control, 2);
-    loss = control[0] / grid.shape().world();
-    const bool signalled = control[1] > 0;
-    const float lr = schedule.at(state.step);
-    const float grad_norm = static_cast<float>(
-        std::sqrt(use_zero ? model.grad_sum_squares(zero.begin(), zero.end(), &grid.dp())
-                           : model.grad_sum_squares()));
-    if (std::isfinite(loss) && std::isfinite(grad_norm)) {
-      optimizer.step(model.weights(), model.grads(), lr, grad_norm);
-      if (use_zero) zero.all_gather(model.weights());
-    } else {
-      if (root) {
-        if (tty) std::fprintf(stderr, "\n");
+  const int64_t first_step = state_.step;
+  while (state_.step < o_.steps) {
+    set_watchdog_step(state_.step + 1);  // for the watchdog's message, numbered as in the metrics
+    const StepRecord r = step();
+    if (!r.finite) {
+      if (root_) {
+        if (tty_) std::fprintf(stderr, "\n");
         std::fprintf(
             stderr,
             "boostlm train: step %ld: %s is %f; stopping without saving. The last good "
             "checkpoint is %s\n",
-            state.step, std::isfinite(loss) ? "the gradient norm" : "the loss",
-            std::isfinite(loss) ? grad_norm : loss,
-            result.checkpoint.empty() ? "(none written in this run)" : result.checkpoint.c_str());
+            state_.step, std::isfinite(r.loss) ? "the gradient norm" : "the loss",
+            std::isfinite(r.loss) ? r.grad_norm : r.loss,
+            last_checkpoint_.empty() ? "(none written in this run)" : last_checkpoint_.c_str());
       }
       result.diverged = true;
       break;
     }
-    const double step_s = now_s() - t0;
-    state.step += 1;
-    state.tokens_seen += tokens_per_step;
-    result.last_loss = static_cast<float>(loss);
+    state_.step += 1;
+    state_.tokens_seen += tokens_per_step_;
+    result.last_loss = static_cast<float>(r.loss);
+    const bool evaluate_now =
+        (o_.eval_interval > 0 && state_.step % o_.eval_interval == 0) || state_.step == o_.steps;
+    if (evaluate_now) result.val_loss = validate();
+    log(r, evaluate_now, result.val_loss, start, first_step);
 
-    const bool eval_now =
-        (o.eval_interval > 0 && state.step % o.eval_interval == 0) || state.step == o.steps;
-    if (eval_now) result.val_loss = validate_now();
-    if (root) {
-      nlohmann::json line = {
-          {"step", state.step},
-          {"loss", loss},
-          {"lr", lr},
-          {"grad_norm", grad_norm},
-          {"step_ms", step_s * 1e3},
-          {"tokens_per_s", tokens_per_step / step_s},
-          {"mfu", step_flops / step_s / (peak_gflops * 1e9)},
-          {"tokens_seen", state.tokens_seen},
-          {"peak_rss_mb", peak_rss_mb()},
-          {"activation_mb", model.activation_bytes() / 1e6},
-          {"optimizer_state_mb", 2.0 * (optimizer.end() - optimizer.begin()) * 4 / 1e6},
-          {"comm",
-           {{"tp", comm_json(grid.tp().counts() - tp_before)},
-            {"dp", comm_json(grid.dp().counts() - dp_before)},
-            {"pp", comm_json(pp_step)}}}};
-      if (grid.shape().pp > 1) {
-        nlohmann::json stages = nlohmann::json::array();
-        for (int s = 0; s < grid.shape().pp; ++s)
-          stages.push_back({{"compute_ms", stage_times.compute_s[s] * 1e3},
-                            {"bubble_ms", stage_times.bubble_s(s) * 1e3}});
-        line["pipeline"] = {{"stages", stages},
-                            {"micro_batches", o.grad_accum},
-                            {"time_ms", stage_times.span_s * 1e3},
-                            {"bubble_fraction", stage_times.bubble_fraction()},
-                            {"bubble_fraction_1f1b",
-                             PipelineTimes::one_f_one_b_fraction(grid.shape().pp, o.grad_accum)}};
-      }
-      if (eval_now && result.val_loss >= 0) line["val_loss"] = result.val_loss;
-      metrics.append(line);
-
-      const double elapsed = now_s() - start;
-      const double eta = elapsed / (state.step - first_step) * (o.steps - state.step);
-      char progress[256];
-      std::snprintf(progress, sizeof progress,
-                    "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | "
-                    "ETA %s",
-                    state.step, o.steps, loss, lr, grad_norm, tokens_per_step / step_s,
-                    100.0 * step_flops / step_s / (peak_gflops * 1e9),
-                    format_duration(eta).c_str());
-      if (tty)
-        std::fprintf(stderr, "\r%-110s", progress);
-      else if (state.step % std::max<int64_t>(1, o.log_interval) == 0 || state.step == o.steps)
-        std::fprintf(stderr, "%s\n", progress);
-      if (eval_now && result.val_loss >= 0)
-        std::fprintf(stderr, "%sstep %ld: val loss %.4f\n", tty ? "\n" : "", state.step,
-                     result.val_loss);
-    }
-
-    if (signalled) {
-      result.checkpoint = save("interrupted");
+    if (r.signalled) {
+      save("interrupted");
       result.interrupted = true;
       break;
     }
-    if (o.save_interval > 0 && state.step % o.save_interval == 0 && state.step < o.steps)
-      result.checkpoint = save("interval");
+    if (o_.save_interval > 0 && state_.step % o_.save_interval == 0 && state_.step < o_.steps)
+      save("interval");
   }
-  if (!result.diverged && !result.interrupted) result.checkpoint = save("final");
-  if (tty) std::fprintf(stderr, "\n");
+  if (!result.diverged && !result.interrupted) save("final");
+  if (tty_) std::fprintf(stderr, "\n");
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
-  result.steps_done = state.step;
+  result.checkpoint = last_checkpoint_;
+  result.steps_done = state_.step;
   result.seconds = now_s() - start;
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& options) {
+  TrainingRun run(options);
+  return run.run();
 }
 
 }  // namespace boostlm

@@ -111,3 +111,83 @@ void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx
 }
 
 }  // namespace boostlm
+
+namespace boostlm {
+
+void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
+                       int64_t D, float eps, float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = sum_sq ? 1.0f / std::sqrt(sum_sq[r] / D + eps) : 1.0f;
+    for (int64_t j = 0; j < D; ++j) out[r * D + j] = x[r * D + j] * gamma[j] * s;
+  }
+}
+
+void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
+                      int64_t D, float eps, bool rescale, bool with_stat) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    if (rescale) {
+      const float s = std::sqrt(sum_sq[r] / D + eps);
+      for (int64_t c = 0; c < width; ++c) p[r * ld + c] *= s;
+    }
+    if (with_stat) p[r * ld + width] = sum_sq[r];
+  }
+}
+
+void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
+                      int64_t D_total, float eps, float* rstd) {
+  for (int64_t r = 0; r < rows; ++r)
+    rstd[r] = 1.0f / std::sqrt(summed[r * ld + stat_column] / D_total + eps);
+}
+
+void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, float* z, int64_t ldz) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = rstd ? rstd[r] : 1.0f;
+    for (int64_t c = 0; c < width; ++c) z[r * ldz + c] = summed[r * ld + c] * s;
+  }
+}
+
+void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
+                                 const float* rstd, int64_t D_total, float* ds) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* zr = z + r * width;
+    float* dzr = dz + r * width;
+    float dot = 0.0f;
+    for (int64_t c = 0; c < width; ++c) dot += dzr[c] * zr[c];
+    // rms = 1/rstd; drms = −dot·rstd; ds = drms / (2·D·rms) = −dot·rstd² / (2D).
+    ds[r] = -dot * rstd[r] * rstd[r] / (2.0f * D_total);
+    for (int64_t c = 0; c < width; ++c) dzr[c] *= rstd[r];
+  }
+}
+
+void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
+                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float two_ds = 2.0f * ds[r];
+    const float* gr = g + r * D;
+    const float* xr = x + r * D;
+    float* dxr = dx + r * D;
+    for (int64_t j = 0; j < D; ++j) dxr[j] = dx_beta * dxr[j] + gr[j] * gamma[j] + two_ds * xr[j];
+  }
+  // Column blocks per thread, rows inner: contiguous reads, no two threads on one element.
+  constexpr int64_t kCols = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < D; j0 += kCols) {
+    const int64_t j1 = std::min(D, j0 + kCols);
+    float acc[kCols] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * D;
+      const float* gr = g + r * D;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) acc[j - j0] += xr[j] * gr[j];
+    }
+    for (int64_t j = j0; j < j1; ++j) dgamma[j] += acc[j - j0];
+  }
+}
+
+}  // namespace boostlm

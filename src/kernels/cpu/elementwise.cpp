@@ -1,0 +1,25 @@
+#include "kernels/elementwise.h"
+
+#include <algorithm>
+
+namespace boostlm {
+
+void add(const float* a, const float* b, float* out, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void copy_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                  int64_t ld_dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * ld_src, cols, dst + r * ld_dst);
+}
+
+void add_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                 int64_t ld_dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ld_dst + c] += src[r * ld_src + c];
+}
+
+}  // namespace boostlm

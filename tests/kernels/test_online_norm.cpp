@@ -1,0 +1,103 @@
+// Online-RMSNorm's kernels (SPEC §3.4) as one process runs them (D_local = D_total): the composite
+// z = RMSNorm(x) A, built from online_norm_input → GEMM → online_norm_pack → online_norm_rstd →
+// online_norm_unpack, equals the direct formula, and its backward (latent_backward → GEMM →
+// input_backward) matches finite differences for x and γ. Also the column-block kernels.
+// Tolerances: GradCheckOptions' defaults (fp32 kernels, loss summed in double).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/elementwise.h"
+#include "kernels/grad_check.h"
+#include "kernels/rmsnorm.h"
+
+namespace boostlm {
+namespace {
+
+using testing::check_gradient;
+using testing::dot;
+using testing::random_vector;
+
+constexpr int64_t kRows = 5, kD = 70, kRank = 6;  // D > 64: two column blocks of dγ
+constexpr float kEps = 1e-5f;
+
+// out[r, c] = Σ_j in[r, j] · a[j, c] (in: [rows, D], a: [D, rank], out stride ld).
+void matmul(const std::vector<float>& in, const std::vector<float>& a, float* out, int64_t ld) {
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kRank; ++c) {
+      double s = 0;
+      for (int64_t j = 0; j < kD; ++j) s += in[r * kD + j] * a[j * kRank + c];
+      out[r * ld + c] = static_cast<float>(s);
+    }
+}
+
+// The forward as BTP runs it on one rank; `rescale` as in bf16 (unit-scale GEMM input).
+std::vector<float> online_forward(const std::vector<float>& x, const std::vector<float>& gamma,
+                                  const std::vector<float>& a, bool rescale,
+                                  std::vector<float>& rstd) {
+  std::vector<float> sum_sq(kRows), xg(kRows * kD), packed(kRows * (kRank + 1)), z(kRows * kRank);
+  rmsnorm_partial_sum_squares(x.data(), kD, kRows, kD, sum_sq.data());
+  online_norm_input(x.data(), gamma.data(), rescale ? sum_sq.data() : nullptr, kRows, kD, kEps,
+                    xg.data());
+  matmul(xg, a, packed.data(), kRank + 1);
+  online_norm_pack(packed.data(), kRank + 1, kRows, kRank, sum_sq.data(), kD, kEps, rescale, true);
+  // (the all-reduce over one rank is the identity)
+  online_norm_rstd(packed.data(), kRank + 1, kRows, kRank, kD, kEps, rstd.data());
+  online_norm_unpack(packed.data(), kRank + 1, kRows, kRank, rstd.data(), z.data(), kRank);
+  return z;
+}
+
+TEST(OnlineNorm, ForwardIsRmsNormThenTheLatentGemm) {
+  auto x = random_vector(kRows * kD, 1), gamma = random_vector(kD, 2),
+       a = random_vector(kD * kRank, 3);
+  for (bool rescale : {false, true}) {
+    std::vector<float> rstd(kRows), y(kRows * kD), rstd_ref(kRows), z_ref(kRows * kRank);
+    const auto z = online_forward(x, gamma, a, rescale, rstd);
+    rmsnorm_forward(x.data(), kD, gamma.data(), kRows, kD, kEps, y.data(), kD, rstd_ref.data());
+    matmul(y, a, z_ref.data(), kRank);
+    for (int64_t i = 0; i < kRows * kRank; ++i)
+      EXPECT_NEAR(z[i], z_ref[i], 1e-4 * (1 + std::fabs(z_ref[i]))) << "rescale " << rescale;
+    for (int64_t r = 0; r < kRows; ++r) EXPECT_FLOAT_EQ(rstd[r], rstd_ref[r]);
+  }
+}
+
+TEST(OnlineNorm, GradientsMatchFiniteDifferences) {
+  auto x = random_vector(kRows * kD, 4), gamma = random_vector(kD, 5),
+       a = random_vector(kD * kRank, 6), w = random_vector(kRows * kRank, 7);
+  std::vector<float> rstd(kRows);
+  auto loss = [&] {
+    return dot(online_forward(x, gamma, a, false, rstd).data(), w.data(), kRows * kRank);
+  };
+  const auto z = online_forward(x, gamma, a, false, rstd);
+  // dL/dz = w → dP (in place) and dS; g = dP Aᵀ; then dx (over 0.5: dx_beta = 1 accumulates) and
+  // dγ.
+  std::vector<float> dp = w, ds(kRows), g(kRows * kD), dx(kRows * kD, 0.5f), dgamma(kD, 0.0f);
+  online_norm_latent_backward(z.data(), dp.data(), kRows, kRank, rstd.data(), kD, ds.data());
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t j = 0; j < kD; ++j) {
+      double s = 0;
+      for (int64_t c = 0; c < kRank; ++c) s += dp[r * kRank + c] * a[j * kRank + c];
+      g[r * kD + j] = static_cast<float>(s);
+    }
+  online_norm_input_backward(g.data(), x.data(), gamma.data(), ds.data(), kRows, kD, 1.0f,
+                             dx.data(), dgamma.data());
+  for (auto& v : dx) v -= 0.5f;
+  EXPECT_TRUE(check_gradient(loss, x.data(), dx.data(), kRows * kD));
+  EXPECT_TRUE(check_gradient(loss, gamma.data(), dgamma.data(), kD));
+}
+
+TEST(ColumnBlocks, CopyAndAddTakeAStridedBlock) {
+  const int64_t rows = 3, cols = 4, ld_src = 9, ld_dst = 5;
+  auto src = random_vector(rows * ld_src, 8);
+  std::vector<float> dst(rows * ld_dst, 1.0f);
+  copy_columns(src.data() + 2, ld_src, rows, cols, dst.data(), ld_dst);
+  add_columns(src.data() + 2, ld_src, rows, cols, dst.data(), ld_dst);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(dst[r * ld_dst + c], 2 * src[r * ld_src + 2 + c]);
+    EXPECT_EQ(dst[r * ld_dst + cols], 1.0f);  // beyond the block: untouched
+  }
+}
+
+}  // namespace
+}  // namespace boostlm
