@@ -20,5 +20,15 @@ if [[ -n $literal_lists ]]; then
   echo "$literal_lists"
   failures=1
 fi
+# Compute lives in kernels (a backend's one place to go): no OpenMP loop elsewhere, but for the
+# initialisation RNG (core/rng.cpp) and corpus preparation (data/prepare.cpp), which are not
+# training compute.
+loops=$(grep -rn '#pragma omp' src --include='*.cpp' --include='*.h' | grep -v '^src/kernels/' |
+  grep -v '^src/core/rng.cpp:' | grep -v '^src/data/prepare.cpp:')
+if [[ -n $loops ]]; then
+  echo "FAIL: an OpenMP loop outside src/kernels/ (make it a named kernel):"
+  echo "$loops"
+  failures=1
+fi
 ((failures)) && exit 1
 echo "structure checks passed"
