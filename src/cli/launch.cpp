@@ -32,10 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +40,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "core/hostfile.h"
 
 namespace boostlm::cli {
 namespace {
@@ -64,20 +62,6 @@ int available_cpus() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// Distinct host names in an Open MPI hostfile ("host [slots=N] ...", '#' starts a comment).
-int count_hosts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw error("cannot read hostfile ", path);
-  std::set<std::string> hosts;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line.substr(0, line.find('#')));
-    std::string host;
-    if (words >> host) hosts.insert(host);
-  }
-  if (hosts.empty()) throw error("hostfile ", path, " lists no hosts");
-  return static_cast<int>(hosts.size());
 }
 
 std::string this_executable() {
@@ -107,7 +91,7 @@ MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>
       a.insert(a.end(), {"--bind-to", "none"});
     }
   } else {
-    const int hosts = count_hosts(o.hostfile);
+    const int hosts = count_hosts(read_hostfile(o.hostfile));
     const int ranks_per_host = (o.ranks + hosts - 1) / hosts;
     if (threads == 0) threads = std::max(1, cores / ranks_per_host);
     a.insert(a.end(), {"--hostfile", o.hostfile, "--bind-to", "none"});
