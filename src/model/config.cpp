@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <set>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,11 @@ void read(const nlohmann::json& json, const char* field, T& out, bool required) 
   if (it == json.end()) {
     if (required) throw error("config: missing required field '", field, "'");
     return;
+  }
+  // A float read as an integer would be truncated, or undefined behaviour when out of range.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (it->is_number_float())
+      throw error("config: field '", field, "' must be a whole number (", it->dump(), ")");
   }
   try {
     out = it->template get<T>();
