@@ -19,8 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error&) {
-    return 0;  // ModelConfig::load reports this as "not valid JSON"
+  } catch (const nlohmann::json::exception&) {  // a syntax error, or a number overflowing a double
+    return 0;  // ModelConfig::load reports these as "not valid JSON"
   }
   try {
     const ModelConfig config = ModelConfig::from_json(json);
