@@ -27,8 +27,8 @@ std::vector<std::string_view> words_of(std::string_view line) {
 // so a long number cannot overflow on the way).
 int parse_slots(std::string_view key, std::string_view value, const std::string& where) {
   auto bad = [&] {
-    return error(where, ": ", key, "=", value, " is not a whole number in [1, ",
-                 kMaxHostfileSlots, "]");
+    return error(where, ": ", key, "=", value, " is not a whole number in [1, ", kMaxHostfileSlots,
+                 "]");
   };
   if (value.empty()) throw bad();
   int64_t n = 0;

@@ -163,7 +163,8 @@ void verify_checkpoint(const std::string& dir) {
     throw error("checkpoint: '", dir, "' has no ", kChecksums,
                 " (incomplete or not written by boostlm)");
   const std::string checksums_path = (d / kChecksums).string();
-  for (const auto& [file, expected] : parse_checksums(read_text_file(checksums_path), checksums_path)) {
+  for (const auto& [file, expected] :
+       parse_checksums(read_text_file(checksums_path), checksums_path)) {
     const fs::path path = d / file;
     if (!fs::exists(path)) throw error("checkpoint: '", dir, "' is missing ", file);
     MappedFile mapped(path.string());

@@ -22,8 +22,7 @@ struct TrainingState {
 };
 
 // trainer_state.json: fills `state` and returns the optimizer's step count.
-int64_t parse_trainer_state(std::string_view text, const std::string& source,
-                            TrainingState& state);
+int64_t parse_trainer_state(std::string_view text, const std::string& source, TrainingState& state);
 
 // checksums.json: file name -> checksum (hex). Every name is a plain file name in the checkpoint
 // directory, so a crafted file cannot make verification read outside it.

@@ -20,10 +20,10 @@ std::string error_of(const std::string& text) {
 }
 
 TEST(Hostfile, ReadsHostsSlotsAndComments) {
-  const auto entries =
-      parse_hostfile("node-a slots=4\n\tnode-b slots=2 max_slots=8  # a comment\n# node-c\n"
-                     "node-a\r\n",
-                     "hosts");
+  const auto entries = parse_hostfile(
+      "node-a slots=4\n\tnode-b slots=2 max_slots=8  # a comment\n# node-c\n"
+      "node-a\r\n",
+      "hosts");
   ASSERT_EQ(entries.size(), 3u);
   EXPECT_EQ(entries[0].host, "node-a");
   EXPECT_EQ(entries[0].slots, 4);
@@ -50,7 +50,8 @@ TEST(Hostfile, RefusesUnknownWordsAndEmptyFiles) {
   EXPECT_NE(error_of("a b").find("unknown 'b'"), std::string::npos);
   EXPECT_EQ(error_of("# nothing\n\n   \n"), "hostfile hosts lists no hosts");
   EXPECT_EQ(error_of(""), "hostfile hosts lists no hosts");
-  EXPECT_EQ(error_of(std::string("a\0b slots=1", 11)), "hosts line 1: control character 0 (a binary file, not a hostfile?)");
+  EXPECT_EQ(error_of(std::string("a\0b slots=1", 11)),
+            "hosts line 1: control character 0 (a binary file, not a hostfile?)");
   EXPECT_NE(error_of("slots=2").find("'slots=2' is not a host name"), std::string::npos);
 }
 

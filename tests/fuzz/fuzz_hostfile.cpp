@@ -8,7 +8,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto entries = parse_hostfile(text_of(data, size), "hosts");
     FUZZ_CHECK(!entries.empty());
-    FUZZ_CHECK(count_hosts(entries) >= 1 && count_hosts(entries) <= static_cast<int>(entries.size()));
+    FUZZ_CHECK(count_hosts(entries) >= 1 &&
+               count_hosts(entries) <= static_cast<int>(entries.size()));
     for (const auto& e : entries) {
       FUZZ_CHECK(!e.host.empty() && e.host.find_first_of(" \t\n#") == std::string::npos);
       FUZZ_CHECK(e.slots >= 0 && e.slots <= kMaxHostfileSlots);

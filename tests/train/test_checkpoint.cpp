@@ -4,8 +4,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 

@@ -78,8 +78,9 @@ TEST(CheckpointConfigJson, ReadsAPlainHuggingFaceConfigAndNamesAMissingField) {
       "config.json");
   EXPECT_EQ(c.arch, Arch::dense);
   EXPECT_EQ(c.n_kv_heads, 4);
-  EXPECT_NE(error_of([] { parse_checkpoint_config(R"({"vocab_size": 64})", "config.json"); })
-                .find("config.json lacks a field"),
+  EXPECT_NE(error_of([] {
+              parse_checkpoint_config(R"({"vocab_size": 64})", "config.json");
+            }).find("config.json lacks a field"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_checkpoint_config("7", "config.json"); }).find("JSON object"),
             std::string::npos);

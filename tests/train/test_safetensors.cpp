@@ -42,7 +42,8 @@ std::string error_of(const std::string& bytes) {
 
 TEST(Safetensors, AcceptsContiguousTensorsInAnyKeyOrder) {
   // "b" comes first in the data but second in the (sorted) JSON object.
-  const nlohmann::json header = {{"a", tensor("F32", {2}, 8, 16)}, {"b", tensor("BF16", {4}, 0, 8)}};
+  const nlohmann::json header = {{"a", tensor("F32", {2}, 8, 16)},
+                                 {"b", tensor("BF16", {4}, 0, 8)}};
   EXPECT_EQ(error_of(image(header, 16)), "");
 }
 
@@ -123,8 +124,7 @@ TEST(Safetensors, ReportsNonFiniteValuesWithTheirCount) {
     reader.read("w", {4}, out);
     ADD_FAILURE() << "NaN and inf were loaded";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor 'w' holds 2 non-finite values"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("tensor 'w' holds 2 non-finite values"), std::string::npos)
         << e.what();
   }
 }
