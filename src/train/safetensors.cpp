@@ -192,7 +192,9 @@ void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>
   const unsigned char* src = data_ + data_start_ + e.begin;
   const int64_t n = numel(shape);
   if (e.dtype == "F32") {
-    std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float));
+    // An empty tensor may come with a null `out`, which memcpy must not see even for 0 bytes
+    // (found by fuzz_safetensors).
+    if (n > 0) std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float));
   } else if (e.dtype == "BF16") {
     for (int64_t i = 0; i < n; ++i) {
       bf16_t v;
