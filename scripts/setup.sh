@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch libopenblas0-openmp  # the PyTorch oracle (tools/torch); OpenBLAS for its fp32 GEMMs
   gnuplot-nox                      # scripts/results.sh draws its plots with gnuplot
+  clang-14 libclang-rt-14-dev      # the fuzz targets (tests/fuzz): clang's libFuzzer and sanitizers
 )
 
 missing=()

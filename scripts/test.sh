@@ -5,6 +5,11 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j "$(nproc)"
+# The parsers' fuzz targets (tests/fuzz): a separate clang build of the parsers alone; CTest runs
+# each for ~10 s from its seed corpus (label "fuzz"; scripts/fuzz.sh runs them longer).
+cmake -S . -B build-fuzz -G Ninja -DBOOSTLM_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14
+cmake --build build-fuzz -j "$(nproc)"
 # Tests run one at a time: each already uses every core (OpenMP), and OpenMP processes that
 # share cores spin against each other (two at once run ~70x slower here).
 ctest --test-dir build --output-on-failure "$@"
+ctest --test-dir build-fuzz --output-on-failure "$@"

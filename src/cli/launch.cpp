@@ -47,10 +47,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +56,8 @@
 #include "cli/launch_restart.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/hostfile.h"
 
 namespace boostlm::cli {
 namespace {
@@ -102,32 +101,21 @@ std::string marker_value(const std::string& line, const std::string& key) {
   return "";
 }
 
-Hostfile read_hostfile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw error("cannot read hostfile ", path);
+// The hostfile as launch needs it: core/hostfile's parse (which refuses mistakes by line), the
+// totals, and the emulated cluster's marker line.
+Hostfile describe_hostfile(const std::string& path) {
+  const std::string text = read_text_file(path);
   Hostfile file;
-  std::set<std::string> hosts;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(kEmulatedMarker, 0) == 0) {
-      file.emulated = true;
-      file.rate = marker_value(line, "rate");
-      file.subnet = marker_value(line, "subnet");
-    }
-    std::istringstream words(line.substr(0, line.find('#')));
-    std::string host, word;
-    if (!(words >> host)) continue;
-    hosts.insert(host);
-    int slots = 1;
-    while (words >> word) {
-      if (word.rfind("slots=", 0) != 0) continue;
-      slots = std::atoi(word.c_str() + 6);
-      if (slots < 1)
-        throw error("hostfile ", path, ": ", host, " has ", word, "; give slots=N >= 1");
-    }
-    file.slots += slots;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(kEmulatedMarker, 0) != 0) continue;
+    file.emulated = true;
+    file.rate = marker_value(line, "rate");
+    file.subnet = marker_value(line, "subnet");
   }
-  if (hosts.empty()) throw error("hostfile ", path, " lists no hosts");
-  file.hosts = static_cast<int>(hosts.size());
+  const std::vector<HostfileEntry> entries = parse_hostfile(text, path);
+  file.hosts = count_hosts(entries);
+  for (const HostfileEntry& e : entries) file.slots += e.slots > 0 ? e.slots : 1;
   return file;
 }
 
@@ -166,7 +154,7 @@ MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>
   if (geteuid() == 0) {
     plan.env = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
   }
-  const Hostfile file = o.hostfile.empty() ? Hostfile{} : read_hostfile(o.hostfile);
+  const Hostfile file = o.hostfile.empty() ? Hostfile{} : describe_hostfile(o.hostfile);
   if (o.hostfile.empty() && o.emulated)
     throw error("launch --emulated needs the --hostfile that scripts/cluster.sh up wrote");
   if (o.hostfile.empty() && o.ranks == 0) throw error("launch: give -n RANKS (or a --hostfile)");
@@ -307,7 +295,7 @@ void add_launch(CLI::App& app) {
     if (launched_by_mpi()) {
       throw error("launch starts mpirun itself: run it directly, not under mpirun");
     }
-    if (o->ranks == 0 && !o->hostfile.empty()) o->ranks = read_hostfile(o->hostfile).slots;
+    if (o->ranks == 0 && !o->hostfile.empty()) o->ranks = describe_hostfile(o->hostfile).slots;
     if (o->min_ranks > 0 && o->max_restarts == 0) {
       throw error("--min-ranks applies to restarts: give --max-restarts too");
     }
@@ -322,7 +310,7 @@ void add_launch(CLI::App& app) {
     if (o->max_restarts == 0) exec_mpirun(plan);
     // Restarts probe the hosts through the agent mpirun uses (launch_restart.cpp reads it from
     // Open MPI's environment variable): on an emulated cluster, the namespace agent.
-    if (o->emulated || (!o->hostfile.empty() && read_hostfile(o->hostfile).emulated))
+    if (o->emulated || (!o->hostfile.empty() && describe_hostfile(o->hostfile).emulated))
       setenv("OMPI_MCA_plm_rsh_agent", (this_executable() + " netns-agent").c_str(), 1);
     const RestartPolicy policy{o->max_restarts, o->min_ranks, o->ranks, o->hostfile};
     exit_code() = run_with_restarts(

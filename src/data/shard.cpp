@@ -55,18 +55,18 @@ int bytes_per_token_of(const std::string& path, int32_t magic, int32_t version) 
 }
 
 template <typename Stored>
-std::vector<int32_t> read_tokens(std::ifstream& in, const std::string& path, int64_t count) {
-  std::vector<Stored> stored(static_cast<size_t>(count));
-  in.read(reinterpret_cast<char*>(stored.data()), count * static_cast<int64_t>(sizeof(Stored)));
-  if (!in) throw error(path, ": read failed after the header");
-  std::vector<int32_t> tokens(stored.size());
-  for (size_t i = 0; i < stored.size(); ++i) {
+std::vector<int32_t> decode_tokens(const unsigned char* data, int64_t count,
+                                   const std::string& path) {
+  std::vector<int32_t> tokens(static_cast<size_t>(count));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    Stored stored;
+    std::memcpy(&stored, data + i * sizeof(Stored), sizeof(Stored));
     if constexpr (sizeof(Stored) == 4) {
-      if (stored[i] > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
-        throw error(path, ": token ", stored[i], " at position ", i, " does not fit int32");
+      if (stored > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+        throw error(path, ": token ", stored, " at position ", i, " does not fit int32");
       }
     }
-    tokens[i] = static_cast<int32_t>(stored[i]);
+    tokens[i] = static_cast<int32_t>(stored);
   }
   return tokens;
 }
@@ -91,19 +91,15 @@ void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, i
   file.commit();
 }
 
-ShardHeader read_shard_header(const std::string& path) {
-  std::error_code ec;
-  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
-  if (ec) throw error(path, ": cannot open shard: ", ec.message());
+ShardHeader parse_shard_header(const unsigned char* bytes, size_t size, int64_t file_bytes,
+                               const std::string& path) {
   if (file_bytes < kHeaderBytes) {
     throw error(path, ": file is ", file_bytes, " bytes, shorter than the ", kHeaderBytes,
                 "-byte shard header");
   }
-  std::ifstream in(path, std::ios::binary);
   std::array<int32_t, 3> words{};
-  if (!in.read(reinterpret_cast<char*>(words.data()), sizeof(words))) {
-    throw error(path, ": cannot read the shard header");
-  }
+  if (size < sizeof(words)) throw error(path, ": cannot read the shard header");
+  std::memcpy(words.data(), bytes, sizeof(words));
   ShardHeader header;
   header.magic = words[0];
   header.version = words[1];
@@ -124,12 +120,29 @@ ShardHeader read_shard_header(const std::string& path) {
   return header;
 }
 
-std::vector<int32_t> read_shard(const std::string& path) {
-  const ShardHeader header = read_shard_header(path);
+ShardHeader read_shard_header(const std::string& path) {
+  std::error_code ec;
+  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  if (ec) throw error(path, ": cannot open shard: ", ec.message());
+  std::array<unsigned char, 3 * sizeof(int32_t)> words{};
   std::ifstream in(path, std::ios::binary);
-  in.seekg(kHeaderBytes);
-  if (header.bytes_per_token == 2) return read_tokens<uint16_t>(in, path, header.num_tokens);
-  return read_tokens<uint32_t>(in, path, header.num_tokens);
+  // A short file is reported by parse_shard_header, by its size.
+  if (file_bytes >= kHeaderBytes && !in.read(reinterpret_cast<char*>(words.data()), words.size()))
+    throw error(path, ": cannot read the shard header");
+  return parse_shard_header(words.data(), words.size(), file_bytes, path);
+}
+
+std::vector<int32_t> parse_shard(const unsigned char* data, size_t size, const std::string& path) {
+  const ShardHeader header = parse_shard_header(data, size, static_cast<int64_t>(size), path);
+  const unsigned char* tokens = data + kHeaderBytes;
+  if (header.bytes_per_token == 2) return decode_tokens<uint16_t>(tokens, header.num_tokens, path);
+  return decode_tokens<uint32_t>(tokens, header.num_tokens, path);
+}
+
+std::vector<int32_t> read_shard(const std::string& path) {
+  read_shard_header(path);  // a missing or short file is reported before it is mapped
+  const MappedFile file(path);
+  return parse_shard(file.data(), file.size(), path);
 }
 
 int32_t max_token(const std::vector<int32_t>& tokens) {

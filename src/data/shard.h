@@ -40,6 +40,13 @@ ShardHeader read_shard_header(const std::string& path);
 // Reads a whole shard (validated as read_shard_header does).
 std::vector<int32_t> read_shard(const std::string& path);
 
+// The same two over a shard image in memory; `source` names it in errors. parse_shard_header
+// needs only the header's first words (`bytes` may be shorter than the file, whose full size is
+// `file_bytes`).
+ShardHeader parse_shard_header(const unsigned char* bytes, size_t size, int64_t file_bytes,
+                               const std::string& source);
+std::vector<int32_t> parse_shard(const unsigned char* data, size_t size, const std::string& source);
+
 // Largest token of a non-empty list, so callers can check it against their vocabulary.
 int32_t max_token(const std::vector<int32_t>& tokens);
 

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <type_traits>
@@ -82,8 +83,10 @@ void ModelConfig::validate() const {
     throw error("config: n_heads=", n_heads, " is not divisible by n_kv_heads=", n_kv_heads);
   if (head_dim() % 2 != 0)
     throw error("config: head dim d_model/n_heads=", head_dim(), " must be even for RoPE");
-  if (!(rms_eps > 0.0f)) throw error("config: rms_eps must be positive");
-  if (!(rope_theta > 0.0f)) throw error("config: rope_theta must be positive");
+  if (!(rms_eps > 0.0f) || !std::isfinite(rms_eps))
+    throw error("config: rms_eps=", rms_eps, " must be a finite number above 0");
+  if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta))
+    throw error("config: rope_theta=", rope_theta, " must be a finite number above 0");
   if (low_rank()) {
     positive("attn_rank", attn_rank);
     positive("mlp_rank", mlp_rank);

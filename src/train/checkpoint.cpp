@@ -197,51 +197,22 @@ void verify_checkpoint(const std::string& dir) {
   if (!fs::exists(d / kChecksums))
     throw error("checkpoint: '", dir, "' has no ", kChecksums,
                 " (incomplete or not written by boostlm)");
-  nlohmann::json checksums;
-  try {
-    checksums = nlohmann::json::parse(read_text_file((d / kChecksums).string()));
-  } catch (const nlohmann::json::exception& e) {
-    throw error("checkpoint: ", (d / kChecksums).string(), " is corrupt: ", e.what());
-  }
-  for (const auto& [file, expected] : checksums.items()) {
+  const std::string checksums_path = (d / kChecksums).string();
+  for (const auto& [file, expected] :
+       parse_checksums(read_text_file(checksums_path), checksums_path)) {
     const fs::path path = d / file;
     if (!fs::exists(path)) throw error("checkpoint: '", dir, "' is missing ", file);
     MappedFile mapped(path.string());
     const std::string actual = Checksum64::hex(Checksum64::of(mapped.data(), mapped.size()));
-    if (actual != expected.get<std::string>())
-      throw error("checkpoint: checksum mismatch for ", path.string(), " (expected ",
-                  expected.get<std::string>(), ", found ", actual, "): the file is corrupt");
+    if (actual != expected)
+      throw error("checkpoint: checksum mismatch for ", path.string(), " (expected ", expected,
+                  ", found ", actual, "): the file is corrupt");
   }
 }
 
 ModelConfig read_checkpoint_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw error("checkpoint: ", path, " is not valid JSON: ", e.what());
-  }
-  try {
-    if (j.contains("boostlm")) return ModelConfig::from_json(j["boostlm"]);
-    // A plain Hugging Face LLaMA config.
-    nlohmann::json c = {{"arch", "dense"},
-                        {"vocab_size", j.at("vocab_size")},
-                        {"d_model", j.at("hidden_size")},
-                        {"n_layers", j.at("num_hidden_layers")},
-                        {"n_heads", j.at("num_attention_heads")},
-                        {"n_kv_heads", j.value("num_key_value_heads", j.at("num_attention_heads"))},
-                        {"d_ff", j.at("intermediate_size")},
-                        {"rms_eps", j.value("rms_norm_eps", 1e-6)},
-                        {"rope_theta", j.value("rope_theta", 10000.0)},
-                        {"max_seq_len", j.value("max_position_embeddings", 2048)},
-                        {"tied_embeddings", j.value("tie_word_embeddings", false)}};
-    return ModelConfig::from_json(c);
-  } catch (const nlohmann::json::exception& e) {
-    throw error("checkpoint: ", path, " lacks a field: ", e.what());
-  } catch (const Error& e) {
-    throw error("checkpoint: ", path, ": ", e.what());
-  }
+  return parse_checkpoint_config(read_text_file(path), path);
 }
 
 void load_checkpoint_weights(const std::string& dir, Model& model) {
@@ -276,16 +247,7 @@ int64_t load_training_state(const std::string& dir, const ParamTable& table, Fla
     read_slice(reader, p.name + ".exp_avg_sq", p, exp_avg_sq.view(p), scratch);
   }
   const std::string state_path = (fs::path(dir) / "trainer_state.json").string();
-  try {
-    const auto j = nlohmann::json::parse(read_text_file(state_path));
-    state.step = j.at("step").get<int64_t>();
-    state.tokens_seen = j.at("tokens_seen").get<int64_t>();
-    state.loader = j.at("loader");
-    state.extra = j.value("extra", nlohmann::json::object());
-    return j.at("optimizer_step").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw error("checkpoint: ", state_path, " is malformed: ", e.what());
-  }
+  return parse_trainer_state(read_text_file(state_path), state_path, state);
 }
 
 void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state) {

@@ -20,16 +20,10 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "parallel/data_parallel.h"
+#include "train/checkpoint_json.h"
 #include "train/optimizer.h"
 
 namespace boostlm {
-
-struct TrainingState {
-  int64_t step = 0;  // optimizer steps completed
-  int64_t tokens_seen = 0;
-  nlohmann::json loader;  // the loader's position, opaque here
-  nlohmann::json extra;   // anything else the trainer wants back (arguments, RNG)
-};
 
 // What a checkpoint holds, as full (unsharded) tensors laid out by `table` (SPEC §2).
 struct CheckpointWrite {
@@ -72,7 +66,6 @@ ModelConfig read_checkpoint_config(const std::string& dir);
 void load_checkpoint_weights(const std::string& dir, Model& model);
 
 bool has_training_state(const std::string& dir);
-// The optimizer's moments (sliced like the weights) and the trainer's state.
 // The optimizer's moments (sliced like the weights) and the trainer's state.
 void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state);
 // The same into moment buffers laid out by `table` (this rank's shards, every element), for an

@@ -31,17 +31,30 @@ class SafetensorsReader {
     size_t begin = 0, end = 0;  // byte offsets into the data section
   };
 
-  // Maps the file and validates the header; throws Error naming the file on anything malformed.
+  // Maps the file and validates the header; throws Error naming the file on anything malformed:
+  // a header that is not JSON or too long, an unknown dtype, a negative or overflowing shape, a
+  // byte size that disagrees with shape x dtype, or offsets that overlap, leave gaps, or do not
+  // cover the data section exactly (the format packs tensors back to back).
   explicit SafetensorsReader(const std::string& path);
+  // The same over a file image in memory (not copied: it must outlive the reader); `source` names
+  // it in errors. The fuzz target reads through this.
+  SafetensorsReader(const unsigned char* data, size_t size, std::string source);
 
   const std::map<std::string, Entry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has(const std::string& name) const { return entries_.count(name) > 0; }
-  // Copies `name` into out as fp32; throws Error if it is missing or its shape is not `shape`.
+  // Copies `name` into out as fp32; throws Error if it is missing, its shape is not `shape`, its
+  // dtype is not F32 or BF16, or it holds NaN or infinite values (a diverged or corrupt save).
   void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
 
  private:
-  std::unique_ptr<MappedFile> file_;
+  void parse_header();
+  void check_layout() const;
+
+  std::unique_ptr<MappedFile> file_;  // null when reading an image in memory
+  std::string source_;
+  const unsigned char* data_ = nullptr;
+  size_t size_ = 0;
   size_t data_start_ = 0;
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;

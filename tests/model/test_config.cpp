@@ -71,6 +71,9 @@ TEST(Config, RejectsMissingAndUnknownAndMistypedFields) {
   j["n_layers"] = "two";
   expect_error(j, "field 'n_layers' has the wrong type");
   j = base();
+  j["vocab_size"] = 1e300;  // found by fuzz_config: the conversion to int64 was undefined
+  expect_error(j, "field 'vocab_size' has the wrong type: it must be an integer (found 1e+300)");
+  j = base();
   j["d_model"] = 0;
   expect_error(j, "d_model=0 must be positive");
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -130,6 +131,20 @@ TEST(Checkpoint, RefusesATruncatedSafetensorsFile) {
   const std::string path = saved.dir + "/model.safetensors";
   fs::resize_file(path, fs::file_size(path) - 100);
   expect_error([&] { SafetensorsReader reader(path); }, "outside the file");
+}
+
+TEST(Checkpoint, NonFiniteWeightsAreReportedAtLoad) {
+  Saved saved("nonfinite");
+  const ParamInfo& p = *saved.model.params().find("model.norm.weight");
+  float* w = saved.model.weights().view(p);
+  w[0] = std::numeric_limits<float>::quiet_NaN();
+  w[3] = std::numeric_limits<float>::infinity();
+  w[5] = -std::numeric_limits<float>::infinity();
+  save_checkpoint(saved.dir, checkpoint_of(saved.model, &saved.optimizer, &saved.state));
+  verify_checkpoint(saved.dir);  // the bytes are intact; the values are not
+  Model model(saved.model.config(), DType::f32);
+  expect_error([&] { load_checkpoint_weights(saved.dir, model); },
+               "tensor 'model.norm.weight' holds 3 non-finite values");
 }
 
 TEST(Checkpoint, ConfigThatDoesNotMatchTheWeightsIsRefused) {

@@ -88,9 +88,8 @@ TEST(Trainer, StopsOnANonFiniteLossAndKeepsTheLastCheckpoint) {
   train(options(data, run, config, 2));
   const std::string good = run + "/checkpoints/step_000002";
   verify_checkpoint(good);
-  // A checkpoint whose weights hold a NaN makes the first loss NaN.
-  // It continues the run from a checkpoint beside the good one (not named step_*, so `latest`
-  // and pruning ignore it).
+  // A checkpoint whose weights hold a NaN, beside the good one (not named step_*, so `latest` and
+  // pruning ignore it), is refused at load, before any step.
   Model model(tiny_config(), DType::f32);
   load_checkpoint_weights(good, model);
   AdamW optimizer(model.params(), {});
@@ -101,9 +100,21 @@ TEST(Trainer, StopsOnANonFiniteLossAndKeepsTheLastCheckpoint) {
   save_checkpoint(poisoned, checkpoint_of(model, &optimizer, &state));
   auto o = options(data, run, "", 4);
   o.resume = poisoned;
+  try {
+    train(o);
+    ADD_FAILURE() << "a NaN weight was loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.norm.weight' holds 1 non-finite"),
+              std::string::npos)
+        << e.what();
+  }
+  // A learning rate that blows the weights up after one step makes the next loss non-finite.
+  o.resume = good;
+  o.schedule.max_lr = o.schedule.min_lr = 1e38f;
+  o.schedule.warmup_steps = 0;
   const TrainResult r = train(o);
   EXPECT_TRUE(r.diverged);
-  EXPECT_EQ(r.steps_done, 2);  // no step beyond the checkpoint's
+  EXPECT_LE(r.steps_done, 3);  // at most one step beyond the checkpoint's
   EXPECT_EQ(read_text_file(run + "/checkpoints/latest"), "step_000002\n");
   verify_checkpoint(good);  // untouched
 }
