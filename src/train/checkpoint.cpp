@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "parallel/sharding.h"
+#include "train/hf_import.h"
 #include "train/run_dir.h"
 #include "train/safetensors.h"
 
@@ -55,7 +56,9 @@ void write_checkpoint_files(const fs::path& temp, const CheckpointWrite& what) {
   checksums["model.safetensors"] = Checksum64::hex(write_safetensors(
       (temp / "model.safetensors").string(), tensors_of(*what.table, *what.weights, ""),
       {{"format", "pt"}, {"producer", "boostlm"}}));
-  write_json(temp / "config.json", hf_config(*what.config), checksums);
+  nlohmann::json config = hf_config(*what.config);
+  if (what.config_extra.is_object()) config.update(what.config_extra);
+  write_json(temp / "config.json", config, checksums);
   if (!what.tokenizer_path.empty()) {
     const std::string bytes = read_text_file(what.tokenizer_path);
     AtomicFile file((temp / "tokenizer.model").string());
@@ -157,7 +160,9 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
 
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
-  if (fs::exists(p / kChecksums) || fs::exists(p / "model.safetensors")) return p.string();
+  if (fs::exists(p / kChecksums) || fs::exists(p / "model.safetensors") ||
+      fs::exists(p / "model.safetensors.index.json"))
+    return p.string();
   const std::string latest = latest_checkpoint_name(p / "checkpoints");
   if (!latest.empty()) {
     const fs::path dir = p / "checkpoints" / latest;
@@ -179,6 +184,7 @@ std::string resolve_checkpoint(const std::string& path) {
 void verify_checkpoint(const std::string& dir) {
   const fs::path d(dir);
   if (!fs::is_directory(d)) throw error("checkpoint: '", dir, "' is not a directory");
+  if (is_hf_directory(dir)) return verify_hf_directory(dir);
   if (!fs::exists(d / kChecksums))
     throw error("checkpoint: '", dir, "' has no ", kChecksums,
                 " (incomplete or not written by boostlm)");
@@ -209,19 +215,7 @@ ModelConfig read_checkpoint_config(const std::string& dir) {
   }
   try {
     if (j.contains("boostlm")) return ModelConfig::from_json(j["boostlm"]);
-    // A plain Hugging Face LLaMA config.
-    nlohmann::json c = {{"arch", "dense"},
-                        {"vocab_size", j.at("vocab_size")},
-                        {"d_model", j.at("hidden_size")},
-                        {"n_layers", j.at("num_hidden_layers")},
-                        {"n_heads", j.at("num_attention_heads")},
-                        {"n_kv_heads", j.value("num_key_value_heads", j.at("num_attention_heads"))},
-                        {"d_ff", j.at("intermediate_size")},
-                        {"rms_eps", j.value("rms_norm_eps", 1e-6)},
-                        {"rope_theta", j.value("rope_theta", 10000.0)},
-                        {"max_seq_len", j.value("max_position_embeddings", 2048)},
-                        {"tied_embeddings", j.value("tie_word_embeddings", false)}};
-    return ModelConfig::from_json(c);
+    return hf_config_to_model(j, path);  // a Hugging Face LLaMA directory
   } catch (const nlohmann::json::exception& e) {
     throw error("checkpoint: ", path, " lacks a field: ", e.what());
   } catch (const Error& e) {
@@ -230,6 +224,7 @@ ModelConfig read_checkpoint_config(const std::string& dir) {
 }
 
 void load_checkpoint_weights(const std::string& dir, Model& model) {
+  if (is_hf_directory(dir)) return load_hf_weights(dir, model.params(), model.weights());
   const std::string path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsReader reader(path);
   std::vector<float> scratch;
