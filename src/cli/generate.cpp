@@ -50,6 +50,7 @@ void add_generate(CLI::App& app) {
     std::vector<int32_t> prompt = tokenizer.encode(a->prompt);
     if (prompt.empty()) throw error("--prompt encodes to no tokens");
     a->sample.stop_token = tokenizer.eos_id();
+    a->sample.vocab_limit = tokenizer.vocab_size();  // a padded vocabulary's extra ids have no text
     // Tokens are printed as they come: the decoded text so far, less what is already printed
     // (a token's text can depend on its neighbours, e.g. sentencepiece's leading spaces).
     std::printf("%s", a->prompt.c_str());

@@ -111,9 +111,11 @@ void KvDecoder::forward(const int32_t* tokens, int64_t n, float* logits) {
 }
 
 int32_t sample_token(const std::vector<float>& logits, const SampleOptions& o, double u) {
-  const auto V = static_cast<int64_t>(logits.size());
+  auto V = static_cast<int64_t>(logits.size());
+  if (o.vocab_limit > 0) V = std::min(V, o.vocab_limit);
   if (o.temperature == 0.0f)
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + V) -
+                                logits.begin());
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
   int64_t k = o.top_k > 0 ? std::min(o.top_k, V) : V;

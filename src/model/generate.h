@@ -20,6 +20,8 @@ struct SampleOptions {
   float top_p = 1.0f;        // nucleus: the most likely tokens whose probability sums to top_p
   uint64_t seed = 1;
   int32_t stop_token = -1;  // stop after emitting it (e.g. EOS); -1: never
+  // Sample only ids below this (the tokenizer's vocabulary, when the model's is padded); 0: all.
+  int64_t vocab_limit = 0;
   // false: rerun the whole context for every token (the reference the cache is tested against).
   bool kv_cache = true;
 };

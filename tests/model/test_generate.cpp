@@ -123,6 +123,10 @@ TEST(Sampling, TopKAndTopPNarrowTheChoice) {
   EXPECT_EQ(sample_token(logits, o, 0.9999), 3);
   o.temperature = 0.0f;
   EXPECT_EQ(sample_token(logits, o, 0.9999), 1);
+  o.vocab_limit = 1;  // a tokenizer smaller than the model's vocabulary: only id 0 has text
+  EXPECT_EQ(sample_token(logits, o, 0.5), 0);
+  o.temperature = 1.0f;
+  EXPECT_EQ(sample_token(logits, o, 0.9999), 0);
 }
 
 }  // namespace
