@@ -11,6 +11,7 @@ void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_init(CLI::App& app);
 void add_generate(CLI::App& app);
+void add_convert(CLI::App& app);  // Hugging Face import/export, dense → low rank
 void add_launch(CLI::App& app);
 void add_plan(CLI::App& app);       // the performance model: predict and rank layouts
 void add_calibrate(CLI::App& app);  // measure this machine for plan

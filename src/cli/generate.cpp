@@ -27,7 +27,12 @@ void add_generate(CLI::App& app) {
       ->check(non_negative());
   cmd->add_option("--top-k", a->sample.top_k, "sample among the k most likely (0: all)")
       ->check(at_least(0));
+  cmd->add_option("--top-p", a->sample.top_p,
+                  "sample among the most likely tokens holding this much probability (1: all)")
+      ->check(number_in(0.0, 1.0, true));
   cmd->add_option("--seed", a->sample.seed, "sampling seed");
+  cmd->add_flag("!--no-cache", a->sample.kv_cache,
+                "rerun the whole context for every token (no KV cache; the reference)");
   cmd->callback([a] {
     if (mpi_world_size() > 1) throw error("generate runs in one process; start it without mpirun");
     const std::string dir = resolve_checkpoint(a->checkpoint);
@@ -45,8 +50,35 @@ void add_generate(CLI::App& app) {
     std::vector<int32_t> prompt = tokenizer.encode(a->prompt);
     if (prompt.empty()) throw error("--prompt encodes to no tokens");
     a->sample.stop_token = tokenizer.eos_id();
-    const std::vector<int32_t> out = generate(model, prompt, a->sample);
-    std::printf("%s%s\n", a->prompt.c_str(), tokenizer.decode(out).c_str());
+    a->sample.vocab_limit = tokenizer.vocab_size();  // a padded vocabulary's extra ids have no text
+    // Tokens are printed as they come: the decoded text so far, less what is already printed
+    // (a token's text can depend on its neighbours, e.g. sentencepiece's leading spaces).
+    std::printf("%s", a->prompt.c_str());
+    std::fflush(stdout);
+    // Decoded with the prompt before them, so the first token keeps its leading space.
+    std::vector<int32_t> out = prompt;
+    std::string printed = tokenizer.decode(prompt);
+    auto show = [&](int32_t token) {
+      out.push_back(token);
+      const std::string text = tokenizer.decode(out);
+      if (text.compare(0, printed.size(), printed) != 0) return;  // wait for it to settle
+      std::fputs(text.c_str() + printed.size(), stdout);
+      std::fflush(stdout);
+      printed = text;
+    };
+    GenerateStats stats;
+    generate(model, prompt, a->sample, show, &stats);
+    const std::string text = tokenizer.decode(out);
+    if (text.compare(0, printed.size(), printed) == 0)
+      std::fputs(text.c_str() + printed.size(), stdout);
+    std::printf("\n");
+    const int64_t later = stats.new_tokens - 1;
+    std::fprintf(stderr,
+                 "generate: %lld prompt tokens in %.3f s (with the first new token); %lld more "
+                 "tokens at %.1f tokens/s (%s)\n",
+                 static_cast<long long>(stats.prompt_tokens), stats.prefill_s,
+                 static_cast<long long>(later), later > 0 ? later / stats.decode_s : 0.0,
+                 a->sample.kv_cache ? "KV cache" : "no cache");
   });
 }
 

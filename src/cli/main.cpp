@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   boostlm::cli::add_eval(app);
   boostlm::cli::add_init(app);
   boostlm::cli::add_generate(app);
+  boostlm::cli::add_convert(app);
   boostlm::cli::add_launch(app);
   boostlm::cli::add_plan(app);
   boostlm::cli::add_calibrate(app);

@@ -28,4 +28,11 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
                         const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
                         float* dk, int64_t lddk, float* dv, int64_t lddv);
 
+// Incremental decoding: n new query rows q [n, n_heads·head_dim] at positions first_pos + i attend
+// causally to the cached keys and values [first_pos + n, n_kv_heads·head_dim] (rows 0..first_pos+i
+// for row i; the new rows' k and v already written into the cache). out: [n, n_heads·head_dim].
+void attention_cached_forward(int64_t n, int64_t first_pos, int64_t n_heads, int64_t n_kv_heads,
+                              int64_t head_dim, const float* q, const float* k_cache,
+                              const float* v_cache, float* out);
+
 }  // namespace boostlm

@@ -18,6 +18,10 @@ RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta);
 // In place on x: [B·T, heads, head_dim] with row stride ld (per token); token n has position n % T.
 void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
                   const RopeTable& table);
+// In place on x: [rows, heads, head_dim] (row stride ld), row i at position first_pos + i
+// (incremental decoding: new tokens after the cached ones).
+void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const RopeTable& table,
+                     int64_t first_pos);
 // The adjoint (rotation by −angle), in place on the gradient.
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                    const RopeTable& table);

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "parallel/sharding.h"
+#include "train/hf_import.h"
 #include "train/run_dir.h"
 #include "train/safetensors.h"
 
@@ -55,7 +56,9 @@ void write_checkpoint_files(const fs::path& temp, const CheckpointWrite& what) {
   checksums["model.safetensors"] = Checksum64::hex(write_safetensors(
       (temp / "model.safetensors").string(), tensors_of(*what.table, *what.weights, ""),
       {{"format", "pt"}, {"producer", "boostlm"}}));
-  write_json(temp / "config.json", hf_config(*what.config), checksums);
+  nlohmann::json config = hf_config(*what.config);
+  if (what.config_extra.is_object()) config.update(what.config_extra);
+  write_json(temp / "config.json", config, checksums);
   if (!what.tokenizer_path.empty()) {
     const std::string bytes = read_text_file(what.tokenizer_path);
     AtomicFile file((temp / "tokenizer.model").string());
@@ -172,7 +175,9 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
 
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
-  if (fs::exists(p / kChecksums) || fs::exists(p / "model.safetensors")) return p.string();
+  if (fs::exists(p / kChecksums) || fs::exists(p / "model.safetensors") ||
+      fs::exists(p / "model.safetensors.index.json"))
+    return p.string();
   const std::string latest = latest_checkpoint_name(p / "checkpoints");
   if (!latest.empty()) {
     const fs::path dir = p / "checkpoints" / latest;
@@ -194,6 +199,7 @@ std::string resolve_checkpoint(const std::string& path) {
 void verify_checkpoint(const std::string& dir) {
   const fs::path d(dir);
   if (!fs::is_directory(d)) throw error("checkpoint: '", dir, "' is not a directory");
+  if (is_hf_directory(dir)) return verify_hf_directory(dir);
   if (!fs::exists(d / kChecksums))
     throw error("checkpoint: '", dir, "' has no ", kChecksums,
                 " (incomplete or not written by boostlm)");
@@ -212,10 +218,22 @@ void verify_checkpoint(const std::string& dir) {
 
 ModelConfig read_checkpoint_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
-  return parse_checkpoint_config(read_text_file(path), path);
+  const std::string text = read_text_file(path);
+  // boostlm's own config.json carries its config under "boostlm"; anything else is read as a
+  // Hugging Face LLaMA config (hf_import.h checks what it supports).
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.contains("boostlm")) return parse_checkpoint_config(text, path);
+  try {
+    return hf_config_to_model(j, path);
+  } catch (const nlohmann::json::exception& e) {
+    throw error("checkpoint: ", path, " lacks a field: ", e.what());
+  } catch (const Error& e) {
+    throw error("checkpoint: ", path, ": ", e.what());
+  }
 }
 
 void load_checkpoint_weights(const std::string& dir, Model& model) {
+  if (is_hf_directory(dir)) return load_hf_weights(dir, model.params(), model.weights());
   const std::string path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsReader reader(path);
   std::vector<float> scratch;

@@ -35,7 +35,8 @@ struct CheckpointWrite {
   const FlatBuffer* exp_avg_sq = nullptr;
   int64_t optimizer_step = 0;
   const TrainingState* state = nullptr;
-  std::string tokenizer_path;  // optional: copied in as tokenizer.model
+  std::string tokenizer_path;   // optional: copied in as tokenizer.model
+  nlohmann::json config_extra;  // optional: more fields for config.json (e.g. hf_torch_dtype)
 };
 
 // The checkpoint of a model that holds its tensors whole (one process, no TP).
@@ -51,6 +52,9 @@ CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer = nullp
                               const TrainingState* state = nullptr, std::string tokenizer = "");
 
 void save_checkpoint(const std::string& dir, const CheckpointWrite& what);
+
+// A Hugging Face LLaMA directory (train/hf_import.h) is accepted wherever a checkpoint is: it is
+// verified, configured and loaded by its own rules.
 
 // A checkpoint directory, or a run directory whose checkpoints/latest names one.
 std::string resolve_checkpoint(const std::string& path);

@@ -70,20 +70,9 @@ ModelConfig parse_checkpoint_config(std::string_view text, const std::string& so
   const nlohmann::json j = parse_json(text, source);
   try {
     if (!j.is_object()) throw error("expected a JSON object");
-    if (j.contains("boostlm")) return ModelConfig::from_json(j["boostlm"]);
-    // A plain Hugging Face LLaMA config.
-    nlohmann::json c = {{"arch", "dense"},
-                        {"vocab_size", j.at("vocab_size")},
-                        {"d_model", j.at("hidden_size")},
-                        {"n_layers", j.at("num_hidden_layers")},
-                        {"n_heads", j.at("num_attention_heads")},
-                        {"n_kv_heads", j.value("num_key_value_heads", j.at("num_attention_heads"))},
-                        {"d_ff", j.at("intermediate_size")},
-                        {"rms_eps", j.value("rms_norm_eps", 1e-6)},
-                        {"rope_theta", j.value("rope_theta", 10000.0)},
-                        {"max_seq_len", j.value("max_position_embeddings", 2048)},
-                        {"tied_embeddings", j.value("tie_word_embeddings", false)}};
-    return ModelConfig::from_json(c);
+    if (!j.contains("boostlm"))
+      throw error("no \"boostlm\" section (a Hugging Face config is read by hf_import)");
+    return ModelConfig::from_json(j["boostlm"]);
   } catch (const nlohmann::json::exception& e) {
     throw error("checkpoint: ", source, " lacks a field: ", e.what());
   } catch (const Error& e) {

@@ -29,8 +29,7 @@ int64_t parse_trainer_state(std::string_view text, const std::string& source, Tr
 std::map<std::string, std::string> parse_checksums(std::string_view text,
                                                    const std::string& source);
 
-// config.json: boostlm's own config under "boostlm", or converted from a plain Hugging Face
-// LLaMA config.
+// config.json's "boostlm" section (a Hugging Face config.json is hf_import's).
 ModelConfig parse_checkpoint_config(std::string_view text, const std::string& source);
 
 }  // namespace boostlm

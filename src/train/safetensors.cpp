@@ -213,3 +213,46 @@ void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>
 }
 
 }  // namespace boostlm
+
+namespace boostlm {
+
+size_t safetensors_element_bytes(const std::string& dtype) {
+  if (dtype == "F32") return 4;
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  return 0;
+}
+
+uint64_t write_safetensors_raw(const std::string& path,
+                               const std::vector<RawTensorToWrite>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  std::vector<size_t> sizes;
+  for (const auto& t : tensors) {
+    const size_t element = safetensors_element_bytes(t.dtype);
+    BOOSTLM_ASSERT_MSG(element > 0, "unsupported safetensors dtype");
+    sizes.push_back(static_cast<size_t>(numel(t.shape)) * element);
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + sizes.back()}}};
+    offset += sizes.back();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t header_size = text.size();
+  AtomicFile file(path);
+  file.write(&header_size, sizeof header_size);
+  file.write(text);
+  for (size_t i = 0; i < tensors.size(); ++i) file.write(tensors[i].data, sizes[i]);
+  const uint64_t checksum = file.checksum();
+  file.commit();
+  return checksum;
+}
+
+const unsigned char* SafetensorsReader::bytes(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw error(file_->path(), ": missing tensor '", name, "'");
+  return file_->data() + data_start_ + it->second.begin;
+}
+
+}  // namespace boostlm

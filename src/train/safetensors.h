@@ -23,6 +23,20 @@ struct TensorToWrite {
 uint64_t write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                            const std::map<std::string, std::string>& metadata = {});
 
+// A tensor already in its stored form: dtype "F32", "BF16" or "F16", bytes little-endian.
+struct RawTensorToWrite {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  const void* data;
+};
+// As write_safetensors, for tensors in any dtype (the Hugging Face export).
+uint64_t write_safetensors_raw(const std::string& path,
+                               const std::vector<RawTensorToWrite>& tensors,
+                               const std::map<std::string, std::string>& metadata = {});
+// Bytes per element of a safetensors dtype this project reads or writes (F32, BF16, F16), else 0.
+size_t safetensors_element_bytes(const std::string& dtype);
+
 class SafetensorsReader {
  public:
   struct Entry {
@@ -46,6 +60,9 @@ class SafetensorsReader {
   // Copies `name` into out as fp32; throws Error if it is missing, its shape is not `shape`, its
   // dtype is not F32 or BF16, or it holds NaN or infinite values (a diverged or corrupt save).
   void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  // The stored bytes of `name` (entries().at(name).end − begin of them), in its own dtype; for
+  // readers of dtypes read() does not convert (train/hf_import.cpp).
+  const unsigned char* bytes(const std::string& name) const;
 
  private:
   void parse_header();

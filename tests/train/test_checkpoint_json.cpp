@@ -71,16 +71,17 @@ TEST(ChecksumsJson, RefusesNamesOutsideTheDirectoryAndNonStringChecksums) {
   EXPECT_NE(checksums_error("{").find("checksums.json is not valid JSON"), std::string::npos);
 }
 
-TEST(CheckpointConfigJson, ReadsAPlainHuggingFaceConfigAndNamesAMissingField) {
+// boostlm's own config.json section; a Hugging Face config is hf_import's (test_hf_llama.sh).
+TEST(CheckpointConfigJson, ReadsTheBoostlmSectionAndNamesWhatIsMissing) {
   const ModelConfig c = parse_checkpoint_config(
-      R"({"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
-          "num_attention_heads": 4, "intermediate_size": 48})",
+      R"({"boostlm": {"arch": "dense", "vocab_size": 64, "d_model": 32, "n_layers": 2,
+          "n_heads": 4, "d_ff": 48}})",
       "config.json");
   EXPECT_EQ(c.arch, Arch::dense);
   EXPECT_EQ(c.n_kv_heads, 4);
   EXPECT_NE(error_of([] {
               parse_checkpoint_config(R"({"vocab_size": 64})", "config.json");
-            }).find("config.json lacks a field"),
+            }).find("no \"boostlm\" section"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_checkpoint_config("7", "config.json"); }).find("JSON object"),
             std::string::npos);

@@ -28,6 +28,21 @@ RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta) {
 }
 
 namespace {
+// One row of `heads` heads by the angles of one position (c, s: that position's table rows).
+template <int Sign>
+inline void rotate_row(float* row, int64_t heads, int64_t hd, const float* c, const float* s) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = row + h * hd;
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * c[i] - Sign * b * s[i];
+      v[i + half] = b * c[i] + Sign * a * s[i];
+    }
+  }
+}
+
 template <int Sign>
 void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table) {
   BOOSTLM_ASSERT(T <= table.max_pos);
@@ -52,6 +67,15 @@ void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const Rop
 void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
   BOOSTLM_PHASE("rope");
   rotate<1>(x, ld, B, T, heads, t);
+}
+void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const RopeTable& t,
+                     int64_t first_pos) {
+  BOOSTLM_ASSERT(first_pos >= 0 && first_pos + rows <= t.max_pos);
+  const int64_t half = t.head_dim / 2;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t p = first_pos + i;
+    rotate_row<1>(x + i * ld, heads, t.head_dim, t.cos.data() + p * half, t.sin.data() + p * half);
+  }
 }
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
   BOOSTLM_PHASE("rope");

@@ -1,0 +1,118 @@
+#include <cstdio>
+
+#include <filesystem>
+#include "cli/checks.h"
+#include "cli/commands.h"
+#include "comm/mpi_runtime.h"
+#include "core/error.h"
+
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/hf_export.h"
+#include "train/hf_import.h"
+#include "train/lowrank_convert.h"
+#include "train/trainer.h"
+
+namespace boostlm::cli {
+
+namespace {
+
+template <class Args>
+void convert_to_low_rank(Args& a) {
+  if (a.checkpoint.empty()) throw error("convert --to ", a.to, ": give --checkpoint DIR (dense)");
+  if (a.low_rank.energy > 0 && (a.low_rank.attn_rank > 0 || a.low_rank.mlp_rank > 0))
+    throw error("convert --to: give --energy or the ranks, not both");
+  const std::string dir = resolve_checkpoint(a.checkpoint);
+  verify_checkpoint(dir);
+  Model dense(read_checkpoint_config(dir), DType::f32);
+  load_checkpoint_weights(dir, dense);
+  a.low_rank.arch = parse_arch(a.to);
+  const LowRankResult result = to_low_rank(dense.config(), dense.weights(), a.low_rank);
+  std::printf("%-40s %6s %6s %12s %12s\n", "projection", "chosen", "rank", "kept energy",
+              "rel. error");
+  for (const auto& r : result.report)
+    std::printf("%-40s %6lld %6lld %12.6f %12.3e\n", r.name.c_str(),
+                static_cast<long long>(r.chosen_rank), static_cast<long long>(r.rank),
+                r.kept_energy, r.relative_error);
+  std::printf("convert: attn_rank %lld, mlp_rank %lld (%s)\n",
+              static_cast<long long>(result.config.attn_rank),
+              static_cast<long long>(result.config.mlp_rank), a.to.c_str());
+  Model low(result.config, DType::f32);
+  std::copy_n(result.weights.data(), result.weights.size(), low.weights().data());
+  if (!a.eval_data.empty()) {
+    const double before = evaluate(dense, a.eval_data, a.batch_size, a.seq_len, a.batches);
+    const double after = evaluate(low, a.eval_data, a.batch_size, a.seq_len, a.batches);
+    std::printf("convert: loss before %.6f, after %.6f (%s, %lld windows)\n", before, after,
+                a.eval_data.c_str(), static_cast<long long>(a.batches));
+  }
+  const std::string tokenizer = (std::filesystem::path(dir) / "tokenizer.model").string();
+  save_checkpoint(a.out, checkpoint_of(low, nullptr, nullptr,
+                                       std::filesystem::exists(tokenizer) ? tokenizer : ""));
+  std::printf("convert: %s -> %s\n", dir.c_str(), a.out.c_str());
+}
+
+}  // namespace
+
+void add_convert(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "convert", "import or export Hugging Face LLaMA directories; dense to low rank");
+  struct Args {
+    std::string from_hf, to_hf, out, to, checkpoint, eval_data;
+    HfExportOptions hf;
+    LowRankOptions low_rank;
+    int64_t batch_size = 4, seq_len = 256, batches = 5;
+  };
+  auto a = std::make_shared<Args>();
+  auto* from = cmd->add_option("--from-hf", a->from_hf,
+                               "Hugging Face LLaMA directory to import as a boostlm checkpoint");
+  auto* to = cmd->add_option("--to-hf", a->to_hf,
+                             "checkpoint (or run directory) to export as a Hugging Face directory");
+  auto* to_arch = cmd->add_option("--to", a->to, "convert a dense checkpoint to low rank (SVD)")
+                      ->check(CLI::IsMember({"svd", "cola"}));
+  from->excludes(to);
+  to_arch->excludes(from)->excludes(to);
+  cmd->add_option("--checkpoint", a->checkpoint, "--to: the dense checkpoint (or run directory)");
+  cmd->add_option("--attn-rank", a->low_rank.attn_rank, "--to: rank of q/k/v/o")
+      ->check(at_least(1));
+  cmd->add_option("--mlp-rank", a->low_rank.mlp_rank, "--to: rank of gate/up/down")
+      ->check(at_least(1));
+  cmd->add_option("--energy", a->low_rank.energy,
+                  "--to: pick ranks keeping this share of each projection's Σσ² (instead of ranks)")
+      ->check(number_in(0.0, 1.0, true));
+  cmd->add_option("--eval-data", a->eval_data,
+                  "--to: token shard to report the loss on before and after")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--batch-size,-b", a->batch_size, "--eval-data: sequences per window")
+      ->check(at_least(1));
+  cmd->add_option("--seq-len,-t", a->seq_len, "--eval-data: tokens per sequence")
+      ->check(at_least(1));
+  cmd->add_option("--batches", a->batches, "--eval-data: windows")->check(at_least(1));
+  cmd->add_option("--out,-o", a->out, "directory to write")->required();
+  cmd->add_option("--dtype", a->hf.dtype,
+                  "--to-hf: tensor dtype (auto: the one the model was imported from, else float32)")
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"}));
+  cmd->add_option("--shard-size", a->hf.shard_bytes,
+                  "--to-hf: bytes per safetensors shard (larger models are sharded)")
+      ->check(at_least(1));
+  cmd->callback([a] {
+    if (mpi_world_size() > 1) throw error("convert runs in one process; start it without mpirun");
+    if (!a->from_hf.empty()) {
+      if (!is_hf_directory(a->from_hf))
+        throw error("--from-hf ", a->from_hf, ": not a Hugging Face model directory (it needs ",
+                    "config.json and model.safetensors or model.safetensors.index.json)");
+      const ModelConfig config = convert_from_hf(a->from_hf, a->out);
+      std::printf("convert: %s (llama, %lld layers, d=%lld) -> %s\n", a->from_hf.c_str(),
+                  static_cast<long long>(config.n_layers), static_cast<long long>(config.d_model),
+                  a->out.c_str());
+    } else if (!a->to_hf.empty()) {
+      const std::string dtype = export_to_hf(a->to_hf, a->out, a->hf);
+      std::printf("convert: %s -> %s (%s)\n", a->to_hf.c_str(), a->out.c_str(), dtype.c_str());
+    } else if (!a->to.empty()) {
+      convert_to_low_rank(*a);
+    } else {
+      throw error("convert: give --from-hf DIR, --to-hf CHECKPOINT or --to svd|cola");
+    }
+  });
+}
+
+}  // namespace boostlm::cli

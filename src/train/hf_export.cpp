@@ -1,0 +1,189 @@
+#include "train/hf_export.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "data/tokenizer.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/safetensors.h"
+
+namespace boostlm {
+
+namespace fs = std::filesystem;
+
+uint16_t float_to_half(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u | static_cast<uint16_t>((abs >> 13) & 0x3ffu);
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds past 65504: inf
+  if (abs < 0x38800000u) {
+    // Subnormal (or zero) in fp16: |value| / 2^−24 rounded to nearest even, in integer steps.
+    const float scaled = std::fabs(value) * 16777216.0f;  // exact: a power-of-two scale
+    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+  }
+  // Normal: rebias the exponent (127 → 15) and round the 13 dropped mantissa bits to even.
+  const uint32_t rebased = abs - (112u << 23);
+  const uint32_t rounded = rebased + 0x0fffu + ((rebased >> 13) & 1u);
+  return sign | static_cast<uint16_t>(rounded >> 13);
+}
+
+namespace {
+
+struct DtypeInfo {
+  std::string torch, safetensors;
+};
+
+DtypeInfo resolve_dtype(const std::string& requested, const nlohmann::json& config) {
+  std::string torch = requested;
+  if (torch == "auto") torch = config.value("hf_torch_dtype", std::string("float32"));
+  if (torch == "float32" || torch == "fp32") return {"float32", "F32"};
+  if (torch == "bfloat16" || torch == "bf16") return {"bfloat16", "BF16"};
+  if (torch == "float16" || torch == "fp16") return {"float16", "F16"};
+  throw error("--dtype ", requested, ": expected auto, float32, bfloat16 or float16");
+}
+
+// The tensor's values in the export dtype, as bytes.
+std::vector<unsigned char> encode(const float* values, int64_t n, const std::string& dtype) {
+  std::vector<unsigned char> out(n * safetensors_element_bytes(dtype));
+  if (dtype == "F32") {
+    std::memcpy(out.data(), values, out.size());
+    return out;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t v = dtype == "BF16" ? float_to_bf16(values[i]) : float_to_half(values[i]);
+    std::memcpy(out.data() + 2 * i, &v, 2);
+  }
+  return out;
+}
+
+nlohmann::json export_config(const ModelConfig& c, const std::string& torch_dtype,
+                             const std::string& tokenizer) {
+  nlohmann::json j = {{"architectures", {c.low_rank() ? "ColaForCausalLM" : "LlamaForCausalLM"}},
+                      {"model_type", c.low_rank() ? "cola" : "llama"},
+                      {"hidden_size", c.d_model},
+                      {"intermediate_size", c.d_ff},
+                      {"num_attention_heads", c.n_heads},
+                      {"num_key_value_heads", c.n_kv_heads},
+                      {"num_hidden_layers", c.n_layers},
+                      {"vocab_size", c.vocab_size},
+                      {"rms_norm_eps", c.rms_eps},
+                      {"rope_theta", c.rope_theta},
+                      {"rope_scaling", nullptr},
+                      {"max_position_embeddings", c.max_seq_len},
+                      {"tie_word_embeddings", c.tied_embeddings},
+                      {"hidden_act", "silu"},
+                      {"attention_bias", false},
+                      {"mlp_bias", false},
+                      {"torch_dtype", torch_dtype}};
+  if (!tokenizer.empty()) {
+    const Tokenizer tok = Tokenizer::load(tokenizer);
+    if (tok.bos_id() >= 0) j["bos_token_id"] = tok.bos_id();
+    if (tok.eos_id() >= 0) j["eos_token_id"] = tok.eos_id();
+  }
+  if (c.low_rank()) {
+    // How to read the factors without boostlm (README, "Bring your own model").
+    j["cola"] = {{"attn_rank", c.attn_rank},
+                 {"mlp_rank", c.mlp_rank},
+                 {"latent_activation", c.arch == Arch::cola ? "silu" : "identity"},
+                 {"mlp_gate_activation", c.mlp_gate_act ? "silu" : "identity"},
+                 {"projection", "y = latent_activation(x @ cola_a) @ cola_b"},
+                 {"cola_a_shape", "[in_features, rank]"},
+                 {"cola_b_shape", "[rank, out_features]"}};
+  }
+  return j;
+}
+
+void write_weights(const fs::path& dir, const Model& model, const DtypeInfo& dtype,
+                   int64_t shard_bytes) {
+  // Tensors in order, grouped into shards of at most shard_bytes (a larger tensor alone).
+  std::vector<std::vector<RawTensorToWrite>> shards(1);
+  std::vector<std::vector<unsigned char>> storage;
+  storage.reserve(model.params().entries().size());
+  int64_t in_shard = 0, total = 0;
+  for (const auto& p : model.params().entries()) {
+    storage.push_back(encode(model.weights().view(p), p.numel, dtype.safetensors));
+    const auto bytes = static_cast<int64_t>(storage.back().size());
+    if (in_shard > 0 && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
+    shards.back().push_back({p.name, dtype.safetensors, p.shape, storage.back().data()});
+    in_shard += bytes;
+    total += bytes;
+  }
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  if (shards.size() == 1) {
+    write_safetensors_raw((dir / "model.safetensors").string(), shards[0], metadata);
+    return;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    write_safetensors_raw((dir / name).string(), shards[s], metadata);
+    for (const auto& t : shards[s]) weight_map[t.name] = name;
+  }
+  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_file_atomically((dir / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+}
+
+}  // namespace
+
+std::string export_to_hf(const std::string& checkpoint, const std::string& out,
+                         const HfExportOptions& options) {
+  if (options.shard_bytes <= 0) throw error("--shard-size must be positive");
+  const std::string dir = resolve_checkpoint(checkpoint);
+  verify_checkpoint(dir);
+  const ModelConfig config = read_checkpoint_config(dir);
+  if (!config.low_rank() && !config.mlp_gate_act)
+    throw error("convert --to-hf: the checkpoint's MLP has no SiLU on the gate (mlp_gate_act ",
+                "false), which LLaMA has; it cannot be written as a LlamaForCausalLM");
+  nlohmann::json source_config;
+  try {
+    source_config = nlohmann::json::parse(read_text_file((fs::path(dir) / "config.json").string()));
+  } catch (const nlohmann::json::exception&) {
+  }  // read_checkpoint_config above has already named any problem
+  const DtypeInfo dtype = resolve_dtype(options.dtype, source_config);
+  Model model(config, DType::f32);
+  load_checkpoint_weights(dir, model);
+
+  const fs::path final_dir = fs::absolute(out).lexically_normal();
+  if (fs::exists(final_dir) && !(fs::is_directory(final_dir) && fs::is_empty(final_dir)))
+    throw error("convert --to-hf: ", out, " exists and is not an empty directory");
+  // Assembled beside the destination and renamed into place: never a half-written model.
+  std::string temp_name = ".";  // built by += : GCC 12 warns (falsely) on "." + std::string
+  temp_name += final_dir.filename().string();
+  temp_name += ".tmp." + std::to_string(getpid());
+  const fs::path temp = final_dir.parent_path() / temp_name;
+  fs::remove_all(temp);
+  fs::create_directories(temp);
+  try {
+    const fs::path tokenizer = fs::path(dir) / "tokenizer.model";
+    const std::string tok = fs::exists(tokenizer) ? tokenizer.string() : "";
+    write_weights(temp, model, dtype, options.shard_bytes);
+    write_file_atomically((temp / "config.json").string(),
+                          export_config(config, dtype.torch, tok).dump(2) + "\n");
+    if (!tok.empty())
+      write_file_atomically((temp / "tokenizer.model").string(), read_text_file(tok));
+    fsync_directory(temp.string());
+    if (fs::exists(final_dir)) fs::remove(final_dir);
+    fs::rename(temp, final_dir);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(temp, ignored);
+    throw;
+  }
+  return dtype.torch;
+}
+
+}  // namespace boostlm

@@ -1,0 +1,30 @@
+// Checkpoints as Hugging Face model directories (`boostlm convert --to-hf`).
+//
+// A dense checkpoint becomes a standard LLaMA directory that `transformers` loads without code
+// (LlamaForCausalLM): config.json, model.safetensors (or shards with model.safetensors.index.json
+// when larger than shard_bytes) and tokenizer.model. A low-rank checkpoint keeps the CoLA names
+// (`….cola_a` [d_in, r], `….cola_b` [r, d_out]) under model_type "cola", with a "cola" section in
+// config.json that says how to read them (README, "Bring your own model").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace boostlm {
+
+struct HfExportOptions {
+  // "auto" (the dtype the checkpoint was imported from, else float32), "float32", "bfloat16" or
+  // "float16". bf16 and fp16 round to nearest even; values imported from them come back exactly.
+  std::string dtype = "auto";
+  int64_t shard_bytes = int64_t{5} << 30;  // larger models are written in shards of at most this
+};
+
+// Writes `out` (which must not exist, or be an empty directory) from the checkpoint `checkpoint`.
+// Returns the torch dtype written.
+std::string export_to_hf(const std::string& checkpoint, const std::string& out,
+                         const HfExportOptions& options);
+
+// fp32 to IEEE binary16, round to nearest even (overflow to inf, NaN kept).
+uint16_t float_to_half(float value);
+
+}  // namespace boostlm

@@ -1,0 +1,264 @@
+#include "train/hf_import.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "model/params.h"
+#include "parallel/sharding.h"
+#include "train/checkpoint.h"
+
+namespace boostlm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kIndex = "model.safetensors.index.json";
+constexpr const char* kSingle = "model.safetensors";
+
+nlohmann::json read_json(const std::string& path) {
+  try {
+    return nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw error(path, " is not valid JSON: ", e.what());
+  }
+}
+
+// A field boostlm cannot honour: refused by name rather than silently ignored, since the model
+// would load and then compute something other than what its authors trained.
+void refuse_if(bool unsupported, const std::string& where, const std::string& field,
+               const std::string& why) {
+  if (unsupported) throw error(where, ": ", field, " is not supported: ", why);
+}
+
+// Whether a JSON value is set to something other than null/false/0.
+bool is_set(const nlohmann::json& j, const char* field) {
+  if (!j.contains(field) || j[field].is_null()) return false;
+  if (j[field].is_boolean()) return j[field].get<bool>();
+  return true;
+}
+
+std::string torch_dtype_of(const std::string& safetensors_dtype) {
+  if (safetensors_dtype == "BF16") return "bfloat16";
+  if (safetensors_dtype == "F16") return "float16";
+  return "float32";
+}
+
+// Tensors HF checkpoints may carry that are not parameters: the RoPE frequencies some older
+// conversions saved (boostlm computes them from rope_theta).
+bool is_buffer(const std::string& name) {
+  return name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0;
+}
+
+}  // namespace
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // inf, NaN (payload kept)
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);  // rebias 15 → 127
+  } else {
+    // Zero or subnormal: mantissa · 2^−24, exact in fp32.
+    float value = std::ldexp(static_cast<float>(mantissa), -24);
+    std::memcpy(&bits, &value, sizeof bits);
+    bits |= sign;
+  }
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+bool is_hf_directory(const std::string& dir) {
+  const fs::path d(dir);
+  if (!fs::exists(d / "config.json")) return false;
+  if (!fs::exists(d / kSingle) && !fs::exists(d / kIndex)) return false;
+  if (fs::exists(d / "checksums.json")) return false;  // a boostlm checkpoint
+  try {
+    return !nlohmann::json::parse(read_text_file((d / "config.json").string())).contains("boostlm");
+  } catch (const std::exception&) {
+    return true;  // read_hf_config names the problem
+  }
+}
+
+ModelConfig hf_config_to_model(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) throw error(where, ": not a JSON object");
+  const std::string type = j.value("model_type", std::string("(missing)"));
+  refuse_if(type != "llama", where, "model_type \"" + type + "\"",
+            "boostlm imports LLaMA models only (model_type \"llama\")");
+  refuse_if(is_set(j, "rope_scaling"), where, "rope_scaling",
+            "boostlm implements plain RoPE (remove it only if the model was trained without it)");
+  refuse_if(is_set(j, "attention_bias"), where, "attention_bias",
+            "boostlm's projections have no bias");
+  refuse_if(is_set(j, "mlp_bias"), where, "mlp_bias", "boostlm's projections have no bias");
+  const std::string act = j.value("hidden_act", std::string("silu"));
+  refuse_if(act != "silu", where, "hidden_act \"" + act + "\"", "boostlm's MLP uses SiLU");
+  try {
+    const auto heads = j.at("num_attention_heads").get<int64_t>();
+    const auto hidden = j.at("hidden_size").get<int64_t>();
+    refuse_if(is_set(j, "head_dim") && heads > 0 && j["head_dim"].get<int64_t>() * heads != hidden,
+              where, "head_dim", "boostlm's head dimension is hidden_size / num_attention_heads");
+    nlohmann::json c = {{"arch", "dense"},
+                        {"vocab_size", j.at("vocab_size")},
+                        {"d_model", hidden},
+                        {"n_layers", j.at("num_hidden_layers")},
+                        {"n_heads", heads},
+                        {"n_kv_heads", j.value("num_key_value_heads", heads)},
+                        {"d_ff", j.at("intermediate_size")},
+                        {"rms_eps", j.value("rms_norm_eps", 1e-6)},
+                        {"rope_theta", j.value("rope_theta", 10000.0)},
+                        {"max_seq_len", j.value("max_position_embeddings", 2048)},
+                        {"tied_embeddings", j.value("tie_word_embeddings", false)},
+                        {"mlp_gate_act", true}};
+    return ModelConfig::from_json(c);
+  } catch (const nlohmann::json::exception& e) {
+    throw error(where, ": a required field is missing or has the wrong type: ", e.what());
+  } catch (const Error& e) {
+    throw error(where, ": ", e.what());
+  }
+}
+
+ModelConfig read_hf_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  return hf_config_to_model(read_json(path), path);
+}
+
+HfTensors::HfTensors(const std::string& dir) {
+  const fs::path d(dir);
+  if (fs::exists(d / kIndex)) {
+    const std::string index_path = (d / kIndex).string();
+    const nlohmann::json index = read_json(index_path);
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      throw error(index_path, ": has no \"weight_map\" object");
+    std::map<std::string, const SafetensorsReader*> by_file;
+    for (const auto& [name, file_json] : index["weight_map"].items()) {
+      if (!file_json.is_string())
+        throw error(index_path, ": weight_map[\"", name, "\"] is not a file name");
+      const std::string file = file_json.get<std::string>();
+      // Shards are files of this directory: no paths that would read elsewhere.
+      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+        throw error(index_path, ": weight_map names '", file, "', not a file in ", dir);
+      if (!by_file.count(file)) {
+        const fs::path shard = d / file;
+        if (!fs::exists(shard))
+          throw error(index_path, " names shard ", file, ", which is missing from ", dir);
+        files_.push_back(std::make_unique<SafetensorsReader>(shard.string()));
+        by_file[file] = files_.back().get();
+      }
+      const SafetensorsReader* reader = by_file[file];
+      if (!reader->has(name))
+        throw error(index_path, " places tensor '", name, "' in ", file, ", which lacks it");
+      where_[name] = reader;
+    }
+    // A shard's tensors that the index does not list would be ignored by HF too; boostlm refuses
+    // them, as they mean the index and the shards disagree.
+    for (const auto& reader : files_)
+      for (const auto& [name, entry] : reader->entries())
+        if (!where_.count(name) || where_[name] != reader.get())
+          throw error(index_path, " does not list tensor '", name, "' of a shard");
+  } else {
+    files_.push_back(std::make_unique<SafetensorsReader>((d / kSingle).string()));
+    for (const auto& [name, entry] : files_.back()->entries()) where_[name] = files_.back().get();
+  }
+}
+
+std::vector<std::string> HfTensors::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, reader] : where_) out.push_back(name);
+  return out;
+}
+
+const SafetensorsReader::Entry& HfTensors::entry(const std::string& name) const {
+  return where_.at(name)->entries().at(name);
+}
+
+void HfTensors::read(const std::string& name, const std::vector<int64_t>& shape, float* out) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw error("the model's weight files lack tensor '", name, "'");
+  const SafetensorsReader& reader = *it->second;
+  const auto& e = entry(name);
+  if (e.shape != shape)
+    throw error("tensor '", name, "' has shape ", shape_string(e.shape), ", the config implies ",
+                shape_string(shape));
+  if (e.dtype == "F32" || e.dtype == "BF16") {
+    reader.read(name, shape, out);
+    return;
+  }
+  if (e.dtype != "F16")
+    throw error("tensor '", name, "' has dtype ", e.dtype, " (boostlm reads F32, BF16 and F16)");
+  const unsigned char* src = reader.bytes(name);
+  const size_t n = (e.end - e.begin) / 2;
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = half_to_float(h);
+  }
+}
+
+std::string HfTensors::main_dtype() const {
+  std::map<std::string, size_t> bytes;
+  for (const auto& [name, reader] : where_) {
+    const auto& e = reader->entries().at(name);
+    bytes[e.dtype] += e.end - e.begin;
+  }
+  std::string best = "F32";
+  size_t most = 0;
+  for (const auto& [dtype, n] : bytes)
+    if (n > most) most = n, best = dtype;
+  return best;
+}
+
+void verify_hf_directory(const std::string& dir) {
+  read_hf_config(dir);
+  HfTensors tensors(dir);
+}
+
+void load_hf_weights(const std::string& dir, const ParamTable& table, FlatBuffer& weights) {
+  const ModelConfig config = read_hf_config(dir);
+  const HfTensors tensors(dir);
+  const ParamTable full = build_param_table(config);
+  for (const auto& name : tensors.names()) {
+    if (full.find(name) || is_buffer(name)) continue;
+    // HF may store the head of a tied model; it is the embedding, which is what boostlm reads.
+    if (name == "lm_head.weight" && config.tied_embeddings) continue;
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0)
+      throw error(dir, ": tensor '", name, "' is a bias; boostlm's LLaMA has none");
+    throw error(dir, ": tensor '", name, "' is not a LLaMA parameter boostlm knows (SPEC §2)");
+  }
+  std::vector<float> scratch;
+  for (const auto& p : table.entries()) {
+    if (p.shard_axis < 0) {
+      tensors.read(p.name, p.shape, weights.view(p));
+      continue;
+    }
+    scratch.resize(p.full_numel());
+    tensors.read(p.name, p.shape, scratch.data());
+    slice_tensor(p, scratch.data(), weights.view(p));
+  }
+}
+
+ModelConfig convert_from_hf(const std::string& dir, const std::string& out) {
+  const ModelConfig config = read_hf_config(dir);
+  const ParamTable table = build_param_table(config);
+  FlatBuffer weights(table.total_elements());
+  load_hf_weights(dir, table, weights);
+  CheckpointWrite w;
+  w.config = &config;
+  w.table = &table;
+  w.weights = &weights;
+  const fs::path tokenizer = fs::path(dir) / "tokenizer.model";
+  if (fs::exists(tokenizer)) w.tokenizer_path = tokenizer.string();
+  w.config_extra = {{"hf_torch_dtype", torch_dtype_of(HfTensors(dir).main_dtype())}};
+  save_checkpoint(out, w);
+  return config;
+}
+
+}  // namespace boostlm
