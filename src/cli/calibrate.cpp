@@ -13,13 +13,13 @@
 // no inter-node link to measure: the file copies the intra-node one and says so.
 // Everything takes about a minute on 2 cores.
 //
-// `boostlm calibrate --hostfile FILE [--from this-machine] [-o FILE]` measures only the link
-// between the hosts of a cluster (for the emulated one of scripts/cluster.sh: the shaped veth
-// links): the same all-reduce α–β probe, launched over the hostfile, becomes the inter-node link
-// of a copy of the --from hardware file, written as hardware/cluster-<rate>.json. One rank per
-// host (cluster.sh's default), so devices_per_node is 1 and a TP group of 2 crosses the link.
-// The emulated hosts share this machine's cores, so the device stays the one measured with the
-// cores split among ranks, and the copy drops the solo device (a rank alone on all the cores).
+// `boostlm calibrate --hostfile FILE [--from this-machine] [-o FILE]` measures a cluster's ranks
+// where they run (for the emulated one of scripts/cluster.sh: across the shaped veth links): the
+// all-reduce α–β probe becomes the inter-node link, and the device every rank measures there at
+// once replaces --from's (emulated hosts share this machine's cores and its kernel does their
+// TCP, which halved the GEMM rate here), in a copy of the --from hardware file written as
+// hardware/cluster-<rate>.json. One rank per host (cluster.sh's default), so devices_per_node is
+// 1 and a TP group of 2 crosses the link; the copy drops the solo device (no rank has all cores).
 #include <omp.h>
 #include <sched.h>
 #include <unistd.h>
@@ -141,17 +141,27 @@ plan::Hardware calibrate(int ranks) {
 }
 
 // Under mpirun across hosts: the all-reduce α–β; rank 0 writes it with the link's rate label.
+// The device too, as every rank sees it there: emulated hosts share this machine's cores (and its
+// kernel does their TCP), so a rank's GEMM rate across them is its own measurement, not this
+// machine's calibration (seen here: about half of it).
 void run_link_probe(const std::string& path) {
   ProcessGrid grid(GridShape{mpi_world_size(), 1, 1});
+  const plan::DeviceMeasurement device = plan::measure_device(omp_get_max_threads(), &grid.world());
   std::string note;
   const plan::Link link = plan::measure_link(grid.world(), note);
   if (grid.world().rank() != 0) return;
   const char* rate = std::getenv("BOOSTLM_LINK_RATE");
+  plan::Hardware carrier;  // the device in the hardware file's own format
+  carrier.name = "probe";
+  carrier.device = device.device;
+  carrier.intra_node = carrier.inter_node = link;
+  carrier.sources = device.notes;
   nlohmann::json j = {{"alpha_s", link.alpha_s},
                       {"bandwidth", link.bandwidth},
                       {"note", note},
                       {"ranks", grid.world().size()},
-                      {"link_rate", rate && *rate ? rate : "unknown"}};
+                      {"link_rate", rate && *rate ? rate : "unknown"},
+                      {"hardware", carrier.to_json()}};
   std::ofstream(path) << j.dump(2) << "\n";
 }
 
@@ -160,7 +170,8 @@ plan::Hardware calibrate_cluster(const CalibrateOptions& o, std::string& rate) {
   try {
     h = plan::load_hardware(o.from);
   } catch (const Error& e) {
-    throw error("calibrate --hostfile measures only the link and takes the device from --from ",
+    throw error("calibrate --hostfile measures the device and the link across the hosts and "
+                "takes the rest from --from ",
                 o.from, " (", e.what(), "); run `boostlm calibrate` on this machine first");
   }
   const std::string path = std::filesystem::temp_directory_path() /
@@ -182,6 +193,10 @@ plan::Hardware calibrate_cluster(const CalibrateOptions& o, std::string& rate) {
   h.devices_per_node = 1;
   h.solo_device.reset();  // the hosts share this machine's cores: no rank has them all
   h.inter_node = {probe.at("alpha_s"), probe.at("bandwidth"), 1.0, false};
+  const plan::Hardware measured = plan::Hardware::from_json(probe.at("hardware"));
+  h.device = measured.device;
+  for (const std::string& source : measured.sources)
+    h.sources.push_back("device across the hosts: " + source);
   h.sources.push_back("inter-node link (" + rate + ", " +
                       std::to_string(probe.at("ranks").get<int>()) +
                       " hosts): " + probe.at("note").get<std::string>());
