@@ -30,5 +30,14 @@ if [[ -n $loops ]]; then
   echo "$loops"
   failures=1
 fi
+# Floors only point down: the model description knows no processes or layouts, kernels and
+# communication know no model, and the layouts know nothing of the runtime above them (engine/).
+upward=$(grep -rn '#include "parallel/\|#include "engine/\|#include "train/\|#include "plan/' \
+  src/model src/kernels src/comm src/core; grep -rn '#include "engine/\|#include "train/' src/parallel)
+if [[ -n $upward ]]; then
+  echo "FAIL: an include that points up a floor:"
+  echo "$upward"
+  failures=1
+fi
 ((failures)) && exit 1
 echo "structure checks passed"

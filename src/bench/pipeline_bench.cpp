@@ -6,9 +6,9 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/model.h"
+#include "engine/model.h"
+#include "engine/pipeline.h"
 #include "parallel/comm_formulas.h"
-#include "parallel/pipeline.h"
 #include "plan/models.h"
 
 namespace boostlm::bench {
@@ -37,7 +37,7 @@ PipelineBenchReport run_pipeline_bench(ProcessGrid& grid, const PipelineBenchOpt
   report.config = config;
   const int pp = grid.shape().pp, stage = grid.pp_rank();
   for (int s = 0; s < pp; ++s)
-    report.stage_layers.push_back(Model::stage_layers(config.n_layers, pp, s));
+    report.stage_layers.push_back(stage_layer_range(config.n_layers, pp, s));
 
   const int64_t most = *std::max_element(o.micro_batches.begin(), o.micro_batches.end());
   const int64_t N = o.batch * o.seq_len;

@@ -1,7 +1,7 @@
 // `boostlm bench pipeline`: the 1F1B schedule's bubble on this machine, against (p−1)/(m+p−1).
 //
 // Run on tp·pp ranks. For each micro-batch count m, times forward and backward of m micro-batches
-// through the stages (parallel/pipeline.h), interleaved over the counts and repeated, and reports
+// through the stages (engine/pipeline.h), interleaved over the counts and repeated, and reports
 // the pipeline's time, every stage's compute, the measured bubble fraction next to 1F1B's, and the
 // point-to-point traffic of a step. The head sits on the last stage, so a large vocabulary makes
 // that stage the slowest and the bubble larger than the formula's: --vocab-size shrinks it to

@@ -9,7 +9,7 @@
 #include "core/rng.h"
 #include "kernels/gemm.h"
 #include "model/flops.h"
-#include "model/model.h"
+#include "engine/model.h"
 #include "plan/models.h"
 #include "train/optimizer.h"
 #include "train/step.h"

@@ -6,7 +6,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 
-#include "model/model.h"
+#include "engine/model.h"
 #include "train/checkpoint.h"
 #include "train/hf_export.h"
 #include "train/hf_import.h"

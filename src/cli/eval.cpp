@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
-#include "model/model.h"
+#include "engine/model.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 

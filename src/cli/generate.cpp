@@ -6,7 +6,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "model/generate.h"
+#include "engine/generate.h"
 #include "train/checkpoint.h"
 
 namespace boostlm::cli {

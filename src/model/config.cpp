@@ -132,6 +132,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json) {
   return c;
 }
 
+std::pair<int64_t, int64_t> stage_layer_range(int64_t n_layers, int stages, int stage) {
+  const int64_t base = n_layers / stages, extra = n_layers % stages;
+  const int64_t first = stage * base + std::min<int64_t>(stage, extra);
+  return {first, first + base + (stage < extra ? 1 : 0)};
+}
+
 int64_t logits_chunk_rows(int64_t vocab_columns, int64_t tokens) {
   constexpr int64_t kLogitsChunkElements = int64_t{16} << 20;
   return std::clamp<int64_t>(kLogitsChunkElements / vocab_columns, 1, tokens);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -40,6 +41,10 @@ struct ModelConfig {
   static ModelConfig load(const std::string& path);          // validates
   nlohmann::json to_json() const;
 };
+
+// The blocks of pipeline stage `stage` of `stages`, [first, last): as even as the layers allow,
+// the first n_layers % stages stages one more. The engine's stages and the planner's both.
+std::pair<int64_t, int64_t> stage_layer_range(int64_t n_layers, int stages, int stage);
 
 // Rows of the logits the head computes at once, of `tokens` rows of `vocab_columns` (the rank's
 // vocabulary slice): at most 16 Mi elements (64 MiB in fp32), so [N, V] is never held whole.

@@ -1,6 +1,6 @@
 #include "parallel/comm_formulas.h"
 
-#include "model/model.h"
+#include "model/config.h"
 
 namespace boostlm {
 
@@ -84,7 +84,7 @@ CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int 
 CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
                          const BlockOptions& o, int pp, int stage, int64_t m) {
   CommCounts out;
-  const auto [first, last] = Model::stage_layers(c.n_layers, pp, stage);
+  const auto [first, last] = stage_layer_range(c.n_layers, pp, stage);
   const bool last_stage = stage + 1 == pp;
   if (stage == 0) out += embedding_tp_comm(layout, c, N, tp, true);
   if (last_stage) out += head_tp_comm(layout, c, N, tp, chunks, true);

@@ -39,7 +39,7 @@ CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t t
 // Embedding, head and loss of one forward (+ backward) pass over `tokens` in `head_chunks` chunks.
 CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
                          int64_t head_chunks, bool backward);
-// The TP traffic of pipeline stage `stage` of `pp` (Model::stage_layers) over one training step
+// The TP traffic of pipeline stage `stage` of `pp` (stage_layer_range) over one training step
 // of m micro-batches of `tokens`: its blocks, the embedding on the first stage, the head and loss
 // on the last. With pp = 1 and m = 1 this is step_tp_comm(..., backward = true).
 CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,

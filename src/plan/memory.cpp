@@ -66,7 +66,8 @@ int64_t block_param_elements(LayoutKind layout, const ModelConfig& c, int tp) {
 }
 
 int64_t stage_layers(const ModelConfig& c, int pp, int stage) {
-  return c.n_layers / pp + (stage < c.n_layers % pp ? 1 : 0);
+  const auto [first, last] = stage_layer_range(c.n_layers, pp, stage);
+  return last - first;
 }
 
 int64_t stage_param_elements(LayoutKind layout, const ModelConfig& c, int tp, int pp, int stage) {

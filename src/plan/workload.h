@@ -2,7 +2,7 @@
 // shape it has on that rank (efficiency depends on shape, SPEC §1: the thin GEMMs of naive-tp run
 // worse than btp's), the element-wise passes over activations, the fused attention, and the TP
 // collectives (exactly parallel/comm_formulas.h). The shapes follow the layout files
-// (parallel/dense_tp.cpp, naive_tp.cpp, btp.cpp) and the model around the blocks (model.cpp);
+// (parallel/dense_tp.cpp, naive_tp.cpp, btp.cpp) and the model around the blocks (engine/model.cpp);
 // tests/plan checks them against the GEMMs the engine records.
 #pragma once
 
@@ -58,7 +58,7 @@ Work block_recompute(const MicroBatch& mb);
 // engine's row chunks, forward and backward together, TP collectives included.
 Work embedding_work(const MicroBatch& mb);
 Work head_work(const MicroBatch& mb);
-// Rows of the logits the engine materialises at once (model.cpp: at most 16 Mi elements).
+// Rows of the logits the engine materialises at once (logits_chunk_rows, model/config.h).
 int64_t head_chunk_rows(const MicroBatch& mb);
 
 // A whole forward + backward of the model in one process (no pipeline), the blocks'

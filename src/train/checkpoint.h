@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
-#include "model/model.h"
-#include "parallel/data_parallel.h"
+#include "engine/model.h"
+#include "engine/data_parallel.h"
 #include "train/checkpoint_json.h"
 #include "train/optimizer.h"
 

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/tokenizer.h"
-#include "model/model.h"
+#include "engine/model.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "model/model.h"
+#include "engine/model.h"
 
 namespace boostlm {
 

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <span>
 
-#include "parallel/data_parallel.h"
-#include "parallel/pipeline.h"
+#include "engine/data_parallel.h"
+#include "engine/pipeline.h"
 #include "train/optimizer.h"
 
 namespace boostlm {

@@ -22,9 +22,9 @@
 
 #include "comm/communicator.h"
 #include "model/config.h"
-#include "model/model.h"
+#include "engine/model.h"
 #include "parallel/comm_formulas.h"
-#include "parallel/data_parallel.h"
+#include "engine/data_parallel.h"
 #include "plan/workload.h"
 
 namespace {

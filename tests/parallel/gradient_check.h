@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "model/model.h"
+#include "engine/model.h"
 #include "test_util.h"
 
 namespace boostlm {

@@ -13,9 +13,9 @@
 #include "core/rng.h"
 #include "gradient_check.h"
 #include "kernels/gemm.h"
-#include "model/model.h"
+#include "engine/model.h"
 #include "parallel/comm_formulas.h"
-#include "parallel/data_parallel.h"
+#include "engine/data_parallel.h"
 #include "train/optimizer.h"
 
 namespace boostlm {

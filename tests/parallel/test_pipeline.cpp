@@ -11,11 +11,11 @@
 #include "comm/grid.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "engine/data_parallel.h"
+#include "engine/model.h"
+#include "engine/pipeline.h"
 #include "gradient_check.h"
-#include "model/model.h"
 #include "parallel/comm_formulas.h"
-#include "parallel/data_parallel.h"
-#include "parallel/pipeline.h"
 
 namespace boostlm {
 namespace {
@@ -182,11 +182,11 @@ TEST(Pipeline, FullTensorsMoveBetweenPipelineSizes) {
 }
 
 TEST(Pipeline, StagesSplitLayersEvenly) {
-  EXPECT_EQ(Model::stage_layers(5, 2, 0), (std::pair<int64_t, int64_t>{0, 3}));
-  EXPECT_EQ(Model::stage_layers(5, 2, 1), (std::pair<int64_t, int64_t>{3, 5}));
-  EXPECT_EQ(Model::stage_layers(5, 4, 0), (std::pair<int64_t, int64_t>{0, 2}));
-  EXPECT_EQ(Model::stage_layers(5, 4, 3), (std::pair<int64_t, int64_t>{4, 5}));
-  EXPECT_EQ(Model::stage_layers(8, 4, 2), (std::pair<int64_t, int64_t>{4, 6}));
+  EXPECT_EQ(stage_layer_range(5, 2, 0), (std::pair<int64_t, int64_t>{0, 3}));
+  EXPECT_EQ(stage_layer_range(5, 2, 1), (std::pair<int64_t, int64_t>{3, 5}));
+  EXPECT_EQ(stage_layer_range(5, 4, 0), (std::pair<int64_t, int64_t>{0, 2}));
+  EXPECT_EQ(stage_layer_range(5, 4, 3), (std::pair<int64_t, int64_t>{4, 5}));
+  EXPECT_EQ(stage_layer_range(8, 4, 2), (std::pair<int64_t, int64_t>{4, 6}));
   // 1F1B: stage s of p runs min(p − s − 1, m) warm-up forwards and keeps min(m, p − s) alive.
   EXPECT_EQ(Pipeline::warmup_forwards(4, 0, 8), 3);
   EXPECT_EQ(Pipeline::warmup_forwards(4, 0, 2), 2);

@@ -9,7 +9,7 @@
 
 #include "core/rng.h"
 #include "kernels/gemm.h"
-#include "model/model.h"
+#include "engine/model.h"
 #include "plan/workload.h"
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "kernels/svd.h"
-#include "model/model.h"
+#include "engine/model.h"
 #include "test_util.h"
 #include "train/lowrank_convert.h"
 

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "model/model.h"
+#include "engine/model.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"

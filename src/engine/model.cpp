@@ -1,4 +1,4 @@
-#include "model/model.h"
+#include "engine/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -46,12 +46,6 @@ static GemmInput rounded_input_impl(DType compute, const float* x, int64_t rows,
   return {x, scratch.data(), cols};
 }
 
-std::pair<int64_t, int64_t> Model::stage_layers(int64_t n_layers, int stages, int stage) {
-  const int64_t base = n_layers / stages, extra = n_layers % stages;
-  const int64_t first = stage * base + std::min<int64_t>(stage, extra);
-  return {first, first + base + (stage < extra ? 1 : 0)};
-}
-
 Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind> layout,
              Communicator* tp, const BlockOptions& options, Communicator* pp, int micro_slots)
     : config_(config),
@@ -65,7 +59,8 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
   if (pp_->size() > 1 && config_.tied_embeddings)
     throw error("tied embeddings need the embedding and the head on one stage; --pp ", pp_->size(),
                 " puts them on the first and the last");
-  std::tie(first_layer_, last_layer_) = stage_layers(config_.n_layers, pp_->size(), pp_->rank());
+  std::tie(first_layer_, last_layer_) =
+      stage_layer_range(config_.n_layers, pp_->size(), pp_->rank());
   const LayoutKind kind = layout.value_or(default_layout(config_));
   check_options(kind, options);
   layout_ = make_layout(kind, config_, *tp_);

@@ -33,7 +33,8 @@ class Model {
  public:
   // tp: the tensor-parallel group (nullptr: this process alone). layout: default_layout(config).
   // pp: the pipeline group (nullptr: one stage); this rank runs stage pp->rank() of the layers
-  // (stage_layers) and keeps activations for `micro_slots` micro-batches in flight.
+  // (stage_layer_range, model/config.h) and keeps activations for `micro_slots` micro-batches in
+  // flight.
   Model(const ModelConfig& config, DType compute, std::optional<LayoutKind> layout = {},
         Communicator* tp = nullptr, const BlockOptions& options = {}, Communicator* pp = nullptr,
         int micro_slots = 1);
@@ -49,9 +50,6 @@ class Model {
   bool last_stage() const { return pp_->rank() == pp_->size() - 1; }
   int64_t first_layer() const { return first_layer_; }
   int64_t last_layer() const { return last_layer_; }
-  // Layers [first, last) of pipeline stage `stage` of `stages`: as even as possible, the first
-  // stages taking one more when they do not divide.
-  static std::pair<int64_t, int64_t> stage_layers(int64_t n_layers, int stages, int stage);
   const ParamTable& params() const { return table_; }            // this rank's shards
   const ParamTable& full_params() const { return full_table_; }  // SPEC §2, unsharded
   FlatBuffer& weights() { return weights_; }

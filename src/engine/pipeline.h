@@ -1,7 +1,7 @@
 // Pipeline parallelism (SPEC §3.7): the model's layers split into stages over the PP group, run
 // in the 1F1B order over the micro-batches of a step.
 //
-// Stage s of p holds layers Model::stage_layers(L, p, s); the first also the embedding, the last
+// Stage s of p holds layers stage_layer_range(L, p, s); the first also the embedding, the last
 // the final norm, the head and the loss. A micro-batch's activations cross a stage boundary as
 // the residual of this rank, [B·T, rc] with rc = d (dense-tp, naive-tp) or d/t (btp: each TP rank
 // sends only its hidden shard to the same TP rank of the next stage); their gradient crosses
@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "model/model.h"
+#include "engine/model.h"
 
 namespace boostlm {
 

@@ -1,4 +1,4 @@
-#include "parallel/pipeline.h"
+#include "engine/pipeline.h"
 
 #include <algorithm>
 #include <chrono>

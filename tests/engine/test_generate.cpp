@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/generate.h"
+#include "engine/generate.h"
 #include "test_util.h"
 
 namespace boostlm {

@@ -1,4 +1,4 @@
-#include "parallel/data_parallel.h"
+#include "engine/data_parallel.h"
 
 #include <algorithm>
 #include <string>

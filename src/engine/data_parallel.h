@@ -12,7 +12,7 @@
 
 #include "comm/communicator.h"
 #include "core/param_table.h"
-#include "model/model.h"
+#include "engine/model.h"
 
 namespace boostlm {
 

@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
+#include "engine/model.h"
 #include "kernels/rope.h"
-#include "model/model.h"
 
 namespace boostlm {
 

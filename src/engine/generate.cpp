@@ -1,4 +1,4 @@
-#include "model/generate.h"
+#include "engine/generate.h"
 
 #include <algorithm>
 #include <chrono>

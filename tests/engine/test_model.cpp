@@ -9,7 +9,7 @@
 #include "kernels/gemm.h"
 #include "kernels/grad_check.h"
 #include "model/flops.h"
-#include "model/model.h"
+#include "engine/model.h"
 #include "test_util.h"
 
 namespace boostlm {
