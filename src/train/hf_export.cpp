@@ -71,23 +71,14 @@ std::vector<unsigned char> encode(const float* values, int64_t n, const std::str
 
 nlohmann::json export_config(const ModelConfig& c, const std::string& torch_dtype,
                              const std::string& tokenizer) {
-  nlohmann::json j = {{"architectures", {c.low_rank() ? "ColaForCausalLM" : "LlamaForCausalLM"}},
-                      {"model_type", c.low_rank() ? "cola" : "llama"},
-                      {"hidden_size", c.d_model},
-                      {"intermediate_size", c.d_ff},
-                      {"num_attention_heads", c.n_heads},
-                      {"num_key_value_heads", c.n_kv_heads},
-                      {"num_hidden_layers", c.n_layers},
-                      {"vocab_size", c.vocab_size},
-                      {"rms_norm_eps", c.rms_eps},
-                      {"rope_theta", c.rope_theta},
-                      {"rope_scaling", nullptr},
-                      {"max_position_embeddings", c.max_seq_len},
-                      {"tie_word_embeddings", c.tied_embeddings},
-                      {"hidden_act", "silu"},
-                      {"attention_bias", false},
-                      {"mlp_bias", false},
-                      {"torch_dtype", torch_dtype}};
+  // The fields boostlm's checkpoints carry too (checkpoint.h hf_config), less boostlm's own
+  // section (an exported directory is read as a Hugging Face one), plus what HF's loader expects.
+  nlohmann::json j = hf_config(c);
+  j.erase("boostlm");
+  j["rope_scaling"] = nullptr;
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["torch_dtype"] = torch_dtype;
   if (!tokenizer.empty()) {
     const Tokenizer tok = Tokenizer::load(tokenizer);
     if (tok.bos_id() >= 0) j["bos_token_id"] = tok.bos_id();

@@ -17,3 +17,20 @@ finish() {
   if ((failures)); then echo "$failures failure(s)"; exit 1; fi
   echo "$1"
 }
+# tiny_corpus BOOSTLM DIR: DIR/text.txt (generated) prepared into DIR/data (300-token tokenizer,
+# a tenth held out), and DIR/dense.json, DIR/cola.json: tiny models over a 320-token vocabulary.
+tiny_corpus() {
+  local boostlm=$1 dir=$2 i arch
+  for i in $(seq 1 300); do
+    echo "Line $i of the text, with words such as river, mountain, $((i * 13)) and sky."
+    echo
+  done > "$dir/text.txt"
+  "$boostlm" prepare "$dir/text.txt" -o "$dir/data" --vocab-size 300 --val-fraction 0.1 > /dev/null ||
+    { echo "prepare failed"; exit 1; }
+  for arch in dense cola; do
+    cat > "$dir/$arch.json" << JSON
+{"arch": "$arch", "vocab_size": 320, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+ "d_ff": 48, "attn_rank": 8, "mlp_rank": 8, "max_seq_len": 32}
+JSON
+  done
+}

@@ -36,18 +36,7 @@ ip netns exec "$cluster_name-h0" ip route | grep -q default && fail "host 0 has 
   fail "second up is not a no-op"
 expect_error "up of another shape" "down --name $cluster_name" "$cluster" up 3 --name "$cluster_name"
 
-for i in $(seq 1 300); do
-  echo "Line $i of the text, with words such as river, mountain, $((i * 13)) and sky."
-  echo
-done > "$work/text.txt"
-"$boostlm" prepare "$work/text.txt" -o "$work/data" --vocab-size 300 --val-fraction 0.1 > /dev/null ||
-  { echo "prepare failed"; exit 1; }
-for arch in dense cola; do
-  cat > "$work/$arch.json" << JSON
-{"arch": "$arch", "vocab_size": 320, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
- "d_ff": 48, "attn_rank": 8, "mlp_rank": 8, "max_seq_len": 32}
-JSON
-done
+tiny_corpus "$boostlm" "$work"
 steps=3 seq=16
 common=(-d "$work/data" -t "$seq" --steps "$steps" --lr 1e-2 --warmup 1 --eval-interval 0
   --eval-batches 1 --save-interval 0)

@@ -6,20 +6,8 @@ set -uo pipefail
 boostlm=$1
 source "$(dirname "$0")/lib.sh" ptrain
 
-# Random tokens as a shard (llm.c format, uint16), written by a tiny C-free route: boostlm prepare
-# on generated text gives a real tokenizer and shards.
-for i in $(seq 1 300); do
-  echo "Line $i of the text, with words such as river, mountain, $((i * 13)) and sky."
-  echo
-done > "$work/text.txt"
-"$boostlm" prepare "$work/text.txt" -o "$work/data" --vocab-size 300 --val-fraction 0.1 > /dev/null ||
-  { echo "prepare failed"; exit 1; }
-for arch in dense cola; do
-  cat > "$work/$arch.json" <<JSON
-{"arch": "$arch", "vocab_size": 320, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
- "d_ff": 48, "attn_rank": 8, "mlp_rank": 8, "max_seq_len": 32}
-JSON
-done
+# boostlm prepare on generated text gives a real tokenizer and shards; tiny dense and cola models.
+tiny_corpus "$boostlm" "$work"
 common=(-d "$work/data" -t 16 --steps 4 --lr 1e-2 --warmup 1 --eval-interval 0 --eval-batches 1)
 
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1/metrics.jsonl"; }
