@@ -72,6 +72,7 @@ void add_generate(CLI::App& app) {
     if (text.compare(0, printed.size(), printed) == 0)
       std::fputs(text.c_str() + printed.size(), stdout);
     std::printf("\n");
+    std::fflush(stdout);  // the text ends before the statistics on stderr begin
     const int64_t later = stats.new_tokens - 1;
     std::fprintf(stderr,
                  "generate: %lld prompt tokens in %.3f s (with the first new token); %lld more "

@@ -20,11 +20,11 @@
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "engine/data_parallel.h"
+#include "engine/model.h"
+#include "engine/pipeline.h"
 #include "kernels/gemm.h"
 #include "model/flops.h"
-#include "engine/model.h"
-#include "engine/data_parallel.h"
-#include "engine/pipeline.h"
 #include "train/checkpoint.h"
 #include "train/memory_check.h"
 #include "train/run_dir.h"
@@ -212,9 +212,15 @@ MetricsLog open_run_directory(const fs::path& run, const ModelConfig& config,
 
 double evaluate(Model& model, const std::string& shard_path, int64_t batch_size, int64_t seq_len,
                 int64_t batches) {
-  const std::vector<int32_t> tokens =
-      read_eval_shard(shard_path, model.config().vocab_size, batch_size, seq_len);
+  return evaluate_tokens(
+      model, read_eval_shard(shard_path, model.config().vocab_size, batch_size, seq_len),
+      batch_size, seq_len, batches);
+}
+
+double evaluate_tokens(Model& model, const std::vector<int32_t>& tokens, int64_t batch_size,
+                       int64_t seq_len, int64_t batches) {
   const int64_t available = DataLoader::full_windows(tokens.size(), batch_size, seq_len);
+  BOOSTLM_ASSERT_MSG(available >= 1, "evaluate_tokens needs one window of B*T+1 tokens");
   const int64_t n = std::min(batches, available);
   Pipeline pipeline(model);
   double total = 0;

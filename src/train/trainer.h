@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <optional>
 
@@ -70,5 +71,8 @@ TrainResult train(const TrainOptions& options);
 class Model;
 double evaluate(Model& model, const std::string& shard_path, int64_t batch_size, int64_t seq_len,
                 int64_t batches);
+// The same over tokens in memory (at least one window of batch_size·seq_len + 1).
+double evaluate_tokens(Model& model, const std::vector<int32_t>& tokens, int64_t batch_size,
+                       int64_t seq_len, int64_t batches);
 
 }  // namespace boostlm

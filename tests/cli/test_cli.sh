@@ -32,6 +32,18 @@ tail -1 <<< "$out" | grep -q '"loss"' || fail "eval: last line is not JSON with 
 
 out=$("$boostlm" generate --checkpoint "$work/run" -p "The quick" -n 5 2>&1) || fail "generate: $out"
 
+# eval --text: raw text through the checkpoint's tokenizer; perplexity is exp(loss).
+head -40 "$work/corpus.txt" > "$work/some.txt"
+out=$("$boostlm" eval --checkpoint "$work/run" --text "$work/some.txt" -b 2 -t 32 --batches 2) ||
+  fail "eval --text: $out"
+python3 -c "import json,math,sys; j=json.loads(sys.argv[1]); assert j['evaluated_tokens'] == 128 and abs(math.exp(j['loss']) - j['perplexity']) < 1e-6 * j['perplexity'], j" \
+  "$(tail -1 <<< "$out")" || fail "eval --text output: $out"
+echo "The fox." > "$work/short.txt"
+out=$("$boostlm" eval --checkpoint "$work/run" --text "$work/short.txt" -b 2 -t 32) ||
+  fail "eval --text of a short text: $out"
+expect_error "eval with both inputs" "excludes" "$boostlm" eval --checkpoint "$work/run" \
+  --text "$work/some.txt" --data "$work/data/val.bin"
+
 # Wrong flags and bad input.
 expect_error "unknown flag" "--bogus" train "$work/model.json" "$work/data" "$work/x" --bogus
 expect_error "bad precision" "fp16" train "$work/model.json" "$work/data" "$work/x" --precision fp16
