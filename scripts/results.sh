@@ -18,7 +18,8 @@
 # cluster of two hosts (scripts/cluster.sh): per rate, calibrate the link's alpha-beta
 # (calibrate --hostfile), bench layouts dense-tp/naive-tp/btp at TP 2 across the hosts (60m fp32)
 # and plan --measured beside it; writes cluster-*.json and cluster-sweep.md. --rates "R1 R2 ..."
-# (tc rates) overrides the list.
+# (tc rates) overrides the list. --recovery (not part of "all") trains tiny-dense, converts it to
+# CoLA (boostlm convert --to cola) and trains on, against tiny-cola from scratch (recovery.md).
 # Options: --out DIR (default results), --readme FILE (default README.md; "none" skips it),
 # --no-build (use build/boostlm as it is).
 set -euo pipefail
@@ -34,7 +35,8 @@ while (($#)); do
     --readme) readme=$2; shift ;;
     --no-build) build=0 ;;
     --rates) rates=$2; shift ;;
-    --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --report | --cluster)
+    --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --report | --cluster | \
+      --recovery)
       parts+=("${1#--}") ;;
     -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "results.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -314,6 +316,50 @@ if want curves; then
     cp "$out/run-tiny-$arch/metrics.jsonl" "$out/curve-tiny-$arch.jsonl"
     rm -rf "$out/run-tiny-$arch"
   done
+  end_part
+fi
+
+# --recovery (not part of "all"): tiny-dense trained, converted to CoLA at tiny-cola's ranks by
+# truncated SVD (boostlm convert --to cola), then trained on; against tiny-cola from scratch with
+# the same steps and schedule. Writes recovery-*.jsonl and recovery.md (validation loss by step).
+if want recovery; then
+  begin_part recovery
+  data=data/prepared
+  ./scripts/fetch_corpus.sh
+  [[ -f $data/meta.json ]] ||
+    "$boostlm" prepare data/raw/brown.txt data/raw/kjv.txt -o "$data" --vocab-size 8192
+  if ((quick)); then steps=20 every=10; else steps=200 every=25; fi
+  schedule=(-b 8 -t 256 --steps "$steps" --warmup 20 --eval-interval "$every" --eval-batches 10
+    --lr 3e-3 --min-lr 3e-4 --log-interval 50 --seed 1)
+  rm -rf "$out/recovery-dense" "$out/recovery-converted" "$out/recovery-from-dense" \
+    "$out/recovery-scratch"
+  run "$out/recovery-dense.log" "$boostlm" train -c configs/tiny-dense.json -d "$data" \
+    -o "$out/recovery-dense" "${schedule[@]}"
+  run "$out/recovery-convert.log" "$boostlm" convert --to cola --checkpoint "$out/recovery-dense" \
+    --attn-rank 32 --mlp-rank 32 --eval-data "$data/val.bin" -b 8 -t 256 --batches 10 \
+    -o "$out/recovery-converted"
+  run "$out/recovery-from-dense.log" "$boostlm" train -d "$data" \
+    --init-from "$out/recovery-converted" -o "$out/recovery-from-dense" "${schedule[@]}"
+  run "$out/recovery-scratch.log" "$boostlm" train -c configs/tiny-cola.json -d "$data" \
+    -o "$out/recovery-scratch" "${schedule[@]}"
+  for run_name in dense from-dense scratch; do
+    cp "$out/recovery-$run_name/metrics.jsonl" "$out/recovery-$run_name.jsonl"
+    rm -rf "$out/recovery-$run_name"
+  done
+  rm -rf "$out/recovery-converted"
+  "$python" - "$out" > "$out/recovery.md" << 'PY'
+import json, os, sys
+out = sys.argv[1]
+def val(name):
+    rows = [json.loads(l) for l in open(os.path.join(out, f"recovery-{name}.jsonl"))]
+    return {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}
+dense, converted, scratch = val("dense"), val("from-dense"), val("scratch")
+print("| step | tiny-dense | CoLA from the converted dense model | tiny-cola from scratch |")
+print("|---:|---:|---:|---:|")
+for step in sorted(scratch):
+    print(f"| {step} | {dense.get(step, float('nan')):.4f} | {converted[step]:.4f} | {scratch[step]:.4f} |")
+PY
+  cat "$out/recovery.md"
   end_part
 fi
 
