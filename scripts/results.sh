@@ -38,7 +38,7 @@ while (($#)); do
     --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --report | --cluster | \
       --recovery)
       parts+=("${1#--}") ;;
-    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "results.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
