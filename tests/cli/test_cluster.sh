@@ -4,7 +4,8 @@
 # model, naive-tp and btp on a low-rank one), DP 2 and PP 2 give the same losses as one process
 # (relative 1e-5 per step, as tests/cli/test_parallel_train.sh: the sharded runs only reorder fp32
 # sums), log per-kind byte counts equal to the closed forms (tests/parallel/closed_form_comm.cpp),
-# and their bytes really cross the links (the veths' counters).
+# and their bytes really cross the links (the veths' counters); a link cut mid-run ends the ranks
+# through the communication watchdog with the last checkpoint intact.
 # Needs root to make namespaces; skips (exit 77) with the reason where they cannot be made.
 # Usage: test_cluster.sh BOOSTLM CLOSED_FORM_COMM
 set -uo pipefail
@@ -80,7 +81,7 @@ PY
 
 # run NAME CONFIG FLAGS...: train across the two hosts. Each run takes a few seconds; together
 # they must end well inside CTest's limit, so that the trap still takes the cluster down.
-deadline=$((SECONDS + 90))
+deadline=$((SECONDS + 120))
 run() {
   local name=$1 arch=$2 left=$((deadline - SECONDS))
   shift 2
@@ -96,6 +97,48 @@ run naive_tp2 cola -b 4 --tp 2 --layout naive-tp && check naive_tp2 cola naive-t
 run btp_tp2 cola -b 4 --tp 2 --layout btp && check btp_tp2 cola btp 2 1 1 4 1
 run btp_dp2 cola -b 2 --dp 2 && check btp_dp2 cola btp 1 1 2 2 1
 run btp_pp2 cola -b 2 --grad-accum 2 --pp 2 && check btp_pp2 cola btp 1 2 1 2 2
+
+# A link cut mid-run: host 1's link goes down after the run's first checkpoint. The watchdog
+# (--comm-timeout 3) ends both ranks within its timeout (plus a little), naming the exchange that
+# hung, and the last checkpoint is intact and resumes. Known limit: mpirun then waits on the
+# unreachable host's daemon and does not exit by itself (README, Failures), so the test ends it.
+ranks_of_cut() { pgrep -f "^[^ ]*boostlm train .*-o $work/cut "; }
+cut_link() {
+  local left=$((deadline - SECONDS)) pid t0 took latest
+  ((left > 30)) || { fail "link cut: no time left"; return; }
+  # (in a subshell: mpirun ended by a signal would have the shell report it)
+  (timeout -k 5 30 "$boostlm" launch --hostfile "$work/hosts" -- train -c "$work/cola.json" \
+    -o "$work/cut" -d "$work/data" -t "$seq" -b 4 --tp 2 --steps 100000 --lr 1e-2 --warmup 1 \
+    --eval-interval 0 --eval-batches 1 --save-interval 5 --comm-timeout 3 > "$work/cut.log" 2>&1) &
+  pid=$!
+  for _ in $(seq 1 150); do
+    [[ -f $work/cut/checkpoints/latest ]] && break
+    sleep 0.1
+  done
+  if [[ ! -f $work/cut/checkpoints/latest ]]; then
+    fail "link cut: no checkpoint before the cut: $(tail -3 "$work/cut.log")"
+    kill "$pid"
+    wait "$pid"
+    return
+  fi
+  t0=$SECONDS
+  ip netns exec "$cluster_name-h1" ip link set eth0 down
+  while ranks_of_cut > /dev/null && ((SECONDS - t0 < 20)); do sleep 0.2; done
+  took=$((SECONDS - t0))
+  ranks_of_cut > /dev/null && fail "link cut: ranks still running ${took}s after the cut"
+  ((took <= 10)) || fail "link cut: the ranks took ${took}s to end (watchdog 3 s)"
+  pkill -f "^mpirun .*-o $work/cut "
+  wait "$pid"
+  ip netns exec "$cluster_name-h1" ip link set eth0 up
+  grep -q "communication watchdog: .* on group tp has not completed within 3 s" "$work/cut.log" ||
+    fail "link cut: no watchdog message naming the group: $(tail -3 "$work/cut.log")"
+  latest=$(cat "$work/cut/checkpoints/latest")
+  timeout 60 "$boostlm" train -d "$work/data" -o "$work/cut" --resume "$work/cut" -t "$seq" -b 4 \
+    --steps $((10#${latest#step_} + 1)) --eval-interval 0 --eval-batches 1 > "$work/cut_resume.log" 2>&1 ||
+    fail "link cut: the last checkpoint ($latest) does not resume: $(tail -3 "$work/cut_resume.log")"
+  echo "ok   link cut: the ranks ended ${took}s after the cut, $latest resumes"
+}
+cut_link
 
 # `down` leaves nothing of the cluster behind.
 "$cluster" down --name "$cluster_name" > /dev/null
