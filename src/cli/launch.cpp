@@ -206,13 +206,7 @@ std::string to_shell(const MpirunCommand& plan) {
 }
 
 [[noreturn]] void exec_mpirun(const MpirunCommand& plan) {
-  for (const auto& [name, value] : plan.env) setenv(name.c_str(), value.c_str(), 1);
-  std::vector<char*> argv;
-  for (const std::string& arg : plan.argv) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  execvp(argv[0], argv.data());
+  exec_plan(plan);
   const int err = errno;
   throw error("cannot run mpirun: ", std::strerror(err),
               err == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "");

@@ -22,6 +22,9 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/hostfile.h"
+#include "train/run_dir.h"
 
 namespace boostlm::cli {
 namespace {
@@ -52,6 +55,20 @@ void install_forwarding() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+}  // namespace
+
+void exec_plan(const MpirunCommand& plan) {
+  for (const auto& [name, value] : plan.env) setenv(name.c_str(), value.c_str(), 1);
+  std::vector<char*> argv;
+  for (const std::string& arg : plan.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execvp(argv[0], argv.data());
+}
+
+namespace {
+
 // Runs mpirun and waits for it; returns its wait status.
 int run_child(const MpirunCommand& plan) {
   std::fflush(stdout);
@@ -59,11 +76,7 @@ int run_child(const MpirunCommand& plan) {
   const pid_t pid = fork();
   if (pid < 0) throw error("cannot start mpirun: fork failed: ", std::strerror(errno));
   if (pid == 0) {
-    for (const auto& [name, value] : plan.env) setenv(name.c_str(), value.c_str(), 1);
-    std::vector<char*> argv;
-    for (const std::string& arg : plan.argv) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
+    exec_plan(plan);
     std::fprintf(stderr, "boostlm launch: cannot run mpirun: %s%s\n", std::strerror(errno),
                  errno == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "");
     _exit(kExecFailed);
@@ -163,9 +176,9 @@ bool is_train(const std::vector<std::string>& command) {
 std::vector<std::string> resume_latest(const std::vector<std::string>& command, int restart) {
   if (!is_train(command)) return command;
   const std::string out = option_value(command, {"-o", "--out"});
-  const fs::path latest = fs::path(out) / "checkpoints" / "latest";
-  std::error_code ec;
-  if (out.empty() || !fs::exists(latest, ec)) {
+  const std::string latest =
+      out.empty() ? "" : latest_checkpoint_name(fs::path(out) / "checkpoints");
+  if (latest.empty()) {
     std::fprintf(stderr,
                  "boostlm launch: no checkpoint in %s yet: restart %d starts the run over\n",
                  out.empty() ? "the run directory" : out.c_str(), restart);
@@ -175,32 +188,21 @@ std::vector<std::string> resume_latest(const std::vector<std::string>& command, 
       over.push_back("--overwrite");
     return over;
   }
-  std::ifstream in(latest);
-  std::string name;
-  std::getline(in, name);
   std::fprintf(stderr, "boostlm launch: restart %d resumes from %s\n", restart,
-               (fs::path(out) / "checkpoints" / name).c_str());
+               (fs::path(out) / "checkpoints" / latest).c_str());
   return with_option(without_option(command, {"--init-from"}), "--resume", {"--resume"}, out);
 }
 
-// The hosts of an Open MPI hostfile in order, with their slots (0: not given).
+// The hosts of an Open MPI hostfile (core/hostfile's parse) in order, with their slots (0: not
+// given); a host listed on several lines once, with the sum.
 std::vector<std::pair<std::string, int>> read_hosts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw error("cannot read hostfile ", path);
   std::vector<std::pair<std::string, int>> hosts;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line.substr(0, line.find('#')));
-    std::string host, word;
-    if (!(words >> host)) continue;
-    int slots = 0;
-    while (words >> word) {
-      if (word.rfind("slots=", 0) == 0) slots = std::atoi(word.c_str() + 6);
-    }
-    auto it = std::find_if(hosts.begin(), hosts.end(), [&](auto& h) { return h.first == host; });
+  for (const HostfileEntry& e : read_hostfile(path)) {
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](auto& h) { return h.first == e.host; });
     if (it == hosts.end())
-      hosts.emplace_back(host, slots);
+      hosts.emplace_back(e.host, e.slots);
     else
-      it->second += slots;
+      it->second += e.slots;
   }
   return hosts;
 }
@@ -253,8 +255,9 @@ bool host_answers(const std::string& host, int timeout_s) {
 
 // The slots a restart can use. Without a hostfile this machine's (it cannot lose hosts), unless
 // BOOSTLM_LAUNCH_SLOTS says otherwise: a test hook standing in for a host that no longer answers.
-// With a hostfile, the slots of the hosts that still answer; `live_hostfile` is then rewritten to
-// list only those (a host without slots= counts for the job's ranks per host).
+// With a hostfile, the slots of the hosts that still answer; where one does not, `live_hostfile`
+// becomes a copy listing only those (a host without slots= counts for the job's ranks per host),
+// its comments kept.
 int usable_slots(const RestartPolicy& policy, int ranks, std::string& live_hostfile) {
   if (const char* hook = std::getenv("BOOSTLM_LAUNCH_SLOTS")) return std::atoi(hook);
   if (policy.hostfile.empty()) return ranks;
@@ -262,14 +265,25 @@ int usable_slots(const RestartPolicy& policy, int ranks, std::string& live_hostf
   const int per_host = (policy.ranks + static_cast<int>(hosts.size()) - 1) /
                        std::max<int>(1, static_cast<int>(hosts.size()));
   int slots = 0;
+  bool all_answer = true;
   std::ostringstream live;
+  // Comment lines carry over: scripts/cluster.sh's marker says the hosts are emulated.
+  std::istringstream original(read_text_file(policy.hostfile));
+  for (std::string line; std::getline(original, line);)
+    if (line.rfind('#', 0) == 0) live << line << "\n";
   for (const auto& [host, host_slots] : hosts) {
     if (!host_answers(host, 10)) {
       std::fprintf(stderr, "boostlm launch: host %s does not answer\n", host.c_str());
+      all_answer = false;
       continue;
     }
     slots += host_slots > 0 ? host_slots : per_host;
     live << host << (host_slots > 0 ? " slots=" + std::to_string(host_slots) : "") << "\n";
+  }
+  if (all_answer) {  // the hostfile as it is (again, should an earlier restart have lost a host)
+    if (live_hostfile != policy.hostfile) std::remove(live_hostfile.c_str());
+    live_hostfile = policy.hostfile;
+    return slots;
   }
   live_hostfile =
       (fs::temp_directory_path() / ("boostlm_hosts." + std::to_string(getpid()))).string();

@@ -15,6 +15,10 @@ struct MpirunCommand {
   std::vector<std::string> argv;
 };
 
+// Replaces this process with the plan's mpirun (its environment set, stdio flushed first). Returns
+// only when the exec failed, with errno saying why.
+void exec_plan(const MpirunCommand& plan);
+
 struct RestartPolicy {
   int max_restarts = 0;
   int min_ranks = 0;  // 0: never fewer than `ranks`
