@@ -98,12 +98,16 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* data, size_t bytes) {
   BOOSTLM_ASSERT_MSG(fd_ >= 0, "write after commit");
   checksum_.update(data, bytes);
+  write_fully(fd_, data, bytes, temp_path_);
+}
+
+void write_fully(int fd, const void* data, size_t bytes, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
-    const ssize_t n = ::write(fd_, p, std::min<size_t>(bytes, size_t{1} << 30));
+    const ssize_t n = ::write(fd, p, std::min<size_t>(bytes, size_t{1} << 30));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error(system_error("cannot write", temp_path_));
+      throw Error(system_error("cannot write", path));
     }
     p += n;
     bytes -= static_cast<size_t>(n);

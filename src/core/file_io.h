@@ -49,6 +49,8 @@ class AtomicFile {
 };
 
 void write_file_atomically(const std::string& path, std::string_view contents);
+// Writes all `bytes` to `fd` (retrying short writes and EINTR); throws Error naming `path`.
+void write_fully(int fd, const void* data, size_t bytes, const std::string& path);
 std::string read_text_file(const std::string& path);  // throws Error naming the file
 void fsync_directory(const std::string& dir);
 

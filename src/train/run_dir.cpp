@@ -59,18 +59,6 @@ Temporary parse_temporary(const std::string& name) {
   return t;
 }
 
-void write_all(int fd, const std::string& path, const char* data, size_t bytes) {
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, data, bytes);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw error("cannot write ", path, ": ", std::strerror(errno));
-    }
-    data += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
-
 }  // namespace
 
 std::vector<CheckpointEntry> list_checkpoints(const fs::path& checkpoints) {
@@ -222,7 +210,7 @@ void MetricsLog::append(const nlohmann::json& line) {
   const std::string text = line.dump() + "\n";
   const off_t before = ::lseek(fd_, 0, SEEK_END);
   try {
-    write_all(fd_, path_, text.data(), text.size());
+    write_fully(fd_, text.data(), text.size(), path_);
   } catch (const Error&) {
     if (before >= 0 && ::ftruncate(fd_, before) != 0) {  // best effort: no line cut short
     }
