@@ -32,4 +32,9 @@ inline float bf16_to_float(bf16_t value) {
   return out;
 }
 
+// IEEE binary16 (fp16, the third dtype of Hugging Face checkpoints): to fp32 exactly, and from
+// fp32 rounding to nearest even (overflow to inf, NaN kept). Not a compute type here.
+float half_to_float(uint16_t half);
+uint16_t float_to_half(float value);
+
 }  // namespace boostlm

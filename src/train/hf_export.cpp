@@ -22,24 +22,6 @@ namespace boostlm {
 
 namespace fs = std::filesystem;
 
-uint16_t float_to_half(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u | static_cast<uint16_t>((abs >> 13) & 0x3ffu);
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds past 65504: inf
-  if (abs < 0x38800000u) {
-    // Subnormal (or zero) in fp16: |value| / 2^−24 rounded to nearest even, in integer steps.
-    const float scaled = std::fabs(value) * 16777216.0f;  // exact: a power-of-two scale
-    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
-  }
-  // Normal: rebias the exponent (127 → 15) and round the 13 dropped mantissa bits to even.
-  const uint32_t rebased = abs - (112u << 23);
-  const uint32_t rounded = rebased + 0x0fffu + ((rebased >> 13) & 1u);
-  return sign | static_cast<uint16_t>(rounded >> 13);
-}
-
 namespace {
 
 struct DtypeInfo {

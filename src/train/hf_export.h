@@ -24,7 +24,4 @@ struct HfExportOptions {
 std::string export_to_hf(const std::string& checkpoint, const std::string& out,
                          const HfExportOptions& options);
 
-// fp32 to IEEE binary16, round to nearest even (overflow to inf, NaN kept).
-uint16_t float_to_half(float value);
-
 }  // namespace boostlm

@@ -1,7 +1,6 @@
 #include "train/hf_import.h"
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -57,25 +56,6 @@ bool is_buffer(const std::string& name) {
 }
 
 }  // namespace
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);  // inf, NaN (payload kept)
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);  // rebias 15 → 127
-  } else {
-    // Zero or subnormal: mantissa · 2^−24, exact in fp32.
-    float value = std::ldexp(static_cast<float>(mantissa), -24);
-    std::memcpy(&bits, &value, sizeof bits);
-    bits |= sign;
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
 
 bool is_hf_directory(const std::string& dir) {
   const fs::path d(dir);
@@ -188,19 +168,7 @@ void HfTensors::read(const std::string& name, const std::vector<int64_t>& shape,
   if (e.shape != shape)
     throw error("tensor '", name, "' has shape ", shape_string(e.shape), ", the config implies ",
                 shape_string(shape));
-  if (e.dtype == "F32" || e.dtype == "BF16") {
-    reader.read(name, shape, out);
-    return;
-  }
-  if (e.dtype != "F16")
-    throw error("tensor '", name, "' has dtype ", e.dtype, " (boostlm reads F32, BF16 and F16)");
-  const unsigned char* src = reader.bytes(name);
-  const size_t n = (e.end - e.begin) / 2;
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    out[i] = half_to_float(h);
-  }
+  reader.read(name, shape, out);  // F32, BF16 or F16, checked for non-finite values
 }
 
 std::string HfTensors::main_dtype() const {

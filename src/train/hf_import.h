@@ -66,7 +66,4 @@ void load_hf_weights(const std::string& dir, const ParamTable& table, FlatBuffer
 // as "hf_torch_dtype" so the export can write it back); returns the model's configuration.
 ModelConfig convert_from_hf(const std::string& dir, const std::string& out);
 
-// fp16 (IEEE binary16) to fp32, exact.
-float half_to_float(uint16_t half);
-
 }  // namespace boostlm

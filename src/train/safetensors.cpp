@@ -195,15 +195,16 @@ void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>
     // An empty tensor may come with a null `out`, which memcpy must not see even for 0 bytes
     // (found by fuzz_safetensors).
     if (n > 0) std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float));
-  } else if (e.dtype == "BF16") {
+  } else if (e.dtype == "BF16" || e.dtype == "F16") {  // (F16: Hugging Face checkpoints)
+    const bool bf16 = e.dtype == "BF16";
     for (int64_t i = 0; i < n; ++i) {
-      bf16_t v;
+      uint16_t v;
       std::memcpy(&v, src + 2 * i, 2);
-      out[i] = bf16_to_float(v);
+      out[i] = bf16 ? bf16_to_float(v) : half_to_float(v);
     }
   } else {
     throw error(source_, ": tensor '", name, "' has dtype ", e.dtype,
-                ", which boostlm cannot read (it reads F32 and BF16)");
+                ", which boostlm cannot read (it reads F32, BF16 and F16)");
   }
   int64_t non_finite = 0;
   for (int64_t i = 0; i < n; ++i) non_finite += !std::isfinite(out[i]);
@@ -217,9 +218,7 @@ void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>
 namespace boostlm {
 
 size_t safetensors_element_bytes(const std::string& dtype) {
-  if (dtype == "F32") return 4;
-  if (dtype == "BF16" || dtype == "F16") return 2;
-  return 0;
+  return dtype_bytes(dtype);
 }
 
 uint64_t write_safetensors_raw(const std::string& path,
@@ -247,12 +246,6 @@ uint64_t write_safetensors_raw(const std::string& path,
   const uint64_t checksum = file.checksum();
   file.commit();
   return checksum;
-}
-
-const unsigned char* SafetensorsReader::bytes(const std::string& name) const {
-  auto it = entries_.find(name);
-  if (it == entries_.end()) throw error(file_->path(), ": missing tensor '", name, "'");
-  return file_->data() + data_start_ + it->second.begin;
 }
 
 }  // namespace boostlm

@@ -34,7 +34,7 @@ struct RawTensorToWrite {
 uint64_t write_safetensors_raw(const std::string& path,
                                const std::vector<RawTensorToWrite>& tensors,
                                const std::map<std::string, std::string>& metadata = {});
-// Bytes per element of a safetensors dtype this project reads or writes (F32, BF16, F16), else 0.
+// Bytes per element of a safetensors dtype (0: a name the format does not define).
 size_t safetensors_element_bytes(const std::string& dtype);
 
 class SafetensorsReader {
@@ -58,11 +58,9 @@ class SafetensorsReader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has(const std::string& name) const { return entries_.count(name) > 0; }
   // Copies `name` into out as fp32; throws Error if it is missing, its shape is not `shape`, its
-  // dtype is not F32 or BF16, or it holds NaN or infinite values (a diverged or corrupt save).
+  // dtype is not F32, BF16 or F16 (Hugging Face checkpoints), or it holds NaN or infinite values
+  // (a diverged or corrupt save).
   void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
-  // The stored bytes of `name` (entries().at(name).end − begin of them), in its own dtype; for
-  // readers of dtypes read() does not convert (train/hf_import.cpp).
-  const unsigned char* bytes(const std::string& name) const;
 
  private:
   void parse_header();

@@ -99,17 +99,37 @@ TEST(Safetensors, NamesAnUnknownDtypeAndItsTensor) {
 }
 
 TEST(Safetensors, NamesAReadableButUnsupportedDtypeAtRead) {
-  const std::string bytes = image({{"w", tensor("F16", {2}, 0, 4)}}, 4);
+  const std::string bytes = image({{"w", tensor("F64", {2}, 0, 16)}}, 16);
   SafetensorsReader reader(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
                            "t.safetensors");
   float out[2];
   try {
     reader.read("w", {2}, out);
-    ADD_FAILURE() << "an F16 tensor was read";
+    ADD_FAILURE() << "an F64 tensor was read";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor 'w' has dtype F16"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("tensor 'w' has dtype F64"), std::string::npos)
         << e.what();
   }
+}
+
+// F16 (Hugging Face checkpoints) is widened exactly, and checked for non-finite values as the
+// other dtypes are: 1.0, -2.0, inf.
+TEST(Safetensors, ReadsF16AndReportsItsNonFiniteValues) {
+  std::string bytes = image({{"w", tensor("F16", {3}, 0, 6)}}, 6);
+  const uint16_t values[3] = {0x3c00, 0xc000, 0x7c00};
+  std::memcpy(bytes.data() + bytes.size() - 6, values, 6);
+  SafetensorsReader reader(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                           "t.safetensors");
+  float out[3];
+  try {
+    reader.read("w", {3}, out);
+    ADD_FAILURE() << "an inf was loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'w' holds 1 non-finite"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -2.0f);
 }
 
 TEST(Safetensors, ReportsNonFiniteValuesWithTheirCount) {
