@@ -17,6 +17,7 @@ void add_train(CLI::App& app) {
   auto rmsnorm = std::make_shared<std::string>("online");
   auto grouping = std::make_shared<std::string>("on");
   auto recompute = std::make_shared<std::string>("none");
+  auto overlap = std::make_shared<std::string>("auto");
   cmd->add_option("--config,-c", o->config_path, "model preset (configs/*.json)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--data,-d", o->data_dir, "directory from `boostlm prepare`")
@@ -46,6 +47,14 @@ void add_train(CLI::App& app) {
                   "none, lowrank (btp: recompute from latents, no "
                   "communication) or block (rerun whole blocks)")
       ->check(CLI::IsMember({"none", "lowrank", "block"}));
+  cmd->add_option("--tp-overlap", *overlap,
+                  "hide TP collectives behind another chunk's compute: on, off, or auto (on when "
+                  "the TP group spans hosts)")
+      ->check(CLI::IsMember({"on", "off", "auto"}));
+  cmd->add_option("--tp-overlap-chunks", o->tp_overlap_chunks,
+                  "chunks of whole sequences per micro-batch with --tp-overlap (a divisor of -b "
+                  "is used)")
+      ->check(at_least(2));
   cmd->add_option("--zero", o->zero, "1: ZeRO stage 1, optimizer state sharded over DP")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--bucket-mb", o->bucket_mb, "DP gradient all-reduce bucket (MiB)")
@@ -84,8 +93,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)")
       ->check(at_least(1));
   add_comm_timeout(*cmd);
-  cmd->callback([o, precision, layout, rmsnorm, grouping, recompute] {
+  cmd->callback([o, precision, layout, rmsnorm, grouping, recompute, overlap] {
     o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
+    o->tp_overlap = parse_overlap_mode(*overlap);
     o->precision = parse_dtype(*precision);
     if (!layout->empty()) o->layout = parse_layout(*layout);
     const TrainResult r = train(*o);

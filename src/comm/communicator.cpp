@@ -23,8 +23,10 @@
 #include <type_traits>
 #include <utility>
 
+#include "comm/overlap.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
+#include "core/fiber.h"
 #include "core/profile.h"
 
 namespace boostlm {
@@ -216,6 +218,31 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
   return *this;
 }
 
+bool Communicator::spans_hosts() {
+  if (size_ == 1) return false;
+  refuse_overlapped("spans_hosts");
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_Comm_split_type(as_mpi(comm_), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  int local_size = 0;
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  int spans = local_size < size_ ? 1 : 0;  // the same on every rank of a host; any host decides
+  MPI_Allreduce(MPI_IN_PLACE, &spans, 1, MPI_INT, MPI_MAX, as_mpi(comm_));
+  return spans != 0;
+}
+
+bool Communicator::overlapped() const {
+  return overlap_ != nullptr && Fibers::in_task();
+}
+
+// Collectives on one communicator must start in the same order on every rank; inside an overlapped
+// task only those the progress thread starts (all_reduce, all_reduce_max) keep that order.
+void Communicator::refuse_overlapped(const char* operation) const {
+  BOOSTLM_ASSERT_MSG(!overlapped(),
+                     std::string(operation) + " on " + name_ +
+                         " inside an overlapped task (only all_reduce is overlapped)");
+}
+
 void Communicator::count(Collective kind, int64_t elements, int64_t element_bytes) {
   if (size_ == 1) return;
   counts_[kind].calls += 1;
@@ -223,16 +250,26 @@ void Communicator::count(Collective kind, int64_t elements, int64_t element_byte
 }
 
 void Communicator::all_reduce(float* data, int64_t count) {
+  if (size_ == 1 || compute_only_) return;
+  if (overlapped()) {
+    this->count(Collective::all_reduce, count);
+    overlap_->all_reduce(comm_, data, count, /*max=*/false);
+    return;
+  }
   BOOSTLM_PHASE("comm");
-  if (size_ == 1) return;
   WatchedExchange watch(watch_name_, "all_reduce", count * 4);
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_SUM, as_mpi(comm_));
   this->count(Collective::all_reduce, count);
 }
 
 void Communicator::all_reduce_max(float* data, int64_t count) {
+  if (size_ == 1 || compute_only_) return;
+  if (overlapped()) {
+    this->count(Collective::all_reduce_max, count);
+    overlap_->all_reduce(comm_, data, count, /*max=*/true);
+    return;
+  }
   BOOSTLM_PHASE("comm");
-  if (size_ == 1) return;
   WatchedExchange watch(watch_name_, "all_reduce_max", count * 4);
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_MAX, as_mpi(comm_));
   this->count(Collective::all_reduce_max, count);
@@ -241,6 +278,7 @@ void Communicator::all_reduce_max(float* data, int64_t count) {
 void Communicator::all_reduce(double* data, int64_t count) {
   BOOSTLM_PHASE("comm");
   if (size_ == 1) return;
+  refuse_overlapped("all_reduce(double)");
   WatchedExchange watch(watch_name_, "all_reduce", count * 8);
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_DOUBLE, MPI_SUM, as_mpi(comm_));
   this->count(Collective::all_reduce, count, sizeof(double));
@@ -249,6 +287,7 @@ void Communicator::all_reduce(double* data, int64_t count) {
 // `send` may be this rank's own slot of `recv` (recv + rank·count): that is MPI_IN_PLACE.
 void Communicator::all_gather(const float* send, int64_t count, float* recv) {
   BOOSTLM_PHASE("comm");
+  refuse_overlapped("all_gather");
   const int n = to_mpi_count(count);
   const bool in_place = send == recv + static_cast<int64_t>(rank_) * count;
   if (!in_place) {
@@ -267,6 +306,7 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
 void Communicator::reduce_scatter(const float* send, float* recv,
                                   const std::vector<int64_t>& counts) {
   BOOSTLM_PHASE("comm");
+  refuse_overlapped("reduce_scatter");
   BOOSTLM_ASSERT_MSG(static_cast<int>(counts.size()) == size_,
                      "reduce_scatter on " + name_ + ": " + std::to_string(counts.size()) +
                          " counts for a group of " + std::to_string(size_));
@@ -287,6 +327,7 @@ void Communicator::reduce_scatter(const float* send, float* recv,
 
 void Communicator::broadcast(float* data, int64_t count, int root) {
   BOOSTLM_PHASE("comm");
+  refuse_overlapped("broadcast");
   BOOSTLM_ASSERT_MSG(root >= 0 && root < size_, "broadcast: root out of range");
   if (size_ == 1) return;
   WatchedExchange watch(watch_name_, "broadcast", count * 4);
@@ -303,6 +344,7 @@ void Communicator::broadcast_bytes(void* data, int64_t bytes, int root) {
 
 void Communicator::send(const float* data, int64_t count, int dest, int tag) {
   BOOSTLM_PHASE("comm");
+  refuse_overlapped("send");
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "send on " + name_ + ": bad destination " + std::to_string(dest));
   WatchedExchange watch(watch_name_, "send", count * 4);
@@ -312,6 +354,7 @@ void Communicator::send(const float* data, int64_t count, int dest, int tag) {
 
 void Communicator::recv(float* data, int64_t count, int source, int tag) {
   BOOSTLM_PHASE("comm");
+  refuse_overlapped("recv");
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "recv on " + name_ + ": bad source " + std::to_string(source));
   MPI_Status status;

@@ -62,6 +62,8 @@ class CommRequest {
   std::unique_ptr<Impl> impl_;
 };
 
+class CommOverlap;
+
 class Communicator {
  public:
   Communicator();  // the group of this process alone
@@ -100,7 +102,20 @@ class Communicator {
   const CommCounts& counts() const { return counts_; }
   void reset_counts() { counts_ = {}; }
 
+  // While a CommOverlap runs (comm/overlap.h), all_reduce and all_reduce_max called from its tasks
+  // go through it (counted as here); other collectives of this group are refused inside them.
+  void set_overlap(CommOverlap* overlap) { overlap_ = overlap; }
+  // Benchmarks' compute floor: while on, all_reduce and all_reduce_max return at once without
+  // communicating or counting (the results are then meaningless; only the timing is of use).
+  void set_compute_only(bool on) { compute_only_ = on; }
+  // Whether the group's ranks run on more than one host (MPI_COMM_TYPE_SHARED; collective).
+  bool spans_hosts();
+  // The group's name for the watchdog (comm/watchdog.h), alive as long as the process.
+  const char* watch_name() const { return watch_name_; }
+
  private:
+  bool overlapped() const;
+  void refuse_overlapped(const char* operation) const;
   void count(Collective kind, int64_t elements, int64_t element_bytes = 4);
 
   void* comm_ = nullptr;  // MPI_Comm, or nullptr for the single-process group
@@ -108,6 +123,8 @@ class Communicator {
   std::string name_ = "self";
   const char* watch_name_ = "self";  // name_, alive as long as the process (comm/watchdog.h)
   CommCounts counts_;
+  CommOverlap* overlap_ = nullptr;
+  bool compute_only_ = false;
 };
 
 }  // namespace boostlm

@@ -16,6 +16,7 @@ namespace {
 constexpr int kAssertExitCode = 134;
 
 bool g_initialised_here = false;
+bool g_thread_multiple = false;  // MPI granted MPI_THREAD_MULTIPLE
 AbortHandler g_previous_abort_handler = nullptr;
 
 // assert_fail has printed file:line; say which rank it was and take every rank down with it, so
@@ -30,6 +31,10 @@ void abort_job_on_assert(const std::string&) {
 
 // Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMIx launchers (Open MPI, Slurm) set PMIX_RANK;
 // MPICH's Hydra and Slurm's PMI-1/2 set PMI_RANK.
+bool mpi_thread_multiple() {
+  return g_thread_multiple;
+}
+
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
 }
@@ -37,8 +42,11 @@ bool launched_by_mpi() {
 int mpi_start(int* argc, char*** argv) {
   if (mpi_active()) return mpi_world_size();  // already started, by an earlier call or the host
   if (!launched_by_mpi()) return 1;
+  // MULTIPLE: the progress thread of --tp-overlap (comm/overlap.h) calls MPI beside the main
+  // thread; everything else needs only FUNNELED (OpenMP threads never call MPI).
   int provided = MPI_THREAD_SINGLE;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
   g_initialised_here = true;
   // The default, made explicit: an MPI error ends the job instead of returning a code nobody reads.
   // Communicators made later (dup, split) inherit it.

@@ -5,11 +5,13 @@
 //
 // Cheap on the hot path: each exchange writes one per-process record (group, operation, bytes,
 // start time) into atomics before its MPI call and clears it after; one monitor thread reads the
-// record about once a second. MPI runs with MPI_THREAD_FUNNELED, so the monitor never calls MPI: it
-// writes the message to stderr and exits the process with kWatchdogExitCode; mpirun (with
+// record about once a second. The monitor never calls MPI (it may be stuck in the very call it
+// reports): it writes the message to stderr and exits the process with kWatchdogExitCode; mpirun (with
 // orte_abort_on_non_zero_status, as `boostlm launch` sets) then kills every other rank.
 //
-// Exchanges do not nest (one thread talks to MPI), so one record is enough.
+// Exchanges do not nest (the main thread records them; --tp-overlap's progress thread, which starts
+// and tests collectives for it, records none: the main thread's wait for them is what is watched),
+// so one record is enough.
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/profile.h"
 #include "kernels/adamw.h"
@@ -63,9 +64,20 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
       stage_layer_range(config_.n_layers, pp_->size(), pp_->rank());
   const LayoutKind kind = layout.value_or(default_layout(config_));
   check_options(kind, options);
-  layout_ = make_layout(kind, config_, *tp_);
-  layout_->set_options(options);
-  layout_->set_stage(first_layer_, last_layer_, micro_slots_);
+  // Overlap hides TP collectives; with no TP group there are none, and without
+  // MPI_THREAD_MULTIPLE the progress thread may not call MPI.
+  int chunks = tp_->size() > 1 ? options.overlap_chunks : 1;
+  if (chunks > 1 && !mpi_thread_multiple()) {
+    warn("--tp-overlap needs MPI_THREAD_MULTIPLE, which this MPI did not grant: running without");
+    chunks = 1;
+  }
+  for (int c = 0; c < chunks; ++c) {
+    chunks_.push_back(make_layout(kind, config_, *tp_));
+    chunks_.back()->set_options(options);
+    chunks_.back()->set_stage(first_layer_, last_layer_, micro_slots_);
+  }
+  held_.assign(chunks, Held{});
+  if (chunks > 1) overlap_ = std::make_unique<CommOverlap>(*tp_);
   full_table_ = build_param_table(config_);
   const int t = tp_->size();
   vocab_rows_ = config_.vocab_size / t;
@@ -81,7 +93,7 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
   };
   // A pipeline stage holds its own layers; the first also the embedding, the last the head.
   if (first_stage()) add_vocab("model.embed_tokens.weight");
-  for (int64_t l = first_layer_; l < last_layer_; ++l) layout_->add_block_params(table_, l);
+  for (int64_t l = first_layer_; l < last_layer_; ++l) blocks().add_block_params(table_, l);
   if (last_stage()) {
     table_.add("model.norm.weight", {config_.d_model}, Init::ones, 0, false);
     if (!config_.tied_embeddings) add_vocab("lm_head.weight");
@@ -103,8 +115,10 @@ void Model::bind() {
     weights_bf16_.resize(table_.total_elements());
   else
     std::vector<bf16_t>().swap(weights_bf16_);
-  layout_->bind(table_, weights_, grads_, weights_bf16_.empty() ? nullptr : weights_bf16_.data());
-  layout_->set_compute(compute_);
+  for (auto& chunk : chunks_) {
+    chunk->bind(table_, weights_, grads_, weights_bf16_.empty() ? nullptr : weights_bf16_.data());
+    chunk->set_compute(compute_);
+  }
 }
 
 void Model::init_weights(uint64_t seed) {
@@ -117,10 +131,13 @@ void Model::prepare(int64_t B, int64_t T) {
   if (B == batch_ && T == seq_len_) return;
   batch_ = B;
   seq_len_ = T;
-  layout_->prepare(B, T);
-  const int64_t N = B * T, d = config_.d_model, rc = layout_->residual_columns();
+  // Chunks of whole sequences: as many as asked for that divide the batch.
+  active_chunks_ = static_cast<int>(chunks_.size());
+  while (B % active_chunks_ != 0) --active_chunks_;
+  for (int c = 0; c < active_chunks_; ++c) chunks_[c]->prepare(B / active_chunks_, T);
+  const int64_t N = B * T, d = config_.d_model, rc = blocks().residual_columns();
   resid_.assign(micro_slots_ * (layers() + 1), std::vector<float>(N * rc));
-  if (layout_->options().recompute == Recompute::block) x_scratch_.resize(N * rc);
+  if (options().recompute == Recompute::block) x_scratch_.resize(N * rc);
   x_full_.resize(N * d);
   norm_final_.resize(N * d);
   rstd_final_.resize(N);
@@ -137,21 +154,26 @@ void Model::prepare(int64_t B, int64_t T) {
 int64_t Model::activation_bytes() const {
   int64_t elements = x_full_.size() + norm_final_.size() + rstd_final_.size();
   for (const auto& r : resid_) elements += r.size();
-  return elements * static_cast<int64_t>(sizeof(float)) + layout_->activation_bytes();
+  int64_t blocks_bytes = 0;
+  for (int c = 0; c < active_chunks_; ++c) blocks_bytes += chunks_[c]->activation_bytes();
+  return elements * static_cast<int64_t>(sizeof(float)) + blocks_bytes;
 }
 
 int64_t Model::kept_bytes_per_block() const {
-  const int64_t input = batch_ * seq_len_ * layout_->residual_columns() * sizeof(float);
-  return input + (layout_->options().recompute == Recompute::block ? 0 : layout_->slot_bytes());
+  const int64_t input = batch_ * seq_len_ * blocks().residual_columns() * sizeof(float);
+  if (options().recompute == Recompute::block) return input;
+  int64_t slots = 0;
+  for (int c = 0; c < active_chunks_; ++c) slots += chunks_[c]->slot_bytes();
+  return input + slots;
 }
 
 void Model::set_micro(int micro) {
   micro_ = micro;
-  layout_->set_micro(micro);
+  for (auto& chunk : chunks_) chunk->set_micro(micro);
 }
 
 int64_t Model::boundary_elements() const {
-  return batch_ * seq_len_ * layout_->residual_columns();
+  return batch_ * seq_len_ * blocks().residual_columns();
 }
 
 float* Model::stage_input() {
@@ -167,7 +189,7 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
   // The weights may have changed since the last call (optimizer step, checkpoint load).
   if (compute_ == DType::bf16 && round_weights)
     round_to_bf16(weights_.data(), 1, weights_.size(), weights_.size(), weights_bf16_.data());
-  const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = layout_->residual_columns();
+  const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = blocks().residual_columns();
   if (first_stage()) {
     // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum
     // over the group is the full lookup. A hidden-sharded residual (btp) keeps its own columns.
@@ -177,12 +199,25 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
     tp_->all_reduce(x0, N * d);
     if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid(first_layer_));
   }
-  for (int64_t l = first_layer_; l < last_layer_; ++l) {
-    BOOSTLM_PHASE("block_forward");
-    layout_->block_forward(l, resid(l), resid(l + 1));
+  BOOSTLM_PHASE("block_forward");
+  for_each_chunk([&](Layout& blocks, int c, int64_t row0) {
+    const int64_t at = row0 * rc;
+    for (int64_t l = first_layer_; l < last_layer_; ++l)
+      blocks.block_forward(l, resid(l) + at, resid(l + 1) + at);
+    held_[c] = {last_layer_ - 1, micro_};
+  });
+}
+
+void Model::for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body) {
+  if (active_chunks_ == 1) {
+    body(*chunks_[0], 0, 0);
+    return;
   }
-  held_layer_ = last_layer_ - 1;
-  held_micro_ = micro_;
+  const int64_t rows = batch_ / active_chunks_ * seq_len_;
+  std::vector<std::function<void()>> tasks;
+  for (int c = 0; c < active_chunks_; ++c)
+    tasks.emplace_back([&, c] { body(*chunks_[c], c, c * rows); });
+  overlap_->run(tasks);
 }
 
 // Final norm, vocab-parallel LM head and parallel cross-entropy, in row chunks so the [N, V/t]
@@ -190,7 +225,7 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
 // are consumed at once.
 float Model::head_and_loss(const int32_t* targets, bool backward, float grad_scale) {
   const int64_t N = batch_ * seq_len_, d = config_.d_model, V = vocab_rows_;
-  const int64_t rc = layout_->residual_columns();
+  const int64_t rc = blocks().residual_columns();
   const int t = tp_->size();
   std::vector<float> scratch;
   const float* x_last = resid(last_layer_);
@@ -256,7 +291,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
 }
 
 void Model::embedding_backward(const int32_t* tokens) {
-  const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = layout_->residual_columns();
+  const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = blocks().residual_columns();
   const float* dx = d_resid_.data();
   if (rc != d) {  // the embedding rows need the whole gradient row: gather the hidden shards
     std::vector<float> scratch;
@@ -274,18 +309,24 @@ float Model::stage_loss(const int32_t* targets, bool backward, float grad_scale)
 
 void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
   if (last_stage() && observer) observer->head_done();
-  for (int64_t l = last_layer_ - 1; l >= first_layer_; --l) {
+  const int64_t rc = blocks().residual_columns();
+  std::vector<int> chunks_done(layers(), 0);  // per block: the chunks through its backward
+  {
     BOOSTLM_PHASE("block_backward");
-    // Whole-block recomputation: rerun the block's forward (collectives included) to rebuild its
-    // activations, unless they are the ones the forward pass left in the slot.
-    if (layout_->options().recompute == Recompute::block &&
-        (held_layer_ != l || held_micro_ != micro_)) {
-      layout_->block_forward(l, resid(l), x_scratch_.data());
-      held_layer_ = l;
-      held_micro_ = micro_;
-    }
-    layout_->block_backward(l, d_resid_.data());
-    if (observer) observer->block_done(l);
+    for_each_chunk([&](Layout& blocks, int c, int64_t row0) {
+      const int64_t at = row0 * rc;
+      for (int64_t l = last_layer_ - 1; l >= first_layer_; --l) {
+        // Whole-block recomputation: rerun the block's forward (collectives included) to rebuild
+        // its activations, unless they are the ones the forward pass left in the slot.
+        if (options().recompute == Recompute::block &&
+            (held_[c].layer != l || held_[c].micro != micro_)) {
+          blocks.block_forward(l, resid(l) + at, x_scratch_.data() + at);
+          held_[c] = {l, micro_};
+        }
+        blocks.block_backward(l, d_resid_.data() + at);
+        if (observer && ++chunks_done[l - first_layer_] == active_chunks_) observer->block_done(l);
+      }
+    });
   }
   if (first_stage()) embedding_backward(tokens);
 }

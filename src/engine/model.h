@@ -9,11 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/overlap.h"
 #include "core/dtype.h"
 #include "core/param_table.h"
 #include "model/config.h"
@@ -43,7 +45,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   DType compute() const { return compute_; }
   void set_compute(DType compute);
-  LayoutKind layout() const { return layout_->kind(); }
+  LayoutKind layout() const { return blocks().kind(); }
   Communicator& tp() { return *tp_; }
   Communicator& pp() { return *pp_; }
   bool first_stage() const { return pp_->rank() == 0; }
@@ -108,7 +110,11 @@ class Model {
   // kept from one block's forward to its backward (the block input included).
   int64_t activation_bytes() const;
   int64_t kept_bytes_per_block() const;
-  const BlockOptions& options() const { return layout_->options(); }
+  const BlockOptions& options() const { return blocks().options(); }
+  // Chunks the current micro-batch is split into for --tp-overlap (1: no overlap), and what the
+  // overlapped collectives cost so far (nullptr without overlap).
+  int overlap_chunks() const { return active_chunks_; }
+  const CommOverlap* overlap() const { return overlap_.get(); }
 
  private:
   void bind();
@@ -122,11 +128,23 @@ class Model {
   Communicator* pp_;
   int64_t first_layer_ = 0, last_layer_ = 0;
   int micro_slots_ = 1, micro_ = 0;  // slots; the micro-batch set_micro chose (slot: mod slots)
-  // With whole-block recomputation the single activation slot holds the last block forward run:
-  // (layer, micro-batch). Backward recomputes a block unless it is that one.
-  int64_t held_layer_ = -1;
-  int held_micro_ = -1;
-  std::unique_ptr<Layout> layout_;
+  // With whole-block recomputation the single activation slot of each chunk holds the last block
+  // forward run: (layer, micro-batch). Backward recomputes a block unless it is that one.
+  struct Held {
+    int64_t layer = -1;
+    int micro = -1;
+  };
+  std::vector<Held> held_;
+  // The blocks: one layout instance per overlap chunk (--tp-overlap: each owns the activations and
+  // scratch of its B/c sequences; all share the weights and gradients), one without overlap.
+  std::vector<std::unique_ptr<Layout>> chunks_;
+  int active_chunks_ = 1;  // chunks the prepared batch is split into (a divisor of B)
+  std::unique_ptr<CommOverlap> overlap_;
+  const Layout& blocks() const { return *chunks_[0]; }
+  Layout& blocks() { return *chunks_[0]; }
+  // Runs body(chunk, first row of the chunk) for every active chunk: interleaved with overlap, in
+  // turn without.
+  void for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body);
   ParamTable table_, full_table_;
   FlatBuffer weights_, grads_;
   std::vector<bf16_t> weights_bf16_;          // bf16 training: weights rounded once per forward

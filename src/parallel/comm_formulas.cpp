@@ -14,10 +14,11 @@ void add(CommCounts& c, Collective kind, int64_t calls, int64_t elements) {
 
 }  // namespace
 
-CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, bool backward,
-                         const BlockOptions& o) {
+namespace {
+
+CommCounts one_chunk_block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp,
+                                   bool backward, const BlockOptions& o) {
   CommCounts out;
-  if (tp == 1) return out;
   const int64_t d = c.d_model, kv = c.kv_dim(), ff = c.d_ff;
   switch (layout) {
     case LayoutKind::dense_tp:
@@ -37,6 +38,18 @@ CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
       break;
     }
   }
+  return out;
+}
+
+}  // namespace
+
+// With --tp-overlap every collective of a block runs once per chunk on its share of the rows: the
+// calls multiply, the bytes are those of the whole micro-batch.
+CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, bool backward,
+                         const BlockOptions& o) {
+  if (tp == 1) return {};
+  CommCounts out = one_chunk_block_tp_comm(layout, c, N, tp, backward, o);
+  for (auto& k : out.by_kind) k.calls *= o.overlap_chunks;
   return out;
 }
 

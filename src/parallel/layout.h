@@ -69,6 +69,10 @@ struct BlockOptions {
   bool online_norm = true;  // btp: Online-RMSNorm; false: a separate statistic all-reduce
   bool grouping = true;     // projections sharing an input share a GEMM (A side) and a collective
   Recompute recompute = Recompute::none;
+  // --tp-overlap (comm/overlap.h): each micro-batch runs as this many chunks of whole sequences,
+  // interleaved so one chunk's collectives are in flight while another computes; 1 is off. Every
+  // collective of a block splits into one per chunk; the bytes stay the same.
+  int overlap_chunks = 1;
 };
 // Throws Error for a combination a layout cannot run (lowrank recomputation needs btp).
 void check_options(LayoutKind kind, const BlockOptions& options);

@@ -254,6 +254,7 @@ struct StepRecord {
   float lr = 0, grad_norm = 0;
   double seconds = 0;
   CommCounts tp, dp, pp;
+  double overlap_wait_s = 0, overlap_hidden_s = 0;  // --tp-overlap's collectives (comm/overlap.h)
   PipelineTimes stages;
   bool finite = true, signalled = false;
 };
@@ -331,7 +332,9 @@ TrainingRun::TrainingRun(const TrainOptions& o) : o_(o), grid_((check_options(o)
 
   if (o.zero != 0 && o.zero != 1) throw error("--zero ", o.zero, ": only stage 1 is implemented");
   // A pipeline stage keeps the activations of the micro-batches in flight in 1F1B.
-  model_.emplace(config_, o.precision, o.layout, &grid_.tp(), o.block, &grid_.pp(),
+  BlockOptions block = o.block;
+  block.overlap_chunks = overlap_chunks(o.tp_overlap, o.tp_overlap_chunks, grid_.tp());
+  model_.emplace(config_, o.precision, o.layout, &grid_.tp(), block, &grid_.pp(),
                  Pipeline::micro_slots(grid_.shape().pp, grid_.pp_rank(), o.grad_accum));
   pipeline_.emplace(*model_);
   // ZeRO-1: this DP rank owns a range of the flat buffer and the optimizer state for it only.
@@ -387,6 +390,8 @@ void TrainingRun::restore(const std::string& resume_dir, const std::string& init
 StepRecord TrainingRun::step() {
   StepRecord r;
   const double t0 = now_s();
+  const CommOverlap::Stats overlap_before =
+      model_->overlap() ? model_->overlap()->stats() : CommOverlap::Stats{};
   const CommCounts tp_before = grid_.tp().counts(), dp_before = grid_.dp().counts(),
                    pp_before = grid_.pp().counts();
   std::vector<Batch> batches;
@@ -407,6 +412,11 @@ StepRecord TrainingRun::step() {
   r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
   r.seconds = now_s() - t0;
   r.tp = grid_.tp().counts() - tp_before;
+  if (model_->overlap()) {
+    const CommOverlap::Stats& now = model_->overlap()->stats();
+    r.overlap_wait_s = now.wait_s - overlap_before.wait_s;
+    r.overlap_hidden_s = now.hidden_s() - overlap_before.hidden_s();
+  }
   r.dp = grid_.dp().counts() - dp_before;
   return r;
 }
@@ -441,6 +451,10 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
       {"activation_mb", model_->activation_bytes() / 1e6},
       {"optimizer_state_mb", 2.0 * (optimizer_->end() - optimizer_->begin()) * 4 / 1e6},
       {"comm", {{"tp", comm_json(r.tp)}, {"dp", comm_json(r.dp)}, {"pp", comm_json(r.pp)}}}};
+  if (model_->overlap())  // TP collectives: waited for, and in flight while another chunk computed
+    line["tp_overlap"] = {{"chunks", model_->overlap_chunks()},
+                          {"wait_ms", r.overlap_wait_s * 1e3},
+                          {"hidden_ms", r.overlap_hidden_s * 1e3}};
   const int pp = grid_.shape().pp;
   if (pp > 1) {
     nlohmann::json stages = nlohmann::json::array();

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "comm/grid.h"
+#include "comm/overlap.h"
 #include "core/dtype.h"
 #include "parallel/layout.h"
 #include "train/optimizer.h"
@@ -32,7 +33,11 @@ struct TrainOptions {
   std::optional<LayoutKind> layout;  // default: dense-tp for dense, btp for low-rank
   int64_t bucket_mb = 16;            // DP gradient all-reduce bucket size
   BlockOptions block;                // BOOST's switches: --rmsnorm, --grouping, --recompute
-  int zero = 0;                      // 1: ZeRO stage 1 (optimizer state sharded over DP)
+  // --tp-overlap and --tp-overlap-chunks (comm/overlap.h): resolved into block.overlap_chunks
+  // once the TP group exists.
+  OverlapMode tp_overlap = OverlapMode::automatic;
+  int tp_overlap_chunks = 2;
+  int zero = 0;  // 1: ZeRO stage 1 (optimizer state sharded over DP)
 
   int64_t batch_size = 8;
   int64_t seq_len = 256;

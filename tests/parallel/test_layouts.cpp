@@ -11,11 +11,11 @@
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "engine/data_parallel.h"
+#include "engine/model.h"
 #include "gradient_check.h"
 #include "kernels/gemm.h"
-#include "engine/model.h"
 #include "parallel/comm_formulas.h"
-#include "engine/data_parallel.h"
 #include "train/optimizer.h"
 
 namespace boostlm {
@@ -33,7 +33,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string name = to_string(info.param.layout) + "_" + to_string(info.param.arch) + "_kv" +
                      std::to_string(info.param.n_kv_heads) + (o.online_norm ? "_online" : "_sync") +
                      (o.grouping ? "_grouped" : "_ungrouped") + "_recompute_" +
-                     to_string(o.recompute);
+                     to_string(o.recompute) +
+                     (o.overlap_chunks > 1 ? "_overlap" + std::to_string(o.overlap_chunks) : "");
   for (auto& ch : name)
     if (ch == '-') ch = '_';
   return name;
@@ -134,6 +135,14 @@ std::vector<Case> all_cases() {
     for (bool grouped : {true, false})
       for (Recompute r : {Recompute::none, Recompute::lowrank, Recompute::block})
         cases.push_back({LayoutKind::btp, Arch::cola, 4, {online, grouped, r}});
+  // --tp-overlap: each micro-batch as chunks of whole sequences, interleaved (comm/overlap.h).
+  // Every layout, and btp with every switch; the same tolerances, and the same bytes in calls
+  // split per chunk.
+  for (const Case& base : std::vector<Case>(cases)) {
+    Case c = base;
+    c.options.overlap_chunks = 2;
+    cases.push_back(c);
+  }
   return cases;
 }
 

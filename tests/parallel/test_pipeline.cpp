@@ -46,7 +46,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const BlockOptions& o = info.param.options;
   std::string name = to_string(info.param.layout) + "_" + to_string(info.param.arch) +
                      (o.online_norm ? "" : "_sync") + (o.grouping ? "" : "_ungrouped") +
-                     "_recompute_" + to_string(o.recompute);
+                     "_recompute_" + to_string(o.recompute) +
+                     (o.overlap_chunks > 1 ? "_overlap" : "");
   for (auto& ch : name)
     if (ch == '-') ch = '_';
   return name;
@@ -150,10 +151,18 @@ std::vector<Case> pipeline_cases() {
   lowrank.recompute = Recompute::lowrank;
   block.recompute = Recompute::block;
   naive_block.recompute = Recompute::block;
-  return {{LayoutKind::btp, Arch::cola},          {LayoutKind::btp, Arch::svd, sync},
-          {LayoutKind::btp, Arch::cola, lowrank}, {LayoutKind::btp, Arch::cola, block},
-          {LayoutKind::naive_tp, Arch::cola},     {LayoutKind::naive_tp, Arch::cola, naive_block},
-          {LayoutKind::dense_tp, Arch::dense}};
+  std::vector<Case> cases = {
+      {LayoutKind::btp, Arch::cola},          {LayoutKind::btp, Arch::svd, sync},
+      {LayoutKind::btp, Arch::cola, lowrank}, {LayoutKind::btp, Arch::cola, block},
+      {LayoutKind::naive_tp, Arch::cola},     {LayoutKind::naive_tp, Arch::cola, naive_block},
+      {LayoutKind::dense_tp, Arch::dense}};
+  // --tp-overlap inside the stages (and beside DP's reducer where the grid has DP).
+  for (const Case& base : std::vector<Case>(cases)) {
+    Case c = base;
+    c.options.overlap_chunks = 2;
+    cases.push_back(c);
+  }
+  return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineTest, ::testing::ValuesIn(pipeline_cases()), case_name);

@@ -1,0 +1,82 @@
+// Collectives hidden behind computation (--tp-overlap; Domino, arXiv 2409.15241, for the idea).
+//
+// A micro-batch is split into chunks of whole sequences, and each chunk runs as a task
+// (core/fiber.h) on this thread. When a task calls all_reduce on the overlapped group, the
+// collective is started on the progress thread and the task yields: the next chunk computes while
+// the first chunk's data is on the wire. The task, when its turn comes back, waits for its
+// collective if it has not finished yet; that wait is the communication the overlap did not hide.
+//
+// Why a progress thread: Open MPI progresses a nonblocking collective only inside MPI calls, and
+// the main thread spends the overlapped time in GEMMs, so without help an MPI_Iallreduce started
+// before a GEMM advances only after it. The progress thread starts each collective and calls
+// MPI_Test about every kPollMicroseconds, sleeping in between, so a transfer keeps moving through
+// the whole of the other chunk's compute at the cost of a few microseconds of CPU per poll
+// (MPI_THREAD_MULTIPLE, which mpi_start requests). A thread that blocked in MPI_Wait instead would
+// spin on a core the compute needs (these machines run one rank per core).
+//
+// Order: MPI needs every rank to start collectives on a communicator in the same order. The tasks
+// switch in strict round-robin, never by which collective finished first, so every rank of the
+// group issues the same sequence; the progress thread starts them in the order they are handed
+// over.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/fiber.h"
+
+namespace boostlm {
+
+class Communicator;
+
+// --tp-overlap: off, on, or auto — on where the TP group spans hosts, so its collectives cross a
+// network; over shared memory they take a few percent of the step, and splitting every GEMM into
+// chunks costs about as much as hiding them would gain.
+enum class OverlapMode { off, on, automatic };
+OverlapMode parse_overlap_mode(const std::string& text);  // on, off, auto; throws Error
+const char* to_string(OverlapMode mode);
+// The chunks a micro-batch is split into (1: no overlap). Collective over `tp` for auto.
+int overlap_chunks(OverlapMode mode, int chunks, Communicator& tp);
+
+class CommOverlap {
+ public:
+  static constexpr int kPollMicroseconds = 50;
+
+  // Overlaps the collectives of `group` (a Communicator over MPI; its all_reduce and
+  // all_reduce_max route here while run() is in progress).
+  explicit CommOverlap(Communicator& group);
+  ~CommOverlap();
+  CommOverlap(const CommOverlap&) = delete;
+  CommOverlap& operator=(const CommOverlap&) = delete;
+
+  // Runs the tasks interleaved (core/fiber.h); rethrows the first exception one of them throws.
+  void run(const std::vector<std::function<void()>>& tasks);
+
+  // What the collectives of run() cost, accumulated until reset: wait_s is the time the tasks
+  // waited for a collective that had not finished (also added to the profile's "comm" phase, where
+  // blocking collectives count theirs); busy_s is the time collectives were in flight, from start
+  // to completion; hidden_s = busy_s − wait_s, in flight while a chunk computed (profile phase
+  // "comm_hidden").
+  struct Stats {
+    int64_t collectives = 0;
+    double busy_s = 0, wait_s = 0;
+    double hidden_s() const { return busy_s > wait_s ? busy_s - wait_s : 0.0; }
+  };
+  const Stats& stats() const { return stats_; }
+
+  // Called by Communicator from inside a task: starts the all-reduce (sum, or max) of `count`
+  // floats in place on the progress thread, yields, and returns when it has finished.
+  void all_reduce(void* mpi_comm, float* data, int64_t count, bool max);
+
+ private:
+  struct Progress;
+  Communicator& group_;
+  std::unique_ptr<Progress> progress_;
+  Fibers fibers_;
+  Stats stats_;
+};
+
+}  // namespace boostlm
