@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# The code's shape, checked: a layout is asked for its properties (parallel/layout.h's registry),
-# never compared by kind outside the registry, so a new layout cannot inherit another's traffic or
-# memory figures by falling through a comparison. plan/paper.cpp is exempt: it restates the
-# paper's three named configurations (its naive baseline ran ungrouped).
+# The code's shape, checked: a layout is asked for its properties and its cost model (the registry,
+# parallel/registry.cpp; LayoutCost in parallel/<layout>/cost.cpp), never compared or switched on
+# by kind outside the registry and the layouts' own folders, so a new layout cannot inherit
+# another's traffic or memory figures by falling through a comparison or a switch. plan/paper.cpp
+# is exempt: it restates the paper's three named configurations (its naive baseline ran ungrouped).
 # Usage: test_structure.sh SOURCE_DIR
 set -uo pipefail
 cd "$1"
 failures=0
+# The registry and the per-layout folders (src/parallel/<name>/) may name kinds; paper.cpp too.
+outside_layouts() {
+  grep -v '^src/parallel/registry.cpp:' | grep -vE '^src/parallel/[a-z_]+/' |
+    grep -v '^src/plan/paper.cpp:'
+}
 kind_tests=$(grep -rnE '[!=]= *LayoutKind::|LayoutKind::[a-z_]+ *[!=]=' src --include='*.cpp' --include='*.h' |
-  grep -v '^src/parallel/layout.cpp:' | grep -v '^src/plan/paper.cpp:')
+  outside_layouts)
 if [[ -n $kind_tests ]]; then
   echo "FAIL: LayoutKind compared outside the registry (ask layout_traits() for the property):"
   echo "$kind_tests"
   failures=1
 fi
-literal_lists=$(grep -rn '"dense-tp", *"naive-tp"' src --include='*.cpp' | grep -v '^src/parallel/layout.cpp:')
+kind_switches=$(grep -rnE 'switch *\([^)]*[Ll]ayout[^)]*\)|case +LayoutKind::' src --include='*.cpp' \
+  --include='*.h' | outside_layouts)
+if [[ -n $kind_switches ]]; then
+  echo "FAIL: a switch on the layout outside the registry and the layouts' folders (state the"
+  echo "figure in the layout's cost model, parallel/layout_cost.h, and ask layout_cost()):"
+  echo "$kind_switches"
+  failures=1
+fi
+literal_lists=$(grep -rn '"dense-tp", *"naive-tp"' src --include='*.cpp' | grep -v '^src/parallel/registry.cpp:')
 if [[ -n $literal_lists ]]; then
   echo "FAIL: a literal list of layout names (use layout_names()):"
   echo "$literal_lists"
@@ -31,9 +45,10 @@ if [[ -n $loops ]]; then
   failures=1
 fi
 # Floors only point down: the model description knows no processes or layouts, kernels and
-# communication know no model, and the layouts know nothing of the runtime above them (engine/).
+# communication know no model, and the layouts know nothing of the runtime or the planner above
+# them (engine/, plan/: the planner implements the layouts' WorkSink, not the reverse).
 upward=$(grep -rn '#include "parallel/\|#include "engine/\|#include "train/\|#include "plan/' \
-  src/model src/kernels src/comm src/core; grep -rn '#include "engine/\|#include "train/' src/parallel)
+  src/model src/kernels src/comm src/core; grep -rn '#include "engine/\|#include "train/\|#include "plan/' src/parallel)
 if [[ -n $upward ]]; then
   echo "FAIL: an include that points up a floor:"
   echo "$upward"

@@ -1,54 +1,17 @@
 #include "parallel/comm_formulas.h"
 
 #include "model/config.h"
+#include "parallel/layout_cost.h"
 
 namespace boostlm {
 
-namespace {
-constexpr int64_t kFloat = sizeof(float);
-
-void add(CommCounts& c, Collective kind, int64_t calls, int64_t elements) {
-  c[kind].calls += calls;
-  c[kind].bytes += elements * kFloat;
-}
-
-}  // namespace
-
-namespace {
-
-CommCounts one_chunk_block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp,
-                                   bool backward, const BlockOptions& o) {
-  CommCounts out;
-  const int64_t d = c.d_model, kv = c.kv_dim(), ff = c.d_ff;
-  switch (layout) {
-    case LayoutKind::dense_tp:
-      add(out, Collective::all_reduce, 2, 2 * N * d);
-      break;
-    case LayoutKind::naive_tp:
-      if (!backward)
-        add(out, Collective::all_reduce, o.grouping ? 4 : 7, N * (3 * d + 2 * kv + 2 * ff));
-      else
-        add(out, Collective::all_reduce, 4, N * (3 * d + ff));
-      break;
-    case LayoutKind::btp: {
-      const int64_t calls = o.grouping ? 4 : 7;
-      const int64_t stats = o.online_norm && !backward ? 2 : 0;  // Σx² riding with q and gate
-      add(out, Collective::all_reduce, calls, N * (4 * c.attn_rank + 3 * c.mlp_rank + stats));
-      if (!o.online_norm) add(out, Collective::all_reduce, 2, 2 * N);  // synchronous statistics
-      break;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-// With --tp-overlap every collective of a block runs once per chunk on its share of the rows: the
-// calls multiply, the bytes are those of the whole micro-batch.
+// The layout's own description (parallel/<layout>/cost.cpp); with t = 1 nothing is sent. With
+// --tp-overlap every collective of a block runs once per chunk on its share of the rows: the calls
+// multiply, the bytes are those of the whole micro-batch.
 CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, bool backward,
                          const BlockOptions& o) {
   if (tp == 1) return {};
-  CommCounts out = one_chunk_block_tp_comm(layout, c, N, tp, backward, o);
+  CommCounts out = layout_cost(layout).block_comm(BlockSetting{c, o, N, tp}, backward);
   for (auto& k : out.by_kind) k.calls *= o.overlap_chunks;
   return out;
 }
@@ -58,9 +21,9 @@ CommCounts embedding_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N,
                              bool backward) {
   CommCounts out;
   if (tp == 1) return out;
-  add(out, Collective::all_reduce, 1, N * c.d_model);
+  add_collective(out, Collective::all_reduce, 1, N * c.d_model);
   if (backward && layout_traits(layout).hidden_sharded_residual)
-    add(out, Collective::all_gather, 1, N * c.d_model / tp);
+    add_collective(out, Collective::all_gather, 1, N * c.d_model / tp);
   return out;
 }
 
@@ -70,11 +33,11 @@ CommCounts head_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int 
   CommCounts out;
   if (tp == 1) return out;
   const int64_t d = c.d_model;
-  add(out, Collective::all_reduce_max, chunks, N);  // loss: row max
-  add(out, Collective::all_reduce, chunks, 2 * N);  // loss: Σexp and target logit
+  add_collective(out, Collective::all_reduce_max, chunks, N);  // loss: row max
+  add_collective(out, Collective::all_reduce, chunks, 2 * N);  // loss: Σexp and target logit
   if (layout_traits(layout).hidden_sharded_residual)
-    add(out, Collective::all_gather, 1, N * d / tp);              // the final norm's input
-  if (backward) add(out, Collective::all_reduce, chunks, N * d);  // head input gradient
+    add_collective(out, Collective::all_gather, 1, N * d / tp);  // the final norm's input
+  if (backward) add_collective(out, Collective::all_reduce, chunks, N * d);  // head input gradient
   return out;
 }
 
@@ -127,11 +90,11 @@ CommCounts pipeline_p2p_comm(LayoutKind layout, const ModelConfig& c, int64_t N,
       N * (layout_traits(layout).hidden_sharded_residual ? c.d_model / tp : c.d_model);
   const bool has_next = stage + 1 < pp, has_prev = stage > 0;
   // Activations go forward: sent to the next stage, received from the previous one.
-  if (has_next) add(out, Collective::send, m, m * boundary);
-  if (has_prev) add(out, Collective::recv, m, m * boundary);
+  if (has_next) add_collective(out, Collective::send, m, m * boundary);
+  if (has_prev) add_collective(out, Collective::recv, m, m * boundary);
   if (backward) {  // their gradients come back
-    if (has_prev) add(out, Collective::send, m, m * boundary);
-    if (has_next) add(out, Collective::recv, m, m * boundary);
+    if (has_prev) add_collective(out, Collective::send, m, m * boundary);
+    if (has_next) add_collective(out, Collective::recv, m, m * boundary);
   }
   return out;
 }

@@ -1,16 +1,11 @@
 // The tensor-parallel communication of one training micro-batch, in closed form (SPEC §3).
 //
-// Elements per transformer block for N = B·T tokens (t > 1; with t = 1 nothing is sent):
-//   dense-tp  forward 2 all-reduces of N·d;  backward 2 of N·d.                          (§3.1)
-//   naive-tp  forward 7 all-reduces, N·(3d + 2·kv + 2·d_ff) = N·(5d + 2·d_ff) without GQA;
-//             backward 4, N·(3d + d_ff) (q/k/v and gate/up input gradients merged).       (§3.2)
-//             Grouped: the q|k|v and gate|up outputs share an all-reduce, 4 forward calls.
-//   btp       forward 7 latents of N·r (q, k, v, o at attn_rank; gate, up, down at mlp_rank) and
-//             backward the same 7 (§3.3). Grouped (§3.5): 4 all-reduces each way, q|k|v and
-//             gate|up sharing one. Online-RMSNorm (§3.4): each norm's per-token statistic is one
-//             more column of the latent all-reduce that follows it (+2N forward, nothing in
-//             backward); the synchronous norm instead all-reduces N before each norm and N in
-//             each norm's backward (2 + 2 more calls).
+// Per transformer block for N = B·T tokens (t > 1; with t = 1 nothing is sent), each layout
+// states its own collectives beside its code (LayoutCost::block_comm in parallel/<layout>/cost.cpp):
+//   dense-tp  2 all-reduces of N·d each way (§3.1);
+//   naive-tp  every projection's output, N·(5d + 2·d_ff) without GQA forward, N·(3d + d_ff)
+//             backward (§3.2);
+//   btp       the 7 latents of N·r each way, the norms' statistics riding with them (§3.3–3.5).
 // Recomputation (§3.6): lowrank sends exactly what none sends; block reruns the forward of every
 // block but the last in backward, so backward also sends (n_layers − 1) blocks' forward traffic.
 // Around the blocks, every layout: the vocab-parallel embedding all-reduces N·d; the parallel

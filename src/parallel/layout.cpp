@@ -1,54 +1,8 @@
 #include "parallel/layout.h"
 
-#include <cstdlib>
-
 #include "core/error.h"
 
 namespace boostlm {
-
-const std::vector<LayoutTraits>& layout_registry() {
-  static const std::vector<LayoutTraits> registry = {
-      {LayoutKind::dense_tp, "dense-tp", "dense model, Megatron TP", false, false, false, false},
-      {LayoutKind::naive_tp, "naive-tp", "low-rank model, each factor pair Megatron TP", true,
-       false, false, true},
-      {LayoutKind::btp, "btp", "low-rank model, BOOST: online norm, grouping", true, true, true,
-       false},
-  };
-  return registry;
-}
-
-const LayoutTraits& layout_traits(LayoutKind kind) {
-  for (const LayoutTraits& t : layout_registry())
-    if (t.kind == kind) return t;
-  BOOSTLM_ASSERT_MSG(false, "layout missing from the registry");
-  std::abort();
-}
-
-std::vector<std::string> layout_names() {
-  std::vector<std::string> names;
-  for (const LayoutTraits& t : layout_registry()) names.push_back(t.name);
-  return names;
-}
-
-std::vector<LayoutKind> layouts_for(bool low_rank) {
-  std::vector<LayoutKind> out;
-  for (const LayoutTraits& t : layout_registry())
-    if (t.low_rank == low_rank) out.push_back(t.kind);
-  return out;
-}
-
-std::string to_string(LayoutKind kind) {
-  return layout_traits(kind).name;
-}
-
-LayoutKind parse_layout(const std::string& text) {
-  std::string expected;
-  for (const LayoutTraits& t : layout_registry()) {
-    if (text == t.name) return t.kind;
-    expected += (expected.empty() ? "" : ", ") + std::string(t.name);
-  }
-  throw error("unknown layout '", text, "' (expected one of ", expected, ")");
-}
 
 std::string to_string(Recompute recompute) {
   switch (recompute) {
@@ -67,46 +21,6 @@ Recompute parse_recompute(const std::string& text) {
   if (text == "lowrank") return Recompute::lowrank;
   if (text == "block") return Recompute::block;
   throw error("unknown recomputation '", text, "' (expected none, lowrank or block)");
-}
-
-void check_options(LayoutKind kind, const BlockOptions& options) {
-  if (options.recompute == Recompute::lowrank && !layout_traits(kind).keeps_latents)
-    throw error("--recompute lowrank checkpoints BTP's all-reduced latents; layout ",
-                to_string(kind),
-                " has none to recompute from without communication (use --recompute block)");
-}
-
-LayoutKind default_layout(const ModelConfig& config) {
-  return config.low_rank() ? LayoutKind::btp : LayoutKind::dense_tp;
-}
-
-void check_layout(LayoutKind kind, const ModelConfig& c, int t) {
-  const LayoutTraits& traits = layout_traits(kind);
-  const std::string name = traits.name;
-  auto names = [](bool low_rank) {
-    std::string out;
-    for (LayoutKind k : layouts_for(low_rank)) out += (out.empty() ? "" : " or ") + to_string(k);
-    return out;
-  };
-  if (!traits.low_rank && c.low_rank())
-    throw error("layout ", name, " is for the dense model; a ", to_string(c.arch),
-                " model runs under ", names(true));
-  if (traits.low_rank && !c.low_rank())
-    throw error("layout ", name, " shards low-rank factors; the dense model runs under ",
-                names(false));
-  auto divisible = [&](const char* what, int64_t value) {
-    if (value % t != 0)
-      throw error("layout ", name, ": ", what, "=", value, " is not divisible by tp=", t);
-  };
-  divisible("vocab_size", c.vocab_size);
-  if (traits.shards_ranks) {
-    divisible("attn_rank", c.attn_rank);
-    divisible("mlp_rank", c.mlp_rank);
-  } else {
-    divisible("n_heads", c.n_heads);
-    divisible("n_kv_heads", c.n_kv_heads);
-    divisible("d_ff", c.d_ff);
-  }
 }
 
 Layout::Layout(const ModelConfig& config, Communicator& tp)
@@ -184,19 +98,6 @@ GemmInput Layout::shared_input(const float* x, int64_t rows, int64_t cols,
   if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
   round_to_bf16(x, rows, cols, cols, scratch.data());
   return {x, scratch.data(), cols};
-}
-
-std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp) {
-  check_layout(kind, config, tp.size());
-  switch (kind) {
-    case LayoutKind::dense_tp:
-      return make_dense_tp(config, tp);
-    case LayoutKind::naive_tp:
-      return make_naive_tp(config, tp);
-    case LayoutKind::btp:
-      return make_btp(config, tp);
-  }
-  return nullptr;
 }
 
 }  // namespace boostlm

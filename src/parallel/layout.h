@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,11 +22,16 @@
 
 namespace boostlm {
 
-enum class LayoutKind { dense_tp, naive_tp, btp };
+// The three built-in layouts; register_layout hands out further values (a test's toy layout).
+enum class LayoutKind : int { dense_tp, naive_tp, btp };
 
-// What a layout is, said once: its name, the model it runs, and the properties that the planner,
-// the communication formulas, the CLI and the benchmarks ask instead of comparing kinds, so that a
-// new layout states them here and inherits correct traffic and memory figures everywhere.
+class Layout;
+class LayoutCost;  // parallel/layout_cost.h
+
+// What a layout is, said once: its name, the model it runs, the properties that the planner,
+// the communication formulas, the CLI and the benchmarks ask instead of comparing kinds, its
+// factory and its cost model, so that a new layout states them in one registry entry
+// (parallel/registry.cpp) and inherits correct traffic and memory figures everywhere.
 struct LayoutTraits {
   LayoutKind kind;
   const char* name;     // as on the command line
@@ -40,14 +46,24 @@ struct LayoutTraits {
   // What must divide by the TP size besides the vocabulary: the ranks (each factor's r is split)
   // or the heads and d_ff (attention heads and MLP columns are split).
   bool shards_ranks;
+  // Builds the layout's blocks (after check_layout has passed).
+  std::unique_ptr<Layout> (*make)(const ModelConfig& config, Communicator& tp);
+  // Its collectives, work, kept memory and parameters per block (parallel/<name>/cost.cpp).
+  const LayoutCost* cost;
 };
 
-// Every layout, in the order tables list them.
-const std::vector<LayoutTraits>& layout_registry();
+// Every layout, in the order tables list them. References stay valid while layouts register.
+const std::deque<LayoutTraits>& layout_registry();
 const LayoutTraits& layout_traits(LayoutKind kind);
+const LayoutCost& layout_cost(LayoutKind kind);
 std::vector<std::string> layout_names();
 // The layouts that run a model of this architecture (low-rank or dense).
 std::vector<LayoutKind> layouts_for(bool low_rank);
+// Adds a layout after the built-in ones (traits.kind is ignored) and returns the kind it is given;
+// throws Error for a name already taken. Not thread-safe: register before any thread asks.
+LayoutKind register_layout(LayoutTraits traits);
+// Removes a layout registered last (a test's, when it is done).
+void unregister_layout(LayoutKind kind);
 
 std::string to_string(LayoutKind kind);
 LayoutKind parse_layout(const std::string& text);      // throws Error

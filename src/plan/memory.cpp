@@ -2,49 +2,14 @@
 
 #include <algorithm>
 
-#include "model/params.h"
+#include "parallel/layout_cost.h"
 
 namespace boostlm::plan {
 
 namespace {
 
-int64_t latent_elements(const ModelConfig& c) {  // Σ over the seven projections of their rank
-  int64_t r = 0;
-  for (const auto& p : block_projections(c)) r += p.rank;
-  return r;
-}
-
-// The intermediates a block recomputes (or keeps when nothing is recomputed), per layout.
-int64_t dense_tp_slot(const MicroBatch& mb) {
-  const ModelConfig& c = mb.config;
-  const int64_t N = mb.tokens(), d = c.d_model, t = mb.tp;
-  const int64_t dl = d / t, kvl = c.kv_dim() / t, ffl = c.d_ff / t, hl = c.n_heads / t;
-  // norm1, q, k, v, attn, lse, x_mid, norm2, gate, up, hidden, two rstd
-  return N * (d + dl + 2 * kvl + dl + hl + d + d + 3 * ffl + 2);
-}
-
-int64_t naive_tp_slot(const MicroBatch& mb) {
-  const ModelConfig& c = mb.config;
-  const int64_t N = mb.tokens(), d = c.d_model, kv = c.kv_dim();
-  const int64_t latents = latent_elements(c) / mb.tp * (c.arch == Arch::cola ? 2 : 1);  // z, h
-  // Replicated at full width: norm1, q, k, v, attn, lse (all heads), x_mid, norm2, gate, up,
-  // hidden, two rstd.
-  return N * (5 * d + 2 * kv + c.n_heads + 3 * c.d_ff + 2 + latents);
-}
-
-// btp: the intermediates (rebuilt by lowrank recomputation), and the rest of a slot.
-int64_t btp_intermediates(const MicroBatch& mb) {
-  const ModelConfig& c = mb.config;
-  const int64_t N = mb.tokens(), t = mb.tp;
-  const int64_t dl = c.d_model / t, kvl = c.kv_dim() / t, ffl = c.d_ff / t, hl = c.n_heads / t;
-  int64_t n = dl + 2 * kvl + dl + hl + 3 * ffl;       // q, k, v, attn, lse, gate, up, hidden
-  if (c.arch == Arch::cola) n += latent_elements(c);  // σ(z)
-  if (!mb.options.online_norm) n += 2 * dl;           // the synchronous norms' outputs
-  return N * n;
-}
-
-int64_t btp_latents(const MicroBatch& mb) {  // z, x_mid, two rstd
-  return mb.tokens() * (latent_elements(mb.config) + mb.config.d_model / mb.tp + 2);
+BlockSetting block_setting(const MicroBatch& mb) {
+  return {mb.config, mb.options, mb.tokens(), mb.tp};
 }
 
 int64_t layout_activation_elements(const MicroBatch& mb) {  // Layout::activation_bytes / 4
@@ -56,13 +21,7 @@ int64_t layout_activation_elements(const MicroBatch& mb) {  // Layout::activatio
 }  // namespace
 
 int64_t block_param_elements(LayoutKind layout, const ModelConfig& c, int tp) {
-  int64_t projections = 0;
-  for (const auto& p : block_projections(c))
-    projections += p.rank == 0 ? p.d_in * p.d_out : p.rank * (p.d_in + p.d_out);
-  // Every layout shards each projection over TP; only btp shards the two norms.
-  const int64_t norms =
-      layout_traits(layout).hidden_sharded_residual ? 2 * c.d_model / tp : 2 * c.d_model;
-  return projections / tp + norms;
+  return layout_cost(layout).block_param_elements(c, tp);
 }
 
 int64_t stage_layers(const ModelConfig& c, int pp, int stage) {
@@ -88,16 +47,7 @@ int64_t residual_columns(const MicroBatch& mb) {
 }
 
 int64_t block_slot_elements(const MicroBatch& mb) {
-  switch (mb.layout) {
-    case LayoutKind::dense_tp:
-      return dense_tp_slot(mb);
-    case LayoutKind::naive_tp:
-      return naive_tp_slot(mb);
-    case LayoutKind::btp:
-      return btp_latents(mb) +
-             (mb.options.recompute == Recompute::lowrank ? 0 : btp_intermediates(mb));
-  }
-  return 0;
+  return layout_cost(mb.layout).slot_elements(block_setting(mb));
 }
 
 int64_t block_kept_elements(const MicroBatch& mb) {
@@ -110,7 +60,7 @@ int64_t recompute_area_elements(const MicroBatch& mb) {
     case Recompute::none:
       return 0;
     case Recompute::lowrank:
-      return btp_intermediates(mb);
+      return layout_cost(mb.layout).lowrank_area_elements(block_setting(mb));
     case Recompute::block:
       return block_slot_elements(mb);
   }

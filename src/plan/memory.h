@@ -1,6 +1,6 @@
 // Parameters and activations per rank, counted the way the engine allocates them: the parameter
-// shards of parallel/layout.cpp and engine/model.cpp, and what each layout keeps for backward (the Acts of
-// dense_tp.cpp, naive_tp.cpp and btp.cpp; SPEC §3.6). Elements, not bytes: the byte width is the
+// shards of parallel/layout.cpp and engine/model.cpp, and what each layout keeps for backward as
+// its own cost model states it (LayoutCost in parallel/<layout>/cost.cpp; SPEC §3.6). Elements, not bytes: the byte width is the
 // caller's (fp32 in this engine's CPU backend, the compute precision on a GPU).
 #pragma once
 

@@ -1,9 +1,10 @@
 // What one rank does for one micro-batch, op by op, as the engine does it: every GEMM with the
 // shape it has on that rank (efficiency depends on shape, SPEC §1: the thin GEMMs of naive-tp run
 // worse than btp's), the element-wise passes over activations, the fused attention, and the TP
-// collectives (exactly parallel/comm_formulas.h). The shapes follow the layout files
-// (parallel/dense_tp.cpp, naive_tp.cpp, btp.cpp) and the model around the blocks (engine/model.cpp);
-// tests/plan checks them against the GEMMs the engine records.
+// collectives (exactly parallel/comm_formulas.h). A block's work is its layout's own description
+// (LayoutCost::block_work in parallel/<layout>/cost.cpp, this file's Builder its WorkSink); around
+// the blocks it follows engine/model.cpp. tests/plan checks them against the GEMMs the engine
+// records.
 #pragma once
 
 #include <cstdint>
