@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "gradient_check.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm_counters.h"
 #include "engine/model.h"
 #include "parallel/comm_formulas.h"
 #include "engine/data_parallel.h"

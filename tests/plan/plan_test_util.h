@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm_counters.h"
 #include "engine/model.h"
 #include "plan/workload.h"
 #include "test_util.h"
