@@ -211,8 +211,7 @@ void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, G
   const int64_t d_in = group[0].d_in;
   if (cat) {
     const int64_t width = cat->width;
-    gemm(Trans::T, Trans::N, d_in, width, N, 1.0f, x, {dz, lddz}, 0.0f, da_scratch, width,
-         compute);
+    gemm(Trans::T, Trans::N, d_in, width, N, 1.0f, x, {dz, lddz}, 0.0f, da_scratch, width, compute);
     // Each member's dA: its columns of the concatenation's.
     int64_t c0 = 0;
     for (const ProjectionWeights& p : group) {
