@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm_measure.h"
 #include "model/params.h"
 #include "plan/models.h"
 

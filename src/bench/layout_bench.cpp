@@ -10,7 +10,7 @@
 #include "core/heap.h"
 #include "core/profile.h"
 #include "core/rng.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm_measure.h"
 #include "model/flops.h"
 #include "engine/model.h"
 #include "plan/models.h"

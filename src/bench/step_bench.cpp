@@ -8,6 +8,8 @@
 #include "core/profile.h"
 #include "core/rng.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_counters.h"
+#include "kernels/gemm_measure.h"
 #include "model/flops.h"
 #include "engine/model.h"
 #include "plan/models.h"

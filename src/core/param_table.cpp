@@ -1,6 +1,5 @@
 #include "core/param_table.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -65,23 +64,8 @@ int64_t ParamTable::parameter_count() const {
   return count;
 }
 
-FlatBuffer::FlatBuffer(int64_t size) : size_(size) {
-  size_t bytes = (static_cast<size_t>(size) * sizeof(float) + 63) / 64 * 64;
-  float* p = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
-  // Too large a model or batch is a user's choice, not a broken invariant: an Error, not an abort.
-  if (!p)
-    throw error("out of memory allocating ", static_cast<double>(bytes) / (1 << 30),
-                " GiB (a smaller model, batch or more ranks would fit)");
-  std::memset(p, 0, bytes);
-  data_.reset(p);
-}
-
-void FlatBuffer::Free::operator()(float* p) const {
-  std::free(p);
-}
-
 void FlatBuffer::zero() {
-  if (size_) std::memset(data_.get(), 0, static_cast<size_t>(size_) * sizeof(float));
+  if (!data_.empty()) std::memset(data_.data(), 0, data_.size() * sizeof(float));
 }
 
 void init_parameters(const ParamTable& table, FlatBuffer& weights, uint64_t seed) {

@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/buffer.h"
+
 namespace boostlm {
 
 enum class Init { normal, ones, zeros };
@@ -51,24 +53,21 @@ class ParamTable {
   int64_t total_ = 0;
 };
 
-// A 64-byte aligned, zero-initialised float array.
+// The flat float buffer a ParamTable lays out (weights, gradients, a moment): a Buffer (64-byte
+// aligned, zero-initialised, core/buffer.h's allocator) with named views.
 class FlatBuffer {
  public:
   FlatBuffer() = default;
-  explicit FlatBuffer(int64_t size);
-  float* data() { return data_.get(); }
-  const float* data() const { return data_.get(); }
-  int64_t size() const { return size_; }
-  float* view(const ParamInfo& info) { return data_.get() + info.offset; }
-  const float* view(const ParamInfo& info) const { return data_.get() + info.offset; }
+  explicit FlatBuffer(int64_t size) : data_(static_cast<size_t>(size)) {}
+  float* data() { return data_.data(); }
+  const float* data() const { return data_.data(); }
+  int64_t size() const { return static_cast<int64_t>(data_.size()); }
+  float* view(const ParamInfo& info) { return data_.data() + info.offset; }
+  const float* view(const ParamInfo& info) const { return data_.data() + info.offset; }
   void zero();
 
  private:
-  struct Free {
-    void operator()(float* p) const;
-  };
-  std::unique_ptr<float[], Free> data_;
-  int64_t size_ = 0;
+  Buffer<float> data_;
 };
 
 // Fills every parameter from (seed, full name): the local slice of the full tensor's values.

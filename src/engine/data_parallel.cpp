@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/adamw.h"
+#include "kernels/elementwise.h"
 
 namespace boostlm {
 
@@ -85,14 +86,13 @@ void ZeroStage1::reduce_scatter(FlatBuffer& grads) {
   if (dp_.size() == 1) return;
   scratch_.resize(part_);
   dp_.reduce_scatter(grads.data(), scratch_.data(), counts_);
-  const float scale = 1.0f / dp_.size();
-  for (int64_t i = 0; i < end_ - begin_; ++i) grads.data()[begin_ + i] = scratch_[i] * scale;
+  scaled_copy(scratch_.data(), 1.0f / dp_.size(), grads.data() + begin_, end_ - begin_);
 }
 
 void ZeroStage1::all_gather(FlatBuffer& buffer) {
   if (dp_.size() == 1) return;
-  std::vector<float> range(buffer.data() + begin_, buffer.data() + end_);
-  range.resize(part_, 0.0f);  // equal contributions; the padding is dropped below
+  Buffer<float> range(part_);  // equal contributions; the zero padding is dropped below
+  std::copy(buffer.data() + begin_, buffer.data() + end_, range.data());
   scratch_.resize(part_ * dp_.size());
   dp_.all_gather(range.data(), part_, scratch_.data());
   std::copy(scratch_.begin(), scratch_.begin() + elements_, buffer.data());
@@ -100,8 +100,8 @@ void ZeroStage1::all_gather(FlatBuffer& buffer) {
 
 void ZeroStage1::all_gather_range(const FlatBuffer& range, FlatBuffer& full) {
   BOOSTLM_ASSERT(range.size() == end_ - begin_ && full.size() == elements_);
-  std::vector<float> padded(range.data(), range.data() + range.size());
-  padded.resize(part_, 0.0f);
+  Buffer<float> padded(part_);  // zero padding, as in all_gather
+  std::copy(range.data(), range.data() + range.size(), padded.data());
   scratch_.resize(part_ * dp_.size());
   dp_.all_gather(padded.data(), part_, scratch_.data());
   std::copy(scratch_.begin(), scratch_.begin() + elements_, full.data());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/buffer.h"
 #include "core/param_table.h"
 #include "engine/model.h"
 
@@ -69,7 +70,7 @@ class ZeroStage1 {
   Communicator& dp_;
   int64_t elements_, part_, begin_, end_;
   std::vector<int64_t> counts_;
-  std::vector<float> scratch_;
+  Buffer<float> scratch_;
 };
 
 }  // namespace boostlm

@@ -9,6 +9,8 @@
 #include "core/rng.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"
 #include "model/params.h"
@@ -79,13 +81,13 @@ void KvDecoder::block(int64_t l, int64_t n) {
   attention_cached_forward(n, position_, config_.n_heads, config_.n_kv_heads, config_.head_dim(),
                            q_.data(), k_cache_[l].data(), v_cache_[l].data(), attn_.data());
   project(p[3], attn_.data(), n, tmp_.data());
-  for (int64_t i = 0; i < n * d; ++i) x_[i] += tmp_[i];
+  add(x_.data(), tmp_.data(), x_.data(), n * d);
   rmsnorm_forward(x_.data(), d, norm2_[l], n, d, config_.rms_eps, h_.data(), d, rstd_.data());
   project(p[4], h_.data(), n, gate_.data());
   project(p[5], h_.data(), n, up_.data());
   swiglu_forward(gate_.data(), up_.data(), n * ff, config_.mlp_gate_act, gate_.data());
   project(p[6], gate_.data(), n, tmp_.data());
-  for (int64_t i = 0; i < n * d; ++i) x_[i] += tmp_[i];
+  add(x_.data(), tmp_.data(), x_.data(), n * d);
 }
 
 void KvDecoder::forward(const int32_t* tokens, int64_t n, float* logits) {
@@ -99,10 +101,7 @@ void KvDecoder::forward(const int32_t* tokens, int64_t n, float* logits) {
   gate_.resize(n * config_.d_ff);
   up_.resize(n * config_.d_ff);
   rstd_.resize(n);
-  for (int64_t i = 0; i < n; ++i) {
-    BOOSTLM_ASSERT(tokens[i] >= 0 && tokens[i] < V);
-    std::copy_n(embedding_ + static_cast<int64_t>(tokens[i]) * d, d, x_.data() + i * d);
-  }
+  embedding_forward(tokens, n, embedding_, V, d, x_.data());
   for (int64_t l = 0; l < config_.n_layers; ++l) block(l, n);
   position_ += n;
   rmsnorm_forward(x_.data() + (n - 1) * d, d, final_norm_, 1, d, config_.rms_eps, h_.data(), d,

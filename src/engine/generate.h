@@ -62,8 +62,8 @@ class KvDecoder {
   std::vector<std::array<Proj, 7>> proj_;  // per layer: q, k, v, o, gate, up, down
   std::vector<const float*> norm1_, norm2_;
   const float *embedding_, *final_norm_, *head_;
-  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer [capacity, kv_dim]
-  std::vector<float> x_, h_, q_, attn_, tmp_, gate_, up_, latent_, rstd_;
+  std::vector<Buffer<float>> k_cache_, v_cache_;  // per layer [capacity, kv_dim]
+  Buffer<float> x_, h_, q_, attn_, tmp_, gate_, up_, latent_, rstd_;
 };
 
 // Returns the new tokens only; on_token (if set) sees each as it is chosen. With the cache the

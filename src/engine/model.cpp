@@ -1,14 +1,13 @@
 #include "engine/model.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/profile.h"
 #include "kernels/adamw.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"
@@ -21,26 +20,23 @@ namespace {
 
 // full [N, c·t] from every rank's column block local [N, c] (a collective over tp).
 void gather_columns(Communicator& tp, const float* local, int64_t N, int64_t c, float* full,
-                    std::vector<float>& scratch) {
+                    Buffer<float>& scratch) {
   const int t = tp.size();
   scratch.resize(N * c * t);
   tp.all_gather(local, N * c, scratch.data());
-  for (int r = 0; r < t; ++r)
-    for (int64_t n = 0; n < N; ++n)
-      std::memcpy(full + n * c * t + r * c, scratch.data() + (r * N + n) * c, c * sizeof(float));
+  concat_columns(scratch.data(), t, N, c, full);
 }
 
 // local [N, c] = columns [rank·c, (rank+1)·c) of full [N, ld].
 void take_columns(const float* full, int64_t ld, int64_t N, int64_t c, int rank, float* local) {
-  for (int64_t n = 0; n < N; ++n)
-    std::memcpy(local + n * c, full + n * ld + rank * c, c * sizeof(float));
+  copy_columns(full + rank * c, ld, N, c, local, c);
 }
 
 }  // namespace
 
 // x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
 static GemmInput rounded_input_impl(DType compute, const float* x, int64_t rows, int64_t cols,
-                                    std::vector<bf16_t>& scratch) {
+                                    Buffer<bf16_t>& scratch) {
   if (compute != DType::bf16) return {x, cols};
   if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
   round_to_bf16(x, rows, cols, cols, scratch.data());
@@ -114,7 +110,7 @@ void Model::bind() {
   if (compute_ == DType::bf16)
     weights_bf16_.resize(table_.total_elements());
   else
-    std::vector<bf16_t>().swap(weights_bf16_);
+    weights_bf16_ = Buffer<bf16_t>();  // frees it
   for (auto& chunk : chunks_) {
     chunk->bind(table_, weights_, grads_, weights_bf16_.empty() ? nullptr : weights_bf16_.data());
     chunk->set_compute(compute_);
@@ -136,7 +132,9 @@ void Model::prepare(int64_t B, int64_t T) {
   while (B % active_chunks_ != 0) --active_chunks_;
   for (int c = 0; c < active_chunks_; ++c) chunks_[c]->prepare(B / active_chunks_, T);
   const int64_t N = B * T, d = config_.d_model, rc = blocks().residual_columns();
-  resid_.assign(micro_slots_ * (layers() + 1), std::vector<float>(N * rc));
+  resid_.clear();
+  resid_.resize(micro_slots_ * (layers() + 1));
+  for (Buffer<float>& r : resid_) r.resize(N * rc);
   if (options().recompute == Recompute::block) x_scratch_.resize(N * rc);
   x_full_.resize(N * d);
   norm_final_.resize(N * d);
@@ -227,7 +225,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   const int64_t N = batch_ * seq_len_, d = config_.d_model, V = vocab_rows_;
   const int64_t rc = blocks().residual_columns();
   const int t = tp_->size();
-  std::vector<float> scratch;
+  Buffer<float> scratch;
   const float* x_last = resid(last_layer_);
   if (rc != d) {  // btp: all-gather the hidden shards before the final norm (SPEC §3.3)
     gather_columns(*tp_, x_last, N, rc, x_full_.data(), scratch);
@@ -263,10 +261,8 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
       cross_entropy_shard_stats(logits_.data(), V, targets + r0, rows, V, vocab_begin_,
                                 row_max_.data(), ce_stats_.data());
       tp_->all_reduce(ce_stats_.data(), 2 * rows);
-      for (int64_t r = 0; r < rows; ++r) {
-        ce_lse_[r0 + r] = row_max_[r] + std::log(ce_stats_[2 * r]);
-        losses_[r0 + r] = ce_lse_[r0 + r] - ce_stats_[2 * r + 1];
-      }
+      cross_entropy_shard_loss(row_max_.data(), ce_stats_.data(), rows, ce_lse_.data() + r0,
+                               losses_.data() + r0);
       if (backward)
         cross_entropy_shard_backward(logits_.data(), V, targets + r0, rows, V, vocab_begin_,
                                      ce_lse_.data() + r0, scale);
@@ -285,16 +281,14 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
                      dx, d, grads_.view(fnorm), false);
     if (rc != d) take_columns(dx, d, N, rc, tp_->rank(), d_resid_.data());
   }
-  double total = 0.0;
-  for (int64_t i = 0; i < N; ++i) total += losses_[i];
-  return static_cast<float>(total / static_cast<double>(N));
+  return mean_loss(losses_.data(), N);
 }
 
 void Model::embedding_backward(const int32_t* tokens) {
   const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = blocks().residual_columns();
   const float* dx = d_resid_.data();
   if (rc != d) {  // the embedding rows need the whole gradient row: gather the hidden shards
-    std::vector<float> scratch;
+    Buffer<float> scratch;
     gather_columns(*tp_, d_resid_.data(), N, rc, d_full_.data(), scratch);
     dx = d_full_.data();
   }

@@ -16,6 +16,7 @@
 
 #include "comm/communicator.h"
 #include "comm/overlap.h"
+#include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/param_table.h"
 #include "model/config.h"
@@ -147,19 +148,19 @@ class Model {
   void for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body);
   ParamTable table_, full_table_;
   FlatBuffer weights_, grads_;
-  std::vector<bf16_t> weights_bf16_;          // bf16 training: weights rounded once per forward
+  Buffer<bf16_t> weights_bf16_;               // bf16 training: weights rounded once per forward
   int64_t vocab_begin_ = 0, vocab_rows_ = 0;  // this rank's slice of the vocabulary
 
   int64_t batch_ = 0, seq_len_ = 0, capacity_tokens_ = 0;
   // x entering block l of this stage (l = last_layer_: the stage's output), per micro-batch slot.
-  std::vector<std::vector<float>> resid_;
+  std::vector<Buffer<float>> resid_;
   float* resid(int64_t layer) {
     return resid_[(micro_ % micro_slots_) * (layers() + 1) + (layer - first_layer_)].data();
   }
   int64_t layers() const { return last_layer_ - first_layer_; }
-  std::vector<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, d_full_, logits_,
-      row_max_, ce_stats_, ce_lse_, losses_;
-  std::vector<bf16_t> norm_final_bf16_, logits_bf16_;
+  Buffer<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, d_full_, logits_, row_max_,
+      ce_stats_, ce_lse_, losses_;
+  Buffer<bf16_t> norm_final_bf16_, logits_bf16_;
 };
 
 }  // namespace boostlm

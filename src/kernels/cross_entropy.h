@@ -36,4 +36,12 @@ void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targ
                                   int64_t V_local, int64_t vocab_begin, const float* lse,
                                   float scale);
 
+// With the all-reduced max and stats: lse[r] = row_max[r] + log(stats[2r]) and
+// losses[r] = lse[r] − stats[2r+1].
+void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t rows, float* lse,
+                              float* losses);
+
+// The mean of n losses, summed in double in index order (the same value at every run and rank).
+float mean_loss(const float* losses, int64_t n);
+
 }  // namespace boostlm

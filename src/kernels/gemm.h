@@ -7,12 +7,11 @@
 // CPU's bf16 units). In bf16 an input can arrive already rounded (a GemmInput with a bf16 copy):
 // weights are rounded once per step, and an operand read by several GEMMs is rounded once, not at
 // every call.
-// Every call is counted (calls, FLOPs, time) so benchmarks can report the share of time in GEMM,
-// and can be recorded so the same shapes can be replayed in isolation.
+// Every call is counted and can be recorded (kernels/gemm_counters.h); a machine's GEMM rate is
+// measured with kernels/gemm_measure.h.
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "core/dtype.h"
 
@@ -59,36 +58,5 @@ void gemm_batched(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
 
 // Rounds a rows x cols fp32 block (row stride ld) to bf16, contiguous (row stride cols).
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst);
-
-// This rank's GEMM rate in GFLOP/s for C[M, N] = A[M, K] · B[K, N]: the fastest of `reps` calls
-// after one warm-up. bf16 operands are rounded beforehand, as training rounds weights and shared
-// inputs once rather than at every call. Run on every rank at once, it measures the rate under the
-// same sharing of the cores as a multi-rank run.
-double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int reps = 5);
-
-// The GEMM peak that model FLOPs utilisation (MFU) is measured against, by the trainer and the
-// benchmarks alike: the fastest n³ product of n = 512, 1024, 2048 (no single size is the fastest
-// for every precision and core count: oneDNN's large bf16 products run slower than mid-sized ones
-// on one core here).
-double measure_peak_gemm_gflops(DType compute);
-
-struct GemmShape {
-  Trans trans_a, trans_b;
-  int64_t M, N, K;
-  float beta;
-  DType compute;
-};
-
-struct GemmCounters {
-  int64_t calls = 0;  // a batched call counts once
-  double flops = 0;
-  double seconds = 0;
-};
-
-// Process-wide counters (not thread-safe: GEMM is called from the main thread; oneDNN threads it).
-GemmCounters& gemm_counters();
-void gemm_record_shapes(bool on);  // start/stop recording the shape of every GEMM (batch member)
-const std::vector<GemmShape>& gemm_recorded_shapes();
-void gemm_clear_recorded_shapes();
 
 }  // namespace boostlm

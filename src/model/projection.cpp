@@ -55,8 +55,7 @@ void concatenate_a(ProjectionGroup group, DType compute, ConcatenatedA& out) {
   int64_t c0 = 0;
   for (const ProjectionWeights& p : group) {
     BOOSTLM_ASSERT(p.d_in == rows);
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(p.a + r * p.rank, p.rank, out.a.data() + r * cols + c0);
+    copy_columns(p.a, p.rank, rows, p.rank, out.a.data() + c0, cols);
     c0 += p.rank;
   }
   if (compute == DType::bf16) {
@@ -203,19 +202,20 @@ void group_up_backward(ProjectionGroup group, GemmInput latent, const float* con
   });
 }
 
-void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
-                         float dx_beta, std::vector<float>& da_scratch, DType compute) {
+namespace {
+
+// da_scratch: cat->a.size() elements when cat is given, else unused.
+void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
+                              const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
+                              float dx_beta, float* da_scratch, DType compute) {
   const int64_t d_in = group[0].d_in;
   if (cat) {
     const int64_t width = cat->width;
-    da_scratch.resize(cat->a.size());
-    gemm(Trans::T, Trans::N, d_in, width, N, 1.0f, x, {dz, lddz}, 0.0f, da_scratch.data(), width,
-         compute);
+    gemm(Trans::T, Trans::N, d_in, width, N, 1.0f, x, {dz, lddz}, 0.0f, da_scratch, width, compute);
     // Each member's dA: its columns of the concatenation's.
     int64_t c0 = 0;
     for (const ProjectionWeights& p : group) {
-      add_columns(da_scratch.data() + c0, width, d_in, p.rank, p.da, p.rank);
+      add_columns(da_scratch + c0, width, d_in, p.rank, p.da, p.rank);
       c0 += p.rank;
     }
     gemm(Trans::N, Trans::T, N, d_in, width, 1.0f, {dz, lddz}, cat->input(), dx_beta, dx, lddx,
@@ -230,6 +230,24 @@ void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmIn
          c0 == 0 ? dx_beta : 1.0f, dx, lddx, compute);
     c0 += p.rank;
   }
+}
+
+}  // namespace
+
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
+                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
+                         float dx_beta, Buffer<float>& da_scratch, DType compute) {
+  if (cat) da_scratch.resize(cat->a.size());
+  group_down_backward_impl(group, cat, x, dz, lddz, N, dx, lddx, dx_beta, da_scratch.data(),
+                           compute);
+}
+
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
+                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
+                         float dx_beta, std::vector<float>& da_scratch, DType compute) {
+  if (cat) da_scratch.resize(cat->a.size());
+  group_down_backward_impl(group, cat, x, dz, lddz, N, dx, lddx, dx_beta, da_scratch.data(),
+                           compute);
 }
 
 void projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* z, float* h,
@@ -259,8 +277,8 @@ void projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, con
   group_up_backward(one, {p.latent_act ? h : z, p.rank}, &dy, &lddy, N, dlatent, p.rank, false,
                     compute);
   group_activate_backward(one, z, dlatent, N);
-  std::vector<float> unused;  // no concatenation, no scratch
-  group_down_backward(one, nullptr, x, dlatent, p.rank, N, dx, lddx, dx_beta, unused, compute);
+  group_down_backward_impl(one, nullptr, x, dlatent, p.rank, N, dx, lddx, dx_beta, nullptr,
+                           compute);  // no concatenation, no scratch
 }
 
 }  // namespace boostlm

@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/param_table.h"
 #include "kernels/gemm.h"
@@ -64,8 +65,8 @@ int64_t group_width(ProjectionGroup group);  // Σ rank
 // The group's A factors side by side, [d_in, Σ rank] (with its bf16 rounding in bf16), so the
 // group's down half is one GEMM; rebuilt whenever the weights change.
 struct ConcatenatedA {
-  std::vector<float> a;
-  std::vector<bf16_t> a_bf16;
+  Buffer<float> a;
+  Buffer<bf16_t> a_bf16;
   int64_t width = 0;
   GemmInput input() const { return {a.data(), a_bf16.empty() ? nullptr : a_bf16.data(), width}; }
 };
@@ -91,6 +92,10 @@ void group_activate_backward(ProjectionGroup group, const float* z, float* dlate
 // dA_m += xᵀ dz_m;  dx = dx_beta·dx + Σ_m dz_m A_mᵀ. dz: [N, Σ rank], row stride lddz. Two GEMMs
 // on the concatenation `cat` when given (its dA, in `da_scratch`, added into each member's), else
 // two per member.
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
+                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
+                         float dx_beta, Buffer<float>& da_scratch, DType compute);
+// The same with a vector for scratch, until every layout holds its scratch in Buffers.
 void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
                          const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
                          float dx_beta, std::vector<float>& da_scratch, DType compute);

@@ -1,7 +1,8 @@
 // A parallel layout (SPEC §3): how one transformer block's weights are sharded over the TP group
-// and where its collectives sit. The three layouts share every kernel and differ only in that; each
-// lives in one file (dense_tp.cpp, naive_tp.cpp, btp.cpp). The model around the blocks (embedding,
-// final norm, LM head, loss) is vocab-parallel and the same for all of them (vocab_parallel.h).
+// and where its collectives sit. The layouts share every kernel and differ only in that; each lives
+// in one folder, src/parallel/<name>/: its blocks (block.cpp, a Layout) and its cost model
+// (cost.cpp, a LayoutCost), registered once in registry.cpp. The model around the blocks
+// (embedding, final norm, LM head, loss) is vocab-parallel and the same for all (engine/model.h).
 #pragma once
 
 #include <array>

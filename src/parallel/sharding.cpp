@@ -1,9 +1,10 @@
 #include "parallel/sharding.h"
 
 #include <cstring>
-#include <vector>
 
+#include "core/buffer.h"
 #include "core/error.h"
+#include "kernels/elementwise.h"
 
 namespace boostlm {
 
@@ -36,13 +37,11 @@ void gather_tensor(const ParamInfo& info, const float* local, float* full, Commu
     tp.all_gather(local, info.numel, full);
     return;
   }
-  std::vector<float> parts(info.numel * tp.size());
+  Buffer<float> parts(info.numel * tp.size());
   tp.all_gather(local, info.numel, parts.data());
-  const int64_t run = s.local_axis * s.inner;  // contiguous elements per outer index and rank
-  for (int r = 0; r < tp.size(); ++r)
-    for (int64_t o = 0; o < s.outer; ++o)
-      std::memcpy(full + (o * s.full_axis + r * s.local_axis) * s.inner,
-                  parts.data() + r * info.numel + o * run, run * sizeof(float));
+  // Each rank's shard is [outer, run]; the full tensor is [outer, t·run] with the shards side by
+  // side (run: contiguous elements per outer index and rank).
+  concat_columns(parts.data(), tp.size(), s.outer, s.local_axis * s.inner, full);
 }
 
 void slice_tensor(const ParamInfo& info, const float* full, float* local) {
@@ -52,9 +51,7 @@ void slice_tensor(const ParamInfo& info, const float* full, float* local) {
   }
   const Split s = split_of(info);
   const int64_t run = s.local_axis * s.inner;
-  for (int64_t o = 0; o < s.outer; ++o)
-    std::memcpy(local + o * run, full + (o * s.full_axis + info.shard_begin) * s.inner,
-                run * sizeof(float));
+  copy_columns(full + info.shard_begin * s.inner, s.full_axis * s.inner, s.outer, run, local, run);
 }
 
 }  // namespace boostlm

@@ -23,7 +23,7 @@
 #include "engine/data_parallel.h"
 #include "engine/model.h"
 #include "engine/pipeline.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm_measure.h"
 #include "model/flops.h"
 #include "train/checkpoint.h"
 #include "train/memory_check.h"

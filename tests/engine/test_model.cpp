@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm_counters.h"
 #include "kernels/grad_check.h"
 #include "model/flops.h"
 #include "engine/model.h"

@@ -3,11 +3,14 @@
 // summed in double, so the FD error is dominated by fp32 rounding of ~1e-4 absolute).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/activation.h"
 #include "kernels/adamw.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/grad_check.h"
 #include "kernels/rmsnorm.h"
@@ -153,6 +156,63 @@ TEST(CrossEntropy, LossAndGradientMatchDefinition) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < V; ++j) masked[r * ld + j] = dlogits[r * ld + j];
   EXPECT_TRUE(check_gradient(loss, logits.data(), masked.data(), rows * ld, {.samples = 100}));
+}
+
+// The vocab-parallel pieces, run on two halves of the vocabulary with the all-reduces done by
+// hand, give the whole-vocabulary losses (to fp32 rounding of the sums: 1e-5 on losses of ~3).
+TEST(CrossEntropy, ShardLossesMatchTheWholeVocabulary) {
+  const int64_t rows = 3, V = 10, half = V / 2;
+  auto logits = random_vector(rows * V, 5, 3.0f);
+  std::vector<int32_t> targets = {0, 9, 4};
+  std::vector<float> losses(rows), lse(rows);
+  cross_entropy_forward(logits.data(), V, targets.data(), rows, V, losses.data(), lse.data());
+  std::vector<float> row_max(rows, -INFINITY), stats(2 * rows, 0.0f);
+  for (int shard = 0; shard < 2; ++shard) {
+    std::vector<float> m(rows);
+    cross_entropy_shard_max(logits.data() + shard * half, V, rows, half, m.data());
+    for (int64_t r = 0; r < rows; ++r) row_max[r] = std::max(row_max[r], m[r]);
+  }
+  for (int shard = 0; shard < 2; ++shard) {
+    std::vector<float> part(2 * rows);
+    cross_entropy_shard_stats(logits.data() + shard * half, V, targets.data(), rows, half,
+                              shard * half, row_max.data(), part.data());
+    for (int64_t i = 0; i < 2 * rows; ++i) stats[i] += part[i];
+  }
+  std::vector<float> shard_losses(rows), shard_lse(rows);
+  cross_entropy_shard_loss(row_max.data(), stats.data(), rows, shard_lse.data(),
+                           shard_losses.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_NEAR(shard_lse[r], lse[r], 1e-5);
+    EXPECT_NEAR(shard_losses[r], losses[r], 1e-5);
+  }
+}
+
+TEST(MeanLoss, SumsInDouble) {
+  // In float, 1 + 1e-8 + … would stay 1; in double the small terms count before the rounding.
+  std::vector<float> losses(1001, 1e-8f);
+  losses[0] = 1.0f;
+  // 4 ulp (EXPECT_FLOAT_EQ) for the order of the double sum; a float sum is ~170 ulp off.
+  EXPECT_FLOAT_EQ(mean_loss(losses.data(), 1001),
+                  static_cast<float>((1.0 + 1000 * static_cast<double>(1e-8f)) / 1001));
+}
+
+TEST(ScaledCopy, WritesTheScaledValues) {
+  const std::vector<float> x = {1.0f, -2.0f, 0.5f};
+  std::vector<float> out(4, 9.0f);
+  scaled_copy(x.data(), 0.25f, out.data(), 3);
+  EXPECT_EQ(out, (std::vector<float>{0.25f, -0.5f, 0.125f, 9.0f}));
+}
+
+// Blocks one after another (an all-gather's output) become the column blocks of one matrix.
+TEST(ColumnBlocks, ConcatPutsBlocksSideBySide) {
+  const int64_t count = 3, rows = 2, cols = 4;
+  std::vector<float> blocks(count * rows * cols), out(rows * count * cols);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<float>(i);
+  concat_columns(blocks.data(), count, rows, cols, out.data());
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        EXPECT_EQ(out[r * count * cols + b * cols + c], blocks[(b * rows + r) * cols + c]);
 }
 
 TEST(AdamW, MatchesClosedFormForTwoSteps) {

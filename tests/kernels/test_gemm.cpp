@@ -4,6 +4,7 @@
 
 #include "core/dtype.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_counters.h"
 #include "kernels/grad_check.h"
 
 namespace boostlm {

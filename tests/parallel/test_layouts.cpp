@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "gradient_check.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_counters.h"
 #include "parallel/comm_formulas.h"
 #include "train/optimizer.h"
 

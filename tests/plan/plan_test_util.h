@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/gemm.h"
 #include "engine/model.h"
+#include "kernels/gemm_counters.h"
 #include "plan/workload.h"
 #include "test_util.h"
 

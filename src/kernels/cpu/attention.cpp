@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include <dnnl.h>
 
+#include "core/buffer.h"
 #include "core/error.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
@@ -50,7 +50,7 @@ void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, con
 
 #pragma omp parallel
   {
-    std::vector<float> scores(kQueryTile * kKeyTile), acc(kQueryTile * hd), row_max(kQueryTile),
+    Buffer<float> scores(kQueryTile * kKeyTile), acc(kQueryTile * hd), row_max(kQueryTile),
         row_sum(kQueryTile);
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
@@ -124,7 +124,7 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
 
 #pragma omp parallel
   {
-    std::vector<float> delta(T), probs(kQueryTile * kKeyTile), dprobs(kQueryTile * kKeyTile);
+    Buffer<float> delta(T), probs(kQueryTile * kKeyTile), dprobs(kQueryTile * kKeyTile);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {

@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
+#include "core/buffer.h"
 #include "core/profile.h"
 #include "kernels/attention.h"
 
@@ -19,7 +19,7 @@ void attention_cached_forward(int64_t n, int64_t first_pos, int64_t n_heads, int
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 #pragma omp parallel
   {
-    std::vector<float> scores(first_pos + n);
+    Buffer<float> scores(first_pos + n);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t h = 0; h < n_heads; ++h) {

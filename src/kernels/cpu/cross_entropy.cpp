@@ -112,4 +112,19 @@ void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targ
   }
 }
 
+// Serial: a few hundred rows per chunk, not worth a parallel region.
+void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t rows, float* lse,
+                              float* losses) {
+  for (int64_t r = 0; r < rows; ++r) {
+    lse[r] = row_max[r] + std::log(stats[2 * r]);
+    losses[r] = lse[r] - stats[2 * r + 1];
+  }
+}
+
+float mean_loss(const float* losses, int64_t n) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += losses[i];
+  return static_cast<float>(total / static_cast<double>(n));
+}
+
 }  // namespace boostlm

@@ -9,6 +9,11 @@ void add(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void scaled_copy(const float* x, float s, float* out, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s;
+}
+
 void copy_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
                   int64_t ld_dst) {
 #pragma omp parallel for schedule(static)
@@ -20,6 +25,13 @@ void add_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, f
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[r * ld_dst + c] += src[r * ld_src + c];
+}
+
+void concat_columns(const float* blocks, int64_t count, int64_t rows, int64_t cols, float* out) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(blocks + (b * rows + r) * cols, cols, out + (r * count + b) * cols);
 }
 
 }  // namespace boostlm

@@ -9,16 +9,14 @@
 #include <dnnl.h>
 #include <dnnl.hpp>
 
+#include "core/buffer.h"
 #include "core/error.h"
 #include "core/profile.h"
+#include "kernels/gemm_counters.h"
 
 namespace boostlm {
 
 namespace {
-
-GemmCounters g_counters;
-bool g_recording = false;
-std::vector<GemmShape> g_shapes;
 
 // Matmul primitives are expensive to create; one is built per distinct shape (batch and strides
 // included) and reused.
@@ -32,7 +30,7 @@ struct MatmulEngine {
     dnnl::matmul primitive;
   };
   std::map<Key, Cached> primitives;
-  std::vector<bf16_t> a_scratch, b_scratch;
+  Buffer<bf16_t> a_scratch, b_scratch;
 };
 
 MatmulEngine& matmul_engine() {
@@ -77,7 +75,7 @@ struct Operand {
 // The bf16 data of an operand whose members are stored rows x cols: its own copy when it has one,
 // otherwise a fresh rounding of each member into scratch (contiguous, one after the other).
 Operand bf16_operand(const GemmInput& in, int64_t rows, int64_t cols, const GemmBatch& batch,
-                     int64_t stride, std::vector<bf16_t>& scratch) {
+                     int64_t stride, Buffer<bf16_t>& scratch) {
   if (in.bf16) return {in.bf16, in.ld, stride};
   const int64_t member = rows * cols;
   if (scratch.size() < static_cast<size_t>(batch.count * member))
@@ -188,61 +186,13 @@ void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
   } else {
     gemm_bf16(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch);
   }
-  g_counters.calls += 1;
-  g_counters.flops += 2.0 * static_cast<double>(M) * N * K * batch.count;
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  g_counters.seconds += seconds;
-  Profile::global().add("gemm", seconds);
-  if (g_recording)
-    for (int64_t b = 0; b < batch.count; ++b) g_shapes.push_back({ta, tb, M, N, K, beta, compute});
+  count_gemm_call({ta, tb, M, N, K, beta, compute}, batch.count,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
           GemmInput B, float beta, float* C, int64_t ldc, DType compute) {
   gemm_batched(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, GemmBatch{}, compute);
-}
-
-double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int reps) {
-  std::vector<float> a(M * K, 0.01f), b(K * N, 0.01f), c(M * N);
-  std::vector<bf16_t> a16, b16;
-  if (compute == DType::bf16) {
-    a16.resize(a.size());
-    b16.resize(b.size());
-    round_to_bf16(a.data(), 1, a.size(), a.size(), a16.data());
-    round_to_bf16(b.data(), 1, b.size(), b.size(), b16.data());
-  }
-  const GemmInput A(a.data(), a16.empty() ? nullptr : a16.data(), K),
-      B(b.data(), b16.empty() ? nullptr : b16.data(), N);
-  double best = 1e30;
-  for (int i = 0; i <= reps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    gemm(Trans::N, Trans::N, M, N, K, 1.0f, A, B, 0.0f, c.data(), N, compute);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (i > 0) best = std::min(best, seconds);
-  }
-  return 2.0 * static_cast<double>(M) * N * K / best / 1e9;
-}
-
-double measure_peak_gemm_gflops(DType compute) {
-  double best = 0;
-  for (const int64_t n : {512, 1024, 2048})
-    best = std::max(best, measure_gemm_gflops(n, n, n, compute, 3));
-  return best;
-}
-
-GemmCounters& gemm_counters() {
-  return g_counters;
-}
-void gemm_record_shapes(bool on) {
-  g_recording = on;
-}
-const std::vector<GemmShape>& gemm_recorded_shapes() {
-  return g_shapes;
-}
-void gemm_clear_recorded_shapes() {
-  g_shapes.clear();
 }
 
 }  // namespace boostlm

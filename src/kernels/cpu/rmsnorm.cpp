@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
+#include "core/buffer.h"
 #include "core/profile.h"
 
 namespace boostlm {
@@ -104,7 +104,7 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate) {
-  std::vector<float> dot(rows);
+  Buffer<float> dot(rows);
   rmsnorm_partial_backward_dot(dy, lddy, x, ldx, gamma, rows, D, dot.data());
   rmsnorm_backward_apply(dy, lddy, x, ldx, gamma, rstd, dot.data(), rows, D, D, dx, lddx, dgamma,
                          accumulate);

@@ -1,6 +1,6 @@
 // btp's cost (SPEC §3.3–3.6): BOOST's layout. The residual is hidden-sharded ([N, d/t] per rank),
 // A row-parallel and B column-parallel, so only the rank-r latents are all-reduced; the
-// code is parallel/btp.cpp.
+// code is its block.cpp beside this file.
 #include "parallel/layout_cost.h"
 
 namespace boostlm {
@@ -110,7 +110,7 @@ class BtpCost final : public LayoutCost {
       for (int i = 0; i < 2; ++i) sink.elementwise(N * dl, 3);  // residual adds
   }
 
-  // btp.cpp's recompute(): B of q, k, v, gate, up, σ of every latent, RoPE, attention, SwiGLU —
+  // block.cpp's recompute(): B of q, k, v, gate, up, σ of every latent, RoPE, attention, SwiGLU —
   // local work only, no collective (SPEC §3.6).
   void lowrank_recompute_work(const BlockSetting& s, WorkSink& sink) const override {
     const ModelConfig& c = s.config;

@@ -1,5 +1,5 @@
 // dense-tp's cost (SPEC §3.1): the dense model under Megatron TP, q, k, v, gate, up
-// column-parallel and o, down row-parallel; the code is parallel/dense_tp.cpp.
+// column-parallel and o, down row-parallel; the code is its block.cpp beside this file.
 #include "parallel/layout_cost.h"
 
 namespace boostlm {
@@ -31,7 +31,7 @@ class DenseTpCost final : public LayoutCost {
     norms_rope_swiglu_work(sink, N, d, d / t, kv / t, ff / t, d, backward);
   }
 
-  // norm1, q, k, v, attn, lse, x_mid, norm2, gate, up, hidden, two rstd (dense_tp.cpp's Acts).
+  // norm1, q, k, v, attn, lse, x_mid, norm2, gate, up, hidden, two rstd (block.cpp's Acts).
   int64_t slot_elements(const BlockSetting& s) const override {
     const ModelConfig& c = s.config;
     const int64_t N = s.tokens, d = c.d_model, t = s.tp;

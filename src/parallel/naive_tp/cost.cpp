@@ -1,6 +1,6 @@
 // naive-tp's cost (SPEC §3.2): every factorised projection is (d_in → r/t → d_out) on every rank,
 // A column-parallel and B row-parallel, so each projection's output is all-reduced; attention,
-// norms, RoPE and SwiGLU run replicated at full width. The code is parallel/naive_tp.cpp.
+// norms, RoPE and SwiGLU run replicated at full width. The code is its block.cpp beside this file.
 #include "parallel/layout_cost.h"
 
 namespace boostlm {

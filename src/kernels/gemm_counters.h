@@ -1,0 +1,40 @@
+// What the GEMMs of the process did: calls, FLOPs and time, so that benchmarks can report the
+// share of time in GEMM and tests can check FLOP formulas, and, while recording, the shape of every
+// GEMM, so that the same shapes can be replayed in isolation. Backend-neutral: a backend's gemm
+// reports each call through count_gemm_call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/gemm.h"
+
+namespace boostlm {
+
+struct GemmShape {
+  Trans trans_a, trans_b;
+  int64_t M, N, K;
+  float beta;
+  DType compute;
+};
+
+struct GemmCounters {
+  int64_t calls = 0;  // a batched call counts once
+  double flops = 0;
+  double seconds = 0;
+};
+
+// Process-wide counters (not thread-safe: GEMM is called from the main thread; the backend
+// threads it).
+GemmCounters& gemm_counters();
+void gemm_record_shapes(bool on);  // start/stop recording the shape of every GEMM (batch member)
+const std::vector<GemmShape>& gemm_recorded_shapes();
+void gemm_clear_recorded_shapes();
+
+// For a backend's gemm: one call of `count` GEMMs of `shape` (a batch of `count` members), which
+// took `seconds`. Adds it to the counters and the profile's "gemm" phase, and records `count`
+// shapes while recording.
+void count_gemm_call(const GemmShape& shape, int64_t count, double seconds);
+
+}  // namespace boostlm

@@ -1,0 +1,23 @@
+// This machine's GEMM rate, measured through the kernel interface (so on whatever backend is
+// built): what MFU is computed against and what the planner is calibrated with.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace boostlm {
+
+// This rank's GEMM rate in GFLOP/s for C[M, N] = A[M, K] · B[K, N]: the fastest of `reps` calls
+// after one warm-up. bf16 operands are rounded beforehand, as training rounds weights and shared
+// inputs once rather than at every call. Run on every rank at once, it measures the rate under the
+// same sharing of the cores as a multi-rank run.
+double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int reps = 5);
+
+// The GEMM peak that model FLOPs utilisation (MFU) is measured against, by the trainer and the
+// benchmarks alike: the fastest n³ product of n = 512, 1024, 2048 (no single size is the fastest
+// for every precision and core count: oneDNN's large bf16 products run slower than mid-sized ones
+// on one core here).
+double measure_peak_gemm_gflops(DType compute);
+
+}  // namespace boostlm

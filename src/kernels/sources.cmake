@@ -1,0 +1,11 @@
+# The kernels: the backend-neutral interface (src/kernels/*.h: pointers, shapes, strides, a dtype),
+# the neutral code beside it (GEMM counters, GEMM rate measurement, which only call the interface),
+# and one backend folder that implements the interface as a library of its own,
+# boostlm_kernels_<backend>, built from BOOSTLM_KERNEL_COMMON_SOURCES and its folder's files.
+# The rest of the engine links the alias boostlm_kernels and never names a backend.
+set(BOOSTLM_KERNEL_COMMON_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_counters.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_measure.cpp
+)
+include(${CMAKE_CURRENT_LIST_DIR}/cpu/sources.cmake)
+add_library(boostlm_kernels ALIAS boostlm_kernels_cpu)
