@@ -10,9 +10,9 @@
 #include "core/heap.h"
 #include "core/profile.h"
 #include "core/rng.h"
+#include "engine/model.h"
 #include "kernels/gemm_measure.h"
 #include "model/flops.h"
-#include "engine/model.h"
 #include "plan/models.h"
 #include "train/optimizer.h"
 #include "train/step.h"
@@ -35,7 +35,7 @@ struct Running {
   std::unique_ptr<Model> model;
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<Pipeline> pipeline;
-  std::vector<double> step_s, comm_s, blocks_s;
+  std::vector<double> step_s, comm_s, hidden_s, blocks_s;
 };
 
 std::string mb(int64_t bytes) {
@@ -81,6 +81,17 @@ std::vector<Variant> make_variants() {
        "naive-tp, whole-block recomputation"},
   };
   variants.insert(variants.end(), ablations.begin(), ablations.end());
+  // Beyond the paper: every layout with --tp-overlap, and every layout's compute floor.
+  for (const LayoutTraits& t : layout_registry()) {
+    BlockOptions overlap = kBoost;
+    overlap.overlap_chunks = 2;  // LayoutBenchOptions::overlap_chunks at run time
+    variants.push_back({std::string(t.name) + "-overlap", t.kind, overlap,
+                        std::string(t.name) + ", TP collectives hidden behind another chunk"});
+  }
+  for (const LayoutTraits& t : layout_registry())
+    variants.push_back({std::string(t.name) + "-compute-only", t.kind, kBoost,
+                        std::string(t.name) + " with its TP all-reduces skipped (the floor)",
+                        true});
   return variants;
 }
 
@@ -165,6 +176,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     Running run;
     VariantResult& r = run.result;
     r.variant = find_variant(name);
+    if (r.variant.options.overlap_chunks > 1) r.variant.options.overlap_chunks = o.overlap_chunks;
     r.config = layout_traits(r.variant.layout).low_rank ? low_rank : dense;
     check_options(r.variant.layout, r.variant.options);
     tp.barrier();
@@ -175,7 +187,9 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     run.model->init_weights(1);
     run.optimizer = std::make_unique<AdamW>(run.model->params(), OptimizerConfig{});
     run.pipeline = std::make_unique<Pipeline>(*run.model);
+    tp.set_compute_only(r.variant.compute_only);
     training_step(*run.pipeline, *run.optimizer, batch, o.batch, o.seq_len, kBenchLr);
+    tp.set_compute_only(false);
     auto peak = static_cast<float>(heap_peak_bytes() - heap_before);
     tp.all_reduce_max(&peak, 1);
     r.peak_bytes = static_cast<int64_t>(peak);
@@ -189,14 +203,17 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
       tp.barrier();
       Profile::global().clear();
       const CommCounts before = tp.counts();
+      tp.set_compute_only(run.result.variant.compute_only);
       const double t0 = now_s();
       run.result.loss =
           training_step(*run.pipeline, *run.optimizer, batch, o.batch, o.seq_len, kBenchLr);
+      tp.set_compute_only(false);
       tp.barrier();  // the step ends when the slowest rank is done
       const double dt = now_s() - t0;
       if (rep < o.warmup) continue;
       run.step_s.push_back(dt);
       run.comm_s.push_back(phase_seconds("comm"));
+      run.hidden_s.push_back(phase_seconds("comm_hidden"));
       run.blocks_s.push_back(phase_seconds("block_forward") + phase_seconds("block_backward"));
       run.result.tp_comm = tp.counts() - before;
       for (const auto& [phase, seconds] : Profile::global().seconds())
@@ -209,6 +226,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     const double step = median(run.step_s);
     r.step_ms = step * 1e3;
     r.comm_ms = median(run.comm_s) * 1e3;
+    r.comm_hidden_ms = median(run.hidden_s) * 1e3;
     r.blocks_ms = median(run.blocks_s) * 1e3;
     r.tokens_per_s = o.batch * o.seq_len / step;
     // Model FLOPs of the step against the GEMM peak of all the ranks that run it.
@@ -244,6 +262,9 @@ nlohmann::json to_json(const LayoutBenchReport& report) {
                               {"rmsnorm", b.online_norm ? "online" : "sync"},
                               {"grouping", b.grouping ? "on" : "off"},
                               {"recompute", to_string(b.recompute)},
+                              {"overlap_chunks", b.overlap_chunks},
+                              {"compute_only", r.variant.compute_only},
+                              {"comm_hidden_ms", r.comm_hidden_ms},
                               {"step_ms", r.step_ms},
                               {"tokens_per_s", r.tokens_per_s},
                               {"mfu", r.mfu},
@@ -279,16 +300,19 @@ void print_heading(const LayoutBenchReport& report) {
 
 void print_layout_table(const LayoutBenchReport& report) {
   print_heading(report);
-  std::printf("%-22s %-5s %8s %8s %6s %8s %8s %6s %8s %6s %8s %8s\n", "variant", "model", "step_ms",
-              "tokens/s", "MFU", "comm_ms", "comp_ms", "comm%", "TP_MB", "calls", "peak_MB",
-              "act_MB");
+  std::printf("%-22s %-5s %8s %8s %6s %8s %8s %8s %6s %8s %6s %8s %8s\n", "variant", "model",
+              "step_ms", "tokens/s", "MFU", "comm_ms", "hidden", "comp_ms", "comm%", "TP_MB",
+              "calls", "peak_MB", "act_MB");
   for (const auto& r : report.results) {
-    std::printf("%-22s %-5s %8.1f %8.0f %5.1f%% %8.1f %8.1f %5.1f%% %8s %6ld %8s %8s\n",
+    std::printf("%-22s %-5s %8.1f %8.0f %5.1f%% %8.1f %8.1f %8.1f %5.1f%% %8s %6ld %8s %8s\n",
                 r.variant.name.c_str(), to_string(r.config.arch).c_str(), r.step_ms, r.tokens_per_s,
-                100 * r.mfu, r.comm_ms, r.compute_ms(), 100 * r.comm_ms / r.step_ms,
-                mb(r.tp_comm.total_bytes()).c_str(), r.tp_comm.total_calls(),
-                mb(r.peak_bytes).c_str(), mb(r.activation_bytes).c_str());
+                100 * r.mfu, r.comm_ms, r.comm_hidden_ms, r.compute_ms(),
+                100 * r.comm_ms / r.step_ms, mb(r.tp_comm.total_bytes()).c_str(),
+                r.tp_comm.total_calls(), mb(r.peak_bytes).c_str(), mb(r.activation_bytes).c_str());
   }
+  std::printf(
+      "comm_ms: waiting in TP collectives; hidden: in flight while another chunk computed "
+      "(*-overlap);\ncomp_ms: step_ms - comm_ms; *-compute-only: the TP all-reduces skipped.\n");
 
   // Per collective kind: only the kinds some configuration used.
   std::vector<int> kinds;

@@ -28,6 +28,9 @@ struct Variant {
   LayoutKind layout;
   BlockOptions options;
   std::string description;
+  // The compute floor: the same step with the TP all-reduces skipped (Communicator::
+  // set_compute_only; the loss is then meaningless).
+  bool compute_only = false;
 };
 
 const std::vector<Variant>& all_variants();  // in table order
@@ -44,6 +47,7 @@ struct LayoutBenchOptions {
   int steps = 5;   // timed repetitions (median reported)
   int warmup = 1;  // untimed repetitions after the first step (which measures memory)
   std::vector<std::string> variants = layout_variant_names();
+  int overlap_chunks = 2;  // of the *-overlap variants (--tp-overlap-chunks)
 };
 
 struct VariantResult {
@@ -52,6 +56,9 @@ struct VariantResult {
   // Medians over the timed steps. comm: inside TP collectives (waiting for the slower rank
   // included); blocks: forward and backward of all transformer blocks.
   double step_ms = 0, comm_ms = 0, blocks_ms = 0;
+  // --tp-overlap: time collectives were in flight while another chunk computed (comm_ms is then
+  // the time waited for them).
+  double comm_hidden_ms = 0;
   double tokens_per_s = 0, mfu = 0;
   double model_flops = 0;                  // of one training step, the whole model (SPEC §4)
   CommCounts tp_comm;                      // one step's TP collectives, this rank

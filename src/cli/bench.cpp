@@ -89,6 +89,10 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
   cmd->add_option("--variants", o.variants, "variants to run, in this order")
       ->check(CLI::IsMember(bench::variant_names()))
       ->capture_default_str();
+  cmd->add_option("--tp-overlap-chunks", o.overlap_chunks,
+                  "chunks per micro-batch of the *-overlap variants (a divisor of -b is used)")
+      ->check(at_least(2))
+      ->capture_default_str();
   cmd->add_flag("--breakdown", f->breakdown, "also print ms per step in each kernel family");
   cmd->add_option("--json", f->json, "also write the results as JSON");
   cmd->add_option("--link-rate", f->link_rate,

@@ -31,7 +31,7 @@ using plan::StepPrediction;
 struct PlanOptions {
   std::string model, arch = "cola", hardware, precision = "bf16", json_path, measured;
   std::vector<std::string> layouts, recompute;
-  int gpus = 1, tp = 0, pp = 0, top = 20;
+  int gpus = 1, tp = 0, pp = 0, top = 20, overlap_chunks = 1;
   int64_t global_batch = 0, seq_len = 4096, micro_batch = 0, paper_micro_batches = 1;
   bool paper = false, with_dense = false, no_zero = false;
 };
@@ -42,6 +42,7 @@ std::string options_text(const plan::StepConfig& c) {
   std::string s = to_string(c.options.recompute);
   if (layout_traits(c.layout).hidden_sharded_residual && !c.options.online_norm) s += ",sync-norm";
   if (!c.options.grouping) s += ",ungrouped";
+  if (c.options.overlap_chunks > 1) s += ",overlap" + std::to_string(c.options.overlap_chunks);
   return s;
 }
 
@@ -128,6 +129,7 @@ void run_search(const PlanOptions& o) {
   s.pp = o.pp;
   s.micro_batch = o.micro_batch;
   s.try_zero1 = !o.no_zero;
+  s.overlap_chunks = o.overlap_chunks;
   if (!o.recompute.empty()) {
     s.recompute.clear();
     for (const auto& r : o.recompute) s.recompute.push_back(parse_recompute(r));
@@ -235,6 +237,7 @@ void run_measured(const PlanOptions& o) {
     c.options.online_norm = r.value("rmsnorm", "online") == "online";
     c.options.grouping = r.value("grouping", "on") == "on";
     c.options.recompute = parse_recompute(r.value("recompute", "none"));
+    c.options.overlap_chunks = r.value("overlap_chunks", 1);
     const Arch arch = parse_arch(r.at("arch"));
     c.config = plan::find_model(shape, arch);
     // A config file names one architecture; dense-tp ran the dense model of its shape.
@@ -243,7 +246,11 @@ void run_measured(const PlanOptions& o) {
     c.micro_batch = bench.at("batch");
     c.seq_len = bench.at("seq_len");
     c.precision = parse_dtype(bench.at("precision"));
-    const StepPrediction p = plan::predict_step(hw, c);
+    StepPrediction p = plan::predict_step(hw, c);
+    if (r.value("compute_only", false)) {  // the floor: its TP all-reduces were skipped
+      p.step_s -= p.micro_batches.comm;
+      p.micro_batches.comm = 0;
+    }
     const double measured = r.at("step_ms");
     std::printf("%-22s %12.1f %12.1f %+7.1f%% | %8.1f %8.1f %8.1f %8.1f %8.1f\n",
                 r.value("variant", to_string(c.layout)).c_str(), measured, p.step_s * 1e3,
@@ -289,6 +296,9 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--recompute", o->recompute, "only these recomputation modes")
       ->check(CLI::IsMember({"none", "lowrank", "block"}));
   cmd->add_flag("--no-zero", o->no_zero, "do not consider ZeRO-1");
+  cmd->add_option("--tp-overlap-chunks", o->overlap_chunks,
+                  "model --tp-overlap with this many chunks per micro-batch (1: off)")
+      ->check(at_least(1));
   cmd->add_option("--top", o->top, "rows to print")->check(at_least(1));
   cmd->add_option("--json", o->json_path, "also write every row as JSON");
   cmd->add_flag("--paper", o->paper, "compare with the paper's A100 measurements (SPEC §5)");

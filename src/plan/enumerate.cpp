@@ -46,6 +46,7 @@ void add_grid(const Hardware& hw, const SearchSpace& s, StepConfig base,
         c.micro_batch = b;
         c.micro_batches = per_rank / b;
         c.options.recompute = r;
+        c.options.overlap_chunks = s.overlap_chunks;
         c.zero1 = zero;
         if (!runs(c)) continue;
         out.push_back({c, predict_step(hw, c)});

@@ -23,6 +23,7 @@ struct SearchSpace {
   std::vector<int64_t> micro_batch_sizes = {1, 2, 4, 8, 16};
   std::vector<Recompute> recompute = {Recompute::none, Recompute::lowrank, Recompute::block};
   bool try_zero1 = true;
+  int overlap_chunks = 1;  // --tp-overlap's chunks per micro-batch for every candidate (1: off)
 };
 
 struct Candidate {

@@ -70,8 +70,38 @@ struct StageTime {
   double total() const { return per_micro_batch.total() + p2p_s; }
 };
 
+// The chunks --tp-overlap splits a micro-batch into: as the engine, the largest count up to the
+// asked one that divides the micro-batch; 1 without TP.
+int64_t overlap_chunks(const StepConfig& c) {
+  if (c.tp == 1) return 1;
+  int64_t chunks = std::max(1, c.options.overlap_chunks);
+  while (c.micro_batch % chunks != 0) --chunks;
+  return chunks;
+}
+
+// One pass (forward, or backward with its recomputation) through L blocks by `chunks` interleaved
+// chunks, from one chunk's work per block `w` with `calls` collectives in it. A chunk's work
+// alternates compute and collective segments; while one chunk's collective is in flight another
+// computes, so each segment costs the larger of the two, and the pass adds its fill: the first
+// chunk's first compute segment, with nothing to hide behind, or the last chunk's last collective,
+// whichever is shorter (the longer one is already counted). The seconds beyond compute are what the
+// overlap leaves exposed: `comm` of the result.
+WorkSeconds overlapped_pass(const WorkSeconds& w, int64_t calls, int64_t chunks, int64_t L) {
+  WorkSeconds out = w * static_cast<double>(chunks * L);
+  const double segments = static_cast<double>(std::max<int64_t>(calls, 1));
+  const double time = static_cast<double>(chunks * L) * std::max(w.compute(), w.comm) +
+                      std::min(w.compute(), w.comm) / segments;
+  out.comm = std::max(0.0, time - out.compute());
+  return out;
+}
+
 StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& pl, int stage) {
-  MicroBatch mb{c.layout, c.config, c.options, c.micro_batch, c.seq_len, c.tp};
+  // With --tp-overlap the engine runs each block per chunk of b/chunks sequences: the GEMM shapes
+  // and collectives of one chunk, `chunks` times over, overlapped.
+  const int64_t chunks = overlap_chunks(c);
+  BlockOptions chunk_options = c.options;
+  chunk_options.overlap_chunks = 1;
+  MicroBatch mb{c.layout, c.config, chunk_options, c.micro_batch / chunks, c.seq_len, c.tp};
   const CostContext ctx = cost_context(hw, c, pl);
   const int64_t hd = c.config.head_dim();
   const Work fwd = block_forward(mb), bwd = block_backward(mb), re = block_recompute(mb);
@@ -83,9 +113,21 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
   // stage does a micro-batch's backward follow its own forward at once.
   const int64_t recomputed = last ? std::max<int64_t>(L - 1, 0) : L;
   StageTime s;
-  s.per_micro_batch = (F + B) * static_cast<double>(L);
-  s.per_micro_batch += R * static_cast<double>(recomputed);
-  s.backward_s = (B.total() * L + R.total() * recomputed);
+  if (chunks == 1) {
+    s.per_micro_batch = (F + B) * static_cast<double>(L);
+    s.per_micro_batch += R * static_cast<double>(recomputed);
+    s.backward_s = (B.total() * L + R.total() * recomputed);
+  } else {
+    // Recomputation is spread over the backward pass's blocks.
+    const WorkSeconds BR = B + R * (L ? static_cast<double>(recomputed) / L : 0.0);
+    const WorkSeconds fwd_pass = overlapped_pass(F, fwd.tp.total_calls(), chunks, L),
+                      bwd_pass = overlapped_pass(BR, bwd.tp.total_calls() + re.tp.total_calls(),
+                                                 chunks, L);
+    s.per_micro_batch = fwd_pass + bwd_pass;
+    s.backward_s = bwd_pass.total();
+  }
+  mb.batch = c.micro_batch;  // the embedding and the head run on the whole micro-batch
+  mb.options = c.options;
   if (first) s.per_micro_batch += work_seconds(ctx, embedding_work(mb), hd);
   if (last) {
     const WorkSeconds head = work_seconds(ctx, head_work(mb), hd);
@@ -97,9 +139,9 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
         static_cast<double>(mb.tokens()) * residual_columns(mb) * ctx.activation_bytes;
     s.p2p_s = 2 * collective_seconds(*pl.pp, Collective::send, 1, bytes, 2, pl.pp_flows);
   }
-  const WorkSeconds gemms = (F + B) * static_cast<double>(L);
+  const WorkSeconds gemms = (F + B) * static_cast<double>(L * chunks);
   s.gemm_s = gemms.gemm;
-  s.gemm_flops = (fwd.gemm_flops() + bwd.gemm_flops()) * L;
+  s.gemm_flops = (fwd.gemm_flops() + bwd.gemm_flops()) * L * chunks;
   return s;
 }
 

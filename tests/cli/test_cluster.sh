@@ -52,15 +52,15 @@ link_bytes() {
     $(< /sys/class/net/"$cluster_name"-v0/statistics/tx_bytes)))
 }
 
-# check NAME CONFIG LAYOUT TP PP DP MICRO_BATCH MICRO_BATCHES: losses as one process, the closed
-# forms' bytes on every step but the last (which also evaluates), and at least that many bytes
-# through host 0's link.
+# check NAME CONFIG LAYOUT TP PP DP MICRO_BATCH MICRO_BATCHES [OVERLAP_CHUNKS]: losses as one
+# process, the closed forms' bytes (and calls, per --tp-overlap chunk) on every step but the last
+# (which also evaluates), and at least that many bytes through host 0's link.
 check() {
-  local name=$1 arch=$2 layout=$3 tp=$4 pp=$5 dp=$6 b=$7 m=$8
-  "$closed_form" "$work/$arch.json" "$layout" "$tp" "$pp" "$dp" "$b" "$seq" "$m" \
+  local name=$1 arch=$2 layout=$3 tp=$4 pp=$5 dp=$6 b=$7 m=$8 chunks=${9:-1}
+  "$closed_form" "$work/$arch.json" "$layout" "$tp" "$pp" "$dp" "$b" "$seq" "$m" "$chunks" \
     > "$work/$name.expected" || { fail "$name: closed form"; return; }
   python3 - "$work/${arch}1/metrics.jsonl" "$work/$name/metrics.jsonl" "$work/$name.expected" \
-    "$name" "$3" "$(($(link_bytes) - link_before))" << 'PY' || fail "$name"
+    "$name" "$chunks" "$(($(link_bytes) - link_before))" << 'PY' || fail "$name"
 import json, sys
 ref = [json.loads(l) for l in open(sys.argv[1])]
 run = [json.loads(l) for l in open(sys.argv[2])]
@@ -72,6 +72,9 @@ bad = [(i, a["loss"], b["loss"]) for i, (a, b) in enumerate(zip(ref, run))
 assert not bad, f"{name}: losses differ from one process: {bad}"
 for step in run[:-1]:
     assert step["comm"] == expected, f"{name} step {step['step']}: {step['comm']} != {expected}"
+chunks = int(sys.argv[5])
+overlap = run[0].get("tp_overlap", {"chunks": 1})
+assert overlap["chunks"] == chunks, f"{name}: --tp-overlap chunks {overlap['chunks']}, want {chunks}"
 sent = sum(c["bytes"] for group in run[0]["comm"].values() for c in group.values())
 # Rank 0 lives on host 0: each step's traffic leaves or enters through its veth (TCP adds headers).
 assert link_bytes >= sent * len(run), f"{name}: {link_bytes} bytes on the link, {sent}/step logged"
@@ -92,9 +95,13 @@ run() {
     { fail "$name: $(tail -3 "$work/$name.log")"; return 1; }
 }
 
-run dense_tp2 dense -b 4 --tp 2 --layout dense-tp && check dense_tp2 dense dense-tp 2 1 1 4 1
-run naive_tp2 cola -b 4 --tp 2 --layout naive-tp && check naive_tp2 cola naive-tp 2 1 1 4 1
-run btp_tp2 cola -b 4 --tp 2 --layout btp && check btp_tp2 cola btp 2 1 1 4 1
+# TP across hosts: --tp-overlap's default (auto) splits each micro-batch into 2 chunks there.
+run dense_tp2 dense -b 4 --tp 2 --layout dense-tp && check dense_tp2 dense dense-tp 2 1 1 4 1 2
+run naive_tp2 cola -b 4 --tp 2 --layout naive-tp && check naive_tp2 cola naive-tp 2 1 1 4 1 2
+run btp_tp2 cola -b 4 --tp 2 --layout btp && check btp_tp2 cola btp 2 1 1 4 1 2
+run btp_tp2_plain cola -b 4 --tp 2 --tp-overlap off && check btp_tp2_plain cola btp 2 1 1 4 1
+run btp_tp2_chunks4 cola -b 4 --tp 2 --tp-overlap-chunks 4 &&
+  check btp_tp2_chunks4 cola btp 2 1 1 4 1 4
 run btp_dp2 cola -b 2 --dp 2 && check btp_dp2 cola btp 1 1 2 2 1
 run btp_pp2 cola -b 2 --grad-accum 2 --pp 2 && check btp_pp2 cola btp 1 2 1 2 2
 

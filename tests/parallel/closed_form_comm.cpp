@@ -3,6 +3,7 @@
 // (tests/cli/test_cluster.sh).
 //
 //   boostlm_closed_form_comm CONFIG.json LAYOUT TP PP DP MICRO_BATCH SEQ_LEN MICRO_BATCHES
+//                            [OVERLAP_CHUNKS]
 //
 // prints {"tp": {kind: {"calls", "bytes"}}, "pp": {...}, "dp": {...}} in the metrics' format.
 // Rank 0 is TP rank 0 of pipeline stage 0 and DP replica 0. Beside the formulas, a step of the
@@ -21,10 +22,10 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
-#include "model/config.h"
-#include "engine/model.h"
-#include "parallel/comm_formulas.h"
 #include "engine/data_parallel.h"
+#include "engine/model.h"
+#include "model/config.h"
+#include "parallel/comm_formulas.h"
 #include "plan/workload.h"
 
 namespace {
@@ -48,9 +49,10 @@ void add_norm_all_reduce(CommCounts& counts) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 9) {
+  if (argc != 9 && argc != 10) {
     std::fprintf(stderr,
-                 "usage: %s CONFIG.json LAYOUT TP PP DP MICRO_BATCH SEQ_LEN MICRO_BATCHES\n",
+                 "usage: %s CONFIG.json LAYOUT TP PP DP MICRO_BATCH SEQ_LEN MICRO_BATCHES "
+                 "[OVERLAP_CHUNKS]\n",
                  argv[0]);
     return 2;
   }
@@ -71,7 +73,9 @@ int main(int argc, char** argv) {
   const int64_t rows = plan::head_chunk_rows(mb);
   const int64_t head_chunks = (tokens + rows - 1) / rows;
 
-  CommCounts tp_comm = stage_tp_comm(layout, config, tokens, tp, head_chunks, BlockOptions{}, pp,
+  BlockOptions options;  // train's defaults, and --tp-overlap's chunks when given
+  if (argc == 10) options.overlap_chunks = std::atoi(argv[9]);
+  CommCounts tp_comm = stage_tp_comm(layout, config, tokens, tp, head_chunks, options, pp,
                                      /*stage=*/0, micro_batches);
   if (tp > 1) add_norm_all_reduce(tp_comm);
   const CommCounts pp_comm = pipeline_p2p_comm(layout, config, tokens, tp, pp, /*stage=*/0,

@@ -145,6 +145,37 @@ TEST(PlanStepModel, GroupsArePlacedOnNodesAsTheGridOrdersRanks) {
   EXPECT_EQ(predict_step(h, btp_step(2, 2, 2, 2)).pp_link, "inter-node");
 }
 
+// --tp-overlap: the blocks' compute is that of two half-batch chunks, and their TP communication
+// (twice the calls, the same bytes) is hidden behind it up to the fill: the step is never shorter
+// than the compute or the communication alone, and on a slow link overlap pays.
+TEST(PlanStepModel, OverlapHidesCommunicationBehindTheOtherChunk) {
+  Hardware h = round_hardware();
+  h.device.gemm[DType::bf16].peak_flops = 1e9;  // a slow device, so compute can match the link
+  h.device.memory_bandwidth = 1e10;
+  for (double bandwidth : {1e6, 1e7, 1e8, 1e9, 1e10, 100e9}) {
+    h.intra_node.bandwidth = bandwidth;
+    StepConfig plain = btp_step(2, 1, 1, 1), overlap = plain;
+    plain.seq_len = overlap.seq_len = 512;  // chunks of 512 tokens: GEMMs as efficient as whole
+    overlap.options.overlap_chunks = 2;
+    const StepPrediction off = predict_step(h, plain), on = predict_step(h, overlap);
+    // On a slow link overlap pays; where latency dominates, twice the calls can cost more.
+    if (bandwidth == 1e6) {  // communication about half the compute: mostly hidden
+      EXPECT_LT(on.micro_batches.comm, 0.2 * off.micro_batches.comm);
+      EXPECT_LT(on.step_s, 0.8 * off.step_s);
+    }
+    // Exposed TP time is at least what the compute of the blocks cannot cover.
+    EXPECT_GE(on.step_s, std::max(on.compute_s(), off.micro_batches.comm * 0.99)) << bandwidth;
+  }
+  h.intra_node.bandwidth = 1e3;  // communication dominates: the step is about all of it
+  StepConfig plain = btp_step(2, 1, 1, 1), overlap = plain;
+  overlap.options.overlap_chunks = 2;
+  const StepPrediction off = predict_step(h, plain), on = predict_step(h, overlap);
+  EXPECT_GT(on.step_s, 0.95 * off.step_s);
+  // An odd micro-batch of 1 sequence cannot be split: the prediction is the plain one.
+  plain.micro_batch = overlap.micro_batch = 1;
+  EXPECT_DOUBLE_EQ(predict_step(h, overlap).step_s, predict_step(h, plain).step_s);
+}
+
 TEST(PlanStepModel, RefusesWhatTheEngineCannotRun) {
   const Hardware h = round_hardware();
   StepConfig c = btp_step(3, 1, 1, 1);  // 4 heads over 3 ranks
