@@ -160,6 +160,7 @@ if want cluster; then
       -o "$out/cluster-hardware-$rate.json"
     run "$out/cluster-layouts-$cluster_shape-$rate.log" "$boostlm" launch --hostfile "$hosts" -- \
       bench layouts --shape "$cluster_shape" --precision fp32 --variants dense-tp naive-tp btp \
+      dense-tp-overlap naive-tp-overlap btp-overlap btp-compute-only \
       "${cluster_size[@]}" --json "$out/cluster-layouts-$cluster_shape-$rate.json"
     run "$out/cluster-plan-$cluster_shape-$rate.log" "$boostlm" plan \
       --measured "$out/cluster-layouts-$cluster_shape-$rate.json" \
@@ -172,18 +173,40 @@ if want cluster; then
   "$python" - "$out" "$cluster_shape" $rates > "$out/cluster-sweep.md" << 'PY'
 import json, os, sys
 out, shape, rates = sys.argv[1], sys.argv[2], sys.argv[3:]
-print("| link | layout | measured ms | predicted ms | error | comm ms | naive-tp / btp | dense-tp / btp |")
-print("|---|---|---:|---:|---:|---:|---:|---:|")
+print("| link | variant | measured ms | predicted ms | error | comm waited ms | comm hidden ms "
+      "| naive-tp / btp | dense-tp / btp |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+tables = {}
 for rate in rates:
     rows = json.load(open(os.path.join(out, f"cluster-plan-{shape}-{rate}.json")))
-    by = {r["layout"]: r for r in rows}
+    by = {r["variant"]: r for r in rows}
+    tables[rate] = by
     btp = by.get("btp", {}).get("measured_ms")
     for r in rows:
         err = 100 * (r["predicted_ms"] / r["measured_ms"] - 1)
         ratio = lambda other: (f"{by[other]['measured_ms'] / btp:.2f}"
-                               if btp and other in by and r["layout"] == "btp" else "")
-        print(f"| {rate} | {r['layout']} | {r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | "
-              f"{err:+.0f}% | {r['measured_comm_ms']:.1f} | {ratio('naive-tp')} | {ratio('dense-tp')} |")
+                               if btp and other in by and r["variant"] == "btp" else "")
+        print(f"| {rate} | {r['variant']} | {r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | "
+              f"{err:+.0f}% | {r['measured_comm_ms']:.1f} | "
+              f"{r.get('measured_comm_hidden_ms', 0):.1f} | {ratio('naive-tp')} | {ratio('dense-tp')} |")
+# --tp-overlap: each layout off and on, btp's compute floor, and the targets' ratios.
+print()
+print("| link | layout | overlap off ms | overlap on ms | on / off | btp floor (compute only) ms "
+      "| btp on / max(floor, comm) |")
+print("|---|---|---:|---:|---:|---:|---:|")
+for rate, by in tables.items():
+    floor = by.get("btp-compute-only", {}).get("measured_ms")
+    for layout in ("dense-tp", "naive-tp", "btp"):
+        off, on = by.get(layout), by.get(layout + "-overlap")
+        if not off or not on:
+            continue
+        bound = ""
+        if layout == "btp" and floor:
+            comm = off["measured_comm_ms"]
+            bound = f"{on['measured_ms'] / max(floor, comm):.2f}"
+        print(f"| {rate} | {layout} | {off['measured_ms']:.1f} | {on['measured_ms']:.1f} | "
+              f"{on['measured_ms'] / off['measured_ms']:.2f} | "
+              f"{(f'{floor:.1f}' if floor and layout == 'btp' else '')} | {bound} |")
 PY
   cat "$out/cluster-sweep.md"
   end_part

@@ -263,7 +263,10 @@ void run_measured(const PlanOptions& o) {
                    {"measured_ms", measured},
                    {"predicted_ms", p.step_s * 1e3},
                    {"predicted_tp_comm_ms", p.micro_batches.comm * 1e3},
-                   {"measured_comm_ms", r.value("comm_ms", 0.0)}});
+                   {"measured_comm_ms", r.value("comm_ms", 0.0)},
+                   {"measured_comm_hidden_ms", r.value("comm_hidden_ms", 0.0)},
+                   {"overlap_chunks", c.options.overlap_chunks},
+                   {"compute_only", r.value("compute_only", false)}});
   }
   write_json(o.json_path, out);
 }

@@ -1,9 +1,16 @@
 #include "comm/overlap.h"
 
 #include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -25,9 +32,62 @@ struct Op {
   float* data = nullptr;
   int count = 0;
   MPI_Op op = MPI_SUM;
-  MPI_Request request = MPI_REQUEST_NULL;
   double started_s = 0, finished_s = 0;  // written by the progress thread before `done`
   std::atomic<bool> done{false};
+};
+
+// The tag of the exchanges below on the TP communicator, which carries no other point-to-point
+// traffic (its collectives match separately from point-to-point in MPI).
+constexpr int kExchangeTag = 0x0b1;
+
+// One all-reduce in flight on the progress thread. Between two ranks it is a single exchange of
+// the whole buffer, both directions at once, and an element-wise sum (or max), the same on both
+// ranks (a + b == b + a in IEEE arithmetic): Open MPI's MPI_Iallreduce (libnbc) runs an in-place
+// all-reduce as a binomial reduce and then a broadcast, two transfers one after the other, which
+// on a slow link takes twice as long. Larger groups use MPI_Iallreduce out of place (libnbc's ring
+// for large buffers), copied back when it is done.
+class InFlight {
+ public:
+  void start(Op& op) {
+    op_ = &op;
+    int size = 0, rank = 0;
+    MPI_Comm_size(op.comm, &size);
+    MPI_Comm_rank(op.comm, &rank);
+    if (scratch_.size() < static_cast<size_t>(op.count)) scratch_.resize(op.count);
+    if (size == 2) {
+      const int peer = 1 - rank;
+      MPI_Irecv(scratch_.data(), op.count, MPI_FLOAT, peer, kExchangeTag, op.comm, &requests_[0]);
+      MPI_Isend(op.data, op.count, MPI_FLOAT, peer, kExchangeTag, op.comm, &requests_[1]);
+      pairs_ = true;
+    } else {
+      MPI_Iallreduce(op.data, scratch_.data(), op.count, MPI_FLOAT, op.op, op.comm, &requests_[0]);
+      requests_[1] = MPI_REQUEST_NULL;
+      pairs_ = false;
+    }
+  }
+
+  // Lets MPI progress the transfer; true (and the result in place) once it is complete.
+  bool test() {
+    int finished = 0;
+    MPI_Testall(2, requests_, &finished, MPI_STATUSES_IGNORE);
+    if (!finished) return false;
+    float* x = op_->data;
+    const float* other = scratch_.data();
+    const int n = op_->count;
+    if (!pairs_)
+      std::copy_n(other, n, x);
+    else if (op_->op == MPI_MAX)
+      for (int i = 0; i < n; ++i) x[i] = std::max(x[i], other[i]);
+    else
+      for (int i = 0; i < n; ++i) x[i] += other[i];
+    return true;
+  }
+
+ private:
+  Op* op_ = nullptr;
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  bool pairs_ = false;
+  std::vector<float> scratch_;
 };
 
 }  // namespace
@@ -38,9 +98,26 @@ struct CommOverlap::Progress {
   std::condition_variable wake;
   std::deque<Op*> incoming;
   bool stop = false;
-  std::thread thread;
+  // Microseconds between polls (BOOSTLM_OVERLAP_POLL_US overrides, for measuring the choice).
+  const int poll_us = [] {
+    const char* env = std::getenv("BOOSTLM_OVERLAP_POLL_US");
+    return env ? std::max(1, std::atoi(env)) : kPollMicroseconds;
+  }();
+  std::thread thread;  // last: it starts running loop() at once
 
-  Progress() : thread([this] { loop(); }) {}
+  Progress() : thread([this] { loop(); }) { prioritise(thread); }
+
+  // The progress thread shares its core with the compute of its own rank (and, on an emulated
+  // cluster, of other hosts): at normal priority the scheduler lets it run only every few
+  // milliseconds, and each step of a collective's protocol waits that long. A real-time priority
+  // (root or CAP_SYS_NICE), else the highest nice value allowed, lets it in on time; it sleeps
+  // between polls, so it takes little from the compute.
+  static void prioritise(std::thread& t) {
+    sched_param param{};
+    param.sched_priority = 1;
+    if (pthread_setschedparam(t.native_handle(), SCHED_FIFO, &param) == 0) return;
+    // Per-thread nice (Linux): its kernel thread id, set from the thread itself in loop().
+  }
   ~Progress() {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -59,36 +136,37 @@ struct CommOverlap::Progress {
   }
 
   void loop() {
-    std::vector<Op*> active, started;
+    int policy = 0;
+    sched_param param{};
+    if (pthread_getschedparam(pthread_self(), &policy, &param) == 0 && policy == SCHED_OTHER)
+      setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), -10);  // best effort
+    // One collective in flight at a time, in the order handed over: two at once would share the
+    // link and both finish late, while the first one's chunk waits for it.
+    std::deque<Op*> queued;
+    Op* active = nullptr;
+    InFlight transfer;
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mutex);
-        if (active.empty()) wake.wait(lock, [&] { return stop || !incoming.empty(); });
-        if (stop && incoming.empty() && active.empty()) return;
-        started.assign(incoming.begin(), incoming.end());
+        if (!active && queued.empty()) wake.wait(lock, [&] { return stop || !incoming.empty(); });
+        if (stop && incoming.empty() && !active && queued.empty()) return;
+        queued.insert(queued.end(), incoming.begin(), incoming.end());
         incoming.clear();
       }
-      for (Op* op : started) {
-        op->started_s = now_s();
-        MPI_Iallreduce(MPI_IN_PLACE, op->data, op->count, MPI_FLOAT, op->op, op->comm,
-                       &op->request);
-        active.push_back(op);
+      if (!active && !queued.empty()) {
+        active = queued.front();
+        queued.pop_front();
+        active->started_s = now_s();
+        transfer.start(*active);
       }
-      for (size_t i = 0; i < active.size();) {
-        int finished = 0;
-        MPI_Test(&active[i]->request, &finished, MPI_STATUS_IGNORE);
-        if (!finished) {
-          ++i;
-          continue;
-        }
-        Op* op = active[i];
-        op->finished_s = now_s();
-        op->done.store(true, std::memory_order_release);
-        op->done.notify_all();
-        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+      if (transfer.test()) {
+        active->finished_s = now_s();
+        active->done.store(true, std::memory_order_release);
+        active->done.notify_all();
+        active = nullptr;
+        continue;  // start the next one at once
       }
-      if (!active.empty())
-        std::this_thread::sleep_for(std::chrono::microseconds(kPollMicroseconds));
+      std::this_thread::sleep_for(std::chrono::microseconds(poll_us));
     }
   }
 };
