@@ -34,15 +34,6 @@ void take_columns(const float* full, int64_t ld, int64_t N, int64_t c, int rank,
 
 }  // namespace
 
-// x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
-static GemmInput rounded_input_impl(DType compute, const float* x, int64_t rows, int64_t cols,
-                                    Buffer<bf16_t>& scratch) {
-  if (compute != DType::bf16) return {x, cols};
-  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
-  round_to_bf16(x, rows, cols, cols, scratch.data());
-  return {x, scratch.data(), cols};
-}
-
 Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind> layout,
              Communicator* tp, const BlockOptions& options, Communicator* pp, int micro_slots)
     : config_(config),
@@ -238,7 +229,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
                   rstd_final_.data());
 
   const int64_t chunk = logits_.size() / V;
-  const GemmInput x_all = rounded_input_impl(compute_, norm_final_.data(), N, d, norm_final_bf16_);
+  const GemmInput x_all = rounded_input(compute_, norm_final_.data(), N, d, norm_final_bf16_);
   const GemmInput w_head(weights_.view(head),
                          weights_bf16_.empty() ? nullptr : weights_bf16_.data() + head.offset, d);
   const float scale = grad_scale / static_cast<float>(N);
@@ -268,7 +259,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
                                      ce_lse_.data() + r0, scale);
     }
     if (!backward) continue;
-    const GemmInput dlogits = rounded_input_impl(compute_, logits_.data(), rows, V, logits_bf16_);
+    const GemmInput dlogits = rounded_input(compute_, logits_.data(), rows, V, logits_bf16_);
     gemm(Trans::T, Trans::N, V, d, rows, 1.0f, dlogits, x, 1.0f, grads_.view(head), d, compute_);
     gemm(Trans::N, Trans::N, rows, d, V, 1.0f, dlogits, w_head, 0.0f, d_full_.data() + r0 * d, d,
          compute_);

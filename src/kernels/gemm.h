@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "core/buffer.h"
 #include "core/dtype.h"
 
 namespace boostlm {
@@ -58,5 +59,15 @@ void gemm_batched(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
 
 // Rounds a rows x cols fp32 block (row stride ld) to bf16, contiguous (row stride cols).
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst);
+
+// x [rows, cols] (contiguous) as a GEMM input: fp32 as it is; in bf16 also rounded once into
+// `scratch` (grown as needed), for the GEMMs that share it.
+inline GemmInput rounded_input(DType compute, const float* x, int64_t rows, int64_t cols,
+                               Buffer<bf16_t>& scratch) {
+  if (compute != DType::bf16) return {x, cols};
+  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
+  round_to_bf16(x, rows, cols, cols, scratch.data());
+  return {x, scratch.data(), cols};
+}
 
 }  // namespace boostlm

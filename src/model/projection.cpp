@@ -242,43 +242,22 @@ void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmIn
                            compute);
 }
 
-void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
-                         float dx_beta, std::vector<float>& da_scratch, DType compute) {
-  if (cat) da_scratch.resize(cat->a.size());
-  group_down_backward_impl(group, cat, x, dz, lddz, N, dx, lddx, dx_beta, da_scratch.data(),
-                           compute);
+void dense_projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* y,
+                              int64_t ldy, DType compute) {
+  BOOSTLM_ASSERT_MSG(p.rank == 0, "dense_projection_forward on a low-rank projection");
+  gemm(Trans::N, Trans::T, N, p.d_out, p.d_in, 1.0f, x, {p.weight, p.weight_bf16, p.d_in}, 0.0f, y,
+       ldy, compute);
 }
 
-void projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* z, float* h,
-                        float* y, int64_t ldy, DType compute) {
-  if (p.rank == 0) {
-    gemm(Trans::N, Trans::T, N, p.d_out, p.d_in, 1.0f, x, {p.weight, p.weight_bf16, p.d_in}, 0.0f,
-         y, ldy, compute);
-    return;
-  }
-  const ProjectionGroup one(&p, 1);
-  group_down_forward(one, nullptr, x, N, z, p.rank, compute);
-  group_up_forward(one, {group_activate(one, z, h, N), p.rank}, N, &y, &ldy, false, compute);
-}
-
-void projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, const float* z,
-                         const float* h, const float* dy, int64_t lddy, float* dx, int64_t lddx,
-                         float dx_beta, float* dlatent, DType compute) {
-  if (p.rank == 0) {
-    // dW += dyᵀ x;  dx = dy W
-    gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, {dy, lddy}, x, 1.0f, p.dweight, p.d_in,
-         compute);
-    gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, {dy, lddy},
-         {p.weight, p.weight_bf16, p.d_in}, dx_beta, dx, lddx, compute);
-    return;
-  }
-  const ProjectionGroup one(&p, 1);
-  group_up_backward(one, {p.latent_act ? h : z, p.rank}, &dy, &lddy, N, dlatent, p.rank, false,
-                    compute);
-  group_activate_backward(one, z, dlatent, N);
-  group_down_backward_impl(one, nullptr, x, dlatent, p.rank, N, dx, lddx, dx_beta, nullptr,
-                           compute);  // no concatenation, no scratch
+void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, const float* dy,
+                               int64_t lddy, float* dx, int64_t lddx, float dx_beta,
+                               DType compute) {
+  BOOSTLM_ASSERT_MSG(p.rank == 0, "dense_projection_backward on a low-rank projection");
+  // dW += dyᵀ x;  dx = dx_beta·dx + dy W
+  gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, {dy, lddy}, x, 1.0f, p.dweight, p.d_in,
+       compute);
+  gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, {dy, lddy}, {p.weight, p.weight_bf16, p.d_in},
+       dx_beta, dx, lddx, compute);
 }
 
 }  // namespace boostlm

@@ -44,14 +44,13 @@ ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool late
                                   const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
                                   const bf16_t* weights_bf16);
 
-// Whole projection. x: [N, d_in], y: [N, d_out] (row stride ldy). For low-rank, z and h are
-// [N, rank] (h == z allowed when !latent_act).
-void projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* z, float* h,
-                        float* y, int64_t ldy, DType compute);
-// Accumulates weight gradients; dx = dx_beta·dx + ∂L/∂x. dlatent: [N, rank] scratch.
-void projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, const float* z,
-                         const float* h, const float* dy, int64_t lddy, float* dx, int64_t lddx,
-                         float dx_beta, float* dlatent, DType compute);
+// A dense projection (rank 0; the low-rank ones run as groups, below). x: [N, d_in], y: [N, d_out]
+// (row stride ldy).
+void dense_projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* y,
+                              int64_t ldy, DType compute);
+// Accumulates dW; dx = dx_beta·dx + ∂L/∂x.
+void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, const float* dy,
+                               int64_t lddy, float* dx, int64_t lddx, float dx_beta, DType compute);
 
 // Low-rank halves, for a group of projections that read one input (q|k|v, gate|up; o and down
 // alone).
@@ -95,9 +94,5 @@ void group_activate_backward(ProjectionGroup group, const float* z, float* dlate
 void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
                          const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
                          float dx_beta, Buffer<float>& da_scratch, DType compute);
-// The same with a vector for scratch, until every layout holds its scratch in Buffers.
-void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
-                         float dx_beta, std::vector<float>& da_scratch, DType compute);
 
 }  // namespace boostlm

@@ -1,6 +1,9 @@
 #include "parallel/layout.h"
 
 #include "core/error.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
 
 namespace boostlm {
 
@@ -25,6 +28,146 @@ Recompute parse_recompute(const std::string& text) {
 
 Layout::Layout(const ModelConfig& config, Communicator& tp)
     : config_(config), tp_(tp), last_layer_(config.n_layers) {}
+
+// ---------------------------------------------------------------------------------------------
+// The block, written once. What differs between layouts — how a group of projections is sharded,
+// where its collective sits, what it keeps — is behind group_forward / group_backward; the
+// skeleton below is the same for all of them: attention runs on this rank's heads, SwiGLU on its
+// MLP columns, and the residual adds on its residual columns.
+
+void Layout::block_forward(int64_t layer, const float* x_in, float* x_out) {
+  BlockActs& a = acts_[slot(layer)];
+  BlockActs& w = intermediates(a);
+  a.x_in = x_in;
+  work_layer_ = layer;
+  work_micro_ = micro_;
+  const int64_t N = batch_ * seq_len_, rc = residual_columns(), ff = widths_.ff;
+  concatenate_groups(layer);
+
+  // Attention sub-block.
+  const Qkv qkv = split_qkv(w.qkv);
+  group_forward(layer, kQkv, x_in, {qkv.q, qkv.k, qkv.v});
+  attention(w);
+  group_forward(layer, kO, w.attn.data(), {partial_.data()});
+  add(x_in, partial_.data(), a.x_mid.data(), N * rc);
+
+  // MLP sub-block.
+  float *gate = w.gate_up.data(), *up = gate + N * ff;
+  group_forward(layer, kGateUp, a.x_mid.data(), {gate, up});
+  swiglu_forward(gate, up, N * ff, config_.mlp_gate_act, w.hidden.data());
+  group_forward(layer, kDown, w.hidden.data(), {partial_.data()});
+  add(a.x_mid.data(), partial_.data(), x_out, N * rc);
+}
+
+void Layout::block_backward(int64_t layer, float* dx) {
+  BlockActs& a = acts_[slot(layer)];
+  BlockActs& w = intermediates(a);
+  const int64_t N = batch_ * seq_len_, ff = widths_.ff;
+  // The shared work area still holds the intermediates of the block forward ran last.
+  if (recomputes_intermediates() && (work_layer_ != layer || work_micro_ != micro_))
+    replay(layer, a);
+  work_layer_ = -1;  // backward overwrites them
+
+  // MLP.
+  group_backward(layer, kDown, w.hidden.data(), {dx}, d_hidden_.data());
+  const float *gate = w.gate_up.data(), *up = gate + N * ff;
+  float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ff;
+  swiglu_backward(d_hidden_.data(), gate, up, N * ff, config_.mlp_gate_act, d_gate, d_up);
+  group_backward(layer, kGateUp, a.x_mid.data(), {d_gate, d_up}, dx);
+
+  // Attention.
+  group_backward(layer, kO, w.attn.data(), {dx}, d_attn_.data());
+  const Qkv qkv = split_qkv(w.qkv), d = split_qkv(d_qkv_);
+  const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
+  const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd};
+  attention_backward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data(),
+                     d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
+  rope_backward(d.q, ql, batch_, seq_len_, widths_.heads, rope_);
+  rope_backward(d.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
+  group_backward(layer, kQkv, a.x_in, {d.q, d.k, d.v}, dx);
+}
+
+// RoPE on q and k where they were produced, then causal attention over this rank's heads.
+void Layout::attention(BlockActs& w) {
+  const Qkv qkv = split_qkv(w.qkv);
+  const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
+  rope_forward(qkv.q, ql, batch_, seq_len_, widths_.heads, rope_);
+  rope_forward(qkv.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
+  const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd};
+  attention_forward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data());
+}
+
+// Rebuilds the intermediates of block `layer` from what it kept: the layout's groups replay their
+// up halves from the kept latents, locally; attention and SwiGLU run again.
+void Layout::replay(int64_t layer, BlockActs& a) {
+  BlockActs& w = work_;
+  const int64_t N = batch_ * seq_len_, ff = widths_.ff;
+  const Qkv qkv = split_qkv(w.qkv);
+  group_replay(layer, kQkv, a.x_in, {qkv.q, qkv.k, qkv.v});
+  attention(w);
+  group_replay(layer, kO, w.attn.data(), {});
+  float *gate = w.gate_up.data(), *up = gate + N * ff;
+  group_replay(layer, kGateUp, a.x_mid.data(), {gate, up});
+  swiglu_forward(gate, up, N * ff, config_.mlp_gate_act, w.hidden.data());
+  group_replay(layer, kDown, w.hidden.data(), {});
+}
+
+void Layout::group_replay(int64_t, const Group&, const float*, std::initializer_list<float*>) {
+  BOOSTLM_ASSERT_MSG(false, "this layout keeps its intermediates; it has nothing to replay");
+}
+
+Layout::Qkv Layout::split_qkv(Buffer<float>& qkv) const {
+  const int64_t N = batch_ * seq_len_, hd = config_.head_dim();
+  const int64_t ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
+  return {qkv.data(), qkv.data() + N * ql, qkv.data() + N * (ql + kvl)};
+}
+
+void Layout::allocate(int64_t B, int64_t T) {
+  const int64_t N = B * T, rc = residual_columns(), hd = config_.head_dim();
+  widths_ = local_widths();
+  const int64_t ql = widths_.heads * hd, kvl = widths_.kv_heads * hd, ff = widths_.ff;
+  acts_.clear();
+  acts_.resize(slots());
+  for (BlockActs& a : acts_) {
+    a.x_mid.resize(N * rc);
+    if (!recomputes_intermediates()) allocate_intermediates(a, N);
+  }
+  work_ = BlockActs{};
+  if (recomputes_intermediates()) allocate_intermediates(work_, N);
+  work_layer_ = -1;
+  partial_.resize(N * rc);
+  d_qkv_.resize(N * (ql + 2 * kvl));
+  d_attn_.resize(N * ql);
+  d_gate_up_.resize(2 * N * ff);
+  d_hidden_.resize(N * ff);
+  allocate_groups(N);
+}
+
+void Layout::allocate_intermediates(BlockActs& a, int64_t N) {
+  const int64_t hd = config_.head_dim();
+  const int64_t ql = widths_.heads * hd, kvl = widths_.kv_heads * hd, ff = widths_.ff;
+  a.qkv.resize(N * (ql + 2 * kvl));
+  a.attn.resize(N * ql);
+  a.lse.resize(N * widths_.heads);
+  a.gate_up.resize(2 * N * ff);
+  a.hidden.resize(N * ff);
+}
+
+int64_t Layout::bytes_of(const BlockActs& a) {
+  return static_cast<int64_t>(a.x_mid.size() + a.qkv.size() + a.attn.size() + a.lse.size() +
+                              a.gate_up.size() + a.hidden.size()) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+int64_t Layout::slot_bytes() const {
+  return acts_.empty() ? 0 : bytes_of(acts_[0]) + group_slot_bytes();
+}
+
+int64_t Layout::activation_bytes() const {
+  int64_t n = bytes_of(work_) + group_total_bytes();
+  for (const BlockActs& a : acts_) n += bytes_of(a);
+  return n;
+}
 
 void Layout::add_block_params(ParamTable& table, int64_t layer) const {
   const BlockSharding s = sharding();
@@ -81,7 +224,7 @@ void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grad
 }
 
 void Layout::concatenate_groups(int64_t layer) {
-  if (!options_.grouping) return;
+  if (!options_.grouping || !config_.low_rank()) return;
   concatenated_.resize(config_.n_layers);
   for (const Group& g : kGroups)
     if (g.count > 1) concatenate_a(members(layer, g), compute_, concatenated_[layer][g.index]);
@@ -93,11 +236,8 @@ const ConcatenatedA* Layout::concatenated(int64_t layer, const Group& g) const {
 }
 
 GemmInput Layout::shared_input(const float* x, int64_t rows, int64_t cols,
-                               std::vector<bf16_t>& scratch) {
-  if (compute_ != DType::bf16) return {x, cols};
-  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
-  round_to_bf16(x, rows, cols, cols, scratch.data());
-  return {x, scratch.data(), cols};
+                               Buffer<bf16_t>& scratch) {
+  return rounded_input(compute_, x, rows, cols, scratch);
 }
 
 }  // namespace boostlm

@@ -8,11 +8,13 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/param_table.h"
 #include "kernels/gemm.h"
@@ -118,13 +120,15 @@ class Layout {
     rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
     allocate(B, T);
   }
-  // Runs block `layer`; x_in must stay alive until its backward (the model owns it).
-  virtual void block_forward(int64_t layer, const float* x_in, float* x_out) = 0;
+  // Runs block `layer`; x_in must stay alive until its backward (the model owns it). The block is
+  // written once, here (layout.cpp): norm → q|k|v → RoPE → attention → o → residual → norm →
+  // gate|up → SwiGLU → down → residual; a layout supplies its groups (group_forward/backward).
+  void block_forward(int64_t layer, const float* x_in, float* x_out);
   // dx: ∂L/∂x_out on entry, ∂L/∂x_in on return. Adds the block's weight gradients.
-  virtual void block_backward(int64_t layer, float* dx) = 0;
-  virtual int64_t activation_bytes() const = 0;
+  void block_backward(int64_t layer, float* dx);
+  int64_t activation_bytes() const;
   // Bytes of one block's activation slot (what a block keeps besides its input, this rank).
-  virtual int64_t slot_bytes() const = 0;
+  int64_t slot_bytes() const;
 
   // This rank's shards of block `layer`, in SPEC §2's order and names.
   void add_block_params(ParamTable& table, int64_t layer) const;
@@ -176,7 +180,7 @@ class Layout {
   const ConcatenatedA* concatenated(int64_t layer, const Group& g) const;
 
   // x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
-  GemmInput shared_input(const float* x, int64_t rows, int64_t cols, std::vector<bf16_t>& scratch);
+  GemmInput shared_input(const float* x, int64_t rows, int64_t cols, Buffer<bf16_t>& scratch);
 
   // Activation slots: one per block of this stage and micro-batch in flight, or a single one reused
   // when whole blocks are recomputed.
@@ -190,6 +194,33 @@ class Layout {
                : (micro_ % micro_slots_) * layers() + (layer - first_layer_);
   }
 
+  // ---- What a layout supplies: the block's projections in groups, each with its collectives. ----
+  // The attention heads (query, key/value) and MLP columns this rank computes.
+  struct LocalWidths {
+    int64_t heads, kv_heads, ff;
+  };
+  virtual LocalWidths local_widths() const = 0;
+  // Group g's forward on block `layer`: its input x [N, in] — the residual stream for a normed
+  // group (the layout applies the norm), else the attention output (o) or the SwiGLU output
+  // (down) — and its members' outputs y_m [N, d_out_m], each contiguous (o and down: the partial
+  // or whole residual update). The layout places its collectives here.
+  virtual void group_forward(int64_t layer, const Group& g, const float* x,
+                             std::initializer_list<float*> y) = 0;
+  // Its backward from the outputs' gradients dy_m: for o and down, dx = ∂L/∂x (overwritten); for
+  // a normed group, ∂L/∂x through the norm is added into dx (the residual's gradient).
+  virtual void group_backward(int64_t layer, const Group& g, const float* x,
+                              std::initializer_list<const float*> dy, float* dx) = 0;
+  // Whether backward rebuilds the intermediates (q, k, v, attention, gate, up, SwiGLU) instead of
+  // keeping them per block (btp's lowrank recomputation), and the rebuilding of group g's outputs
+  // from what the block kept, with no collective.
+  virtual bool recomputes_intermediates() const { return false; }
+  virtual void group_replay(int64_t layer, const Group& g, const float* x,
+                            std::initializer_list<float*> y);
+  // The layout's own per-slot state (norm statistics, latents) for B·T tokens, and its bytes.
+  virtual void allocate_groups(int64_t N) = 0;
+  virtual int64_t group_slot_bytes() const = 0;   // one slot
+  virtual int64_t group_total_bytes() const = 0;  // every slot and work area
+
   const ModelConfig& config_;
   Communicator& tp_;
   DType compute_ = DType::f32;
@@ -197,13 +228,36 @@ class Layout {
   int64_t first_layer_ = 0, last_layer_ = 0;  // set by set_stage; all layers by default
   int micro_slots_ = 1, micro_ = 0;           // slots; the current micro-batch (slot: mod slots)
   std::vector<BlockWeights> blocks_;
-  // The layout's buffers for B·T tokens (prepare has set batch_, seq_len_ and rope_).
-  virtual void allocate(int64_t B, int64_t T) = 0;
-
   int64_t batch_ = 0, seq_len_ = 0;
   RopeTable rope_;
   std::vector<std::array<ConcatenatedA, kGroupsPerBlock>> concatenated_;  // per layer
-  std::vector<float> concatenated_da_;  // the gradient of a concatenation (scratch)
+  Buffer<float> concatenated_da_;  // the gradient of a concatenation (scratch)
+
+ private:
+  // What the skeleton keeps of a block: its input, the residual after attention, and the
+  // intermediates (q | k | v and gate | up one after the other, so that batched GEMMs write evenly
+  // spaced outputs) — those in one shared work area when the layout recomputes them.
+  struct BlockActs {
+    const float* x_in = nullptr;
+    Buffer<float> x_mid, qkv, attn, lse, gate_up, hidden;
+  };
+  struct Qkv {
+    float *q, *k, *v;
+  };
+  void allocate(int64_t B, int64_t T);
+  void allocate_intermediates(BlockActs& a, int64_t N);
+  BlockActs& intermediates(BlockActs& a) { return recomputes_intermediates() ? work_ : a; }
+  Qkv split_qkv(Buffer<float>& qkv) const;
+  void attention(BlockActs& w);
+  void replay(int64_t layer, BlockActs& a);  // lowrank recomputation of the intermediates
+  static int64_t bytes_of(const BlockActs& a);
+
+  LocalWidths widths_{};
+  std::vector<BlockActs> acts_;
+  BlockActs work_;
+  int64_t work_layer_ = -1;  // the block (and micro-batch) whose intermediates work_ holds
+  int work_micro_ = -1;
+  Buffer<float> partial_, d_qkv_, d_attn_, d_gate_up_, d_hidden_;
 };
 
 std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp);

@@ -8,11 +8,11 @@ namespace boostlm::plan {
 
 namespace {
 
-BlockSetting block_setting(const MicroBatch& mb) {
+BlockSetting block_setting(const MicroBatchShape& mb) {
   return {mb.config, mb.options, mb.tokens(), mb.tp};
 }
 
-int64_t layout_activation_elements(const MicroBatch& mb) {  // Layout::activation_bytes / 4
+int64_t layout_activation_elements(const MicroBatchShape& mb) {  // Layout::activation_bytes / 4
   const int64_t slots = mb.options.recompute == Recompute::block ? 1 : mb.config.n_layers;
   return block_slot_elements(mb) * slots +
          recompute_area_elements(mb) * (mb.options.recompute == Recompute::lowrank);
@@ -41,21 +41,21 @@ int64_t stage_param_elements(LayoutKind layout, const ModelConfig& c, int tp, in
   return n;
 }
 
-int64_t residual_columns(const MicroBatch& mb) {
+int64_t residual_columns(const MicroBatchShape& mb) {
   return layout_traits(mb.layout).hidden_sharded_residual ? mb.config.d_model / mb.tp
                                                           : mb.config.d_model;
 }
 
-int64_t block_slot_elements(const MicroBatch& mb) {
+int64_t block_slot_elements(const MicroBatchShape& mb) {
   return layout_cost(mb.layout).slot_elements(block_setting(mb));
 }
 
-int64_t block_kept_elements(const MicroBatch& mb) {
+int64_t block_kept_elements(const MicroBatchShape& mb) {
   const int64_t input = mb.tokens() * residual_columns(mb);
   return input + (mb.options.recompute == Recompute::block ? 0 : block_slot_elements(mb));
 }
 
-int64_t recompute_area_elements(const MicroBatch& mb) {
+int64_t recompute_area_elements(const MicroBatchShape& mb) {
   switch (mb.options.recompute) {
     case Recompute::none:
       return 0;
@@ -67,14 +67,14 @@ int64_t recompute_area_elements(const MicroBatch& mb) {
   return 0;
 }
 
-int64_t model_activation_elements(const MicroBatch& mb) {
+int64_t model_activation_elements(const MicroBatchShape& mb) {
   const int64_t N = mb.tokens(), d = mb.config.d_model;
   // Residual stream at every block boundary, the gathered stream, the final norm and its rstd.
   return (mb.config.n_layers + 1) * N * residual_columns(mb) + 2 * N * d + N +
          layout_activation_elements(mb);
 }
 
-int64_t workspace_elements(const MicroBatch& mb) {
+int64_t workspace_elements(const MicroBatchShape& mb) {
   const ModelConfig& c = mb.config;
   const int64_t N = mb.tokens(), d = c.d_model;
   const int64_t rows = head_chunk_rows(mb);

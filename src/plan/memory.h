@@ -21,19 +21,19 @@ int64_t stage_param_elements(LayoutKind layout, const ModelConfig& config, int t
 int64_t stage_layers(const ModelConfig& config, int pp, int stage);
 
 // Residual columns a rank holds between blocks: d, or d/t under btp (hidden-sharded).
-int64_t residual_columns(const MicroBatch& mb);
+int64_t residual_columns(const MicroBatchShape& mb);
 // One block's activation slot (Layout::slot_bytes / 4): what it keeps besides its input.
-int64_t block_slot_elements(const MicroBatch& mb);
+int64_t block_slot_elements(const MicroBatchShape& mb);
 // Kept from one block's forward to its backward, its input included (Model::kept_bytes_per_block
 // / 4): the input alone under whole-block recomputation.
-int64_t block_kept_elements(const MicroBatch& mb);
+int64_t block_kept_elements(const MicroBatchShape& mb);
 // Held once, not per block: the single slot whole-block recomputation rebuilds, or btp's shared
 // work area for lowrank recomputation.
-int64_t recompute_area_elements(const MicroBatch& mb);
+int64_t recompute_area_elements(const MicroBatchShape& mb);
 // Model::activation_bytes / 4 for the whole model in one process (no pipeline).
-int64_t model_activation_elements(const MicroBatch& mb);
+int64_t model_activation_elements(const MicroBatchShape& mb);
 // What lives only while one block's backward or the head runs (gradient scratch, logits chunk):
 // an estimate from the engine's buffers, not an exact count.
-int64_t workspace_elements(const MicroBatch& mb);
+int64_t workspace_elements(const MicroBatchShape& mb);
 
 }  // namespace boostlm::plan

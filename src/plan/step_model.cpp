@@ -101,10 +101,10 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
   const int64_t chunks = overlap_chunks(c);
   BlockOptions chunk_options = c.options;
   chunk_options.overlap_chunks = 1;
-  MicroBatch mb{c.layout, c.config, chunk_options, c.micro_batch / chunks, c.seq_len, c.tp};
+  MicroBatchShape mb{c.layout, c.config, chunk_options, c.micro_batch / chunks, c.seq_len, c.tp};
   const CostContext ctx = cost_context(hw, c, pl);
   const int64_t hd = c.config.head_dim();
-  const Work fwd = block_forward(mb), bwd = block_backward(mb), re = block_recompute(mb);
+  const Work fwd = block_forward_work(mb), bwd = block_backward_work(mb), re = block_recompute_work(mb);
   const WorkSeconds F = work_seconds(ctx, fwd, hd), B = work_seconds(ctx, bwd, hd),
                     R = work_seconds(ctx, re, hd);
   const int64_t L = stage_layers(c.config, c.pp, stage);
@@ -184,7 +184,7 @@ MemoryEstimate stage_memory(const Hardware& hw, const StepConfig& c, const Place
 }  // namespace
 
 MemoryEstimate rank_memory(const StepConfig& c, int stage, double bytes_per_activation) {
-  MicroBatch mb{c.layout, c.config, c.options, c.micro_batch, c.seq_len, c.tp};
+  MicroBatchShape mb{c.layout, c.config, c.options, c.micro_batch, c.seq_len, c.tp};
   const double params = stage_param_elements(c.layout, c.config, c.tp, c.pp, stage);
   MemoryEstimate m;
   m.weights = params * 4;

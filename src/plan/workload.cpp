@@ -13,11 +13,11 @@ namespace {
 // The Work of one micro-batch on one rank: where a layout's description (LayoutCost) and the
 // model around the blocks put their GEMMs, element-wise passes and attention.
 struct Builder final : WorkSink {
-  const MicroBatch& mb;
+  const MicroBatchShape& mb;
   Work w;
   int64_t N, d, t, hd;
 
-  explicit Builder(const MicroBatch& m)
+  explicit Builder(const MicroBatchShape& m)
       : mb(m), N(m.tokens()), d(m.config.d_model), t(m.tp), hd(m.config.head_dim()) {}
 
   void gemm(int64_t m, int64_t n, int64_t k, bool own_call = true) override {
@@ -39,19 +39,19 @@ struct Builder final : WorkSink {
   }
 };
 
-BlockSetting block_setting(const MicroBatch& mb) {
+BlockSetting block_setting(const MicroBatchShape& mb) {
   return {mb.config, mb.options, mb.tokens(), mb.tp};
 }
 
 // One block's forward or backward as its layout describes it, with its collectives.
-Work block_work(const MicroBatch& mb, bool backward) {
+Work block_work(const MicroBatchShape& mb, bool backward) {
   Builder b(mb);
   layout_cost(mb.layout).block_work(block_setting(mb), backward, b);
   b.w.tp = block_tp_comm(mb.layout, mb.config, mb.tokens(), mb.tp, backward, mb.options);
   return b.w;
 }
 
-Work lowrank_recompute(const MicroBatch& mb) {
+Work lowrank_recompute(const MicroBatchShape& mb) {
   Builder b(mb);
   layout_cost(mb.layout).lowrank_recompute_work(block_setting(mb), b);
   return b.w;
@@ -76,31 +76,31 @@ Work& Work::operator+=(const Work& o) {
   return *this;
 }
 
-Work block_forward(const MicroBatch& mb) {
+Work block_forward_work(const MicroBatchShape& mb) {
   return block_work(mb, false);
 }
-Work block_backward(const MicroBatch& mb) {
+Work block_backward_work(const MicroBatchShape& mb) {
   return block_work(mb, true);
 }
 
-Work block_recompute(const MicroBatch& mb) {
+Work block_recompute_work(const MicroBatchShape& mb) {
   switch (mb.options.recompute) {
     case Recompute::none:
       return {};
     case Recompute::lowrank:
       return lowrank_recompute(mb);
     case Recompute::block:
-      return block_forward(mb);
+      return block_forward_work(mb);
   }
   return {};
 }
 
-int64_t head_chunk_rows(const MicroBatch& mb) {
+int64_t head_chunk_rows(const MicroBatchShape& mb) {
   const int64_t vocab_rows = mb.config.vocab_size / mb.tp;
   return logits_chunk_rows(vocab_rows, mb.tokens());
 }
 
-Work embedding_work(const MicroBatch& mb) {
+Work embedding_work(const MicroBatchShape& mb) {
   Builder b(mb);
   const double N = static_cast<double>(b.N);
   b.elementwise(N * b.d, 1);  // lookup
@@ -119,7 +119,7 @@ Work embedding_work(const MicroBatch& mb) {
   return b.w;
 }
 
-Work head_work(const MicroBatch& mb) {
+Work head_work(const MicroBatchShape& mb) {
   Builder b(mb);
   const double N = static_cast<double>(b.N);
   const int64_t vocab = mb.config.vocab_size / mb.tp, chunk = head_chunk_rows(mb);
@@ -142,10 +142,10 @@ Work head_work(const MicroBatch& mb) {
   return b.w;
 }
 
-Work whole_model_work(const MicroBatch& mb) {
+Work whole_model_work(const MicroBatchShape& mb) {
   Work w = embedding_work(mb);
   w += head_work(mb);
-  const Work fwd = block_forward(mb), bwd = block_backward(mb), re = block_recompute(mb);
+  const Work fwd = block_forward_work(mb), bwd = block_backward_work(mb), re = block_recompute_work(mb);
   const int64_t L = mb.config.n_layers;
   for (int64_t l = 0; l < L; ++l) {
     w += fwd;

@@ -39,7 +39,7 @@ struct Work {
 };
 
 // One micro-batch on one rank: the model, the layout and its switches, the tokens, the TP size.
-struct MicroBatch {
+struct MicroBatchShape {
   LayoutKind layout = LayoutKind::btp;
   ModelConfig config;
   BlockOptions options;
@@ -51,19 +51,19 @@ struct MicroBatch {
 // One block's forward; its backward, without recomputation; what recomputation adds to the
 // backward of one block (lowrank: local B GEMMs, attention, SwiGLU; block: the whole forward,
 // collectives included; none: nothing).
-Work block_forward(const MicroBatch& mb);
-Work block_backward(const MicroBatch& mb);
-Work block_recompute(const MicroBatch& mb);
+Work block_forward_work(const MicroBatchShape& mb);
+Work block_backward_work(const MicroBatchShape& mb);
+Work block_recompute_work(const MicroBatchShape& mb);
 
 // Embedding (first stage) and final norm, LM head and parallel cross-entropy (last stage), in the
 // engine's row chunks, forward and backward together, TP collectives included.
-Work embedding_work(const MicroBatch& mb);
-Work head_work(const MicroBatch& mb);
+Work embedding_work(const MicroBatchShape& mb);
+Work head_work(const MicroBatchShape& mb);
 // Rows of the logits the engine materialises at once (logits_chunk_rows, model/config.h).
-int64_t head_chunk_rows(const MicroBatch& mb);
+int64_t head_chunk_rows(const MicroBatchShape& mb);
 
 // A whole forward + backward of the model in one process (no pipeline), the blocks'
 // recomputation included: what Model::forward_backward runs.
-Work whole_model_work(const MicroBatch& mb);
+Work whole_model_work(const MicroBatchShape& mb);
 
 }  // namespace boostlm::plan

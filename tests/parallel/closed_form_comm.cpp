@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
                 micro_batches = std::atoll(argv[8]);
   const int64_t tokens = batch * seq_len;
 
-  plan::MicroBatch mb;
+  plan::MicroBatchShape mb;
   mb.layout = layout;
   mb.config = config;
   mb.batch = batch;

@@ -42,7 +42,7 @@ TEST(LayoutRegistry, TrafficAndMemoryFollowTheProperties) {
     const int64_t columns = t.hidden_sharded_residual ? c.d_model / tp : c.d_model;
     const CommCounts p2p = pipeline_p2p_comm(t.kind, c, N, tp, 2, 0, 1, false);
     EXPECT_EQ(p2p[Collective::send].bytes, N * columns * 4) << t.name;
-    plan::MicroBatch mb{t.kind, c, {}, 1, N, tp};
+    plan::MicroBatchShape mb{t.kind, c, {}, 1, N, tp};
     EXPECT_EQ(plan::residual_columns(mb), columns) << t.name;
     const int64_t norm_elements = t.hidden_sharded_residual ? 2 * c.d_model / tp : 2 * c.d_model;
     int64_t projections = 0;

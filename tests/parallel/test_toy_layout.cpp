@@ -72,7 +72,7 @@ struct RegisteredToy {
 
 class ToyLayout : public ::testing::Test {
  protected:
-  plan::MicroBatch micro_batch(int tp, Recompute recompute = Recompute::none) const {
+  plan::MicroBatchShape micro_batch(int tp, Recompute recompute = Recompute::none) const {
     return {kind, config, {true, true, recompute}, B, T, tp};
   }
 
@@ -124,8 +124,8 @@ TEST_F(ToyLayout, FormulasFollowItsDescription) {
 TEST_F(ToyLayout, PlannerWorkIsItsDescription) {
   const ModelFlops flops = model_flops(config, B, T);
   for (int tp : {1, 2, 4}) {
-    const plan::Work f = plan::block_forward(micro_batch(tp));
-    const plan::Work b = plan::block_backward(micro_batch(tp));
+    const plan::Work f = plan::block_forward_work(micro_batch(tp));
+    const plan::Work b = plan::block_backward_work(micro_batch(tp));
     SCOPED_TRACE("tp=" + std::to_string(tp));
     EXPECT_DOUBLE_EQ(f.gemm_flops(), flops.projections / config.n_layers);
     EXPECT_DOUBLE_EQ(b.gemm_flops(), 2 * f.gemm_flops());
@@ -137,10 +137,10 @@ TEST_F(ToyLayout, PlannerWorkIsItsDescription) {
     EXPECT_EQ(f.tp.total_calls(), tp > 1 ? 1 : 0);
     EXPECT_EQ(b.tp.total_calls(), 0);
     // Whole-block recomputation reruns its forward in backward, its check included.
-    const plan::Work re = plan::block_recompute(micro_batch(tp, Recompute::block));
+    const plan::Work re = plan::block_recompute_work(micro_batch(tp, Recompute::block));
     EXPECT_DOUBLE_EQ(re.gemm_flops(), f.gemm_flops());
     EXPECT_EQ(re.tp.total_bytes(), f.tp.total_bytes());
-    const plan::MicroBatch mb = micro_batch(tp);
+    const plan::MicroBatchShape mb = micro_batch(tp);
     const int64_t chunks = (N + plan::head_chunk_rows(mb) - 1) / plan::head_chunk_rows(mb);
     EXPECT_EQ(plan::whole_model_work(mb).tp.total_bytes(),
               step_tp_comm(kind, config, N, tp, chunks, true).total_bytes());

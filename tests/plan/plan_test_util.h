@@ -46,7 +46,7 @@ inline std::string case_name(const LayoutCase& c) {
          to_string(c.options.recompute) + "/kv" + std::to_string(c.kv_heads);
 }
 
-inline MicroBatch micro_batch(const LayoutCase& c, int64_t B, int64_t T, int tp) {
+inline MicroBatchShape micro_batch(const LayoutCase& c, int64_t B, int64_t T, int tp) {
   return {c.layout, small_model(c.arch, c.kv_heads, 3), c.options, B, T, tp};
 }
 

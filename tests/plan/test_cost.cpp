@@ -124,7 +124,7 @@ TEST(PlanStepModel, MemoryPerRankIsTheClosedForm) {
   StepConfig c = btp_step(2, 2, 2, 8);
   c.zero1 = true;
   const StepPrediction p = predict_step(h, c);
-  const MicroBatch mb{c.layout, c.config, c.options, c.micro_batch, c.seq_len, c.tp};
+  const MicroBatchShape mb{c.layout, c.config, c.options, c.micro_batch, c.seq_len, c.tp};
   // Stage 0 holds the embedding and two micro-batches in flight; it is the larger.
   const double params = stage_param_elements(c.layout, c.config, 2, 2, 0);
   EXPECT_DOUBLE_EQ(p.memory.weights, 4 * params);

@@ -18,7 +18,7 @@ TEST(PlanEngineUnderMpi, StepCommunicationAndMemoryMatchTheModel) {
   for (const test::LayoutCase& lc : test::layout_cases()) {
     for (int tp : {2, 4}) {
       if (world % tp != 0 || lc.kv_heads % tp != 0) continue;
-      const MicroBatch mb = test::micro_batch(lc, B, T, tp);
+      const MicroBatchShape mb = test::micro_batch(lc, B, T, tp);
       ProcessGrid grid(GridShape{tp, 1, world / tp});
       Model model(mb.config, DType::f32, lc.layout, &grid.tp(), lc.options);
       model.init_weights(3);

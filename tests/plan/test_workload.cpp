@@ -27,11 +27,11 @@ TEST(PlanWorkload, BlockFlopsMatchModelFlopsAtEveryTpSize) {
   const int64_t B = 2, T = 8;
   for (const LayoutCase& lc : layout_cases()) {
     for (int t : {1, 2, 4}) {
-      MicroBatch mb = test::micro_batch(lc, B, T, t);
+      MicroBatchShape mb = test::micro_batch(lc, B, T, t);
       if (mb.config.n_kv_heads % t != 0) continue;
       const ModelConfig& c = mb.config;
       const double per_block = model_flops(c, B, T).projections / c.n_layers;
-      const Work f = block_forward(mb), b = block_backward(mb);
+      const Work f = block_forward_work(mb), b = block_backward_work(mb);
       SCOPED_TRACE(test::case_name(lc) + " tp=" + std::to_string(t));
       EXPECT_DOUBLE_EQ(f.gemm_flops() * t, per_block);
       EXPECT_DOUBLE_EQ(b.gemm_flops(), 2 * f.gemm_flops());
@@ -47,12 +47,12 @@ TEST(PlanWorkload, LowrankRecomputationIsTheBHalvesOfFiveProjections) {
   const LayoutCase lc{LayoutKind::btp, Arch::cola, {true, true, Recompute::lowrank}};
   const int64_t B = 2, T = 8, N = B * T;
   for (int t : {1, 2, 4}) {
-    const MicroBatch mb = test::micro_batch(lc, B, T, t);
+    const MicroBatchShape mb = test::micro_batch(lc, B, T, t);
     double expected = 0;
     for (const auto& p : block_projections(mb.config))
       if (p.kind != ProjKind::o && p.kind != ProjKind::down)
         expected += 2.0 * N * p.rank * p.d_out / t;
-    const Work re = block_recompute(mb);
+    const Work re = block_recompute_work(mb);
     EXPECT_DOUBLE_EQ(re.gemm_flops(), expected) << "tp=" << t;
     EXPECT_EQ(re.tp.total_calls(), 0) << "lowrank recomputation needs no collective";
   }
@@ -62,7 +62,7 @@ TEST(PlanWorkload, LowrankRecomputationIsTheBHalvesOfFiveProjections) {
 TEST(PlanWorkload, HeadFlopsMatchModelFlops) {
   const LayoutCase lc{LayoutKind::btp, Arch::cola, {}};
   for (int t : {1, 2, 4}) {
-    const MicroBatch mb = test::micro_batch(lc, 2, 8, t);
+    const MicroBatchShape mb = test::micro_batch(lc, 2, 8, t);
     EXPECT_DOUBLE_EQ(head_work(mb).gemm_flops() * t, 3 * model_flops(mb.config, 2, 8).head);
   }
 }
@@ -73,7 +73,7 @@ TEST(PlanWorkload, CommunicationIsTheEnginesFormulas) {
   const int64_t B = 2, T = 8, N = B * T;
   for (const LayoutCase& lc : layout_cases()) {
     for (int t : {1, 2, 4}) {
-      const MicroBatch mb = test::micro_batch(lc, B, T, t);
+      const MicroBatchShape mb = test::micro_batch(lc, B, T, t);
       if (mb.config.n_kv_heads % t != 0) continue;
       SCOPED_TRACE(test::case_name(lc) + " tp=" + std::to_string(t));
       const int64_t chunks = (N + head_chunk_rows(mb) - 1) / head_chunk_rows(mb);
@@ -92,7 +92,7 @@ TEST(PlanWorkload, CommunicationIsTheEnginesFormulas) {
 TEST(PlanWorkload, GemmShapesAreTheOnesTheEngineRuns) {
   const int64_t B = 2, T = 8;
   for (const LayoutCase& lc : layout_cases()) {
-    const MicroBatch mb = test::micro_batch(lc, B, T, 1);
+    const MicroBatchShape mb = test::micro_batch(lc, B, T, 1);
     Model model(mb.config, DType::f32, lc.layout, nullptr, lc.options);
     model.init_weights(3);
     const auto tokens = random_tokens(B * T, mb.config.vocab_size, 1);
@@ -115,7 +115,7 @@ TEST(PlanWorkload, GemmShapesAreTheOnesTheEngineRuns) {
 // The head runs in row chunks of at most 16 Mi logits; the model follows the engine's chunking.
 TEST(PlanWorkload, HeadChunksAreTheEngines) {
   LayoutCase lc{LayoutKind::btp, Arch::cola, {}};
-  MicroBatch mb = test::micro_batch(lc, 8, 128, 1);
+  MicroBatchShape mb = test::micro_batch(lc, 8, 128, 1);
   mb.config.vocab_size = 32768;
   mb.config.n_layers = 1;
   mb.config.max_seq_len = 128;
@@ -134,7 +134,7 @@ TEST(PlanWorkload, HeadChunksAreTheEngines) {
 TEST(PlanMemory, MatchesTheEnginesAccountingInOneProcess) {
   const int64_t B = 2, T = 8;
   for (const LayoutCase& lc : layout_cases()) {
-    const MicroBatch mb = test::micro_batch(lc, B, T, 1);
+    const MicroBatchShape mb = test::micro_batch(lc, B, T, 1);
     Model model(mb.config, DType::f32, lc.layout, nullptr, lc.options);
     const auto tokens = random_tokens(B * T, mb.config.vocab_size, 1);
     model.forward(tokens.data(), tokens.data(), B, T);
@@ -150,7 +150,7 @@ TEST(PlanMemory, MatchesTheEnginesAccountingInOneProcess) {
 TEST(PlanMemory, LowrankKeepsTheSpecsLatents) {
   const LayoutCase lc{LayoutKind::btp, Arch::cola, {true, true, Recompute::lowrank}};
   for (int t : {1, 2, 4}) {
-    const MicroBatch mb = test::micro_batch(lc, 2, 8, t);
+    const MicroBatchShape mb = test::micro_batch(lc, 2, 8, t);
     const ModelConfig& c = mb.config;
     EXPECT_EQ(block_kept_elements(mb),
               mb.tokens() * (2 * c.d_model / t + 4 * c.attn_rank + 3 * c.mlp_rank + 2));

@@ -29,11 +29,8 @@
 
 #include "core/error.h"
 #include "kernels/activation.h"
-#include "kernels/adamw.h"
-#include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
 #include "parallel/layout.h"
 
 namespace boostlm {
@@ -57,152 +54,136 @@ class Btp final : public Layout {
 
   int64_t residual_columns() const override { return config_.d_model / tp_.size(); }
 
-  void allocate(int64_t B, int64_t T) override {
-    const int64_t N = B * T, t = tp_.size();
-    heads_ = config_.n_heads / t;
-    kv_heads_ = config_.n_kv_heads / t;
+  LocalWidths local_widths() const override {
+    const int t = tp_.size();
+    return {config_.n_heads / t, config_.n_kv_heads / t, config_.d_ff / t};
+  }
+
+ protected:
+  // Every group: its down halves into partial latents, their all-reduce(s) (the norm's statistic
+  // riding along), then its up halves locally (latents_forward, up_project below).
+  void group_forward(int64_t layer, const Group& g, const float* x,
+                     std::initializer_list<float*> y) override {
+    Kept& a = kept_[slot(layer)];
+    const Norm n = norm(layer, g);
+    latents_forward(layer, g, x, n.gamma, n.rstd, n.out, a);
+    up_project(layer, g, a, rebuilt(layer), y);
+  }
+
+  // The latents' gradients are partial (B is column-parallel): their all-reduce(s), then dA and
+  // the input gradient locally — through the online norm without any collective.
+  void group_backward(int64_t layer, const Group& g, const float* x,
+                      std::initializer_list<const float*> dy, float* dx) override {
+    Kept& a = kept_[slot(layer)];
+    const Norm n = norm(layer, g);
+    latents_backward(layer, g, dy, x, n.gamma, n.dgamma, n.rstd, a, rebuilt(layer), dx,
+                     g.normed ? 1.0f : 0.0f, n.out);
+  }
+
+  // lowrank (SPEC §3.6): the intermediates are rebuilt from the kept latents with local GEMMs.
+  bool recomputes_intermediates() const override {
+    return options_.recompute == Recompute::lowrank;
+  }
+
+  void group_replay(int64_t layer, const Group& g, const float* x,
+                    std::initializer_list<float*> y) override {
+    Kept& a = kept_[slot(layer)];
+    Rebuilt& r = rebuilt(layer);
+    const int64_t N = batch_ * seq_len_;
+    if (y.size() > 0)
+      up_project(layer, g, a, r, y);
+    else  // o and down: only σ(z), which their backward reads
+      group_activate(members(layer, g), a.z[g.index].data(), r.h[g.index].data(), N);
+    if (g.normed && !options_.online_norm) {  // the synchronous norm's output, from the kept 1/rms
+      const Norm n = norm(layer, g);
+      rmsnorm_apply(x, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_);
+    }
+  }
+
+  void allocate_groups(int64_t N) override {
+    const int t = tp_.size();
     dl_ = config_.d_model / t;
-    kvl_ = kv_heads_ * config_.head_dim();
     ffl_ = config_.d_ff / t;
-    const bool lowrank = options_.recompute == Recompute::lowrank;
     const bool cola = config_.arch == Arch::cola;
-    // What a block keeps. With lowrank recomputation the per-block slots hold only the latents,
-    // x_mid and the rms values; the rest lives once, in `work_`, rebuilt in backward.
-    acts_.assign(slots(), {});
-    for (auto& a : acts_) {
+    kept_.clear();
+    kept_.resize(slots());
+    for (Kept& a : kept_) {
       for (const Group& g : kGroups) a.z[g.index].resize(N * group_width(members(first_layer_, g)));
-      a.x_mid.resize(N * dl_);
       a.rstd1.resize(N);
       a.rstd2.resize(N);
-      if (!lowrank) allocate_intermediates(a, N, cola);
     }
-    work_ = Acts{};
-    if (lowrank) allocate_intermediates(work_, N, cola);
+    // What lowrank recomputation rebuilds lives once; otherwise per slot.
+    rebuilt_.clear();
+    rebuilt_.resize(recomputes_intermediates() ? 1 : slots());
+    for (Rebuilt& r : rebuilt_) {
+      if (cola)
+        for (const Group& g : kGroups)
+          r.h[g.index].resize(N * group_width(members(first_layer_, g)));
+      if (!options_.online_norm) {
+        r.norm1.resize(N * dl_);
+        r.norm2.resize(N * dl_);
+      }
+    }
     stat_.resize(N);
     xg_.resize(N * dl_);
-    partial_.resize(N * dl_);
     d_norm_.resize(N * dl_);
-    d_qkv_.resize(N * (dl_ + 2 * kvl_));
-    d_attn_.resize(N * dl_);
-    d_gate_up_.resize(2 * N * ffl_);
-    d_hidden_.resize(N * ffl_);
     int64_t widest = 0;
     for (const Group& g : kGroups) widest = std::max(widest, group_width(members(first_layer_, g)));
     packed_.resize(N * (widest + 1));  // + the norm statistic
     d_packed_.resize(N * widest);
   }
 
-  void block_forward(int64_t layer, const float* x_in, float* x_out) override {
-    Acts& a = acts_[slot(layer)];
-    Acts& w = intermediates(a);
-    const BlockWeights& bw = blocks_[layer];
-    a.x_in = x_in;
-    work_layer_ = layer;
-    work_micro_ = micro_;
-    const int64_t N = batch_ * seq_len_;
-    concatenate_groups(layer);
-
-    // Attention sub-block: norm → q/k/v latents → B → RoPE → attention → o → residual.
-    latents_forward(layer, kQkv, x_in, bw.norm1, a.rstd1.data(), w.norm1.data(), a);
-    const Qkv qkv = split_qkv(w.qkv);
-    up_project(layer, kQkv, a, {qkv.q, qkv.k, qkv.v});
-    attention_from_qkv(w);
-    latents_forward(layer, kO, w.attn.data(), nullptr, nullptr, nullptr, a);
-    up_project(layer, kO, a, {partial_.data()});
-    add(x_in, partial_.data(), a.x_mid.data(), N * dl_);
-
-    // MLP sub-block.
-    latents_forward(layer, kGateUp, a.x_mid.data(), bw.norm2, a.rstd2.data(), w.norm2.data(), a);
-    float *gate = w.gate_up.data(), *up = gate + N * ffl_;
-    up_project(layer, kGateUp, a, {gate, up});
-    swiglu_forward(gate, up, N * ffl_, config_.mlp_gate_act, w.hidden.data());
-    latents_forward(layer, kDown, w.hidden.data(), nullptr, nullptr, nullptr, a);
-    up_project(layer, kDown, a, {partial_.data()});
-    add(a.x_mid.data(), partial_.data(), x_out, N * dl_);
+  int64_t group_slot_bytes() const override {
+    if (kept_.empty()) return 0;
+    return bytes_of(kept_[0]) + (recomputes_intermediates() ? 0 : bytes_of(rebuilt_[0]));
   }
-
-  void block_backward(int64_t layer, float* dx) override {
-    Acts& a = acts_[slot(layer)];
-    Acts& w = intermediates(a);
-    const BlockWeights& bw = blocks_[layer];
-    const int64_t N = batch_ * seq_len_;
-    // The shared work area still holds the intermediates of the block forward ran last.
-    if (options_.recompute == Recompute::lowrank && (work_layer_ != layer || work_micro_ != micro_))
-      recompute(layer, a);
-    work_layer_ = -1;  // backward overwrites them
-
-    // MLP.
-    latents_backward(layer, kDown, {dx}, w.hidden.data(), nullptr, nullptr, nullptr, a,
-                     d_hidden_.data(), 0.0f);
-    const float *gate = w.gate_up.data(), *up = gate + N * ffl_;
-    float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ffl_;
-    swiglu_backward(d_hidden_.data(), gate, up, N * ffl_, config_.mlp_gate_act, d_gate, d_up);
-    latents_backward(layer, kGateUp, {d_gate, d_up}, a.x_mid.data(), bw.norm2, bw.dnorm2,
-                     a.rstd2.data(), a, dx, 1.0f, w.norm2.data());
-    // Attention.
-    latents_backward(layer, kO, {dx}, w.attn.data(), nullptr, nullptr, nullptr, a, d_attn_.data(),
-                     0.0f);
-    const Qkv qkv = split_qkv(w.qkv), d = split_qkv(d_qkv_);
-    const AttentionShape shape{batch_, seq_len_, heads_, kv_heads_, config_.head_dim()};
-    attention_backward(shape, qkv.q, dl_, qkv.k, kvl_, qkv.v, kvl_, w.attn.data(), dl_,
-                       w.lse.data(), d_attn_.data(), dl_, d.q, dl_, d.k, kvl_, d.v, kvl_);
-    rope_backward(d.q, dl_, batch_, seq_len_, heads_, rope_);
-    rope_backward(d.k, kvl_, batch_, seq_len_, kv_heads_, rope_);
-    latents_backward(layer, kQkv, {d.q, d.k, d.v}, a.x_in, bw.norm1, bw.dnorm1, a.rstd1.data(), a,
-                     dx, 1.0f, w.norm1.data());
-  }
-
-  int64_t slot_bytes() const override { return acts_.empty() ? 0 : bytes_of(acts_[0]); }
-
-  int64_t activation_bytes() const override {
-    int64_t n = bytes_of(work_);
-    for (const auto& a : acts_) n += bytes_of(a);
+  int64_t group_total_bytes() const override {
+    int64_t n = 0;
+    for (const Kept& a : kept_) n += bytes_of(a);
+    for (const Rebuilt& r : rebuilt_) n += bytes_of(r);
     return n;
   }
 
  private:
-  struct Acts {
-    const float* x_in = nullptr;
-    // Per group, its latents side by side [N, Σ rank]: all-reduced (normalised) z, and σ(z) (cola).
-    std::array<std::vector<float>, kGroupsPerBlock> z, h;
-    std::vector<float> x_mid, rstd1, rstd2;
-    std::vector<float> norm1, norm2;  // synchronous norm's outputs (the GEMM inputs)
-    // q | k | v and gate | up one after the other, so that their B factors' batched GEMM writes
-    // evenly spaced outputs.
-    std::vector<float> qkv, attn, lse, gate_up, hidden;
+  // What a block keeps: per group its all-reduced (normalised) latents side by side [N, Σ rank],
+  // and each norm's per-token 1/rms.
+  struct Kept {
+    std::array<Buffer<float>, kGroupsPerBlock> z;
+    Buffer<float> rstd1, rstd2;
   };
-
-  struct Qkv {
-    float *q, *k, *v;
+  // What lowrank recomputation rebuilds: σ(z) per group (cola), the synchronous norms' outputs.
+  struct Rebuilt {
+    std::array<Buffer<float>, kGroupsPerBlock> h;
+    Buffer<float> norm1, norm2;
   };
-  Qkv split_qkv(std::vector<float>& buf) const {
-    const int64_t N = batch_ * seq_len_;
-    return {buf.data(), buf.data() + N * dl_, buf.data() + N * (dl_ + kvl_)};
+  Rebuilt& rebuilt(int64_t layer) {
+    return recomputes_intermediates() ? rebuilt_[0] : rebuilt_[slot(layer)];
   }
-
-  static int64_t bytes_of(const Acts& a) {
-    int64_t n = a.x_mid.size() + a.rstd1.size() + a.rstd2.size() + a.norm1.size() + a.norm2.size() +
-                a.qkv.size() + a.attn.size() + a.lse.size() + a.gate_up.size() + a.hidden.size();
-    for (int g = 0; g < kGroupsPerBlock; ++g) n += a.z[g].size() + a.h[g].size();
+  // A normed group's norm: weight, its gradient, the kept 1/rms, the synchronous output.
+  struct Norm {
+    const float* gamma = nullptr;
+    float* dgamma = nullptr;
+    float* rstd = nullptr;
+    float* out = nullptr;
+  };
+  Norm norm(int64_t layer, const Group& g) {
+    if (!g.normed) return {};
+    Kept& a = kept_[slot(layer)];
+    Rebuilt& r = rebuilt(layer);
+    const BlockWeights& w = blocks_[layer];
+    return g.index == kQkv.index ? Norm{w.norm1, w.dnorm1, a.rstd1.data(), r.norm1.data()}
+                                 : Norm{w.norm2, w.dnorm2, a.rstd2.data(), r.norm2.data()};
+  }
+  static int64_t bytes_of(const Kept& a) {
+    int64_t n = a.rstd1.size() + a.rstd2.size();
+    for (const auto& z : a.z) n += z.size();
     return n * static_cast<int64_t>(sizeof(float));
   }
-
-  void allocate_intermediates(Acts& a, int64_t N, bool cola) {
-    if (cola)
-      for (const Group& g : kGroups) a.h[g.index].resize(N * group_width(members(first_layer_, g)));
-    if (!options_.online_norm) {
-      a.norm1.resize(N * dl_);
-      a.norm2.resize(N * dl_);
-    }
-    a.qkv.resize(N * (dl_ + 2 * kvl_));
-    a.attn.resize(N * dl_);
-    a.lse.resize(N * heads_);
-    a.gate_up.resize(2 * N * ffl_);
-    a.hidden.resize(N * ffl_);
+  static int64_t bytes_of(const Rebuilt& r) {
+    int64_t n = r.norm1.size() + r.norm2.size();
+    for (const auto& h : r.h) n += h.size();
+    return n * static_cast<int64_t>(sizeof(float));
   }
-
-  // Where q, k, v, attention, gate/up/hidden and σ(z) of a block live.
-  Acts& intermediates(Acts& a) { return options_.recompute == Recompute::lowrank ? work_ : a; }
 
   // The GEMM input of a group: its input x itself, or the norm of x (for a normed group) —
   // synchronous: normalised here with an all-reduce of Σx²; online: x ⊙ γ, whose latent is
@@ -230,7 +211,7 @@ class Btp final : public Layout {
 
   // Forward of a group's down halves: partial latents → all-reduce(s) → z (normalised).
   void latents_forward(int64_t layer, const Group& g, const float* x, const float* gamma,
-                       float* rstd, float* norm_out, Acts& a) {
+                       float* rstd, float* norm_out, Kept& a) {
     const int64_t N = batch_ * seq_len_;
     bool online = false;
     const GemmInput in = group_input(g, x, gamma, rstd, norm_out, online);
@@ -266,11 +247,11 @@ class Btp final : public Layout {
 
   // y_m = σ(z_m) B_m for the group's members (column-parallel B; batched when grouping); σ(z) is
   // kept for backward (cola). Each y_m: [N, d_out] contiguous.
-  void up_project(int64_t layer, const Group& g, Acts& a, std::initializer_list<float*> y) {
+  void up_project(int64_t layer, const Group& g, Kept& a, Rebuilt& r,
+                  std::initializer_list<float*> y) {
     const ProjectionGroup group = members(layer, g);
     const int64_t N = batch_ * seq_len_, width = group_width(group);
-    const float* latent =
-        group_activate(group, a.z[g.index].data(), intermediates(a).h[g.index].data(), N);
+    const float* latent = group_activate(group, a.z[g.index].data(), r.h[g.index].data(), N);
     const auto ld = output_strides(group);
     group_up_forward(group, shared_input(latent, N, width, rounded_latent_), N, y.begin(),
                      ld.data(), options_.grouping, compute_);
@@ -282,45 +263,17 @@ class Btp final : public Layout {
     return ld;
   }
 
-  void attention_from_qkv(Acts& w) {
-    const Qkv qkv = split_qkv(w.qkv);
-    rope_forward(qkv.q, dl_, batch_, seq_len_, heads_, rope_);
-    rope_forward(qkv.k, kvl_, batch_, seq_len_, kv_heads_, rope_);
-    const AttentionShape shape{batch_, seq_len_, heads_, kv_heads_, config_.head_dim()};
-    attention_forward(shape, qkv.q, dl_, qkv.k, kvl_, qkv.v, kvl_, w.attn.data(), dl_,
-                      w.lse.data());
-  }
-
-  // Rebuilds what lowrank checkpointing dropped, from the kept latents: local GEMMs only.
-  void recompute(int64_t layer, Acts& a) {
-    Acts& w = work_;
-    const int64_t N = batch_ * seq_len_;
-    const Qkv qkv = split_qkv(w.qkv);
-    up_project(layer, kQkv, a, {qkv.q, qkv.k, qkv.v});
-    attention_from_qkv(w);
-    group_activate(members(layer, kO), a.z[kO.index].data(), w.h[kO.index].data(), N);
-    float *gate = w.gate_up.data(), *up = gate + N * ffl_;
-    up_project(layer, kGateUp, a, {gate, up});
-    swiglu_forward(gate, up, N * ffl_, config_.mlp_gate_act, w.hidden.data());
-    group_activate(members(layer, kDown), a.z[kDown.index].data(), w.h[kDown.index].data(), N);
-    if (!options_.online_norm) {  // the synchronous norms' outputs, from x and the kept 1/rms
-      rmsnorm_apply(a.x_in, dl_, blocks_[layer].norm1, a.rstd1.data(), N, dl_, w.norm1.data(), dl_);
-      rmsnorm_apply(a.x_mid.data(), dl_, blocks_[layer].norm2, a.rstd2.data(), N, dl_,
-                    w.norm2.data(), dl_);
-    }
-  }
-
   // Backward of a group: dB and the latents' (partial) gradients, their all-reduce(s), σ', then
   // dA and the input gradient — through the online norm locally, or the synchronous norm.
   // dy: ∂L/∂y_m, [N, d_out] each. x: the group's input (the residual for a normed group);
   // dx = dx_beta·dx + ∂L/∂x.
   void latents_backward(int64_t layer, const Group& g, std::initializer_list<const float*> dy,
                         const float* x, const float* gamma, float* dgamma, const float* rstd,
-                        Acts& a, float* dx, float dx_beta, const float* norm_out = nullptr) {
+                        Kept& a, Rebuilt& w, float* dx, float dx_beta,
+                        const float* norm_out = nullptr) {
     const int64_t N = batch_ * seq_len_;
     const ProjectionGroup group = members(layer, g);
     const ConcatenatedA* cat = concatenated(layer, g);
-    Acts& w = intermediates(a);
     const int64_t width = group_width(group);
     const float* z = a.z[g.index].data();
     const float* latent = w.h[g.index].empty() ? z : w.h[g.index].data();
@@ -383,14 +336,11 @@ class Btp final : public Layout {
       std::copy_n(column_scratch_.data() + n * cols, cols, buf + n * ld + c0);
   }
 
-  std::vector<Acts> acts_;
-  Acts work_;                // lowrank recomputation: the intermediates of the block in backward
-  int64_t work_layer_ = -1;  // the block (and micro-batch) whose intermediates work_ holds
-  int work_micro_ = -1;
-  int64_t heads_ = 0, kv_heads_ = 0, dl_ = 0, kvl_ = 0, ffl_ = 0;
-  std::vector<float> stat_, xg_, partial_, d_norm_, d_qkv_, d_attn_, d_gate_up_, d_hidden_, packed_,
-      d_packed_, column_scratch_;
-  std::vector<bf16_t> rounded_, rounded_latent_;
+  std::vector<Kept> kept_;
+  std::vector<Rebuilt> rebuilt_;
+  int64_t dl_ = 0, ffl_ = 0;
+  Buffer<float> stat_, xg_, d_norm_, packed_, d_packed_, column_scratch_;
+  Buffer<bf16_t> rounded_, rounded_latent_;
 };
 
 }  // namespace

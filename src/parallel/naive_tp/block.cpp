@@ -14,11 +14,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "kernels/activation.h"
-#include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
 #include "parallel/layout.h"
 
 namespace boostlm {
@@ -41,11 +38,52 @@ class NaiveTp final : public Layout {
 
   int64_t residual_columns() const override { return config_.d_model; }
 
-  void allocate(int64_t B, int64_t T) override {
-    const int64_t N = B * T, d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-    acts_.assign(slots(), {});
+  // Every rank computes attention over all heads and SwiGLU over all of d_ff, replicated.
+  LocalWidths local_widths() const override {
+    return {config_.n_heads, config_.n_kv_heads, config_.d_ff};
+  }
+
+ protected:
+  // Every group: its projections' full outputs, each all-reduced (project(), below); a normed
+  // group first runs the replicated norm.
+  void group_forward(int64_t layer, const Group& g, const float* x,
+                     std::initializer_list<float*> y) override {
+    const int64_t N = batch_ * seq_len_, d = config_.d_model;
+    Kept& a = kept_[slot(layer)];
+    if (!g.normed) {
+      project(layer, g, {x, members(layer, g)[0].d_in}, a, y);
+      return;
+    }
+    const Norm n = norm(layer, g);
+    rmsnorm_forward(x, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
+    project(layer, g, shared_input(n.out, N, d, rounded_), a, y);
+  }
+
+  // The input gradient from this rank's rank slice is partial: one all-reduce per group (q, k and
+  // v merged; gate and up merged), before the norm's backward where there is one.
+  void group_backward(int64_t layer, const Group& g, const float* x,
+                      std::initializer_list<const float*> dy, float* dx) override {
+    const int64_t N = batch_ * seq_len_, d = config_.d_model;
+    Kept& a = kept_[slot(layer)];
+    if (!g.normed) {
+      const int64_t in_cols = members(layer, g)[0].d_in;
+      project_backward(layer, g, {x, in_cols}, a, dy, dx);
+      tp_.all_reduce(dx, N * in_cols);
+      return;
+    }
+    const Norm n = norm(layer, g);
+    project_backward(layer, g, shared_input(n.out, N, d, rounded_), a, dy, d_norm_.data());
+    tp_.all_reduce(d_norm_.data(), N * d);
+    rmsnorm_backward(d_norm_.data(), d, x, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
+                     /*accumulate=*/true);
+  }
+
+  void allocate_groups(int64_t N) override {
+    const int64_t d = config_.d_model;
+    kept_.clear();
+    kept_.resize(slots());
     int64_t widest = 0;
-    for (auto& a : acts_) {
+    for (Kept& a : kept_) {
       for (const Group& g : kGroups) {
         const int64_t width = group_width(members(first_layer_, g));  // local: Σ r/t
         widest = std::max(widest, width);
@@ -54,121 +92,49 @@ class NaiveTp final : public Layout {
       }
       a.norm1.resize(N * d);
       a.rstd1.resize(N);
-      a.qkv.resize(N * (d + 2 * kv));
-      a.attn.resize(N * d);
-      a.lse.resize(N * config_.n_heads);
-      a.x_mid.resize(N * d);
       a.norm2.resize(N * d);
       a.rstd2.resize(N);
-      a.gate_up.resize(2 * N * ff);
-      a.hidden.resize(N * ff);
     }
-    partial_.resize(N * d);
     d_norm_.resize(N * d);
-    d_qkv_.resize(N * (d + 2 * kv));
-    d_attn_.resize(N * d);
-    d_gate_up_.resize(2 * N * ff);
-    d_hidden_.resize(N * ff);
     d_latent_.resize(N * widest);
   }
 
-  void block_forward(int64_t layer, const float* x_in, float* x_out) override {
-    Acts& a = acts_[slot(layer)];
-    const BlockWeights& w = blocks_[layer];
-    a.x_in = x_in;
-    const int64_t B = batch_, T = seq_len_, N = B * T;
-    const int64_t d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-    concatenate_groups(layer);
-
-    rmsnorm_forward(x_in, d, w.norm1, N, d, config_.rms_eps, a.norm1.data(), d, a.rstd1.data());
-    const GemmInput norm1 = shared_input(a.norm1.data(), N, d, rounded_);
-    const Qkv qkv = split_qkv(a.qkv);
-    project(layer, kQkv, norm1, a, {qkv.q, qkv.k, qkv.v});
-    rope_forward(qkv.q, d, B, T, config_.n_heads, rope_);
-    rope_forward(qkv.k, kv, B, T, config_.n_kv_heads, rope_);
-    const AttentionShape shape{B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim()};
-    attention_forward(shape, qkv.q, d, qkv.k, kv, qkv.v, kv, a.attn.data(), d, a.lse.data());
-    project(layer, kO, {a.attn.data(), d}, a, {partial_.data()});
-    add(x_in, partial_.data(), a.x_mid.data(), N * d);
-
-    rmsnorm_forward(a.x_mid.data(), d, w.norm2, N, d, config_.rms_eps, a.norm2.data(), d,
-                    a.rstd2.data());
-    const GemmInput norm2 = shared_input(a.norm2.data(), N, d, rounded_);
-    float *gate = a.gate_up.data(), *up = gate + N * ff;
-    project(layer, kGateUp, norm2, a, {gate, up});
-    swiglu_forward(gate, up, N * ff, config_.mlp_gate_act, a.hidden.data());
-    project(layer, kDown, {a.hidden.data(), ff}, a, {partial_.data()});
-    add(a.x_mid.data(), partial_.data(), x_out, N * d);
-  }
-
-  void block_backward(int64_t layer, float* dx) override {
-    Acts& a = acts_[slot(layer)];
-    const BlockWeights& w = blocks_[layer];
-    const int64_t B = batch_, T = seq_len_, N = B * T;
-    const int64_t d = config_.d_model, kv = config_.kv_dim(), ff = config_.d_ff;
-
-    project_backward(layer, kDown, {a.hidden.data(), ff}, a, {dx}, d_hidden_.data());
-    tp_.all_reduce(d_hidden_.data(), N * ff);
-    const float *gate = a.gate_up.data(), *up = gate + N * ff;
-    float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ff;
-    swiglu_backward(d_hidden_.data(), gate, up, N * ff, config_.mlp_gate_act, d_gate, d_up);
-    const GemmInput norm2 = shared_input(a.norm2.data(), N, d, rounded_);
-    project_backward(layer, kGateUp, norm2, a, {d_gate, d_up}, d_norm_.data());
-    tp_.all_reduce(d_norm_.data(), N * d);  // gate and up merged
-    rmsnorm_backward(d_norm_.data(), d, a.x_mid.data(), d, w.norm2, a.rstd2.data(), N, d, dx, d,
-                     w.dnorm2, /*accumulate=*/true);
-
-    project_backward(layer, kO, {a.attn.data(), d}, a, {dx}, d_attn_.data());
-    tp_.all_reduce(d_attn_.data(), N * d);
-    const Qkv qkv = split_qkv(a.qkv), dq = split_qkv(d_qkv_);
-    const AttentionShape shape{B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim()};
-    attention_backward(shape, qkv.q, d, qkv.k, kv, qkv.v, kv, a.attn.data(), d, a.lse.data(),
-                       d_attn_.data(), d, dq.q, d, dq.k, kv, dq.v, kv);
-    rope_backward(dq.q, d, B, T, config_.n_heads, rope_);
-    rope_backward(dq.k, kv, B, T, config_.n_kv_heads, rope_);
-    const GemmInput norm1 = shared_input(a.norm1.data(), N, d, rounded_);
-    project_backward(layer, kQkv, norm1, a, {dq.q, dq.k, dq.v}, d_norm_.data());
-    tp_.all_reduce(d_norm_.data(), N * d);  // q, k and v merged
-    rmsnorm_backward(d_norm_.data(), d, a.x_in, d, w.norm1, a.rstd1.data(), N, d, dx, d, w.dnorm1,
-                     /*accumulate=*/true);
-  }
-
-  int64_t slot_bytes() const override {
-    return acts_.empty() ? 0 : activation_bytes() / static_cast<int64_t>(acts_.size());
-  }
-
-  int64_t activation_bytes() const override {
+  int64_t group_slot_bytes() const override { return kept_.empty() ? 0 : bytes_of(kept_[0]); }
+  int64_t group_total_bytes() const override {
     int64_t n = 0;
-    for (const auto& a : acts_) {
-      n += a.norm1.size() + a.rstd1.size() + a.qkv.size() + a.attn.size() + a.lse.size() +
-           a.x_mid.size() + a.norm2.size() + a.rstd2.size() + a.gate_up.size() + a.hidden.size();
-      for (int g = 0; g < kGroupsPerBlock; ++g) n += a.z[g].size() + a.h[g].size();
-    }
-    return n * static_cast<int64_t>(sizeof(float));
+    for (const Kept& a : kept_) n += bytes_of(a);
+    return n;
   }
 
  private:
-  struct Acts {
-    const float* x_in = nullptr;
-    // Per group, its latents side by side [N, Σ r/t]: z, and σ(z) (cola).
-    std::array<std::vector<float>, kGroupsPerBlock> z, h;
-    // q | k | v and gate | up one after the other (as their gradients), so that the B factors'
-    // batched GEMMs in backward read evenly spaced gradients.
-    std::vector<float> norm1, rstd1, qkv, attn, lse, x_mid, norm2, rstd2, gate_up, hidden;
+  // Per block: per group its latents side by side [N, Σ r/t], z and σ(z) (cola); each norm's
+  // output and 1/rms.
+  struct Kept {
+    std::array<Buffer<float>, kGroupsPerBlock> z, h;
+    Buffer<float> norm1, rstd1, norm2, rstd2;
   };
-
-  struct Qkv {
-    float *q, *k, *v;
+  struct Norm {
+    const float* gamma;
+    float* dgamma;
+    float* out;
+    float* rstd;
   };
-  Qkv split_qkv(std::vector<float>& buf) const {
-    const int64_t N = batch_ * seq_len_, d = config_.d_model;
-    return {buf.data(), buf.data() + N * d, buf.data() + N * (d + config_.kv_dim())};
+  Norm norm(int64_t layer, const Group& g) {
+    Kept& k = kept_[slot(layer)];
+    const BlockWeights& w = blocks_[layer];
+    return g.index == kQkv.index ? Norm{w.norm1, w.dnorm1, k.norm1.data(), k.rstd1.data()}
+                                 : Norm{w.norm2, w.dnorm2, k.norm2.data(), k.rstd2.data()};
+  }
+  static int64_t bytes_of(const Kept& a) {
+    int64_t n = a.norm1.size() + a.rstd1.size() + a.norm2.size() + a.rstd2.size();
+    for (int g = 0; g < kGroupsPerBlock; ++g) n += a.z[g].size() + a.h[g].size();
+    return n * static_cast<int64_t>(sizeof(float));
   }
 
   // A group's projections, each summed to its full output by an all-reduce: the partial products
   // of this rank's r/t slice of the latents. Grouped: the A shards as one GEMM, the B shards
   // batched, and the outputs side by side in a packed [N, Σ d_out] buffer for one all-reduce.
-  void project(int64_t layer, const Group& g, GemmInput x, Acts& a,
+  void project(int64_t layer, const Group& g, GemmInput x, Kept& a,
                std::initializer_list<float*> outputs) {
     const ProjectionGroup group = members(layer, g);
     const int64_t N = batch_ * seq_len_, width = group_width(group);
@@ -209,7 +175,7 @@ class NaiveTp final : public Layout {
 
   // Backward of a group: dy (each [N, d_out]) is replicated; the input gradient dx_partial
   // ([N, d_in], overwritten) from this rank's rank slice is partial, summed by the caller.
-  void project_backward(int64_t layer, const Group& g, GemmInput x, Acts& a,
+  void project_backward(int64_t layer, const Group& g, GemmInput x, Kept& a,
                         std::initializer_list<const float*> dy, float* dx_partial) {
     const ProjectionGroup group = members(layer, g);
     const int64_t N = batch_ * seq_len_, width = group_width(group);
@@ -224,9 +190,9 @@ class NaiveTp final : public Layout {
                         group[0].d_in, 0.0f, concatenated_da_, compute_);
   }
 
-  std::vector<Acts> acts_;
-  std::vector<float> packed_, partial_, d_norm_, d_qkv_, d_attn_, d_gate_up_, d_hidden_, d_latent_;
-  std::vector<bf16_t> rounded_, rounded_latent_;
+  std::vector<Kept> kept_;
+  Buffer<float> packed_, d_norm_, d_latent_;
+  Buffer<bf16_t> rounded_, rounded_latent_;
 };
 
 }  // namespace
