@@ -112,6 +112,24 @@ void Layout::replay(int64_t layer, BlockActs& a) {
   group_replay(layer, kDown, w.hidden.data(), {});
 }
 
+void Layout::ReplicatedNorms::allocate(int64_t N, int64_t d) {
+  norm1.resize(N * d);
+  rstd1.resize(N);
+  norm2.resize(N * d);
+  rstd2.resize(N);
+}
+
+int64_t Layout::ReplicatedNorms::bytes() const {
+  return static_cast<int64_t>(norm1.size() + rstd1.size() + norm2.size() + rstd2.size()) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+Layout::Norm Layout::norm_of(int64_t layer, const Group& g, ReplicatedNorms& kept) const {
+  const BlockWeights& w = blocks_[layer];
+  return g.index == kQkv.index ? Norm{w.norm1, w.dnorm1, kept.norm1.data(), kept.rstd1.data()}
+                               : Norm{w.norm2, w.dnorm2, kept.norm2.data(), kept.rstd2.data()};
+}
+
 void Layout::group_replay(int64_t, const Group&, const float*, std::initializer_list<float*>) {
   BOOSTLM_ASSERT_MSG(false, "this layout keeps its intermediates; it has nothing to replay");
 }

@@ -195,11 +195,15 @@ class Layout {
   }
 
   // ---- What a layout supplies: the block's projections in groups, each with its collectives. ----
-  // The attention heads (query, key/value) and MLP columns this rank computes.
+  // The attention heads (query, key/value) and MLP columns this rank computes: by default its
+  // 1/t share of each (heads and d_ff sharded).
   struct LocalWidths {
     int64_t heads, kv_heads, ff;
   };
-  virtual LocalWidths local_widths() const = 0;
+  virtual LocalWidths local_widths() const {
+    const int t = tp_.size();
+    return {config_.n_heads / t, config_.n_kv_heads / t, config_.d_ff / t};
+  }
   // Group g's forward on block `layer`: its input x [N, in] — the residual stream for a normed
   // group (the layout applies the norm), else the attention output (o) or the SwiGLU output
   // (down) — and its members' outputs y_m [N, d_out_m], each contiguous (o and down: the partial
@@ -220,6 +224,22 @@ class Layout {
   virtual void allocate_groups(int64_t N) = 0;
   virtual int64_t group_slot_bytes() const = 0;   // one slot
   virtual int64_t group_total_bytes() const = 0;  // every slot and work area
+
+  // The block norms of a layout whose residual is whole on every rank (dense-tp, naive-tp): run
+  // replicated, each keeping its output (the GEMM input) and per-token 1/rms per slot.
+  struct ReplicatedNorms {
+    Buffer<float> norm1, rstd1, norm2, rstd2;
+    void allocate(int64_t N, int64_t d);
+    int64_t bytes() const;
+  };
+  struct Norm {
+    const float* gamma;
+    float* dgamma;
+    float* out;
+    float* rstd;
+  };
+  // Normed group g's norm in block `layer`, its kept state in `kept`.
+  Norm norm_of(int64_t layer, const Group& g, ReplicatedNorms& kept) const;
 
   const ModelConfig& config_;
   Communicator& tp_;

@@ -54,11 +54,6 @@ class Btp final : public Layout {
 
   int64_t residual_columns() const override { return config_.d_model / tp_.size(); }
 
-  LocalWidths local_widths() const override {
-    const int t = tp_.size();
-    return {config_.n_heads / t, config_.n_kv_heads / t, config_.d_ff / t};
-  }
-
  protected:
   // Every group: its down halves into partial latents, their all-reduce(s) (the norm's statistic
   // riding along), then its up halves locally (latents_forward, up_project below).
@@ -159,20 +154,14 @@ class Btp final : public Layout {
   Rebuilt& rebuilt(int64_t layer) {
     return recomputes_intermediates() ? rebuilt_[0] : rebuilt_[slot(layer)];
   }
-  // A normed group's norm: weight, its gradient, the kept 1/rms, the synchronous output.
-  struct Norm {
-    const float* gamma = nullptr;
-    float* dgamma = nullptr;
-    float* rstd = nullptr;
-    float* out = nullptr;
-  };
+  // A normed group's norm: weight, its gradient, the synchronous output, the kept 1/rms.
   Norm norm(int64_t layer, const Group& g) {
     if (!g.normed) return {};
     Kept& a = kept_[slot(layer)];
     Rebuilt& r = rebuilt(layer);
     const BlockWeights& w = blocks_[layer];
-    return g.index == kQkv.index ? Norm{w.norm1, w.dnorm1, a.rstd1.data(), r.norm1.data()}
-                                 : Norm{w.norm2, w.dnorm2, a.rstd2.data(), r.norm2.data()};
+    return g.index == kQkv.index ? Norm{w.norm1, w.dnorm1, r.norm1.data(), a.rstd1.data()}
+                                 : Norm{w.norm2, w.dnorm2, r.norm2.data(), a.rstd2.data()};
   }
   static int64_t bytes_of(const Kept& a) {
     int64_t n = a.rstd1.size() + a.rstd2.size();

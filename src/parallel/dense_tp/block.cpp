@@ -31,11 +31,6 @@ class DenseTp final : public Layout {
 
   int64_t residual_columns() const override { return config_.d_model; }
 
-  LocalWidths local_widths() const override {
-    const int t = tp_.size();
-    return {config_.n_heads / t, config_.n_kv_heads / t, config_.d_ff / t};
-  }
-
  protected:
   // Normed groups (q|k|v, gate|up): the replicated norm, then each member's column shard.
   // o, down: the row shard's partial output, summed over the group (g).
@@ -83,45 +78,21 @@ class DenseTp final : public Layout {
     const int64_t d = config_.d_model;
     kept_.clear();
     kept_.resize(slots());
-    for (Kept& k : kept_) {
-      k.norm1.resize(N * d);
-      k.rstd1.resize(N);
-      k.norm2.resize(N * d);
-      k.rstd2.resize(N);
-    }
+    for (ReplicatedNorms& k : kept_) k.allocate(N, d);
     d_norm_.resize(N * d);
   }
 
-  int64_t group_slot_bytes() const override { return kept_.empty() ? 0 : bytes_of(kept_[0]); }
+  int64_t group_slot_bytes() const override { return kept_.empty() ? 0 : kept_[0].bytes(); }
   int64_t group_total_bytes() const override {
     int64_t n = 0;
-    for (const Kept& k : kept_) n += bytes_of(k);
+    for (const ReplicatedNorms& k : kept_) n += k.bytes();
     return n;
   }
 
  private:
-  // Per block: each norm's output (the GEMM input) and its per-token 1/rms.
-  struct Kept {
-    Buffer<float> norm1, rstd1, norm2, rstd2;
-  };
-  struct Norm {
-    const float* gamma;
-    float* dgamma;
-    float* out;
-    float* rstd;
-  };
-  Norm norm(int64_t layer, const Group& g) {
-    Kept& k = kept_[slot(layer)];
-    const BlockWeights& w = blocks_[layer];
-    return g.index == kQkv.index ? Norm{w.norm1, w.dnorm1, k.norm1.data(), k.rstd1.data()}
-                                 : Norm{w.norm2, w.dnorm2, k.norm2.data(), k.rstd2.data()};
-  }
-  static int64_t bytes_of(const Kept& k) {
-    return static_cast<int64_t>(k.norm1.size() + k.rstd1.size() + k.norm2.size() + k.rstd2.size()) *
-           static_cast<int64_t>(sizeof(float));
-  }
+  Norm norm(int64_t layer, const Group& g) { return norm_of(layer, g, kept_[slot(layer)]); }
 
-  std::vector<Kept> kept_;
+  std::vector<ReplicatedNorms> kept_;  // per slot
   Buffer<float> d_norm_;
   Buffer<bf16_t> rounded_;
 };

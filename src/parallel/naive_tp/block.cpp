@@ -90,10 +90,7 @@ class NaiveTp final : public Layout {
         a.z[g.index].resize(N * width);
         if (config_.arch == Arch::cola) a.h[g.index].resize(N * width);
       }
-      a.norm1.resize(N * d);
-      a.rstd1.resize(N);
-      a.norm2.resize(N * d);
-      a.rstd2.resize(N);
+      a.norms.allocate(N, d);
     }
     d_norm_.resize(N * d);
     d_latent_.resize(N * widest);
@@ -107,28 +104,16 @@ class NaiveTp final : public Layout {
   }
 
  private:
-  // Per block: per group its latents side by side [N, Σ r/t], z and σ(z) (cola); each norm's
-  // output and 1/rms.
+  // Per block: per group its latents side by side [N, Σ r/t], z and σ(z) (cola); the norms.
   struct Kept {
     std::array<Buffer<float>, kGroupsPerBlock> z, h;
-    Buffer<float> norm1, rstd1, norm2, rstd2;
+    ReplicatedNorms norms;
   };
-  struct Norm {
-    const float* gamma;
-    float* dgamma;
-    float* out;
-    float* rstd;
-  };
-  Norm norm(int64_t layer, const Group& g) {
-    Kept& k = kept_[slot(layer)];
-    const BlockWeights& w = blocks_[layer];
-    return g.index == kQkv.index ? Norm{w.norm1, w.dnorm1, k.norm1.data(), k.rstd1.data()}
-                                 : Norm{w.norm2, w.dnorm2, k.norm2.data(), k.rstd2.data()};
-  }
+  Norm norm(int64_t layer, const Group& g) { return norm_of(layer, g, kept_[slot(layer)].norms); }
   static int64_t bytes_of(const Kept& a) {
-    int64_t n = a.norm1.size() + a.rstd1.size() + a.norm2.size() + a.rstd2.size();
+    int64_t n = 0;
     for (int g = 0; g < kGroupsPerBlock; ++g) n += a.z[g].size() + a.h[g].size();
-    return n * static_cast<int64_t>(sizeof(float));
+    return n * static_cast<int64_t>(sizeof(float)) + a.norms.bytes();
   }
 
   // A group's projections, each summed to its full output by an all-reduce: the partial products
