@@ -145,9 +145,11 @@ if want cluster; then
   else
     # Scaled rates (README, Emulated cluster): 150mbit is the paper's inter-node InfiniBand and
     # 2gbit its NVLink at this machine's per-rank GEMM rate; 500mbit and 10gbit bracket them. A
-    # micro-batch of 2x256 keeps naive-tp's steps at the slowest rate under half a minute.
+    # micro-batch of 4x256 (two --tp-overlap chunks of 2 sequences) keeps naive-tp's steps at the
+    # slowest rate under half a minute, and puts btp's communication about level with its compute
+    # at 500mbit.
     cluster_shape=60m rates=${rates:-"150mbit 500mbit 2gbit 10gbit"}
-    cluster_size=(-b 2 -t 256 --steps 3 --warmup 0)
+    cluster_size=(-b 4 -t 256 --steps 3 --warmup 0)
   fi
   cluster_name=blmres
   # Whatever happens, the namespaces go (the parts run one after another; none else sets a trap
