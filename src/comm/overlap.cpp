@@ -105,19 +105,21 @@ struct CommOverlap::Progress {
   }();
   std::thread thread;  // last: it starts running loop() at once
 
-  Progress() : thread([this] { loop(); }) { prioritise(thread); }
+  Progress() : thread([this] { loop(); }) {}
 
   // The progress thread shares its core with the compute of its own rank (and, on an emulated
   // cluster, of other hosts): at normal priority the scheduler lets it run only every few
   // milliseconds, and each step of a collective's protocol waits that long. A real-time priority
-  // (root or CAP_SYS_NICE), else the highest nice value allowed, lets it in on time; it sleeps
-  // between polls, so it takes little from the compute.
-  static void prioritise(std::thread& t) {
+  // (root or CAP_SYS_NICE), else the highest nice value allowed (Linux: per thread, by its kernel
+  // thread id), lets it in on time; it sleeps between polls, so it takes little from the compute.
+  // Best effort: without either it still works, later.
+  static void prioritise_this_thread() {
     sched_param param{};
     param.sched_priority = 1;
-    if (pthread_setschedparam(t.native_handle(), SCHED_FIFO, &param) == 0) return;
-    // Per-thread nice (Linux): its kernel thread id, set from the thread itself in loop().
+    if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &param) == 0) return;
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), -10);
   }
+
   ~Progress() {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -136,10 +138,7 @@ struct CommOverlap::Progress {
   }
 
   void loop() {
-    int policy = 0;
-    sched_param param{};
-    if (pthread_getschedparam(pthread_self(), &policy, &param) == 0 && policy == SCHED_OTHER)
-      setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), -10);  // best effort
+    prioritise_this_thread();
     // One collective in flight at a time, in the order handed over: two at once would share the
     // link and both finish late, while the first one's chunk waits for it.
     std::deque<Op*> queued;

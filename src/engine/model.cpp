@@ -119,8 +119,7 @@ void Model::prepare(int64_t B, int64_t T) {
   batch_ = B;
   seq_len_ = T;
   // Chunks of whole sequences: as many as asked for that divide the batch.
-  active_chunks_ = static_cast<int>(chunks_.size());
-  while (B % active_chunks_ != 0) --active_chunks_;
+  active_chunks_ = overlap_chunks_for(static_cast<int>(chunks_.size()), B);
   for (int c = 0; c < active_chunks_; ++c) chunks_[c]->prepare(B / active_chunks_, T);
   const int64_t N = B * T, d = config_.d_model, rc = blocks().residual_columns();
   resid_.clear();

@@ -93,6 +93,13 @@ struct BlockOptions {
   // collective of a block splits into one per chunk; the bytes stay the same.
   int overlap_chunks = 1;
 };
+// The chunks a micro-batch of `batch` sequences really runs as: the largest count up to `asked`
+// that divides it (the engine and the planner alike).
+inline int overlap_chunks_for(int asked, int64_t batch) {
+  int chunks = asked < 1 ? 1 : asked;
+  while (batch % chunks != 0) --chunks;
+  return chunks;
+}
 // Throws Error for a combination a layout cannot run (lowrank recomputation needs btp).
 void check_options(LayoutKind kind, const BlockOptions& options);
 

@@ -73,10 +73,7 @@ struct StageTime {
 // The chunks --tp-overlap splits a micro-batch into: as the engine, the largest count up to the
 // asked one that divides the micro-batch; 1 without TP.
 int64_t overlap_chunks(const StepConfig& c) {
-  if (c.tp == 1) return 1;
-  int64_t chunks = std::max(1, c.options.overlap_chunks);
-  while (c.micro_batch % chunks != 0) --chunks;
-  return chunks;
+  return c.tp == 1 ? 1 : overlap_chunks_for(c.options.overlap_chunks, c.micro_batch);
 }
 
 // One pass (forward, or backward with its recomputation) through L blocks by `chunks` interleaved
@@ -104,7 +101,8 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
   MicroBatchShape mb{c.layout, c.config, chunk_options, c.micro_batch / chunks, c.seq_len, c.tp};
   const CostContext ctx = cost_context(hw, c, pl);
   const int64_t hd = c.config.head_dim();
-  const Work fwd = block_forward_work(mb), bwd = block_backward_work(mb), re = block_recompute_work(mb);
+  const Work fwd = block_forward_work(mb), bwd = block_backward_work(mb),
+             re = block_recompute_work(mb);
   const WorkSeconds F = work_seconds(ctx, fwd, hd), B = work_seconds(ctx, bwd, hd),
                     R = work_seconds(ctx, re, hd);
   const int64_t L = stage_layers(c.config, c.pp, stage);
