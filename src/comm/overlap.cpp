@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -98,14 +99,10 @@ struct CommOverlap::Progress {
   std::condition_variable wake;
   std::deque<Op*> incoming;
   bool stop = false;
-  // Microseconds between polls (BOOSTLM_OVERLAP_POLL_US overrides, for measuring the choice).
-  const int poll_us = [] {
-    const char* env = std::getenv("BOOSTLM_OVERLAP_POLL_US");
-    return env ? std::max(1, std::atoi(env)) : kPollMicroseconds;
-  }();
+  const int poll_us;   // between polls
   std::thread thread;  // last: it starts running loop() at once
 
-  Progress() : thread([this] { loop(); }) {}
+  explicit Progress(int poll) : poll_us(poll), thread([this] { loop(); }) {}
 
   // The progress thread shares its core with the compute of its own rank (and, on an emulated
   // cluster, of other hosts): at normal priority the scheduler lets it run only every few
@@ -195,8 +192,22 @@ int overlap_chunks(OverlapMode mode, int chunks, Communicator& tp) {
   return chunks;
 }
 
+int overlap_poll_us(const char* text) {
+  if (!text) return CommOverlap::kPollMicroseconds;
+  char* end = nullptr;
+  errno = 0;
+  const long us = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || us < 1 || us > 1000000)
+    throw error("BOOSTLM_OVERLAP_POLL_US='", text,
+                "' is not a number of microseconds from 1 to 1000000 (unset it for the default, ",
+                CommOverlap::kPollMicroseconds, ")");
+  return static_cast<int>(us);
+}
+
 CommOverlap::CommOverlap(Communicator& group)
-    : group_(group), progress_(std::make_unique<Progress>()) {}
+    : group_(group),
+      progress_(
+          std::make_unique<Progress>(overlap_poll_us(std::getenv("BOOSTLM_OVERLAP_POLL_US")))) {}
 
 CommOverlap::~CommOverlap() = default;
 

@@ -43,6 +43,10 @@ OverlapMode parse_overlap_mode(const std::string& text);  // on, off, auto; thro
 const char* to_string(OverlapMode mode);
 // The chunks a micro-batch is split into (1: no overlap). Collective over `tp` for auto.
 int overlap_chunks(OverlapMode mode, int chunks, Communicator& tp);
+// The progress thread's poll interval in microseconds: CommOverlap::kPollMicroseconds, or the
+// value of BOOSTLM_OVERLAP_POLL_US (`text`, nullptr when unset; for measuring the choice), from 1
+// to 1,000,000. Throws Error naming a malformed value.
+int overlap_poll_us(const char* text);
 
 class CommOverlap {
  public:
