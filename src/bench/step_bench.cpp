@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 
 #include "bench/timing.h"
+#include "core/heap.h"
 #include "core/profile.h"
 #include "core/rng.h"
 #include "kernels/gemm.h"
@@ -43,18 +45,46 @@ double replay_gemms(const std::vector<GemmShape>& shapes, int reps) {
   return median(totals);
 }
 
-// Milliseconds per step in each profiled phase. Whole-block phases contain the kernel phases:
-// they are listed, not summed.
-std::string phase_breakdown(double step_total_s, int steps) {
-  std::string text;
+// Milliseconds per step in each profiled kernel family, and "other" for the rest of the step.
+// The whole-block phases contain the kernel phases, so they are left out.
+std::map<std::string, double> phase_breakdown(double step_total_s, int steps) {
+  std::map<std::string, double> ms;
   double accounted = 0;
   for (const auto& [phase, seconds] : Profile::global().seconds()) {
-    const bool outer = phase == "block_forward" || phase == "block_backward";
-    text += " " + phase + (outer ? "(incl.) " : " ") +
-            std::to_string(seconds / steps * 1e3).substr(0, 6);
-    if (!outer) accounted += seconds;
+    if (phase == "block_forward" || phase == "block_backward") continue;
+    ms[phase] = seconds / steps * 1e3;
+    accounted += seconds;
   }
-  return text + " other " + std::to_string((step_total_s - accounted) / steps * 1e3).substr(0, 6);
+  ms["other"] = (step_total_s - accounted) / steps * 1e3;
+  return ms;
+}
+
+std::string breakdown_text(const std::map<std::string, double>& ms) {
+  std::string text;
+  char item[64];
+  for (const auto& [phase, value] : ms) {
+    std::snprintf(item, sizeof item, " %s %.1f", phase.c_str(), value);
+    text += item;
+  }
+  return text;
+}
+
+// The GEMM shapes of one recorded step, the most time first: calls, ms, GFLOP/s and % of peak.
+std::string shape_table(double peak) {
+  auto times = gemm_recorded_shape_times();
+  std::sort(times.begin(), times.end(),
+            [](const GemmShapeTime& a, const GemmShapeTime& b) { return a.seconds > b.seconds; });
+  std::string text;
+  char line[160];
+  for (const GemmShapeTime& t : times) {
+    const GemmShape& s = t.shape;
+    std::snprintf(line, sizeof line, "       %c%c M %6ld N %6ld K %6ld beta %g: %4ld calls %8.2f ms %7.1f GFLOP/s %5.1f%%\n",
+                  s.trans_a == Trans::N ? 'N' : 'T', s.trans_b == Trans::N ? 'N' : 'T', s.M, s.N,
+                  s.K, s.beta, t.calls, t.seconds * 1e3, t.flops / t.seconds / 1e9,
+                  100 * t.flops / t.seconds / 1e9 / peak);
+    text += line;
+  }
+  return text;
 }
 
 StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const std::string& arch,
@@ -64,6 +94,9 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   for (auto& t : tokens) t = static_cast<int32_t>(rng.below(config.vocab_size));
   for (auto& t : targets) t = static_cast<int32_t>(rng.below(config.vocab_size));
   const DType dtype = parse_dtype(precision);
+  // Everything the step holds: weights, gradients, moments, activations and scratch.
+  const int64_t heap_before = heap_live_bytes();
+  heap_reset_peak();
   Model model(config, dtype);
   model.init_weights(1);
   AdamW optimizer(model.params(), OptimizerConfig{});
@@ -86,8 +119,10 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
       gemm_s.push_back(gemm_counters().seconds - before.seconds);
     }
   }
-  const std::string breakdown =
+  const std::map<std::string, double> breakdown =
       phase_breakdown(std::accumulate(step_s.begin(), step_s.end(), 0.0), o.steps);
+  const int64_t peak_bytes = heap_peak_bytes() - heap_before;
+  const std::string shapes = shape_table(peak);
   const double isolated = replay_gemms(gemm_recorded_shapes(), 3);
   gemm_clear_recorded_shapes();
   const ModelFlops flops = model_flops(config, B, T);
@@ -105,9 +140,11 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   r.mfu = rate / (peak * 1e9);
   r.gemm_efficiency = rate / (gemm_flops / isolated);
   r.activation_mb = model.activation_bytes() / 1e6;
+  r.peak_mb = peak_bytes / 1e6;
   r.peak_gflops = peak;
   r.loss = loss;
   r.breakdown = breakdown;
+  r.gemm_shapes = shapes;
   return r;
 }
 
@@ -122,8 +159,8 @@ std::vector<StepResult> run_step_bench(const StepBenchOptions& o) {
   std::printf(
       "shape %s, batch %ld x seq %ld = %ld tokens/step, median of %d steps after %d warm-up\n\n",
       o.shape.c_str(), o.batch, o.seq_len, o.batch * o.seq_len, o.steps, o.warmup);
-  std::printf("%-6s %-5s %8s %9s %10s %7s %6s %9s %8s %8s\n", "arch", "prec", "params", "step_ms",
-              "tokens/s", "GEMM%", "MFU", "GEMM-eff", "act_MB", "loss");
+  std::printf("%-6s %-5s %8s %9s %10s %7s %6s %9s %8s %8s %8s\n", "arch", "prec", "params",
+              "step_ms", "tokens/s", "GEMM%", "MFU", "GEMM-eff", "act_MB", "peak_MB", "loss");
   std::vector<StepResult> results;
   Rng rng(1);
   for (const auto& arch : o.archs) {
@@ -131,11 +168,13 @@ std::vector<StepResult> run_step_bench(const StepBenchOptions& o) {
     for (const auto& precision : o.precisions) {
       const double peak = precision == "bf16" ? peak_bf16 : peak_fp32;
       const StepResult r = run_one(o, config, arch, precision, peak, rng);
-      std::printf("%-6s %-5s %7.1fM %9.1f %10.0f %6.1f%% %5.1f%% %8.1f%% %8.0f %8.4f\n",
+      std::printf("%-6s %-5s %7.1fM %9.1f %10.0f %6.1f%% %5.1f%% %8.1f%% %8.0f %8.0f %8.4f\n",
                   r.arch.c_str(), r.precision.c_str(), r.params_m, r.step_ms, r.tokens_per_s,
                   100 * r.gemm_share, 100 * r.mfu, 100 * r.gemm_efficiency, r.activation_mb,
-                  r.loss);
-      if (o.breakdown) std::printf("       ms/step:%s\n", r.breakdown.c_str());
+                  r.peak_mb, r.loss);
+      if (o.breakdown)
+        std::printf("       ms/step:%s\n       GEMM shapes of one step (slowest first):\n%s",
+                    breakdown_text(r.breakdown).c_str(), r.gemm_shapes.c_str());
       std::fflush(stdout);
       results.push_back(r);
     }
@@ -167,7 +206,9 @@ nlohmann::json to_json(const StepBenchOptions& o, const std::vector<StepResult>&
                               {"mfu", r.mfu},
                               {"gemm_efficiency", r.gemm_efficiency},
                               {"activation_mb", r.activation_mb},
+                              {"peak_mb", r.peak_mb},
                               {"peak_gflops", r.peak_gflops},
+                              {"phases_ms", r.breakdown},
                               {"loss", r.loss}});
   return out;
 }

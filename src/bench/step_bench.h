@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,10 @@ struct StepBenchOptions {
 struct StepResult {
   std::string arch, precision;
   double params_m = 0, step_ms = 0, min_step_ms = 0, tokens_per_s = 0, gemm_share = 0, mfu = 0;
-  double gemm_efficiency = 0, activation_mb = 0, peak_gflops = 0;
+  double gemm_efficiency = 0, activation_mb = 0, peak_mb = 0, peak_gflops = 0;
   float loss = 0;
-  std::string breakdown;  // "phase ms ..." per step
+  std::map<std::string, double> breakdown;  // ms per step in each kernel family, and "other"
+  std::string gemm_shapes;  // with --breakdown: the step's GEMM shapes, slowest total first
 };
 
 // Prints each row as it finishes (a run over every model takes a while).

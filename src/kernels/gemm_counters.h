@@ -32,6 +32,15 @@ void gemm_record_shapes(bool on);  // start/stop recording the shape of every GE
 const std::vector<GemmShape>& gemm_recorded_shapes();
 void gemm_clear_recorded_shapes();
 
+// While recording, the time of each distinct shape too: calls (batch members), FLOPs and seconds
+// (a batched call's time shared equally by its members), in the order each shape first ran.
+struct GemmShapeTime {
+  GemmShape shape;
+  int64_t calls = 0;
+  double flops = 0, seconds = 0;
+};
+std::vector<GemmShapeTime> gemm_recorded_shape_times();
+
 // For a backend's gemm: one call of `count` GEMMs of `shape` (a batch of `count` members), which
 // took `seconds`. Adds it to the counters and the profile's "gemm" phase, and records `count`
 // shapes while recording.
