@@ -102,9 +102,13 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   AdamW optimizer(model.params(), OptimizerConfig{});
   Pipeline pipeline(model);
   const MicroBatch batch{tokens.data(), targets.data()};
-  std::vector<double> step_s, gemm_s;
+  std::vector<double> step_s, gemm_s, probe_mfu;
+  const double flops_per_step = model_flops(config, B, T).training();
   float loss = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
+    // This machine's GEMM rate just before the step (a shared virtual machine's speed drifts by up
+    // to 2x over tens of seconds): MFU against it is the noise-normalised figure.
+    const double probe = s >= o.warmup ? measure_gemm_gflops(1024, 1024, 1024, dtype, 2) : 0;
     if (s == o.warmup) {
       gemm_record_shapes(true);
       Profile::global().clear();
@@ -115,6 +119,7 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
     const double dt = now_s() - t0;
     if (s == o.warmup) gemm_record_shapes(false);
     if (s >= o.warmup) {
+      probe_mfu.push_back(flops_per_step / dt / (probe * 1e9));
       step_s.push_back(dt);
       gemm_s.push_back(gemm_counters().seconds - before.seconds);
     }
@@ -138,6 +143,7 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   r.tokens_per_s = B * T / step;
   r.gemm_share = median(gemm_s) / step;
   r.mfu = rate / (peak * 1e9);
+  r.mfu_probe = median(probe_mfu);
   r.gemm_efficiency = rate / (gemm_flops / isolated);
   r.activation_mb = model.activation_bytes() / 1e6;
   r.peak_mb = peak_bytes / 1e6;
@@ -151,27 +157,34 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
 }  // namespace
 
 std::vector<StepResult> run_step_bench(const StepBenchOptions& o) {
-  const double peak_fp32 = measure_peak_gemm_gflops(DType::f32);
-  const double peak_bf16 = measure_peak_gemm_gflops(DType::bf16);
+  // The peak is measured again before each configuration and the best so far is kept: a peak
+  // measured in a slow second would overstate every MFU after it.
+  double peak_fp32 = measure_peak_gemm_gflops(DType::f32);
+  double peak_bf16 = measure_peak_gemm_gflops(DType::bf16);
   std::printf(
-      "peak GEMM (best n^3, this machine, this run): fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n",
+      "peak GEMM (best n^3 so far, this machine, this run; measured again before each row): "
+      "fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n",
       peak_fp32, peak_bf16);
   std::printf(
       "shape %s, batch %ld x seq %ld = %ld tokens/step, median of %d steps after %d warm-up\n\n",
       o.shape.c_str(), o.batch, o.seq_len, o.batch * o.seq_len, o.steps, o.warmup);
-  std::printf("%-6s %-5s %8s %9s %10s %7s %6s %9s %8s %8s %8s\n", "arch", "prec", "params",
-              "step_ms", "tokens/s", "GEMM%", "MFU", "GEMM-eff", "act_MB", "peak_MB", "loss");
+  std::printf("%-6s %-5s %8s %9s %10s %7s %6s %7s %8s %9s %8s %8s %8s\n", "arch", "prec",
+              "params", "step_ms", "tokens/s", "GEMM%", "MFU", "peak", "MFU-now", "GEMM-eff",
+              "act_MB", "peak_MB", "loss");
   std::vector<StepResult> results;
   Rng rng(1);
   for (const auto& arch : o.archs) {
     const ModelConfig config = plan::find_model(o.shape, parse_arch(arch));
     for (const auto& precision : o.precisions) {
-      const double peak = precision == "bf16" ? peak_bf16 : peak_fp32;
+      double& best = precision == "bf16" ? peak_bf16 : peak_fp32;
+      best = std::max(best, measure_peak_gemm_gflops(parse_dtype(precision)));
+      const double peak = best;
       const StepResult r = run_one(o, config, arch, precision, peak, rng);
-      std::printf("%-6s %-5s %7.1fM %9.1f %10.0f %6.1f%% %5.1f%% %8.1f%% %8.0f %8.0f %8.4f\n",
-                  r.arch.c_str(), r.precision.c_str(), r.params_m, r.step_ms, r.tokens_per_s,
-                  100 * r.gemm_share, 100 * r.mfu, 100 * r.gemm_efficiency, r.activation_mb,
-                  r.peak_mb, r.loss);
+      std::printf(
+          "%-6s %-5s %7.1fM %9.1f %10.0f %6.1f%% %5.1f%% %7.0f %7.1f%% %8.1f%% %8.0f %8.0f %8.4f\n",
+          r.arch.c_str(), r.precision.c_str(), r.params_m, r.step_ms, r.tokens_per_s,
+          100 * r.gemm_share, 100 * r.mfu, r.peak_gflops, 100 * r.mfu_probe, 100 * r.gemm_efficiency,
+          r.activation_mb, r.peak_mb, r.loss);
       if (o.breakdown)
         std::printf("       ms/step:%s\n       GEMM shapes of one step (slowest first):\n%s",
                     breakdown_text(r.breakdown).c_str(), r.gemm_shapes.c_str());
@@ -204,6 +217,7 @@ nlohmann::json to_json(const StepBenchOptions& o, const std::vector<StepResult>&
                               {"tokens_per_s", r.tokens_per_s},
                               {"gemm_share", r.gemm_share},
                               {"mfu", r.mfu},
+                              {"mfu_probe", r.mfu_probe},
                               {"gemm_efficiency", r.gemm_efficiency},
                               {"activation_mb", r.activation_mb},
                               {"peak_mb", r.peak_mb},

@@ -28,7 +28,9 @@ struct StepBenchOptions {
 
 struct StepResult {
   std::string arch, precision;
-  double params_m = 0, step_ms = 0, min_step_ms = 0, tokens_per_s = 0, gemm_share = 0, mfu = 0;
+  double params_m = 0, step_ms = 0, min_step_ms = 0, tokens_per_s = 0, gemm_share = 0;
+  double mfu = 0;        // against the best GEMM peak measured in the run (conservative)
+  double mfu_probe = 0;  // median over steps, each against a 1024³ GEMM run just before it
   double gemm_efficiency = 0, activation_mb = 0, peak_mb = 0, peak_gflops = 0;
   float loss = 0;
   std::map<std::string, double> breakdown;  // ms per step in each kernel family, and "other"

@@ -133,6 +133,7 @@ void Model::prepare(int64_t B, int64_t T) {
   d_full_.resize(N * d);
   const int64_t chunk = logits_chunk_rows(vocab_rows_, N);
   logits_.resize(chunk * vocab_rows_);
+  if (compute_ == DType::bf16) logits_bf16_.resize(chunk * vocab_rows_);
   row_max_.resize(chunk);
   ce_stats_.resize(2 * chunk);
   ce_lse_.resize(N);
@@ -232,6 +233,8 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   const GemmInput w_head(weights_.view(head),
                          weights_bf16_.empty() ? nullptr : weights_bf16_.data() + head.offset, d);
   const float scale = grad_scale / static_cast<float>(N);
+  // In bf16 the cross-entropy writes the gradient's rounded copy itself, for both GEMMs below.
+  bf16_t* dlogits_bf16 = compute_ == DType::bf16 ? logits_bf16_.data() : nullptr;
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
     const GemmInput x(x_all.f32 + r0 * d, x_all.bf16 ? x_all.bf16 + r0 * d : nullptr, d);
@@ -239,7 +242,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
     if (t == 1) {
       if (backward) {
         cross_entropy_forward_backward(logits_.data(), V, targets + r0, rows, V, scale,
-                                       losses_.data() + r0);
+                                       losses_.data() + r0, dlogits_bf16);
       } else {
         cross_entropy_forward(logits_.data(), V, targets + r0, rows, V, losses_.data() + r0,
                               ce_lse_.data() + r0);
@@ -255,10 +258,10 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
                                losses_.data() + r0);
       if (backward)
         cross_entropy_shard_backward(logits_.data(), V, targets + r0, rows, V, vocab_begin_,
-                                     ce_lse_.data() + r0, scale);
+                                     ce_lse_.data() + r0, scale, dlogits_bf16);
     }
     if (!backward) continue;
-    const GemmInput dlogits = rounded_input(compute_, logits_.data(), rows, V, logits_bf16_);
+    const GemmInput dlogits(logits_.data(), dlogits_bf16, V);
     gemm(Trans::T, Trans::N, V, d, rows, 1.0f, dlogits, x, 1.0f, grads_.view(head), d, compute_);
     gemm(Trans::N, Trans::N, rows, d, V, 1.0f, dlogits, w_head, 0.0f, d_full_.data() + r0 * d, d,
          compute_);

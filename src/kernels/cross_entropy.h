@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace boostlm {
 
 // logits: [rows, V] (row stride ld). losses[r] = logsumexp(logits[r]) − logits[r, targets[r]];
@@ -16,9 +18,12 @@ void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targ
                             int64_t ldd);
 
 // Training: both in one sweep. Returns losses[r] and overwrites logits with
-// scale · (softmax(logits) − onehot(targets)).
+// scale · (softmax(logits) − onehot(targets)). With `grad_bf16` the gradient is also written
+// rounded to bf16 (row stride V) in the same sweep, each row while it is in cache: the head's
+// bf16 GEMMs read it without a rounding pass over the [rows, V] chunk.
 void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
-                                    int64_t V, float scale, float* losses);
+                                    int64_t V, float scale, float* losses,
+                                    bf16_t* grad_bf16 = nullptr);
 
 // Vocab-parallel pieces (Megatron's parallel cross-entropy): this rank holds the logits of vocab
 // columns [vocab_begin, vocab_begin + V_local). The caller all-reduces between the steps, so the
@@ -31,10 +36,11 @@ void cross_entropy_shard_max(const float* logits, int64_t ld, int64_t rows, int6
 void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* targets,
                                int64_t rows, int64_t V_local, int64_t vocab_begin,
                                const float* row_max, float* stats);
-// In place: logits become scale · (exp(logit − lse) − onehot) on this rank's columns.
+// In place: logits become scale · (exp(logit − lse) − onehot) on this rank's columns; with
+// `grad_bf16` also rounded to bf16 (row stride V_local), as cross_entropy_forward_backward.
 void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                                   int64_t V_local, int64_t vocab_begin, const float* lse,
-                                  float scale);
+                                  float scale, bf16_t* grad_bf16 = nullptr);
 
 // With the all-reduced max and stats: lse[r] = row_max[r] + log(stats[2r]) and
 // losses[r] = lse[r] − stats[2r+1].

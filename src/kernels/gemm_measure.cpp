@@ -32,8 +32,8 @@ double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int r
 
 double measure_peak_gemm_gflops(DType compute) {
   double best = 0;
-  for (const int64_t n : {512, 1024, 2048})
-    best = std::max(best, measure_gemm_gflops(n, n, n, compute, 3));
+  for (const int64_t n : {512, 768, 1024, 2048})
+    best = std::max(best, measure_gemm_gflops(n, n, n, compute, 6));
   return best;
 }
 

@@ -260,5 +260,37 @@ TEST(CrossEntropy, FusedForwardBackwardMatchesSeparateKernels) {
   for (int64_t i = 0; i < rows * V; ++i) ASSERT_NEAR(logits[i], dlogits[i], 1e-7) << i;
 }
 
+// The bf16 copy written in the same sweep is the fp32 gradient rounded to nearest even, bit for
+// bit, and the fp32 gradient is unchanged by asking for it; so for the shard version.
+TEST(CrossEntropy, Bf16GradientIsTheRoundedFp32Gradient) {
+  const int64_t rows = 3, V = 301;  // not a multiple of 16: the vector loop's tail too
+  const auto logits = testing::random_vector(rows * V, 6, 5.0f);
+  const std::vector<int32_t> targets = {0, 300, 17};
+  std::vector<float> plain = logits, fused = logits, losses(rows), fused_losses(rows);
+  std::vector<bf16_t> grad16(rows * V);
+  cross_entropy_forward_backward(plain.data(), V, targets.data(), rows, V, 0.5f, losses.data());
+  cross_entropy_forward_backward(fused.data(), V, targets.data(), rows, V, 0.5f,
+                                 fused_losses.data(), grad16.data());
+  for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(fused_losses[r], losses[r]);
+  for (int64_t i = 0; i < rows * V; ++i) {
+    ASSERT_EQ(fused[i], plain[i]) << i;
+    ASSERT_EQ(grad16[i], float_to_bf16(plain[i])) << i;
+  }
+  std::vector<float> lse(rows), shard = logits;
+  cross_entropy_forward(logits.data(), V, targets.data(), rows, V, losses.data(), lse.data());
+  const int64_t begin = 150, width = V - begin;  // the second half of the vocabulary, ld V
+  std::vector<float> shard_plain = logits;
+  std::vector<bf16_t> shard16(rows * width);
+  cross_entropy_shard_backward(shard_plain.data() + begin, V, targets.data(), rows, width, begin,
+                               lse.data(), 0.5f);
+  cross_entropy_shard_backward(shard.data() + begin, V, targets.data(), rows, width, begin,
+                               lse.data(), 0.5f, shard16.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) {
+      ASSERT_EQ(shard[r * V + begin + j], shard_plain[r * V + begin + j]);
+      ASSERT_EQ(shard16[r * width + j], float_to_bf16(shard_plain[r * V + begin + j]));
+    }
+}
+
 }  // namespace
 }  // namespace boostlm

@@ -12,6 +12,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/profile.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/gemm_counters.h"
 
 namespace boostlm {
@@ -43,19 +44,90 @@ MatmulEngine& matmul_engine() {
 namespace {
 void round_rows(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst) {
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = src + r * ld;
-    bf16_t* out = dst + r * cols;
-    int64_t c = 0;
+  for (int64_t r = 0; r < rows; ++r) cpu::round_row_bf16(src + r * ld, cols, dst + r * cols);
+}
+
 #ifdef __AVX512BF16__
-    // One instruction per 16 values (round-to-nearest-even, as float_to_bf16).
-    for (; c + 16 <= cols; c += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
-                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(in + c)));
-#endif
-    for (; c < cols; ++c) out[c] = float_to_bf16(in[c]);
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused source of their unmasked
+// forms, which -Wmaybe-uninitialized reports once they are inlined into these loops.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+inline __m512 load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline __m512 load16(const bf16_t* p) {  // exact: a bf16 value is the top half of its fp32
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+// In-register transpose of 16 rows of 16 floats (row i of the result is column i of the input):
+// pairs, then quadruples, then 128-bit lanes twice.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  auto lo = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  auto hi = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = lo(t[i], t[i + 2]);
+    r[i + 1] = hi(t[i], t[i + 2]);
+    r[i + 2] = lo(t[i + 1], t[i + 3]);
+    r[i + 3] = hi(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
   }
 }
+#endif
+
+inline bf16_t to_bf16(float x) {
+  return float_to_bf16(x);
+}
+inline bf16_t to_bf16(bf16_t x) {
+  return x;
+}
+
+// dst [cols, rows] (row stride rows) = src [rows, cols] (row stride ld) transposed and rounded to
+// bf16 (exact for a bf16 source), in one pass: 16 x 16 tiles transposed in registers.
+template <typename T>
+void transpose_round(const T* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+    const int64_t width = std::min<int64_t>(16, cols - c0);
+    int64_t r = 0;
+#ifdef __AVX512BF16__
+    if (width == 16)
+      for (; r + 16 <= rows; r += 16) {
+        __m512 v[16];
+        for (int i = 0; i < 16; ++i) v[i] = load16(src + (r + i) * ld + c0);
+        transpose16(v);
+        for (int j = 0; j < 16; ++j)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (c0 + j) * rows + r),
+                              (__m256i)_mm512_cvtneps_pbh(v[j]));
+      }
+#endif
+    for (int64_t j = 0; j < width; ++j)
+      for (int64_t rr = r; rr < rows; ++rr) dst[(c0 + j) * rows + rr] = to_bf16(src[rr * ld + c0 + j]);
+  }
+}
+#ifdef __AVX512BF16__
+#pragma GCC diagnostic pop
+#endif
 }  // namespace
 
 // Counted as its own phase when the model rounds; inside gemm() it is part of the GEMM's time.
@@ -83,6 +155,26 @@ Operand bf16_operand(const GemmInput& in, int64_t rows, int64_t cols, const Gemm
   for (int64_t i = 0; i < batch.count; ++i)
     round_rows(in.f32 + i * stride, rows, cols, in.ld, scratch.data() + i * member);
   return {scratch.data(), cols, member};
+}
+
+// A transposed first operand (stored K x M), made plain in bf16 ([M, K] per member, contiguous in
+// scratch), rounding as it transposes. oneDNN 2.6's bf16 matmul runs a transposed source 35-40%
+// slower than a plain one on Zen 5 (the weight-gradient GEMMs Xᵀ·dY: 230-280 against 400-450
+// GFLOP/s, `bench step --breakdown`), far more than the copy costs. The fp32 values are rounded
+// from the bf16 copy when there is one (half the bytes to read), else from the fp32 values.
+Operand plain_bf16_from_transposed(const GemmInput& in, int64_t M, int64_t K,
+                                   const GemmBatch& batch, Buffer<bf16_t>& scratch) {
+  const int64_t member = M * K;
+  if (scratch.size() < static_cast<size_t>(batch.count * member))
+    scratch.resize(batch.count * member);
+  for (int64_t i = 0; i < batch.count; ++i) {
+    bf16_t* out = scratch.data() + i * member;
+    if (in.bf16)
+      transpose_round(in.bf16 + i * batch.stride_a, K, M, in.ld, out);
+    else
+      transpose_round(in.f32 + i * batch.stride_a, K, M, in.ld, out);
+  }
+  return {scratch.data(), K, member};
 }
 
 // op(X) stored as rows x cols (N) or cols x rows (T) with row stride ld: the memory descriptor's
@@ -143,14 +235,20 @@ void matmul(dnnl::memory::data_type type, Trans ta, Trans tb, int64_t M, int64_t
   e.stream.wait();
 }
 
-void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
-               const GemmInput& B, float beta, float* C, int64_t ldc, const GemmBatch& batch) {
+// Returns the seconds spent preparing the operands (rounding and transposing), which the caller
+// books as their own phase rather than as GEMM time.
+double gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const GemmInput& A, const GemmInput& B, float beta, float* C, int64_t ldc,
+                 const GemmBatch& batch) {
   MatmulEngine& e = matmul_engine();
+  const double start = now_s();
   const Operand a = ta == Trans::N ? bf16_operand(A, M, K, batch, batch.stride_a, e.a_scratch)
-                                   : bf16_operand(A, K, M, batch, batch.stride_a, e.a_scratch);
+                                   : plain_bf16_from_transposed(A, M, K, batch, e.a_scratch);
   const Operand b = tb == Trans::N ? bf16_operand(B, K, N, batch, batch.stride_b, e.b_scratch)
                                    : bf16_operand(B, N, K, batch, batch.stride_b, e.b_scratch);
-  matmul(dnnl::memory::data_type::bf16, ta, tb, M, N, K, alpha, a, b, beta, C, ldc, batch);
+  const double prepared = now_s() - start;
+  matmul(dnnl::memory::data_type::bf16, Trans::N, tb, M, N, K, alpha, a, b, beta, C, ldc, batch);
+  return prepared;
 }
 
 void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
@@ -174,6 +272,7 @@ void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
   BOOSTLM_ASSERT(M >= 0 && N >= 0 && K >= 0 && batch.count >= 1);
   if (M == 0 || N == 0) return;
   const auto start = std::chrono::steady_clock::now();
+  double operands = 0;  // bf16 rounding/transposition of operands that arrived without a copy
   if (K == 0) {
     for (int64_t b = 0; b < batch.count; ++b) {
       float* c = C + b * batch.stride_c;
@@ -184,10 +283,12 @@ void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
   } else if (compute == DType::f32) {
     gemm_f32(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch);
   } else {
-    gemm_bf16(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch);
+    operands = gemm_bf16(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch);
   }
-  count_gemm_call({ta, tb, M, N, K, beta, compute}, batch.count,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (operands > 0) Profile::global().add("gemm_operands", operands);
+  count_gemm_call(
+      {ta, tb, M, N, K, beta, compute}, batch.count,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - operands);
 }
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,

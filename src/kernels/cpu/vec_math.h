@@ -8,8 +8,11 @@
 // ln(FLT_MIN) give exactly 0 (so exp(-inf) = 0, as softmax masking needs).
 #pragma once
 
+#include <immintrin.h>
 #include <bit>
 #include <cstdint>
+
+#include "core/dtype.h"
 
 namespace boostlm::cpu {
 
@@ -37,6 +40,19 @@ inline float exp_vec(float x) {
 
 inline float sigmoid_vec(float x) {
   return 1.0f / (1.0f + exp_vec(-x));
+}
+
+// n values rounded to bf16 (to nearest even, as float_to_bf16): one instruction per 16 values on
+// CPUs with AVX512-BF16. Kernels that produce a GEMM's bf16 input call it on each row while the
+// row is still in cache, instead of a separate rounding pass over memory.
+inline void round_row_bf16(const float* in, int64_t n, bf16_t* out) {
+  int64_t c = 0;
+#ifdef __AVX512BF16__
+  for (; c + 16 <= n; c += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(in + c)));
+#endif
+  for (; c < n; ++c) out[c] = float_to_bf16(in[c]);
 }
 
 }  // namespace boostlm::cpu
