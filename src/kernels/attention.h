@@ -11,10 +11,17 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace boostlm {
 
+// compute: fp32, or bf16 — q, k, v, the probabilities and the gradients that meet in the tile
+// products are rounded to bf16 there (fp32 accumulation; the softmax, its statistics and every
+// output stay fp32), as bf16 FlashAttention does. bf16 runs on AVX512-BF16 dot products where the
+// CPU has them and head_dim is a multiple of 16, else it falls back to fp32.
 struct AttentionShape {
   int64_t batch, seq_len, n_heads, n_kv_heads, head_dim;
+  DType compute = DType::f32;
 };
 
 // out: [B·T, n_heads·head_dim] (row stride ldo); lse: [B, n_heads, T].

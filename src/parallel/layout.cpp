@@ -79,7 +79,7 @@ void Layout::block_backward(int64_t layer, float* dx) {
   group_backward(layer, kO, w.attn.data(), {dx}, d_attn_.data());
   const Qkv qkv = split_qkv(w.qkv), d = split_qkv(d_qkv_);
   const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
-  const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd};
+  const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd, compute_};
   attention_backward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data(),
                      d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
   rope_backward(d.q, ql, batch_, seq_len_, widths_.heads, rope_);
@@ -93,7 +93,7 @@ void Layout::attention(BlockActs& w) {
   const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
   rope_forward(qkv.q, ql, batch_, seq_len_, widths_.heads, rope_);
   rope_forward(qkv.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
-  const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd};
+  const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd, compute_};
   attention_forward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data());
 }
 

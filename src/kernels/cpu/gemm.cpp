@@ -47,87 +47,15 @@ void round_rows(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t
   for (int64_t r = 0; r < rows; ++r) cpu::round_row_bf16(src + r * ld, cols, dst + r * cols);
 }
 
-#ifdef __AVX512BF16__
-// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused source of their unmasked
-// forms, which -Wmaybe-uninitialized reports once they are inlined into these loops.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-inline __m512 load16(const float* p) {
-  return _mm512_loadu_ps(p);
-}
-inline __m512 load16(const bf16_t* p) {  // exact: a bf16 value is the top half of its fp32
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-
-// In-register transpose of 16 rows of 16 floats (row i of the result is column i of the input):
-// pairs, then quadruples, then 128-bit lanes twice.
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  auto lo = [](__m512 a, __m512 b) {
-    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-  };
-  auto hi = [](__m512 a, __m512 b) {
-    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-  };
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = lo(t[i], t[i + 2]);
-    r[i + 1] = hi(t[i], t[i + 2]);
-    r[i + 2] = lo(t[i + 1], t[i + 3]);
-    r[i + 3] = hi(t[i + 1], t[i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-    r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-    r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
-  }
-}
-#endif
-
-inline bf16_t to_bf16(float x) {
-  return float_to_bf16(x);
-}
-inline bf16_t to_bf16(bf16_t x) {
-  return x;
-}
-
 // dst [cols, rows] (row stride rows) = src [rows, cols] (row stride ld) transposed and rounded to
-// bf16 (exact for a bf16 source), in one pass: 16 x 16 tiles transposed in registers.
+// bf16 (exact for a bf16 source), 16 columns per task.
 template <typename T>
 void transpose_round(const T* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst) {
 #pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-    const int64_t width = std::min<int64_t>(16, cols - c0);
-    int64_t r = 0;
-#ifdef __AVX512BF16__
-    if (width == 16)
-      for (; r + 16 <= rows; r += 16) {
-        __m512 v[16];
-        for (int i = 0; i < 16; ++i) v[i] = load16(src + (r + i) * ld + c0);
-        transpose16(v);
-        for (int j = 0; j < 16; ++j)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (c0 + j) * rows + r),
-                              (__m256i)_mm512_cvtneps_pbh(v[j]));
-      }
-#endif
-    for (int64_t j = 0; j < width; ++j)
-      for (int64_t rr = r; rr < rows; ++rr) dst[(c0 + j) * rows + rr] = to_bf16(src[rr * ld + c0 + j]);
-  }
+  for (int64_t c0 = 0; c0 < cols; c0 += 16)
+    cpu::transpose_round_columns(src, rows, rows, c0, std::min<int64_t>(16, cols - c0), ld, dst,
+                                 rows);
 }
-#ifdef __AVX512BF16__
-#pragma GCC diagnostic pop
-#endif
 }  // namespace
 
 // Counted as its own phase when the model rounds; inside gemm() it is part of the GEMM's time.

@@ -1,0 +1,312 @@
+#include "kernels/cpu/attention_bf16.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/buffer.h"
+#include "kernels/cpu/small_gemm_bf16.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace boostlm::cpu {
+
+namespace {
+
+// The fp32 kernel's tiles: 64 queries x 128 keys.
+constexpr int64_t kQueryTile = 64;
+constexpr int64_t kKeyTile = 128;
+
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+// The B operand of a product whose k runs over the rows of src [rows, cols] (row stride ld): rows
+// in pairs, dst[(r/2)·2·cols + 2c + r%2] = src[r, c]; rows from `rows` up to rows_pad (even) are
+// zero.
+void pack_row_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t cols, int64_t ld,
+                    bf16_t* dst) {
+  for (int64_t r = 0; r < rows_pad; r += 2) {
+    bf16_t* out = dst + r * cols;
+    const float* first = r < rows ? src + r * ld : nullptr;
+    const float* second = r + 1 < rows ? src + (r + 1) * ld : nullptr;
+    int64_t c = 0;
+#ifdef __AVX512BF16__
+    if (first && second) {
+      // Word k of the result: first[k/2] for even k, second[k/2] for odd k.
+      alignas(64) static const int16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19,
+                                                          4,  20, 5,  21, 6,  22, 7,  23,
+                                                          8,  24, 9,  25, 10, 26, 11, 27,
+                                                          12, 28, 13, 29, 14, 30, 15, 31};
+      const __m512i interleave = _mm512_load_si512(kInterleave);
+      for (; c + 16 <= cols; c += 16) {
+        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(second + c),
+                                                          _mm512_loadu_ps(first + c));
+        _mm512_storeu_si512(out + 2 * c, _mm512_permutexvar_epi16(interleave, both));
+      }
+    }
+#endif
+    for (; c < cols; ++c) {
+      out[2 * c] = first ? float_to_bf16(first[c]) : bf16_t{0};
+      out[2 * c + 1] = second ? float_to_bf16(second[c]) : bf16_t{0};
+    }
+  }
+}
+
+// The B operand srcᵀ, for src [rows, cols] (row stride ld, cols even): k runs over the columns in
+// pairs, n over the rows: dst[(c/2)·ld_dst + 2r + c%2] = src[r, c], rows from `rows` up to rows_pad
+// zero. Each row is rounded into `rounded` ([rows, cols]), whose 32-bit pairs are then
+// transposed.
+void pack_column_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t cols, int64_t ld,
+                       bf16_t* dst, int64_t ld_dst, bf16_t* rounded) {
+  for (int64_t r = 0; r < rows; ++r) round_row_bf16(src + r * ld, cols, rounded + r * cols);
+  const int64_t pairs = cols / 2;
+  int64_t r0 = 0;
+#ifdef __AVX512BF16__
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+  if (pairs % 16 == 0)
+    for (; r0 + 16 <= rows; r0 += 16)
+      for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
+        __m512 v[16];
+        for (int i = 0; i < 16; ++i)
+          v[i] = _mm512_castsi512_ps(_mm512_loadu_si512(rounded + (r0 + i) * cols + 2 * p0));
+        transpose16(v);
+        for (int j = 0; j < 16; ++j)
+          _mm512_storeu_si512(dst + (p0 + j) * ld_dst + 2 * r0, _mm512_castps_si512(v[j]));
+      }
+#pragma GCC diagnostic pop
+#endif
+  for (int64_t p = 0; p < pairs; ++p) {
+    bf16_t* out = dst + p * ld_dst;
+    for (int64_t r = r0; r < rows; ++r) std::memcpy(out + 2 * r, rounded + r * cols + 2 * p, 4);
+    std::fill(out + 2 * rows, out + 2 * rows_pad, bf16_t{0});
+  }
+}
+
+// A thread's tiles and packed operands, kept between calls (grown, never shrunk): OpenMP's threads
+// persist, and fresh buffers at every layer cost page faults and zeroing.
+Buffer<float>& scratch_f32(int which, size_t size) {
+  thread_local Buffer<float> buffers[4];
+  if (buffers[which].size() < size) buffers[which].resize(size);
+  return buffers[which];
+}
+Buffer<bf16_t>& scratch_bf16(int which, size_t size) {
+  thread_local Buffer<bf16_t> buffers[12];
+  if (buffers[which].size() < size) buffers[which].resize(size);
+  return buffers[which];
+}
+
+}  // namespace
+
+bool attention_bf16_supported(const AttentionShape& s) {
+  return kHaveBf16Dot && s.head_dim % 16 == 0;
+}
+
+#ifdef __AVX512BF16__
+
+// Forward: Kᵀ (B of Q·Kᵀ, pairs of head dimensions) and V (B of P·V, pairs of keys) are packed once
+// per (sequence, kv head); then each (sequence, head, query tile) runs the fp32 kernel's online
+// softmax over its key tiles, with Q·Kᵀ and P·V on bf16 dot products.
+void attention_forward_bf16(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                            int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
+                            float* lse) {
+  const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int64_t Tp = round_up(T, 16), packed = hd * Tp;
+  const int64_t query_tiles = (T + kQueryTile - 1) / kQueryTile;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Kept between calls (grown, never shrunk): fresh megabytes at every layer cost page faults and
+  // zeroing. Training calls attention from one thread at a time (fibers switch only at
+  // collectives), so one pair serves every call.
+  static Buffer<bf16_t> kt, vp;
+  const auto size = static_cast<size_t>(s.batch * s.n_kv_heads * packed);
+  if (kt.size() < size) {
+    kt.resize(size);
+    vp.resize(size);
+  }
+
+#pragma omp parallel
+  {
+    Buffer<bf16_t>& rounded = scratch_bf16(0, T * hd);
+    Buffer<bf16_t>& qb = scratch_bf16(1, kQueryTile * hd);
+    Buffer<bf16_t>& pb = scratch_bf16(2, kQueryTile * kKeyTile);
+    Buffer<float>& scores = scratch_f32(0, kQueryTile * kKeyTile);
+    Buffer<float>& acc = scratch_f32(1, kQueryTile * hd);
+    Buffer<float>& row_max = scratch_f32(2, kQueryTile);
+    Buffer<float>& row_sum = scratch_f32(3, kQueryTile);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
+        const int64_t at = (b * s.n_kv_heads + kvh) * packed;
+        pack_column_pairs(k + b * T * ldk + kvh * hd, T, Tp, hd, ldk, kt.data() + at, 2 * Tp,
+                          rounded.data());
+        pack_row_pairs(v + b * T * ldv + kvh * hd, T, Tp, hd, ldv, vp.data() + at);
+      }
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t h = 0; h < s.n_heads; ++h) {
+        for (int64_t tile = 0; tile < query_tiles; ++tile) {
+          const int64_t i0 = (query_tiles - 1 - tile) * kQueryTile;  // the big tiles first
+          const int64_t rows = std::min(T, i0 + kQueryTile) - i0;
+          const int64_t at = (b * s.n_kv_heads + h / group) * packed;
+          for (int64_t r = 0; r < rows; ++r)
+            round_row_bf16(q + (b * T + i0 + r) * ldq + h * hd, hd, qb.data() + r * hd);
+          std::fill_n(acc.data(), rows * hd, 0.0f);
+          std::fill_n(row_max.data(), rows, -INFINITY);
+          std::fill_n(row_sum.data(), rows, 0.0f);
+          for (int64_t j0 = 0; j0 < i0 + rows; j0 += kKeyTile) {
+            const int64_t cols = std::min(i0 + rows, j0 + kKeyTile) - j0;
+            const int64_t cols16 = round_up(cols, 16);  // padded keys score 0 and are masked
+            small_gemm_bf16(rows, cols16, hd, qb.data(), hd, kt.data() + at + 2 * j0, 2 * Tp,
+                            scores.data(), kKeyTile, false);
+            for (int64_t r = 0; r < rows; ++r) {
+              float* sr = scores.data() + r * kKeyTile;
+              const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
+              float tile_max = -INFINITY;
+#pragma omp simd reduction(max : tile_max)
+              for (int64_t c = 0; c < valid; ++c) tile_max = std::max(tile_max, sr[c] * scale);
+              const float new_max = std::max(row_max[r], tile_max);
+              float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+              for (int64_t c = 0; c < cols16; ++c) {
+                const float p = c < valid ? exp_vec(sr[c] * scale - new_max) : 0.0f;
+                sr[c] = p;
+                sum += p;
+              }
+              const float correction = valid > 0 ? exp_vec(row_max[r] - new_max) : 1.0f;
+              if (correction != 1.0f) {
+                float* a = acc.data() + r * hd;
+                for (int64_t c = 0; c < hd; ++c) a[c] *= correction;
+              }
+              row_sum[r] = row_sum[r] * correction + sum;
+              if (valid > 0) row_max[r] = new_max;
+              round_row_bf16(sr, cols16, pb.data() + r * cols16);
+            }
+            small_gemm_bf16(rows, hd, cols16, pb.data(), cols16, vp.data() + at + j0 * hd, 2 * hd,
+                            acc.data(), hd, true);
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            const float inv = 1.0f / row_sum[r];
+            float* o = out + (b * T + i0 + r) * ldo + h * hd;
+            for (int64_t c = 0; c < hd; ++c) o[c] = acc[r * hd + c] * inv;
+            lse[(b * s.n_heads + h) * T + i0 + r] = row_max[r] + std::log(row_sum[r]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Backward, per (sequence, kv head) as the fp32 kernel (FlashAttention-2's order), with the five
+// tile products on bf16 dot products: S = Q·Kᵀ and dP = dO·Vᵀ (Kᵀ, Vᵀ packed per task), dV += Pᵀ·dO,
+// dQ += dS·K and dK += dSᵀ·Q (K packed per task, Q and dO per head; Pᵀ and dSᵀ transposed per
+// tile).
+void attention_backward_bf16(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                             int64_t ldk, const float* v, int64_t ldv, const float* out,
+                             int64_t ldo, const float* lse, const float* dout, int64_t lddo,
+                             float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
+                             int64_t lddv) {
+  const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int64_t Tp = round_up(T, 16), packed = hd * Tp;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+#pragma omp parallel
+  {
+    Buffer<float>& delta = scratch_f32(0, T);
+    Buffer<float>& probs = scratch_f32(1, kQueryTile * kKeyTile);
+    Buffer<float>& dprobs = scratch_f32(2, kQueryTile * kKeyTile);
+    Buffer<bf16_t>& rounded = scratch_bf16(0, T * hd);
+    Buffer<bf16_t>& kt = scratch_bf16(1, packed);
+    Buffer<bf16_t>& vt = scratch_bf16(2, packed);
+    Buffer<bf16_t>& kp = scratch_bf16(3, packed);
+    Buffer<bf16_t>& qb = scratch_bf16(4, T * hd);
+    Buffer<bf16_t>& dob = scratch_bf16(5, T * hd);
+    Buffer<bf16_t>& qp = scratch_bf16(6, packed);
+    Buffer<bf16_t>& dop = scratch_bf16(7, packed);
+    Buffer<bf16_t>& pb = scratch_bf16(8, kQueryTile * kKeyTile);
+    Buffer<bf16_t>& dsb = scratch_bf16(9, kQueryTile * kKeyTile);
+    Buffer<bf16_t>& pt = scratch_bf16(10, kKeyTile * kQueryTile);
+    Buffer<bf16_t>& dst = scratch_bf16(11, kKeyTile * kQueryTile);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
+        const float* kb = k + b * T * ldk + kvh * hd;
+        const float* vb = v + b * T * ldv + kvh * hd;
+        for (int64_t j = 0; j < T; ++j) {
+          std::fill_n(dk + (b * T + j) * lddk + kvh * hd, hd, 0.0f);
+          std::fill_n(dv + (b * T + j) * lddv + kvh * hd, hd, 0.0f);
+        }
+        pack_column_pairs(kb, T, Tp, hd, ldk, kt.data(), 2 * Tp, rounded.data());
+        pack_column_pairs(vb, T, Tp, hd, ldv, vt.data(), 2 * Tp, rounded.data());
+        pack_row_pairs(kb, T, Tp, hd, ldk, kp.data());
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          const float* lse_h = lse + (b * s.n_heads + h) * T;
+          const float* qh = q + b * T * ldq + h * hd;
+          const float* doh = dout + b * T * lddo + h * hd;
+          for (int64_t i = 0; i < T; ++i) {
+            const float* o_row = out + (b * T + i) * ldo + h * hd;
+            float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+            for (int64_t c = 0; c < hd; ++c) d += doh[i * lddo + c] * o_row[c];
+            delta[i] = d;
+            std::fill_n(dq + (b * T + i) * lddq + h * hd, hd, 0.0f);
+            round_row_bf16(qh + i * ldq, hd, qb.data() + i * hd);
+            round_row_bf16(doh + i * lddo, hd, dob.data() + i * hd);
+          }
+          pack_row_pairs(qh, T, Tp, hd, ldq, qp.data());
+          pack_row_pairs(doh, T, Tp, hd, lddo, dop.data());
+          for (int64_t j0 = 0; j0 < T; j0 += kKeyTile) {
+            const int64_t cols = std::min(T, j0 + kKeyTile) - j0, cols16 = round_up(cols, 16);
+            float* dk_tile = dk + (b * T + j0) * lddk + kvh * hd;
+            float* dv_tile = dv + (b * T + j0) * lddv + kvh * hd;
+            for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < T; i0 += kQueryTile) {
+              const int64_t rows = std::min(T, i0 + kQueryTile) - i0, rows2 = round_up(rows, 2);
+              small_gemm_bf16(rows, cols16, hd, qb.data() + i0 * hd, hd, kt.data() + 2 * j0,
+                              2 * Tp, probs.data(), kKeyTile, false);
+              small_gemm_bf16(rows, cols16, hd, dob.data() + i0 * hd, hd, vt.data() + 2 * j0,
+                              2 * Tp, dprobs.data(), kKeyTile, false);
+              for (int64_t r = 0; r < rows; ++r) {
+                float* pr = probs.data() + r * kKeyTile;
+                float* dpr = dprobs.data() + r * kKeyTile;
+                const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
+                const float row_lse = lse_h[i0 + r], row_delta = delta[i0 + r];
+#pragma omp simd
+                for (int64_t c = 0; c < cols16; ++c) {
+                  const float p = c < valid ? exp_vec(pr[c] * scale - row_lse) : 0.0f;
+                  pr[c] = p;
+                  dpr[c] = p * (dpr[c] - row_delta) * scale;
+                }
+                round_row_bf16(pr, cols16, pb.data() + r * cols16);
+                round_row_bf16(dpr, cols16, dsb.data() + r * cols16);
+              }
+              for (int64_t c0 = 0; c0 < cols16; c0 += 16) {
+                transpose_round_columns(probs.data(), rows, rows2, c0, 16, kKeyTile, pt.data(),
+                                        rows2);
+                transpose_round_columns(dprobs.data(), rows, rows2, c0, 16, kKeyTile, dst.data(),
+                                        rows2);
+              }
+              small_gemm_bf16(cols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, 2 * hd,
+                              dv_tile, lddv, true);
+              small_gemm_bf16(rows, hd, cols16, dsb.data(), cols16, kp.data() + j0 * hd, 2 * hd,
+                              dq + (b * T + i0) * lddq + h * hd, lddq, true);
+              small_gemm_bf16(cols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, 2 * hd,
+                              dk_tile, lddk, true);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+#else
+
+void attention_forward_bf16(const AttentionShape&, const float*, int64_t, const float*, int64_t,
+                            const float*, int64_t, float*, int64_t, float*) {}
+void attention_backward_bf16(const AttentionShape&, const float*, int64_t, const float*, int64_t,
+                             const float*, int64_t, const float*, int64_t, const float*,
+                             const float*, int64_t, float*, int64_t, float*, int64_t, float*,
+                             int64_t) {}
+
+#endif
+
+}  // namespace boostlm::cpu
