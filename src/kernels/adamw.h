@@ -7,10 +7,12 @@ namespace boostlm {
 
 struct AdamWHyper {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
-  int64_t step = 1;  // 1-based, for bias correction
+  int64_t step = 1;         // 1-based, for bias correction
+  float grad_scale = 1.0f;  // the clipping factor, applied to g as it is read (g is not written)
 };
 
-// p -= lr · (m̂ / (sqrt(v̂) + eps) + wd · p), with m, v updated from g first.
+// p -= lr · (m̂ / (sqrt(v̂) + eps) + wd · p), with m, v updated from grad_scale · g first: one pass
+// over the parameters, the clipping folded in.
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
                   const AdamWHyper& h);
 

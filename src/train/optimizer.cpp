@@ -25,10 +25,10 @@ float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr) {
 
 float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm) {
   if (!std::isfinite(norm)) return norm;
-  if (config_.grad_clip > 0.0f && norm > config_.grad_clip)
-    scale_inplace(grads.data() + begin_, end_ - begin_, config_.grad_clip / norm);
   ++step_;
   AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps, 0.0f, step_};
+  // Clipping scales the gradients as the update reads them (the gradient buffer is left as it is).
+  if (config_.grad_clip > 0.0f && norm > config_.grad_clip) h.grad_scale = config_.grad_clip / norm;
   for (const auto& p : table_.entries()) {
     // The part of this tensor inside the owned range.
     const int64_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);

@@ -235,6 +235,23 @@ TEST(AdamW, MatchesClosedFormForTwoSteps) {
   for (int i = 0; i < 2; ++i) EXPECT_NEAR(p[i], P[i], 1e-6);
 }
 
+// Clipping folded into the update: the same bits as scaling the gradients first, and g untouched.
+TEST(AdamW, GradScaleIsTheUpdateOfScaledGradients) {
+  const std::vector<float> g = {0.5f, -1.0f, 3.0f}, p0 = {1.0f, -2.0f, 0.5f};
+  std::vector<float> p = p0, m(3, 0.1f), v(3, 0.2f), scaled = g;
+  std::vector<float> q = p0, m2(3, 0.1f), v2(3, 0.2f), g_in = g;
+  const float s = 0.37f;
+  for (float& x : scaled) x *= s;
+  AdamWHyper h{0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 3};
+  adamw_update(p.data(), scaled.data(), m.data(), v.data(), 3, h);
+  h.grad_scale = s;
+  adamw_update(q.data(), g_in.data(), m2.data(), v2.data(), 3, h);
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(m2, m);
+  EXPECT_EQ(v2, v);
+  EXPECT_EQ(g_in, g);
+}
+
 TEST(SumSquares, IsExactInDouble) {
   std::vector<float> x = {3.0f, 4.0f, 12.0f};
   EXPECT_DOUBLE_EQ(sum_squares(x.data(), 3), 169.0);

@@ -12,8 +12,9 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
   const float c2 = 1.0f - static_cast<float>(std::pow(h.beta2, static_cast<double>(h.step)));
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float mi = h.beta1 * m[i] + (1.0f - h.beta1) * g[i];
-    const float vi = h.beta2 * v[i] + (1.0f - h.beta2) * g[i] * g[i];
+    const float gi = h.grad_scale * g[i];
+    const float mi = h.beta1 * m[i] + (1.0f - h.beta1) * gi;
+    const float vi = h.beta2 * v[i] + (1.0f - h.beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
     const float update = (mi / c1) / (std::sqrt(vi / c2) + h.eps);
