@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "core/buffer.h"
 #include "core/error.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
@@ -170,9 +171,51 @@ void group_up_forward(ProjectionGroup group, GemmInput latent, int64_t N, float*
   });
 }
 
+namespace {
+
+// A gradient is read by two bf16 GEMMs (the weight's gradient and the input's): rounded once here
+// instead of inside each. The values from `begin` up to `end` are rounded as one span, so members
+// of a batched GEMM find their copies at the same offsets as their fp32 values. Returns the copy
+// of `begin` (nullptr in fp32, or when the span is far larger than the gradients it holds: then
+// each GEMM rounds its own). One scratch serves every call: the caller's GEMMs run before the next
+// backward projection rounds (no collective, hence no fiber switch, in between).
+const bf16_t* round_gradient_span(const float* begin, const float* end, int64_t elements,
+                                  DType compute) {
+  if (compute != DType::bf16) return nullptr;
+  const int64_t span = end - begin;
+  if (span > 2 * elements) return nullptr;
+  thread_local Buffer<bf16_t> rounded;
+  if (rounded.size() < static_cast<size_t>(span)) rounded.resize(span);
+  constexpr int64_t kRow = 4096;  // rows of the span, for round_to_bf16's parallel loop
+  const int64_t rows = span / kRow, tail = span - rows * kRow;
+  if (rows > 0) round_to_bf16(begin, rows, kRow, kRow, rounded.data());
+  if (tail > 0) round_to_bf16(begin + rows * kRow, 1, tail, tail, rounded.data() + rows * kRow);
+  return rounded.data();
+}
+
+// The same for one [N, cols] gradient with row stride ld.
+GemmInput rounded_gradient(const float* dy, int64_t N, int64_t cols, int64_t ld, DType compute) {
+  const bf16_t* copy = round_gradient_span(dy, dy + (N - 1) * ld + cols, N * cols, compute);
+  return {dy, copy, ld};
+}
+
+}  // namespace
+
 void group_up_backward(ProjectionGroup group, GemmInput latent, const float* const* dy,
                        const int64_t* lddy, int64_t N, float* dlatent, int64_t ld_dlatent,
                        bool batched, DType compute) {
+  // The members' gradients, rounded once for both GEMMs below.
+  const float *first = dy[0], *last = dy[0];
+  int64_t elements = 0;
+  for (size_t m = 0; m < group.size(); ++m) {
+    first = std::min(first, dy[m]);
+    last = std::max(last, dy[m] + (N - 1) * lddy[m] + group[m].d_out);
+    elements += N * group[m].d_out;
+  }
+  const bf16_t* rounded = round_gradient_span(first, last, elements, compute);
+  auto grad = [&](int m) -> GemmInput {
+    return {dy[m], rounded ? rounded + (dy[m] - first) : nullptr, lddy[m]};
+  };
   auto same_shape = [&](int j) {
     const ProjectionWeights &p = group[j], &q = group[j + 1];
     return p.rank == q.rank && p.d_out == q.d_out && lddy[j] == lddy[j + 1];
@@ -186,7 +229,7 @@ void group_up_backward(ProjectionGroup group, GemmInput latent, const float* con
   for_each_batch(group, batched, db_steps, [&](int m, const GemmBatch& batch) {
     const ProjectionWeights& p = group[m];
     gemm_batched(Trans::T, Trans::N, p.rank, p.d_out, N, 1.0f, latent.at(column_of(group, m)),
-                 {dy[m], lddy[m]}, 1.0f, p.db, p.d_out, batch, compute);
+                 grad(m), 1.0f, p.db, p.d_out, batch, compute);
   });
   // dlatent_m = dy_m B_mᵀ
   auto dlatent_steps = [&](int j) -> std::optional<GemmBatch> {
@@ -196,9 +239,8 @@ void group_up_backward(ProjectionGroup group, GemmInput latent, const float* con
   };
   for_each_batch(group, batched, dlatent_steps, [&](int m, const GemmBatch& batch) {
     const ProjectionWeights& p = group[m];
-    gemm_batched(Trans::N, Trans::T, N, p.rank, p.d_out, 1.0f, {dy[m], lddy[m]},
-                 {p.b, p.b_bf16, p.d_out}, 0.0f, dlatent + column_of(group, m), ld_dlatent, batch,
-                 compute);
+    gemm_batched(Trans::N, Trans::T, N, p.rank, p.d_out, 1.0f, grad(m), {p.b, p.b_bf16, p.d_out},
+                 0.0f, dlatent + column_of(group, m), ld_dlatent, batch, compute);
   });
 }
 
@@ -209,24 +251,25 @@ void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, G
                               const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
                               float dx_beta, float* da_scratch, DType compute) {
   const int64_t d_in = group[0].d_in;
+  const int64_t width = group_width(group);
+  const GemmInput grad = rounded_gradient(dz, N, width, lddz, compute);  // for both GEMMs
   if (cat) {
-    const int64_t width = cat->width;
-    gemm(Trans::T, Trans::N, d_in, width, N, 1.0f, x, {dz, lddz}, 0.0f, da_scratch, width, compute);
+    BOOSTLM_ASSERT(cat->width == width);
+    gemm(Trans::T, Trans::N, d_in, width, N, 1.0f, x, grad, 0.0f, da_scratch, width, compute);
     // Each member's dA: its columns of the concatenation's.
     int64_t c0 = 0;
     for (const ProjectionWeights& p : group) {
       add_columns(da_scratch + c0, width, d_in, p.rank, p.da, p.rank);
       c0 += p.rank;
     }
-    gemm(Trans::N, Trans::T, N, d_in, width, 1.0f, {dz, lddz}, cat->input(), dx_beta, dx, lddx,
+    gemm(Trans::N, Trans::T, N, d_in, width, 1.0f, grad, cat->input(), dx_beta, dx, lddx,
          compute);
     return;
   }
   int64_t c0 = 0;
   for (const ProjectionWeights& p : group) {
-    gemm(Trans::T, Trans::N, d_in, p.rank, N, 1.0f, x, {dz + c0, lddz}, 1.0f, p.da, p.rank,
-         compute);
-    gemm(Trans::N, Trans::T, N, d_in, p.rank, 1.0f, {dz + c0, lddz}, {p.a, p.a_bf16, p.rank},
+    gemm(Trans::T, Trans::N, d_in, p.rank, N, 1.0f, x, grad.at(c0), 1.0f, p.da, p.rank, compute);
+    gemm(Trans::N, Trans::T, N, d_in, p.rank, 1.0f, grad.at(c0), {p.a, p.a_bf16, p.rank},
          c0 == 0 ? dx_beta : 1.0f, dx, lddx, compute);
     c0 += p.rank;
   }
@@ -254,9 +297,9 @@ void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t 
                                DType compute) {
   BOOSTLM_ASSERT_MSG(p.rank == 0, "dense_projection_backward on a low-rank projection");
   // dW += dyᵀ x;  dx = dx_beta·dx + dy W
-  gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, {dy, lddy}, x, 1.0f, p.dweight, p.d_in,
-       compute);
-  gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, {dy, lddy}, {p.weight, p.weight_bf16, p.d_in},
+  const GemmInput grad = rounded_gradient(dy, N, p.d_out, lddy, compute);
+  gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, grad, x, 1.0f, p.dweight, p.d_in, compute);
+  gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, grad, {p.weight, p.weight_bf16, p.d_in},
        dx_beta, dx, lddx, compute);
 }
 
