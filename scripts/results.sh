@@ -12,7 +12,9 @@
 # Parts (default: all): --layouts (bench layouts at TP 2: 60m and 130m fp32, 60m bf16), --gemm
 # (bench gemm 60m TP 2), --ablations (bench ablations 60m and 350m TP 2), --torch (boostlm vs PyTorch
 # training throughput, 60m, one process), --pipeline (bench pipeline: 1F1B's bubble at PP 2, 60m),
-# --curves (tiny-dense vs tiny-cola loss curves on the prepared corpus), --report (plots and
+# --curves (tiny-dense vs tiny-cola loss curves on the prepared corpus), --step (bench step: one
+# process, 60m and 130m, cola and dense, fp32 and bf16: MFU, peak memory and ms per kernel family;
+# a saved step-<shape>-before.json, from an earlier build, is shown beside it), --report (plots and
 # README; always run after any other part).
 # --cluster (not part of "all": needs root, and minutes per rate) sweeps link rates on an emulated
 # cluster of two hosts (scripts/cluster.sh): per rate, calibrate the link's alpha-beta
@@ -35,7 +37,8 @@ while (($#)); do
     --readme) readme=$2; shift ;;
     --no-build) build=0 ;;
     --rates) rates=$2; shift ;;
-    --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --report | --cluster | \
+    --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --step | --report | \
+    --cluster | \
       --recovery)
       parts+=("${1#--}") ;;
     -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -43,7 +46,7 @@ while (($#)); do
   esac
   shift
 done
-((${#parts[@]})) || parts=(layouts gemm ablations torch pipeline curves report)
+((${#parts[@]})) || parts=(layouts gemm ablations torch pipeline curves step report)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
 if ((quick)); then
@@ -109,6 +112,7 @@ if ((quick)); then
   ablation_size=(-b 2 -t 64 --steps 2 --warmup 0)
   gemm_size=(--tokens 128 --reps 2)
   torch_size=(-b 2 -t 64) torch_steps=2
+  step_shapes=(tiny) step_size=(-b 2 -t 64 --steps 2 --warmup 0)
   curve=(-b 4 -t 64 --steps 30 --warmup 5 --eval-interval 10 --eval-batches 2)
   pipeline_size=(--shape tiny -b 1 -t 32 -m 1 2 4 --steps 2 --warmup 0)
 else
@@ -117,6 +121,7 @@ else
   ablation_size=(--steps 3 --warmup 1)
   gemm_size=()
   torch_size=(-b 8 -t 256) torch_steps=3
+  step_shapes=(60m 130m) step_size=(-b 8 -t 256 --steps 3 --warmup 1)
   curve=(-b 16 -t 256 --steps 300 --warmup 30 --eval-interval 25 --eval-batches 10)
   # A 512-token vocabulary keeps the last stage's head from outweighing a stage of 4 blocks, so
   # the bubble measured is the schedule's.
@@ -310,6 +315,17 @@ for (arch, precision), rounds in pairs.items():
                     "torch": {k: v for k, v in rounds[0][0].items() if k != "losses"}})
 json.dump({"benchmark": "torch", "results": results}, open(out, "w"), indent=2)
 PY
+  end_part
+fi
+
+if want step; then
+  begin_part step
+  # One process on both cores, every architecture and precision in one run (so their ratios hold),
+  # with the per-family breakdown and the per-shape GEMM table in the log.
+  for shape in "${step_shapes[@]}"; do
+    run "$out/step-$shape.log" "$boostlm" bench step --shape "$shape" --arch cola dense \
+      --precision fp32 bf16 "${step_size[@]}" --breakdown --json "$out/step-$shape.json"
+  done
   end_part
 fi
 

@@ -18,7 +18,8 @@ LAYOUTS = ("dense-tp", "naive-tp", "btp")
 SMOOTH = 20  # steps averaged in the plotted training loss
 # The issue's targets: btp's per-step speed-up at TP 2 (60m/130m fp32), boostlm over PyTorch.
 GOAL_OVER_NAIVE, GOAL_OVER_DENSE = 1.3, 1.6
-GOAL_TORCH = {"fp32": 1.5, "bf16": 3.0}
+GOAL_TORCH = {"fp32": 2.0, "bf16": 3.0}
+GOAL_MFU = {"fp32": 0.85, "bf16": 0.75}  # one process, 60m and 130m
 
 
 def load(path):
@@ -251,7 +252,63 @@ def curves_section(curves, images, results_dir):
     return out
 
 
-def goals_section(runs, torch):
+FAMILIES = ("gemm", "gemm_operands", "attention", "bf16_round", "cross_entropy", "activation",
+            "optimizer", "rmsnorm", "rope", "embedding", "other")
+
+
+def step_section(steps, before):
+    """bench step: MFU per model and precision, then ms per kernel family (before / after)."""
+    out = ["### One process: MFU, memory and where the time goes",
+           "",
+           "`boostlm bench step`, one process on both cores, batch 8 × 256, median of 3 steps after "
+           "one warm-up. **MFU** is model FLOPs per second (6·N per token plus causal attention) "
+           "over the fastest GEMM this run measured (n³ products, measured again before each "
+           "row: *peak*); **MFU-now** divides each step by a 1024³ GEMM timed just before it, "
+           "which cancels the machine's drift (its speed changes by up to 2× over tens of "
+           "seconds) and is the figure the targets are read from. *peak MB* is the heap's "
+           "high-water mark over the run: weights, gradients, AdamW moments, activations and "
+           "scratch.",
+           ""]
+    rows = []
+    for shape, j in steps:
+        for r in j["results"]:
+            rows.append([shape, r["arch"], r["precision"], f"{r['step_ms']:.0f}",
+                         f"{r['tokens_per_s']:.0f}", f"{100 * r['mfu']:.1f}%",
+                         f"{r['peak_gflops']:.0f}",
+                         f"**{100 * r['mfu_probe']:.1f}%**" if "mfu_probe" in r else "-",
+                         f"{r.get('peak_mb', float('nan')):.0f}"])
+    out += [table(["shape", "model", "precision", "step ms", "tokens/s", "MFU", "peak GFLOP/s",
+                   "MFU-now", "peak MB"], rows), ""]
+    for shape, j in steps:
+        if not all("phases_ms" in r for r in j["results"]):
+            continue
+        old = {(r["arch"], r["precision"]): r for r in before.get(shape, {}).get("results", [])}
+        header = ["ms per step"] + [f"{r['arch']} {r['precision']}" for r in j["results"]]
+        body = []
+        for family in FAMILIES + ("step",):
+            row = [f"`{family}`" if family != "step" else "**step**"]
+            for r in j["results"]:
+                get = lambda x: x["step_ms"] if family == "step" else x["phases_ms"].get(family)
+                now, was = get(r), (get(old[(r["arch"], r["precision"])])
+                                    if (r["arch"], r["precision"]) in old else None)
+                cell = "-" if now is None else f"{now:.0f}"
+                if was is not None:
+                    cell = f"{was:.0f} → {cell}"
+                row.append(cell)
+            body.append(row)
+        title = f"{shape}: ms per step in each kernel family"
+        if old:
+            title += (f" (before → after; before: `{before[shape].get('commit', '?')}`, the same "
+                      "command run just before the changes)")
+        out += [f"**{title}.** `gemm` is the GEMMs' own time; `gemm_operands` is their bf16 "
+                "operands prepared inside the call (rounding, and transposing a transposed first "
+                "operand); `bf16_round` the roundings done outside GEMMs; `other` what no kernel "
+                "family claims (residual adds, copies, the loop itself).", "",
+                table(header, body), ""]
+    return out
+
+
+def goals_section(runs, torch, steps=()):
     rows, bounds = [], []
     for j in runs:
         if j["precision"] != "fp32" or j["tp"] != 2:
@@ -268,6 +325,14 @@ def goals_section(runs, torch):
                          f"{x:.2f}×", "met" if x >= GOAL_OVER_DENSE else "**not met**"])
             if "model_gflop_per_step" in btp:
                 bounds.append(f"{j['shape']} {dense['model_gflop_per_step'] / btp['model_gflop_per_step']:.2f}×")
+    for shape, j in steps:
+        for r in j["results"]:
+            goal, mfu = GOAL_MFU[r["precision"]], r.get("mfu_probe")
+            if mfu is None:
+                continue
+            rows.append([f"MFU-now ≥ {100 * goal:.0f}%, one process, {shape} {r['arch']} "
+                         f"{r['precision']}", f"{100 * mfu:.1f}%",
+                         "met" if mfu >= goal else "**not met**"])
     if torch:
         for r in torch["results"]:
             goal = GOAL_TORCH[r["precision"]]
@@ -403,7 +468,7 @@ plot {", ".join(plots)}
 
 # ---------------------------------------------------------------------------------------------
 
-PARTS = ("layouts", "gemm", "ablations", "torch", "pipeline", "curves")
+PARTS = ("layouts", "gemm", "ablations", "torch", "pipeline", "curves", "step")
 
 
 def machine_section(results_dir):
@@ -420,7 +485,7 @@ def machine_section(results_dir):
             rows.append([name, p["started"], p.get("finished", "?"), f"`{p['commit']}`",
                          f"{p['load_start']:.1f}", f"{p.get('load_end', float('nan')):.1f}"])
     return ["*Generated by `scripts/results.sh`; rerun it, or a part of it (`--layouts`, "
-            "`--gemm`, `--ablations`, `--torch`, `--pipeline`, `--curves`), to refresh.*",
+            "`--gemm`, `--ablations`, `--torch`, `--pipeline`, `--curves`, `--step`), to refresh.*",
             "",
             f"**Machine:** {m['cpu']}, {m['cpus']} CPUs ({m['threads_per_core']} thread per "
             f"core; {isa}{no_amx}), {m['memory_gib']} GiB, {m['os']}. TP 2 means two MPI ranks "
@@ -474,7 +539,13 @@ def render(results_dir, readme, quick):
         section += ["*(`--quick`: tiny shapes and a few steps, to check the script; these "
                     "numbers mean nothing.)*", ""]
     section += machine_section(results_dir)
-    section += goals_section(runs, torch)
+    size = lambda p: float(re.sub(r"[^0-9.]", "", os.path.basename(p).split("-")[1]) or 0)
+    step_files = sorted((p for p in glob.glob(os.path.join(results_dir, "step-*.json"))
+                         if not p.endswith("-before.json")), key=size)
+    steps = [(os.path.basename(p)[5:-5], load(p)) for p in step_files]
+    before = {os.path.basename(p)[5:-12]: load(p)
+              for p in glob.glob(os.path.join(results_dir, "step-*-before.json"))}
+    section += goals_section(runs, torch, steps)
     if runs:
         section += layouts_section(runs, images)
     ablation_files = sorted(glob.glob(os.path.join(results_dir, "ablations-*.json")),
@@ -484,6 +555,8 @@ def render(results_dir, readme, quick):
         section += ablations_section([load(p) for p in ablation_files])
     for path in sorted(glob.glob(os.path.join(results_dir, "gemm-*.json"))):
         section += gemm_section(load(path))
+    if steps:
+        section += step_section(steps, before)
     if torch:
         section += torch_section(torch)
     for path in sorted(glob.glob(os.path.join(results_dir, "pipeline-*.json"))):

@@ -78,12 +78,16 @@ TEST_P(AttentionTest, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(check_gradient(loss, v.data(), dv.data(), N * kd)) << "dv";
 }
 
-// Sequence lengths that are not multiples of the tiles (32 queries, 64 keys) and span several.
+// Sequence lengths that are not multiples of the tiles (64 queries, 128 keys) and span several.
+// Head dims that are multiples of 16 run the register-blocked kernel (attention_tiled.cpp) where
+// the CPU has AVX-512, the others the dnnl_sgemm one.
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Values(AttentionShape{1, 5, 2, 2, 4},
                                            AttentionShape{2, 70, 4, 2, 8},    // GQA, group 2
                                            AttentionShape{1, 131, 4, 1, 16},  // MQA
-                                           AttentionShape{3, 33, 3, 3, 6}));
+                                           AttentionShape{3, 33, 3, 3, 6},
+                                           AttentionShape{1, 150, 4, 2, 32},  // GQA, 2 key tiles
+                                           AttentionShape{1, 37, 1, 1, 64}));
 
 TEST(Attention, HandlesRowStridesOfAPackedQkvBuffer) {
   // q, k, v interleaved in one [N, qd + 2·kd] buffer, as a fused QKV projection would write them.

@@ -8,7 +8,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/profile.h"
-#include "kernels/cpu/attention_bf16.h"
+#include "kernels/cpu/attention_tiled.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace boostlm {
@@ -45,8 +45,8 @@ void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, con
                        float* lse) {
   BOOSTLM_PHASE("attention");
   check_shape(s);
-  if (s.compute == DType::bf16 && cpu::attention_bf16_supported(s))
-    return cpu::attention_forward_bf16(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+  if (cpu::attention_tiled_supported(s))
+    return cpu::attention_forward_tiled(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t query_tiles = (T + kQueryTile - 1) / kQueryTile;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -122,9 +122,9 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
                         float* dk, int64_t lddk, float* dv, int64_t lddv) {
   BOOSTLM_PHASE("attention");
   check_shape(s);
-  if (s.compute == DType::bf16 && cpu::attention_bf16_supported(s))
-    return cpu::attention_backward_bf16(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq,
-                                        lddq, dk, lddk, dv, lddv);
+  if (cpu::attention_tiled_supported(s))
+    return cpu::attention_backward_tiled(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq,
+                                         lddq, dk, lddk, dv, lddv);
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 

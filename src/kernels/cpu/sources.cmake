@@ -5,7 +5,7 @@ add_library(boostlm_kernels_cpu STATIC
   ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rope.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/attention_bf16.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/attention_tiled.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention_cached.cpp
   ${CMAKE_CURRENT_LIST_DIR}/svd.cpp
   ${CMAKE_CURRENT_LIST_DIR}/activation.cpp

@@ -1,11 +1,12 @@
-#include "kernels/cpu/attention_bf16.h"
+#include "kernels/cpu/attention_tiled.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/buffer.h"
-#include "kernels/cpu/small_gemm_bf16.h"
+#include "core/error.h"
+#include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace boostlm::cpu {
@@ -83,6 +84,59 @@ void pack_column_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t
   }
 }
 
+// The B operand of a product whose k runs over the rows of src, in fp32: the rows as they are,
+// rows from `rows` up to rows_pad zero.
+void copy_rows(const float* src, int64_t rows, int64_t rows_pad, int64_t cols, int64_t ld,
+               float* dst) {
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, src + r * ld, cols * sizeof(float));
+  std::fill(dst + rows * cols, dst + rows_pad * cols, 0.0f);
+}
+
+// How each precision lays out and multiplies the tiles. kPair: the elements of a B row per
+// column (bf16 packs k in pairs), so a B operand's column n starts at kPair·n and its rows
+// (pairs) are kPair·N long.
+#ifdef __AVX512BF16__
+struct Bf16Tiles {
+  using T = bf16_t;
+  static constexpr int64_t kPair = 2;
+  static void row(const float* src, int64_t n, T* dst) { round_row_bf16(src, n, dst); }
+  static void rows_operand(const float* src, int64_t rows, int64_t rows_pad, int64_t cols,
+                           int64_t ld, T* dst) {
+    pack_row_pairs(src, rows, rows_pad, cols, ld, dst);
+  }
+  static void transposed_operand(const float* src, int64_t rows, int64_t rows_pad, int64_t cols,
+                                 int64_t ld, T* dst, T* scratch) {
+    pack_column_pairs(src, rows, rows_pad, cols, ld, dst, 2 * rows_pad, scratch);
+  }
+  static void gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
+                   int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    small_gemm_bf16(M, N, K, a, lda, b, ldb, c, ldc, accumulate);
+  }
+};
+#endif
+
+#ifdef __AVX512F__
+struct F32Tiles {
+  using T = float;
+  static constexpr int64_t kPair = 1;
+  static void row(const float* src, int64_t n, T* dst) { std::memcpy(dst, src, n * sizeof(T)); }
+  static void rows_operand(const float* src, int64_t rows, int64_t rows_pad, int64_t cols,
+                           int64_t ld, T* dst) {
+    copy_rows(src, rows, rows_pad, cols, ld, dst);
+  }
+  static void transposed_operand(const float* src, int64_t rows, int64_t rows_pad, int64_t cols,
+                                 int64_t ld, T* dst, T*) {
+    for (int64_t c0 = 0; c0 < cols; c0 += 16)
+      transpose_round_columns(src, rows, rows_pad, c0, std::min<int64_t>(16, cols - c0), ld, dst,
+                              rows_pad);
+  }
+  static void gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
+                   int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    small_gemm_f32(M, N, K, a, lda, b, ldb, c, ldc, accumulate);
+  }
+};
+#endif
+
 // A thread's tiles and packed operands, kept between calls (grown, never shrunk): OpenMP's threads
 // persist, and fresh buffers at every layer cost page faults and zeroing.
 Buffer<float>& scratch_f32(int which, size_t size) {
@@ -90,26 +144,25 @@ Buffer<float>& scratch_f32(int which, size_t size) {
   if (buffers[which].size() < size) buffers[which].resize(size);
   return buffers[which];
 }
-Buffer<bf16_t>& scratch_bf16(int which, size_t size) {
-  thread_local Buffer<bf16_t> buffers[12];
+template <typename T>
+Buffer<T>& scratch_tiles(int which, size_t size) {
+  thread_local Buffer<T> buffers[12];
   if (buffers[which].size() < size) buffers[which].resize(size);
   return buffers[which];
 }
 
 }  // namespace
 
-bool attention_bf16_supported(const AttentionShape& s) {
-  return kHaveBf16Dot && s.head_dim % 16 == 0;
-}
-
-#ifdef __AVX512BF16__
+namespace {
 
 // Forward: Kᵀ (B of Q·Kᵀ, pairs of head dimensions) and V (B of P·V, pairs of keys) are packed once
 // per (sequence, kv head); then each (sequence, head, query tile) runs the fp32 kernel's online
 // softmax over its key tiles, with Q·Kᵀ and P·V on bf16 dot products.
-void attention_forward_bf16(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
-                            int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
-                            float* lse) {
+template <typename Tiles>
+void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk,
+             const float* v, int64_t ldv, float* out, int64_t ldo, float* lse) {
+  using E = typename Tiles::T;  // the tiles' element type
+  constexpr int64_t P = Tiles::kPair;
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t Tp = round_up(T, 16), packed = hd * Tp;
   const int64_t query_tiles = (T + kQueryTile - 1) / kQueryTile;
@@ -117,7 +170,7 @@ void attention_forward_bf16(const AttentionShape& s, const float* q, int64_t ldq
   // Kept between calls (grown, never shrunk): fresh megabytes at every layer cost page faults and
   // zeroing. Training calls attention from one thread at a time (fibers switch only at
   // collectives), so one pair serves every call.
-  static Buffer<bf16_t> kt, vp;
+  static Buffer<E> kt, vp;
   const auto size = static_cast<size_t>(s.batch * s.n_kv_heads * packed);
   if (kt.size() < size) {
     kt.resize(size);
@@ -126,9 +179,9 @@ void attention_forward_bf16(const AttentionShape& s, const float* q, int64_t ldq
 
 #pragma omp parallel
   {
-    Buffer<bf16_t>& rounded = scratch_bf16(0, T * hd);
-    Buffer<bf16_t>& qb = scratch_bf16(1, kQueryTile * hd);
-    Buffer<bf16_t>& pb = scratch_bf16(2, kQueryTile * kKeyTile);
+    Buffer<E>& rounded = scratch_tiles<E>(0, T * hd);
+    Buffer<E>& qb = scratch_tiles<E>(1, kQueryTile * hd);
+    Buffer<E>& pb = scratch_tiles<E>(2, kQueryTile * kKeyTile);
     Buffer<float>& scores = scratch_f32(0, kQueryTile * kKeyTile);
     Buffer<float>& acc = scratch_f32(1, kQueryTile * hd);
     Buffer<float>& row_max = scratch_f32(2, kQueryTile);
@@ -137,9 +190,9 @@ void attention_forward_bf16(const AttentionShape& s, const float* q, int64_t ldq
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
         const int64_t at = (b * s.n_kv_heads + kvh) * packed;
-        pack_column_pairs(k + b * T * ldk + kvh * hd, T, Tp, hd, ldk, kt.data() + at, 2 * Tp,
-                          rounded.data());
-        pack_row_pairs(v + b * T * ldv + kvh * hd, T, Tp, hd, ldv, vp.data() + at);
+        Tiles::transposed_operand(k + b * T * ldk + kvh * hd, T, Tp, hd, ldk, kt.data() + at,
+                                  rounded.data());
+        Tiles::rows_operand(v + b * T * ldv + kvh * hd, T, Tp, hd, ldv, vp.data() + at);
       }
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
@@ -149,15 +202,15 @@ void attention_forward_bf16(const AttentionShape& s, const float* q, int64_t ldq
           const int64_t rows = std::min(T, i0 + kQueryTile) - i0;
           const int64_t at = (b * s.n_kv_heads + h / group) * packed;
           for (int64_t r = 0; r < rows; ++r)
-            round_row_bf16(q + (b * T + i0 + r) * ldq + h * hd, hd, qb.data() + r * hd);
+            Tiles::row(q + (b * T + i0 + r) * ldq + h * hd, hd, qb.data() + r * hd);
           std::fill_n(acc.data(), rows * hd, 0.0f);
           std::fill_n(row_max.data(), rows, -INFINITY);
           std::fill_n(row_sum.data(), rows, 0.0f);
           for (int64_t j0 = 0; j0 < i0 + rows; j0 += kKeyTile) {
             const int64_t cols = std::min(i0 + rows, j0 + kKeyTile) - j0;
             const int64_t cols16 = round_up(cols, 16);  // padded keys score 0 and are masked
-            small_gemm_bf16(rows, cols16, hd, qb.data(), hd, kt.data() + at + 2 * j0, 2 * Tp,
-                            scores.data(), kKeyTile, false);
+            Tiles::gemm(rows, cols16, hd, qb.data(), hd, kt.data() + at + P * j0, P * Tp,
+                        scores.data(), kKeyTile, false);
             for (int64_t r = 0; r < rows; ++r) {
               float* sr = scores.data() + r * kKeyTile;
               const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
@@ -179,10 +232,10 @@ void attention_forward_bf16(const AttentionShape& s, const float* q, int64_t ldq
               }
               row_sum[r] = row_sum[r] * correction + sum;
               if (valid > 0) row_max[r] = new_max;
-              round_row_bf16(sr, cols16, pb.data() + r * cols16);
+              Tiles::row(sr, cols16, pb.data() + r * cols16);
             }
-            small_gemm_bf16(rows, hd, cols16, pb.data(), cols16, vp.data() + at + j0 * hd, 2 * hd,
-                            acc.data(), hd, true);
+            Tiles::gemm(rows, hd, cols16, pb.data(), cols16, vp.data() + at + j0 * hd, P * hd,
+                        acc.data(), hd, true);
           }
           for (int64_t r = 0; r < rows; ++r) {
             const float inv = 1.0f / row_sum[r];
@@ -200,11 +253,13 @@ void attention_forward_bf16(const AttentionShape& s, const float* q, int64_t ldq
 // tile products on bf16 dot products: S = Q·Kᵀ and dP = dO·Vᵀ (Kᵀ, Vᵀ packed per task), dV += Pᵀ·dO,
 // dQ += dS·K and dK += dSᵀ·Q (K packed per task, Q and dO per head; Pᵀ and dSᵀ transposed per
 // tile).
-void attention_backward_bf16(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
-                             int64_t ldk, const float* v, int64_t ldv, const float* out,
-                             int64_t ldo, const float* lse, const float* dout, int64_t lddo,
-                             float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
-                             int64_t lddv) {
+template <typename Tiles>
+void backward(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk,
+              const float* v, int64_t ldv, const float* out, int64_t ldo, const float* lse,
+              const float* dout, int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
+              float* dv, int64_t lddv) {
+  using E = typename Tiles::T;  // the tiles' element type
+  constexpr int64_t P = Tiles::kPair;
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t Tp = round_up(T, 16), packed = hd * Tp;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -214,18 +269,18 @@ void attention_backward_bf16(const AttentionShape& s, const float* q, int64_t ld
     Buffer<float>& delta = scratch_f32(0, T);
     Buffer<float>& probs = scratch_f32(1, kQueryTile * kKeyTile);
     Buffer<float>& dprobs = scratch_f32(2, kQueryTile * kKeyTile);
-    Buffer<bf16_t>& rounded = scratch_bf16(0, T * hd);
-    Buffer<bf16_t>& kt = scratch_bf16(1, packed);
-    Buffer<bf16_t>& vt = scratch_bf16(2, packed);
-    Buffer<bf16_t>& kp = scratch_bf16(3, packed);
-    Buffer<bf16_t>& qb = scratch_bf16(4, T * hd);
-    Buffer<bf16_t>& dob = scratch_bf16(5, T * hd);
-    Buffer<bf16_t>& qp = scratch_bf16(6, packed);
-    Buffer<bf16_t>& dop = scratch_bf16(7, packed);
-    Buffer<bf16_t>& pb = scratch_bf16(8, kQueryTile * kKeyTile);
-    Buffer<bf16_t>& dsb = scratch_bf16(9, kQueryTile * kKeyTile);
-    Buffer<bf16_t>& pt = scratch_bf16(10, kKeyTile * kQueryTile);
-    Buffer<bf16_t>& dst = scratch_bf16(11, kKeyTile * kQueryTile);
+    Buffer<E>& rounded = scratch_tiles<E>(0, T * hd);
+    Buffer<E>& kt = scratch_tiles<E>(1, packed);
+    Buffer<E>& vt = scratch_tiles<E>(2, packed);
+    Buffer<E>& kp = scratch_tiles<E>(3, packed);
+    Buffer<E>& qb = scratch_tiles<E>(4, T * hd);
+    Buffer<E>& dob = scratch_tiles<E>(5, T * hd);
+    Buffer<E>& qp = scratch_tiles<E>(6, packed);
+    Buffer<E>& dop = scratch_tiles<E>(7, packed);
+    Buffer<E>& pb = scratch_tiles<E>(8, kQueryTile * kKeyTile);
+    Buffer<E>& dsb = scratch_tiles<E>(9, kQueryTile * kKeyTile);
+    Buffer<E>& pt = scratch_tiles<E>(10, kKeyTile * kQueryTile);
+    Buffer<E>& dst = scratch_tiles<E>(11, kKeyTile * kQueryTile);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
@@ -235,9 +290,9 @@ void attention_backward_bf16(const AttentionShape& s, const float* q, int64_t ld
           std::fill_n(dk + (b * T + j) * lddk + kvh * hd, hd, 0.0f);
           std::fill_n(dv + (b * T + j) * lddv + kvh * hd, hd, 0.0f);
         }
-        pack_column_pairs(kb, T, Tp, hd, ldk, kt.data(), 2 * Tp, rounded.data());
-        pack_column_pairs(vb, T, Tp, hd, ldv, vt.data(), 2 * Tp, rounded.data());
-        pack_row_pairs(kb, T, Tp, hd, ldk, kp.data());
+        Tiles::transposed_operand(kb, T, Tp, hd, ldk, kt.data(), rounded.data());
+        Tiles::transposed_operand(vb, T, Tp, hd, ldv, vt.data(), rounded.data());
+        Tiles::rows_operand(kb, T, Tp, hd, ldk, kp.data());
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
           const float* lse_h = lse + (b * s.n_heads + h) * T;
           const float* qh = q + b * T * ldq + h * hd;
@@ -249,21 +304,21 @@ void attention_backward_bf16(const AttentionShape& s, const float* q, int64_t ld
             for (int64_t c = 0; c < hd; ++c) d += doh[i * lddo + c] * o_row[c];
             delta[i] = d;
             std::fill_n(dq + (b * T + i) * lddq + h * hd, hd, 0.0f);
-            round_row_bf16(qh + i * ldq, hd, qb.data() + i * hd);
-            round_row_bf16(doh + i * lddo, hd, dob.data() + i * hd);
+            Tiles::row(qh + i * ldq, hd, qb.data() + i * hd);
+            Tiles::row(doh + i * lddo, hd, dob.data() + i * hd);
           }
-          pack_row_pairs(qh, T, Tp, hd, ldq, qp.data());
-          pack_row_pairs(doh, T, Tp, hd, lddo, dop.data());
+          Tiles::rows_operand(qh, T, Tp, hd, ldq, qp.data());
+          Tiles::rows_operand(doh, T, Tp, hd, lddo, dop.data());
           for (int64_t j0 = 0; j0 < T; j0 += kKeyTile) {
             const int64_t cols = std::min(T, j0 + kKeyTile) - j0, cols16 = round_up(cols, 16);
             float* dk_tile = dk + (b * T + j0) * lddk + kvh * hd;
             float* dv_tile = dv + (b * T + j0) * lddv + kvh * hd;
             for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < T; i0 += kQueryTile) {
               const int64_t rows = std::min(T, i0 + kQueryTile) - i0, rows2 = round_up(rows, 2);
-              small_gemm_bf16(rows, cols16, hd, qb.data() + i0 * hd, hd, kt.data() + 2 * j0,
-                              2 * Tp, probs.data(), kKeyTile, false);
-              small_gemm_bf16(rows, cols16, hd, dob.data() + i0 * hd, hd, vt.data() + 2 * j0,
-                              2 * Tp, dprobs.data(), kKeyTile, false);
+              Tiles::gemm(rows, cols16, hd, qb.data() + i0 * hd, hd, kt.data() + P * j0, P * Tp,
+                          probs.data(), kKeyTile, false);
+              Tiles::gemm(rows, cols16, hd, dob.data() + i0 * hd, hd, vt.data() + P * j0, P * Tp,
+                          dprobs.data(), kKeyTile, false);
               for (int64_t r = 0; r < rows; ++r) {
                 float* pr = probs.data() + r * kKeyTile;
                 float* dpr = dprobs.data() + r * kKeyTile;
@@ -275,8 +330,8 @@ void attention_backward_bf16(const AttentionShape& s, const float* q, int64_t ld
                   pr[c] = p;
                   dpr[c] = p * (dpr[c] - row_delta) * scale;
                 }
-                round_row_bf16(pr, cols16, pb.data() + r * cols16);
-                round_row_bf16(dpr, cols16, dsb.data() + r * cols16);
+                Tiles::row(pr, cols16, pb.data() + r * cols16);
+                Tiles::row(dpr, cols16, dsb.data() + r * cols16);
               }
               for (int64_t c0 = 0; c0 < cols16; c0 += 16) {
                 transpose_round_columns(probs.data(), rows, rows2, c0, 16, kKeyTile, pt.data(),
@@ -284,12 +339,12 @@ void attention_backward_bf16(const AttentionShape& s, const float* q, int64_t ld
                 transpose_round_columns(dprobs.data(), rows, rows2, c0, 16, kKeyTile, dst.data(),
                                         rows2);
               }
-              small_gemm_bf16(cols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, 2 * hd,
-                              dv_tile, lddv, true);
-              small_gemm_bf16(rows, hd, cols16, dsb.data(), cols16, kp.data() + j0 * hd, 2 * hd,
-                              dq + (b * T + i0) * lddq + h * hd, lddq, true);
-              small_gemm_bf16(cols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, 2 * hd,
-                              dk_tile, lddk, true);
+              Tiles::gemm(cols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, P * hd,
+                          dv_tile, lddv, true);
+              Tiles::gemm(rows, hd, cols16, dsb.data(), cols16, kp.data() + j0 * hd, P * hd,
+                          dq + (b * T + i0) * lddq + h * hd, lddq, true);
+              Tiles::gemm(cols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, P * hd,
+                          dk_tile, lddk, true);
             }
           }
         }
@@ -298,15 +353,41 @@ void attention_backward_bf16(const AttentionShape& s, const float* q, int64_t ld
   }
 }
 
-#else
+}  // namespace
 
-void attention_forward_bf16(const AttentionShape&, const float*, int64_t, const float*, int64_t,
-                            const float*, int64_t, float*, int64_t, float*) {}
-void attention_backward_bf16(const AttentionShape&, const float*, int64_t, const float*, int64_t,
-                             const float*, int64_t, const float*, int64_t, const float*,
-                             const float*, int64_t, float*, int64_t, float*, int64_t, float*,
-                             int64_t) {}
+bool attention_tiled_supported(const AttentionShape& s) {
+  if (s.head_dim % 16 != 0) return false;
+  return s.compute == DType::bf16 ? kHaveBf16Dot : kHaveAvx512;
+}
 
+void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                             int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
+                             float* lse) {
+#ifdef __AVX512BF16__
+  if (s.compute == DType::bf16) return forward<Bf16Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
 #endif
+#ifdef __AVX512F__
+  if (s.compute == DType::f32) return forward<F32Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+#endif
+  BOOSTLM_ASSERT_MSG(false, "attention_forward_tiled: not supported here");
+}
+
+void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t ldq,
+                              const float* k, int64_t ldk, const float* v, int64_t ldv,
+                              const float* out, int64_t ldo, const float* lse, const float* dout,
+                              int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
+                              float* dv, int64_t lddv) {
+#ifdef __AVX512BF16__
+  if (s.compute == DType::bf16)
+    return backward<Bf16Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk,
+                               lddk, dv, lddv);
+#endif
+#ifdef __AVX512F__
+  if (s.compute == DType::f32)
+    return backward<F32Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk,
+                              lddk, dv, lddv);
+#endif
+  BOOSTLM_ASSERT_MSG(false, "attention_backward_tiled: not supported here");
+}
 
 }  // namespace boostlm::cpu

@@ -1,0 +1,26 @@
+// The fused attention (kernels/attention.h) on register-blocked tile products (small_gemm.h): the
+// same tiles and online softmax as the reference kernel in attention.cpp, whose tile products are
+// dnnl_sgemm calls, with the products in fp32 on AVX-512 FMAs or in bf16 on AVX512-BF16 dot
+// products instead. attention.cpp dispatches here when attention_tiled_supported says yes.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+namespace boostlm::cpu {
+
+// The CPU has the instructions for s.compute and head_dim is a multiple of 16.
+bool attention_tiled_supported(const AttentionShape& s);
+
+void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                             int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
+                             float* lse);
+
+void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t ldq,
+                              const float* k, int64_t ldk, const float* v, int64_t ldv,
+                              const float* out, int64_t ldo, const float* lse, const float* dout,
+                              int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
+                              float* dv, int64_t lddv);
+
+}  // namespace boostlm::cpu
