@@ -79,8 +79,6 @@ TEST_P(AttentionTest, GradientsMatchFiniteDifferences) {
 }
 
 // Sequence lengths that are not multiples of the tiles (64 queries, 128 keys) and span several.
-// Head dims that are multiples of 16 run the register-blocked kernel (attention_tiled.cpp) where
-// the CPU has AVX-512, the others the dnnl_sgemm one.
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Values(AttentionShape{1, 5, 2, 2, 4},
                                            AttentionShape{2, 70, 4, 2, 8},    // GQA, group 2

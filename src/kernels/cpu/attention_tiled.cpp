@@ -84,17 +84,10 @@ void pack_column_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t
   }
 }
 
-// The B operand of a product whose k runs over the rows of src, in fp32: the rows as they are,
-// rows from `rows` up to rows_pad zero.
-void copy_rows(const float* src, int64_t rows, int64_t rows_pad, int64_t cols, int64_t ld,
-               float* dst) {
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, src + r * ld, cols * sizeof(float));
-  std::fill(dst + rows * cols, dst + rows_pad * cols, 0.0f);
-}
-
-// How each precision lays out and multiplies the tiles. kPair: the elements of a B row per
-// column (bf16 packs k in pairs), so a B operand's column n starts at kPair·n and its rows
-// (pairs) are kPair·N long.
+// How a precision lays out and multiplies the tiles (bf16 here; an fp32 policy on AVX-512 FMAs ran
+// no faster than the dnnl_sgemm tiles of attention.cpp and was dropped). kPair: the elements of a
+// B row per column (bf16 packs k in pairs), so a B operand's column n starts at kPair·n and its
+// rows (pairs) are kPair·N long.
 #ifdef __AVX512BF16__
 struct Bf16Tiles {
   using T = bf16_t;
@@ -115,27 +108,6 @@ struct Bf16Tiles {
 };
 #endif
 
-#ifdef __AVX512F__
-struct F32Tiles {
-  using T = float;
-  static constexpr int64_t kPair = 1;
-  static void row(const float* src, int64_t n, T* dst) { std::memcpy(dst, src, n * sizeof(T)); }
-  static void rows_operand(const float* src, int64_t rows, int64_t rows_pad, int64_t cols,
-                           int64_t ld, T* dst) {
-    copy_rows(src, rows, rows_pad, cols, ld, dst);
-  }
-  static void transposed_operand(const float* src, int64_t rows, int64_t rows_pad, int64_t cols,
-                                 int64_t ld, T* dst, T*) {
-    for (int64_t c0 = 0; c0 < cols; c0 += 16)
-      transpose_round_columns(src, rows, rows_pad, c0, std::min<int64_t>(16, cols - c0), ld, dst,
-                              rows_pad);
-  }
-  static void gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
-                   int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-    small_gemm_f32(M, N, K, a, lda, b, ldb, c, ldc, accumulate);
-  }
-};
-#endif
 
 // A thread's tiles and packed operands, kept between calls (grown, never shrunk): OpenMP's threads
 // persist, and fresh buffers at every layer cost page faults and zeroing.
@@ -356,8 +328,7 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
 }  // namespace
 
 bool attention_tiled_supported(const AttentionShape& s) {
-  if (s.head_dim % 16 != 0) return false;
-  return s.compute == DType::bf16 ? kHaveBf16Dot : kHaveAvx512;
+  return s.compute == DType::bf16 && kHaveBf16Dot && s.head_dim % 16 == 0;
 }
 
 void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
@@ -365,9 +336,6 @@ void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ld
                              float* lse) {
 #ifdef __AVX512BF16__
   if (s.compute == DType::bf16) return forward<Bf16Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-#endif
-#ifdef __AVX512F__
-  if (s.compute == DType::f32) return forward<F32Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
 #endif
   BOOSTLM_ASSERT_MSG(false, "attention_forward_tiled: not supported here");
 }
@@ -381,11 +349,6 @@ void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t l
   if (s.compute == DType::bf16)
     return backward<Bf16Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk,
                                lddk, dv, lddv);
-#endif
-#ifdef __AVX512F__
-  if (s.compute == DType::f32)
-    return backward<F32Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk,
-                              lddk, dv, lddv);
 #endif
   BOOSTLM_ASSERT_MSG(false, "attention_backward_tiled: not supported here");
 }

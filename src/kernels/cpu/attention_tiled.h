@@ -1,7 +1,7 @@
-// The fused attention (kernels/attention.h) on register-blocked tile products (small_gemm.h): the
-// same tiles and online softmax as the reference kernel in attention.cpp, whose tile products are
-// dnnl_sgemm calls, with the products in fp32 on AVX-512 FMAs or in bf16 on AVX512-BF16 dot
-// products instead. attention.cpp dispatches here when attention_tiled_supported says yes.
+// The fused attention (kernels/attention.h) in bf16 on register-blocked tile products
+// (small_gemm.h): the same tiles and online softmax as the fp32 kernel in attention.cpp, whose tile
+// products are dnnl_sgemm calls, with the products on AVX512-BF16 dot products instead.
+// attention.cpp dispatches here when attention_tiled_supported says yes.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 namespace boostlm::cpu {
 
-// The CPU has the instructions for s.compute and head_dim is a multiple of 16.
+// bf16 asked for, the CPU has AVX512-BF16, and head_dim is a multiple of 16.
 bool attention_tiled_supported(const AttentionShape& s);
 
 void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,

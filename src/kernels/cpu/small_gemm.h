@@ -1,14 +1,13 @@
-// Register-blocked GEMMs for small tiles that live in cache (attention's score and value
-// products): no call overhead and no packing inside the call (the caller lays B out once and
-// reuses it across tiles), 4 rows x 64 columns per register block (16 accumulators).
+// A register-blocked bf16 GEMM for small tiles that live in cache (attention's score and value
+// products), on AVX512-BF16's pairwise dot product with fp32 accumulation: no call overhead and no
+// packing inside the call (the caller lays B out once and reuses it across tiles), 4 rows x 64
+// columns per register block (16 accumulators).
 //
 //   C[M, N] (+)= A[M, K] · B[K, N]
 //
-// fp32 (AVX-512 FMA): A row-major, row stride lda; B row-major, B[k][n] at b[k·ldb + n].
-// bf16 (AVX512-BF16's pairwise dot product, fp32 accumulation): A row-major bf16, K even (two
-// consecutive k of a row form one 32-bit pair); B packed in pairs of k: B[2p][n], B[2p+1][n] at
-// b[p·ldb + 2n] and b[p·ldb + 2n + 1] (ldb in elements, at least 2N).
-// N a multiple of 16 in both.
+// A: row-major bf16, row stride lda, K even (two consecutive k of a row form one 32-bit pair).
+// B: packed in pairs of k: B[2p][n], B[2p+1][n] at b[p·ldb + 2n] and b[p·ldb + 2n + 1] (ldb in
+// elements, at least 2N). N a multiple of 16.
 #pragma once
 
 #include <immintrin.h>
@@ -20,34 +19,6 @@
 
 namespace boostlm::cpu {
 
-#ifdef __AVX512F__
-constexpr bool kHaveAvx512 = true;
-
-namespace detail {
-
-template <int R, int V>
-inline void small_gemm_f32_block(int64_t K, const float* a, int64_t lda, const float* b,
-                                 int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  __m512 acc[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v)
-      acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    __m512 bv[V];
-    for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_ps(b + k * ldb + 16 * v);
-    for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r * lda + k]);
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
-}
-
-}  // namespace detail
-#else
-constexpr bool kHaveAvx512 = false;
-#endif
 
 // The dispatch over the register block's rows (1-4) and 16-column vectors (1-4).
 template <typename Block>
@@ -86,26 +57,6 @@ inline void small_gemm_dispatch(int rows, int vectors, Args... args) {
       return by_vectors(std::integral_constant<int, 1>{});
   }
 }
-
-#ifdef __AVX512F__
-namespace detail {
-template <int R, int V>
-struct F32Kernel {
-  static void run(int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                  int64_t ldc, bool accumulate) {
-    small_gemm_f32_block<R, V>(K, a, lda, b, ldb, c, ldc, accumulate);
-  }
-};
-}  // namespace detail
-
-inline void small_gemm_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
-                           const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  small_gemm_blocks(M, N, [&](int rows, int vectors, int64_t i, int64_t n) {
-    small_gemm_dispatch<detail::F32Kernel>(rows, vectors, K, a + i * lda, lda, b + n, ldb,
-                                           c + i * ldc + n, ldc, accumulate);
-  });
-}
-#endif
 
 // Built where the compiler targets AVX512-BF16 (-march=native on Zen 4/5, Sapphire Rapids);
 // callers keep an fp32 path for other machines.
