@@ -299,7 +299,9 @@ def step_section(steps, before):
         title = f"{shape}: ms per step in each kernel family"
         if old:
             title += (f" (before → after; before: `{before[shape].get('commit', '?')}`, the same "
-                      "command run just before the changes)")
+                      "command run before this round's kernel changes, some minutes earlier on a "
+                      "machine whose speed drifts: the fp32 `gemm` row, whose code did not "
+                      "change, shows by how much; read the bf16 rows against it)")
         out += [f"**{title}.** `gemm` is the GEMMs' own time; `gemm_operands` is their bf16 "
                 "operands prepared inside the call (rounding, and transposing a transposed first "
                 "operand); `bf16_round` the roundings done outside GEMMs; `other` what no kernel "
