@@ -164,13 +164,9 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
                 float* pr = probs.data() + r * kKeyTile;
                 float* dpr = dprobs.data() + r * kKeyTile;
                 const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
-                const float row_lse = lse_h[i0 + r], row_delta = delta[i0 + r];
-#pragma omp simd
-                for (int64_t c = 0; c < cols; ++c) {
-                  const float p = c < valid ? cpu::exp_vec(pr[c] - row_lse) : 0.0f;
-                  pr[c] = p;
-                  dpr[c] = p * (dpr[c] - row_delta) * scale;
-                }
+                // The scores came out of sgemm already scaled.
+                cpu::softmax_backward_row(pr, dpr, cols, valid, 1.0f, lse_h[i0 + r],
+                                          delta[i0 + r], scale);
               }
               sgemm('T', 'N', cols, hd, rows, 1.0f, probs.data(), kKeyTile, do_tile, lddo, 1.0f,
                     dv_tile, lddv);

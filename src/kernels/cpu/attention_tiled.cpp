@@ -295,13 +295,8 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
                 float* pr = probs.data() + r * kKeyTile;
                 float* dpr = dprobs.data() + r * kKeyTile;
                 const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
-                const float row_lse = lse_h[i0 + r], row_delta = delta[i0 + r];
-#pragma omp simd
-                for (int64_t c = 0; c < cols16; ++c) {
-                  const float p = c < valid ? exp_vec(pr[c] * scale - row_lse) : 0.0f;
-                  pr[c] = p;
-                  dpr[c] = p * (dpr[c] - row_delta) * scale;
-                }
+                softmax_backward_row(pr, dpr, cols16, valid, scale, lse_h[i0 + r], delta[i0 + r],
+                                     scale);
                 Tiles::row(pr, cols16, pb.data() + r * cols16);
                 Tiles::row(dpr, cols16, dsb.data() + r * cols16);
               }

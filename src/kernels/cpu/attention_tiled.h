@@ -7,8 +7,21 @@
 #include <cstdint>
 
 #include "kernels/attention.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace boostlm::cpu {
+
+// One query row of a backward tile, for both kernels: p = exp(score·score_scale − lse) on the
+// causal columns (c < valid), 0 beyond; dp becomes dS = p·(dp − delta)·scale.
+inline void softmax_backward_row(float* p, float* dp, int64_t cols, int64_t valid,
+                                 float score_scale, float lse, float delta, float scale) {
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) {
+    const float pc = c < valid ? exp_vec(p[c] * score_scale - lse) : 0.0f;
+    p[c] = pc;
+    dp[c] = pc * (dp[c] - delta) * scale;
+  }
+}
 
 // bf16 asked for, the CPU has AVX512-BF16, and head_dim is a multiple of 16.
 bool attention_tiled_supported(const AttentionShape& s);
