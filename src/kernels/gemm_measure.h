@@ -18,7 +18,7 @@ double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int r
 // benchmarks alike: the fastest of six n³ products at each n = 512, 768, 1024, 2048 (no single size
 // is the fastest for every precision and core count: oneDNN's large bf16 products run slower than
 // mid-sized ones on one core here). On a shared virtual machine the rate of one call varies by up
-// to 1.4× from one second to the next; the fastest of many calls is the stable figure.
+// to 2× over tens of seconds; the fastest of many calls is the stable figure.
 double measure_peak_gemm_gflops(DType compute);
 
 }  // namespace boostlm

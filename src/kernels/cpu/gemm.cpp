@@ -88,8 +88,9 @@ Operand bf16_operand(const GemmInput& in, int64_t rows, int64_t cols, const Gemm
 // A transposed first operand (stored K x M), made plain in bf16 ([M, K] per member, contiguous in
 // scratch), rounding as it transposes. oneDNN 2.6's bf16 matmul runs a transposed source 35-40%
 // slower than a plain one on Zen 5 (the weight-gradient GEMMs Xᵀ·dY: 230-280 against 400-450
-// GFLOP/s, `bench step --breakdown`), far more than the copy costs. The fp32 values are rounded
-// from the bf16 copy when there is one (half the bytes to read), else from the fp32 values.
+// GFLOP/s, `bench step --breakdown`), far more than the copy costs. The copy is read from the
+// operand's bf16 copy when it has one (exact, and half the bytes), else rounded from its fp32
+// values.
 Operand plain_bf16_from_transposed(const GemmInput& in, int64_t M, int64_t K,
                                    const GemmBatch& batch, Buffer<bf16_t>& scratch) {
   const int64_t member = M * K;
