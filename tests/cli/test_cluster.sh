@@ -134,6 +134,12 @@ cut_link() {
   took=$((SECONDS - t0))
   ranks_of_cut > /dev/null && fail "link cut: ranks still running ${took}s after the cut"
   ((took <= 10)) || fail "link cut: the ranks took ${took}s to end (watchdog 3 s)"
+  # mpirun forwards the ranks' last words a moment after they end: wait for them (up to 5 s)
+  # before ending it. Ended at once, it lost them in one CI run (and then crashed on the signal).
+  for _ in $(seq 1 50); do
+    grep -q "communication watchdog: " "$work/cut.log" && break
+    sleep 0.1
+  done
   pkill -f "^mpirun .*-o $work/cut "
   wait "$pid"
   ip netns exec "$cluster_name-h1" ip link set eth0 up
