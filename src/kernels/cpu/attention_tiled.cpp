@@ -84,57 +84,21 @@ void pack_column_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t
   }
 }
 
-// How a precision lays out and multiplies the tiles (bf16 here; an fp32 policy on AVX-512 FMAs ran
-// no faster than the dnnl_sgemm tiles of attention.cpp and was dropped). kPair: the elements of a
-// B row per column (bf16 packs k in pairs), so a B operand's column n starts at kPair·n and its
-// rows (pairs) are kPair·N long.
-#ifdef __AVX512BF16__
-struct Bf16Tiles {
-  using T = bf16_t;
-  static constexpr int64_t kPair = 2;
-  static void row(const float* src, int64_t n, T* dst) { round_row_bf16(src, n, dst); }
-  static void rows_operand(const float* src, int64_t rows, int64_t rows_pad, int64_t cols,
-                           int64_t ld, T* dst) {
-    pack_row_pairs(src, rows, rows_pad, cols, ld, dst);
-  }
-  static void transposed_operand(const float* src, int64_t rows, int64_t rows_pad, int64_t cols,
-                                 int64_t ld, T* dst, T* scratch) {
-    pack_column_pairs(src, rows, rows_pad, cols, ld, dst, 2 * rows_pad, scratch);
-  }
-  static void gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
-                   int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-    small_gemm_bf16(M, N, K, a, lda, b, ldb, c, ldc, accumulate);
-  }
-};
-#endif
-
-
 // A thread's tiles and packed operands, kept between calls (grown, never shrunk): OpenMP's threads
 // persist, and fresh buffers at every layer cost page faults and zeroing.
-Buffer<float>& scratch_f32(int which, size_t size) {
-  thread_local Buffer<float> buffers[4];
-  if (buffers[which].size() < size) buffers[which].resize(size);
-  return buffers[which];
-}
 template <typename T>
-Buffer<T>& scratch_tiles(int which, size_t size) {
+Buffer<T>& scratch(int which, size_t size) {
   thread_local Buffer<T> buffers[12];
   if (buffers[which].size() < size) buffers[which].resize(size);
   return buffers[which];
 }
 
-}  // namespace
-
-namespace {
-
+#ifdef __AVX512BF16__
 // Forward: Kᵀ (B of Q·Kᵀ, pairs of head dimensions) and V (B of P·V, pairs of keys) are packed once
 // per (sequence, kv head); then each (sequence, head, query tile) runs the fp32 kernel's online
 // softmax over its key tiles, with Q·Kᵀ and P·V on bf16 dot products.
-template <typename Tiles>
 void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk,
              const float* v, int64_t ldv, float* out, int64_t ldo, float* lse) {
-  using E = typename Tiles::T;  // the tiles' element type
-  constexpr int64_t P = Tiles::kPair;
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t Tp = round_up(T, 16), packed = hd * Tp;
   const int64_t query_tiles = (T + kQueryTile - 1) / kQueryTile;
@@ -142,7 +106,7 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
   // Kept between calls (grown, never shrunk): fresh megabytes at every layer cost page faults and
   // zeroing. Training calls attention from one thread at a time (fibers switch only at
   // collectives), so one pair serves every call.
-  static Buffer<E> kt, vp;
+  static Buffer<bf16_t> kt, vp;
   const auto size = static_cast<size_t>(s.batch * s.n_kv_heads * packed);
   if (kt.size() < size) {
     kt.resize(size);
@@ -151,20 +115,20 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
 
 #pragma omp parallel
   {
-    Buffer<E>& rounded = scratch_tiles<E>(0, T * hd);
-    Buffer<E>& qb = scratch_tiles<E>(1, kQueryTile * hd);
-    Buffer<E>& pb = scratch_tiles<E>(2, kQueryTile * kKeyTile);
-    Buffer<float>& scores = scratch_f32(0, kQueryTile * kKeyTile);
-    Buffer<float>& acc = scratch_f32(1, kQueryTile * hd);
-    Buffer<float>& row_max = scratch_f32(2, kQueryTile);
-    Buffer<float>& row_sum = scratch_f32(3, kQueryTile);
+    Buffer<bf16_t>& rounded = scratch<bf16_t>(0, T * hd);
+    Buffer<bf16_t>& qb = scratch<bf16_t>(1, kQueryTile * hd);
+    Buffer<bf16_t>& pb = scratch<bf16_t>(2, kQueryTile * kKeyTile);
+    Buffer<float>& scores = scratch<float>(0, kQueryTile * kKeyTile);
+    Buffer<float>& acc = scratch<float>(1, kQueryTile * hd);
+    Buffer<float>& row_max = scratch<float>(2, kQueryTile);
+    Buffer<float>& row_sum = scratch<float>(3, kQueryTile);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
         const int64_t at = (b * s.n_kv_heads + kvh) * packed;
-        Tiles::transposed_operand(k + b * T * ldk + kvh * hd, T, Tp, hd, ldk, kt.data() + at,
-                                  rounded.data());
-        Tiles::rows_operand(v + b * T * ldv + kvh * hd, T, Tp, hd, ldv, vp.data() + at);
+        pack_column_pairs(k + b * T * ldk + kvh * hd, T, Tp, hd, ldk, kt.data() + at, 2 * Tp,
+                          rounded.data());
+        pack_row_pairs(v + b * T * ldv + kvh * hd, T, Tp, hd, ldv, vp.data() + at);
       }
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
@@ -174,14 +138,14 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
           const int64_t rows = std::min(T, i0 + kQueryTile) - i0;
           const int64_t at = (b * s.n_kv_heads + h / group) * packed;
           for (int64_t r = 0; r < rows; ++r)
-            Tiles::row(q + (b * T + i0 + r) * ldq + h * hd, hd, qb.data() + r * hd);
+            round_row_bf16(q + (b * T + i0 + r) * ldq + h * hd, hd, qb.data() + r * hd);
           std::fill_n(acc.data(), rows * hd, 0.0f);
           std::fill_n(row_max.data(), rows, -INFINITY);
           std::fill_n(row_sum.data(), rows, 0.0f);
           for (int64_t j0 = 0; j0 < i0 + rows; j0 += kKeyTile) {
             const int64_t cols = std::min(i0 + rows, j0 + kKeyTile) - j0;
             const int64_t cols16 = round_up(cols, 16);  // padded keys score 0 and are masked
-            Tiles::gemm(rows, cols16, hd, qb.data(), hd, kt.data() + at + P * j0, P * Tp,
+            small_gemm_bf16(rows, cols16, hd, qb.data(), hd, kt.data() + at + 2 * j0, 2 * Tp,
                         scores.data(), kKeyTile, false);
             for (int64_t r = 0; r < rows; ++r) {
               float* sr = scores.data() + r * kKeyTile;
@@ -204,9 +168,9 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
               }
               row_sum[r] = row_sum[r] * correction + sum;
               if (valid > 0) row_max[r] = new_max;
-              Tiles::row(sr, cols16, pb.data() + r * cols16);
+              round_row_bf16(sr, cols16, pb.data() + r * cols16);
             }
-            Tiles::gemm(rows, hd, cols16, pb.data(), cols16, vp.data() + at + j0 * hd, P * hd,
+            small_gemm_bf16(rows, hd, cols16, pb.data(), cols16, vp.data() + at + j0 * hd, 2 * hd,
                         acc.data(), hd, true);
           }
           for (int64_t r = 0; r < rows; ++r) {
@@ -225,34 +189,31 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
 // tile products on bf16 dot products: S = Q·Kᵀ and dP = dO·Vᵀ (Kᵀ, Vᵀ packed per task), dV += Pᵀ·dO,
 // dQ += dS·K and dK += dSᵀ·Q (K packed per task, Q and dO per head; Pᵀ and dSᵀ transposed per
 // tile).
-template <typename Tiles>
 void backward(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk,
               const float* v, int64_t ldv, const float* out, int64_t ldo, const float* lse,
               const float* dout, int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
               float* dv, int64_t lddv) {
-  using E = typename Tiles::T;  // the tiles' element type
-  constexpr int64_t P = Tiles::kPair;
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t Tp = round_up(T, 16), packed = hd * Tp;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
 #pragma omp parallel
   {
-    Buffer<float>& delta = scratch_f32(0, T);
-    Buffer<float>& probs = scratch_f32(1, kQueryTile * kKeyTile);
-    Buffer<float>& dprobs = scratch_f32(2, kQueryTile * kKeyTile);
-    Buffer<E>& rounded = scratch_tiles<E>(0, T * hd);
-    Buffer<E>& kt = scratch_tiles<E>(1, packed);
-    Buffer<E>& vt = scratch_tiles<E>(2, packed);
-    Buffer<E>& kp = scratch_tiles<E>(3, packed);
-    Buffer<E>& qb = scratch_tiles<E>(4, T * hd);
-    Buffer<E>& dob = scratch_tiles<E>(5, T * hd);
-    Buffer<E>& qp = scratch_tiles<E>(6, packed);
-    Buffer<E>& dop = scratch_tiles<E>(7, packed);
-    Buffer<E>& pb = scratch_tiles<E>(8, kQueryTile * kKeyTile);
-    Buffer<E>& dsb = scratch_tiles<E>(9, kQueryTile * kKeyTile);
-    Buffer<E>& pt = scratch_tiles<E>(10, kKeyTile * kQueryTile);
-    Buffer<E>& dst = scratch_tiles<E>(11, kKeyTile * kQueryTile);
+    Buffer<float>& delta = scratch<float>(0, T);
+    Buffer<float>& probs = scratch<float>(1, kQueryTile * kKeyTile);
+    Buffer<float>& dprobs = scratch<float>(2, kQueryTile * kKeyTile);
+    Buffer<bf16_t>& rounded = scratch<bf16_t>(0, T * hd);
+    Buffer<bf16_t>& kt = scratch<bf16_t>(1, packed);
+    Buffer<bf16_t>& vt = scratch<bf16_t>(2, packed);
+    Buffer<bf16_t>& kp = scratch<bf16_t>(3, packed);
+    Buffer<bf16_t>& qb = scratch<bf16_t>(4, T * hd);
+    Buffer<bf16_t>& dob = scratch<bf16_t>(5, T * hd);
+    Buffer<bf16_t>& qp = scratch<bf16_t>(6, packed);
+    Buffer<bf16_t>& dop = scratch<bf16_t>(7, packed);
+    Buffer<bf16_t>& pb = scratch<bf16_t>(8, kQueryTile * kKeyTile);
+    Buffer<bf16_t>& dsb = scratch<bf16_t>(9, kQueryTile * kKeyTile);
+    Buffer<bf16_t>& pt = scratch<bf16_t>(10, kKeyTile * kQueryTile);
+    Buffer<bf16_t>& dst = scratch<bf16_t>(11, kKeyTile * kQueryTile);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
@@ -262,9 +223,9 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
           std::fill_n(dk + (b * T + j) * lddk + kvh * hd, hd, 0.0f);
           std::fill_n(dv + (b * T + j) * lddv + kvh * hd, hd, 0.0f);
         }
-        Tiles::transposed_operand(kb, T, Tp, hd, ldk, kt.data(), rounded.data());
-        Tiles::transposed_operand(vb, T, Tp, hd, ldv, vt.data(), rounded.data());
-        Tiles::rows_operand(kb, T, Tp, hd, ldk, kp.data());
+        pack_column_pairs(kb, T, Tp, hd, ldk, kt.data(), 2 * Tp, rounded.data());
+        pack_column_pairs(vb, T, Tp, hd, ldv, vt.data(), 2 * Tp, rounded.data());
+        pack_row_pairs(kb, T, Tp, hd, ldk, kp.data());
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
           const float* lse_h = lse + (b * s.n_heads + h) * T;
           const float* qh = q + b * T * ldq + h * hd;
@@ -276,20 +237,20 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
             for (int64_t c = 0; c < hd; ++c) d += doh[i * lddo + c] * o_row[c];
             delta[i] = d;
             std::fill_n(dq + (b * T + i) * lddq + h * hd, hd, 0.0f);
-            Tiles::row(qh + i * ldq, hd, qb.data() + i * hd);
-            Tiles::row(doh + i * lddo, hd, dob.data() + i * hd);
+            round_row_bf16(qh + i * ldq, hd, qb.data() + i * hd);
+            round_row_bf16(doh + i * lddo, hd, dob.data() + i * hd);
           }
-          Tiles::rows_operand(qh, T, Tp, hd, ldq, qp.data());
-          Tiles::rows_operand(doh, T, Tp, hd, lddo, dop.data());
+          pack_row_pairs(qh, T, Tp, hd, ldq, qp.data());
+          pack_row_pairs(doh, T, Tp, hd, lddo, dop.data());
           for (int64_t j0 = 0; j0 < T; j0 += kKeyTile) {
             const int64_t cols = std::min(T, j0 + kKeyTile) - j0, cols16 = round_up(cols, 16);
             float* dk_tile = dk + (b * T + j0) * lddk + kvh * hd;
             float* dv_tile = dv + (b * T + j0) * lddv + kvh * hd;
             for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < T; i0 += kQueryTile) {
               const int64_t rows = std::min(T, i0 + kQueryTile) - i0, rows2 = round_up(rows, 2);
-              Tiles::gemm(rows, cols16, hd, qb.data() + i0 * hd, hd, kt.data() + P * j0, P * Tp,
+              small_gemm_bf16(rows, cols16, hd, qb.data() + i0 * hd, hd, kt.data() + 2 * j0, 2 * Tp,
                           probs.data(), kKeyTile, false);
-              Tiles::gemm(rows, cols16, hd, dob.data() + i0 * hd, hd, vt.data() + P * j0, P * Tp,
+              small_gemm_bf16(rows, cols16, hd, dob.data() + i0 * hd, hd, vt.data() + 2 * j0, 2 * Tp,
                           dprobs.data(), kKeyTile, false);
               for (int64_t r = 0; r < rows; ++r) {
                 float* pr = probs.data() + r * kKeyTile;
@@ -297,8 +258,8 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
                 const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
                 softmax_backward_row(pr, dpr, cols16, valid, scale, lse_h[i0 + r], delta[i0 + r],
                                      scale);
-                Tiles::row(pr, cols16, pb.data() + r * cols16);
-                Tiles::row(dpr, cols16, dsb.data() + r * cols16);
+                round_row_bf16(pr, cols16, pb.data() + r * cols16);
+                round_row_bf16(dpr, cols16, dsb.data() + r * cols16);
               }
               for (int64_t c0 = 0; c0 < cols16; c0 += 16) {
                 transpose_round_columns(probs.data(), rows, rows2, c0, 16, kKeyTile, pt.data(),
@@ -306,11 +267,11 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
                 transpose_round_columns(dprobs.data(), rows, rows2, c0, 16, kKeyTile, dst.data(),
                                         rows2);
               }
-              Tiles::gemm(cols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, P * hd,
+              small_gemm_bf16(cols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, 2 * hd,
                           dv_tile, lddv, true);
-              Tiles::gemm(rows, hd, cols16, dsb.data(), cols16, kp.data() + j0 * hd, P * hd,
+              small_gemm_bf16(rows, hd, cols16, dsb.data(), cols16, kp.data() + j0 * hd, 2 * hd,
                           dq + (b * T + i0) * lddq + h * hd, lddq, true);
-              Tiles::gemm(cols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, P * hd,
+              small_gemm_bf16(cols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, 2 * hd,
                           dk_tile, lddk, true);
             }
           }
@@ -319,6 +280,7 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
     }
   }
 }
+#endif
 
 }  // namespace
 
@@ -329,10 +291,10 @@ bool attention_tiled_supported(const AttentionShape& s) {
 void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
                              int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
                              float* lse) {
+  BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_forward_tiled: not supported here");
 #ifdef __AVX512BF16__
-  if (s.compute == DType::bf16) return forward<Bf16Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+  forward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
 #endif
-  BOOSTLM_ASSERT_MSG(false, "attention_forward_tiled: not supported here");
 }
 
 void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t ldq,
@@ -340,12 +302,10 @@ void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t l
                               const float* out, int64_t ldo, const float* lse, const float* dout,
                               int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
                               float* dv, int64_t lddv) {
+  BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_backward_tiled: not supported here");
 #ifdef __AVX512BF16__
-  if (s.compute == DType::bf16)
-    return backward<Bf16Tiles>(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk,
-                               lddk, dv, lddv);
+  backward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
 #endif
-  BOOSTLM_ASSERT_MSG(false, "attention_backward_tiled: not supported here");
 }
 
 }  // namespace boostlm::cpu

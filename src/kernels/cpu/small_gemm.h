@@ -13,50 +13,10 @@
 #include <immintrin.h>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "core/dtype.h"
 
 namespace boostlm::cpu {
-
-
-// The dispatch over the register block's rows (1-4) and 16-column vectors (1-4).
-template <typename Block>
-inline void small_gemm_blocks(int64_t M, int64_t N, Block block) {
-  for (int64_t i = 0; i < M; i += 4) {
-    const int rows = static_cast<int>(M - i < 4 ? M - i : 4);
-    for (int64_t n = 0; n < N; n += 64) {
-      const int vectors = static_cast<int>((N - n < 64 ? N - n : 64) / 16);
-      block(rows, vectors, i, n);
-    }
-  }
-}
-
-template <template <int, int> class Kernel, typename... Args>
-inline void small_gemm_dispatch(int rows, int vectors, Args... args) {
-  auto by_vectors = [&]<int R>(std::integral_constant<int, R>) {
-    switch (vectors) {
-      case 4:
-        return Kernel<R, 4>::run(args...);
-      case 3:
-        return Kernel<R, 3>::run(args...);
-      case 2:
-        return Kernel<R, 2>::run(args...);
-      default:
-        return Kernel<R, 1>::run(args...);
-    }
-  };
-  switch (rows) {
-    case 4:
-      return by_vectors(std::integral_constant<int, 4>{});
-    case 3:
-      return by_vectors(std::integral_constant<int, 3>{});
-    case 2:
-      return by_vectors(std::integral_constant<int, 2>{});
-    default:
-      return by_vectors(std::integral_constant<int, 1>{});
-  }
-}
 
 // Built where the compiler targets AVX512-BF16 (-march=native on Zen 4/5, Sapphire Rapids);
 // callers keep an fp32 path for other machines.
@@ -65,6 +25,7 @@ constexpr bool kHaveBf16Dot = true;
 
 namespace detail {
 
+// One register block: R rows (1-4) x V vectors of 16 columns (1-4).
 template <int R, int V>
 inline void small_gemm_block(int64_t pairs, const bf16_t* a, int64_t lda, const bf16_t* b,
                              int64_t ldb, float* c, int64_t ldc, bool accumulate) {
@@ -87,22 +48,47 @@ inline void small_gemm_block(int64_t pairs, const bf16_t* a, int64_t lda, const 
     for (int v = 0; v < V; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
 }
 
-template <int R, int V>
-struct Bf16Kernel {
-  static void run(int64_t pairs, const bf16_t* a, int64_t lda, const bf16_t* b, int64_t ldb,
-                  float* c, int64_t ldc, bool accumulate) {
-    small_gemm_block<R, V>(pairs, a, lda, b, ldb, c, ldc, accumulate);
+template <int R>
+inline void small_gemm_rows(int vectors, int64_t pairs, const bf16_t* a, int64_t lda,
+                            const bf16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  switch (vectors) {
+    case 4:
+      return small_gemm_block<R, 4>(pairs, a, lda, b, ldb, c, ldc, accumulate);
+    case 3:
+      return small_gemm_block<R, 3>(pairs, a, lda, b, ldb, c, ldc, accumulate);
+    case 2:
+      return small_gemm_block<R, 2>(pairs, a, lda, b, ldb, c, ldc, accumulate);
+    default:
+      return small_gemm_block<R, 1>(pairs, a, lda, b, ldb, c, ldc, accumulate);
   }
-};
+}
 
 }  // namespace detail
 
 inline void small_gemm_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* a, int64_t lda,
                             const bf16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  small_gemm_blocks(M, N, [&](int rows, int vectors, int64_t i, int64_t n) {
-    small_gemm_dispatch<detail::Bf16Kernel>(rows, vectors, K / 2, a + i * lda, lda, b + 2 * n,
-                                            ldb, c + i * ldc + n, ldc, accumulate);
-  });
+  const int64_t pairs = K / 2;
+  for (int64_t i = 0; i < M; i += 4) {
+    for (int64_t n = 0; n < N; n += 64) {
+      const int vectors = static_cast<int>((N - n < 64 ? N - n : 64) / 16);
+      const bf16_t* ai = a + i * lda;
+      const bf16_t* bn = b + 2 * n;
+      float* ci = c + i * ldc + n;
+      switch (M - i < 4 ? M - i : 4) {
+        case 4:
+          detail::small_gemm_rows<4>(vectors, pairs, ai, lda, bn, ldb, ci, ldc, accumulate);
+          break;
+        case 3:
+          detail::small_gemm_rows<3>(vectors, pairs, ai, lda, bn, ldb, ci, ldc, accumulate);
+          break;
+        case 2:
+          detail::small_gemm_rows<2>(vectors, pairs, ai, lda, bn, ldb, ci, ldc, accumulate);
+          break;
+        default:
+          detail::small_gemm_rows<1>(vectors, pairs, ai, lda, bn, ldb, ci, ldc, accumulate);
+      }
+    }
+  }
 }
 #else
 constexpr bool kHaveBf16Dot = false;

@@ -11,7 +11,6 @@
 #include <immintrin.h>
 #include <bit>
 #include <cstdint>
-#include <type_traits>
 
 #include "core/dtype.h"
 
@@ -103,56 +102,38 @@ inline void transpose16(__m512 r[16]) {
 }
 #endif
 
-
-inline void store_as(float x, float* out) {
-  *out = x;
+inline bf16_t to_bf16(float x) {
+  return float_to_bf16(x);
 }
-inline void store_as(float x, bf16_t* out) {
-  *out = float_to_bf16(x);
-}
-inline void store_as(bf16_t x, bf16_t* out) {
-  *out = x;
+inline bf16_t to_bf16(bf16_t x) {
+  return x;
 }
 
-// Columns [c0, c0 + width) of src [rows, ·] (row stride ld), transposed into dst (fp32, or rounded
-// to bf16: exact for a bf16 source): dst[(c0 + j)·ld_dst + r] for r < rows, zeros for
-// rows <= r < rows_pad. 16 x 16 tiles transposed in registers, the edges one value at a time.
-template <typename In, typename Out>
-void transpose_round_columns(const In* src, int64_t rows, int64_t rows_pad, int64_t c0,
-                             int64_t width, int64_t ld, Out* dst, int64_t ld_dst) {
+// Columns [c0, c0 + width) of src [rows, ·] (row stride ld), transposed and rounded to bf16 (exact
+// for a bf16 source): dst[(c0 + j)·ld_dst + r] for r < rows, zeros for rows <= r < rows_pad.
+// 16 x 16 tiles transposed in registers, the edges one value at a time.
+template <typename T>
+void transpose_round_columns(const T* src, int64_t rows, int64_t rows_pad, int64_t c0,
+                             int64_t width, int64_t ld, bf16_t* dst, int64_t ld_dst) {
   int64_t r = 0;
-#ifdef __AVX512F__
+#ifdef __AVX512BF16__
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-  constexpr bool vector = std::is_same_v<Out, float>
-#ifdef __AVX512BF16__
-                          || std::is_same_v<Out, bf16_t>
-#endif
-      ;
-  if constexpr (vector) {
-    if (width == 16)
-      for (; r + 16 <= rows; r += 16) {
-        __m512 v[16];
-        for (int i = 0; i < 16; ++i) v[i] = load16(src + (r + i) * ld + c0);
-        transpose16(v);
-        for (int j = 0; j < 16; ++j) {
-          Out* out = dst + (c0 + j) * ld_dst + r;
-          if constexpr (std::is_same_v<Out, float>)
-            _mm512_storeu_ps(out, v[j]);
-#ifdef __AVX512BF16__
-          else
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                                (__m256i)_mm512_cvtneps_pbh(v[j]));
-#endif
-        }
-      }
-  }
+  if (width == 16)
+    for (; r + 16 <= rows; r += 16) {
+      __m512 v[16];
+      for (int i = 0; i < 16; ++i) v[i] = load16(src + (r + i) * ld + c0);
+      transpose16(v);
+      for (int j = 0; j < 16; ++j)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (c0 + j) * ld_dst + r),
+                            (__m256i)_mm512_cvtneps_pbh(v[j]));
+    }
 #pragma GCC diagnostic pop
 #endif
   for (int64_t j = 0; j < width; ++j) {
-    Out* out = dst + (c0 + j) * ld_dst;
-    for (int64_t rr = r; rr < rows; ++rr) store_as(src[rr * ld + c0 + j], out + rr);
-    for (int64_t rr = rows; rr < rows_pad; ++rr) out[rr] = Out{0};
+    bf16_t* out = dst + (c0 + j) * ld_dst;
+    for (int64_t rr = r; rr < rows; ++rr) out[rr] = to_bf16(src[rr * ld + c0 + j]);
+    for (int64_t rr = rows; rr < rows_pad; ++rr) out[rr] = 0;
   }
 }
 
