@@ -78,10 +78,12 @@ std::string shape_table(double peak) {
   char line[160];
   for (const GemmShapeTime& t : times) {
     const GemmShape& s = t.shape;
-    std::snprintf(line, sizeof line, "       %c%c M %6ld N %6ld K %6ld beta %g: %4ld calls %8.2f ms %7.1f GFLOP/s %5.1f%%\n",
+    const double gflops = t.flops / t.seconds / 1e9;
+    std::snprintf(line, sizeof line,
+                  "       %c%c M %6ld N %6ld K %6ld beta %g: %4ld calls %8.2f ms %7.1f GFLOP/s "
+                  "%5.1f%%\n",
                   s.trans_a == Trans::N ? 'N' : 'T', s.trans_b == Trans::N ? 'N' : 'T', s.M, s.N,
-                  s.K, s.beta, t.calls, t.seconds * 1e3, t.flops / t.seconds / 1e9,
-                  100 * t.flops / t.seconds / 1e9 / peak);
+                  s.K, s.beta, t.calls, t.seconds * 1e3, gflops, 100 * gflops / peak);
     text += line;
   }
   return text;
@@ -103,7 +105,7 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   Pipeline pipeline(model);
   const MicroBatch batch{tokens.data(), targets.data()};
   std::vector<double> step_s, gemm_s, probe_mfu;
-  const double flops_per_step = model_flops(config, B, T).training();
+  const ModelFlops flops = model_flops(config, B, T);
   float loss = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     // This machine's GEMM rate just before the step (a shared virtual machine's speed drifts by up
@@ -119,7 +121,7 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
     const double dt = now_s() - t0;
     if (s == o.warmup) gemm_record_shapes(false);
     if (s >= o.warmup) {
-      probe_mfu.push_back(flops_per_step / dt / (probe * 1e9));
+      probe_mfu.push_back(flops.training() / dt / (probe * 1e9));
       step_s.push_back(dt);
       gemm_s.push_back(gemm_counters().seconds - before.seconds);
     }
@@ -130,7 +132,6 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   const std::string shapes = shape_table(peak);
   const double isolated = replay_gemms(gemm_recorded_shapes(), 3);
   gemm_clear_recorded_shapes();
-  const ModelFlops flops = model_flops(config, B, T);
   const double step = median(step_s);
   const double rate = flops.training() / step;
   const double gemm_flops = 3 * (flops.projections + flops.head);
@@ -168,9 +169,9 @@ std::vector<StepResult> run_step_bench(const StepBenchOptions& o) {
   std::printf(
       "shape %s, batch %ld x seq %ld = %ld tokens/step, median of %d steps after %d warm-up\n\n",
       o.shape.c_str(), o.batch, o.seq_len, o.batch * o.seq_len, o.steps, o.warmup);
-  std::printf("%-6s %-5s %8s %9s %10s %7s %6s %7s %8s %9s %8s %8s %8s\n", "arch", "prec",
-              "params", "step_ms", "tokens/s", "GEMM%", "MFU", "peak", "MFU-now", "GEMM-eff",
-              "act_MB", "peak_MB", "loss");
+  std::printf("%-6s %-5s %8s %9s %10s %7s %6s %7s %8s %9s %8s %8s %8s\n", "arch", "prec", "params",
+              "step_ms", "tokens/s", "GEMM%", "MFU", "peak", "MFU-now", "GEMM-eff", "act_MB",
+              "peak_MB", "loss");
   std::vector<StepResult> results;
   Rng rng(1);
   for (const auto& arch : o.archs) {
@@ -183,8 +184,8 @@ std::vector<StepResult> run_step_bench(const StepBenchOptions& o) {
       std::printf(
           "%-6s %-5s %7.1fM %9.1f %10.0f %6.1f%% %5.1f%% %7.0f %7.1f%% %8.1f%% %8.0f %8.0f %8.4f\n",
           r.arch.c_str(), r.precision.c_str(), r.params_m, r.step_ms, r.tokens_per_s,
-          100 * r.gemm_share, 100 * r.mfu, r.peak_gflops, 100 * r.mfu_probe, 100 * r.gemm_efficiency,
-          r.activation_mb, r.peak_mb, r.loss);
+          100 * r.gemm_share, 100 * r.mfu, r.peak_gflops, 100 * r.mfu_probe,
+          100 * r.gemm_efficiency, r.activation_mb, r.peak_mb, r.loss);
       if (o.breakdown)
         std::printf("       ms/step:%s\n       GEMM shapes of one step (slowest first):\n%s",
                     breakdown_text(r.breakdown).c_str(), r.gemm_shapes.c_str());

@@ -11,25 +11,21 @@ GemmCounters g_counters;
 bool g_recording = false;
 std::vector<GemmShape> g_shapes;
 std::vector<GemmShapeTime> g_shape_times;
-
-bool same_shape(const GemmShape& a, const GemmShape& b) {
-  return a.trans_a == b.trans_a && a.trans_b == b.trans_b && a.M == b.M && a.N == b.N &&
-         a.K == b.K && a.beta == b.beta && a.compute == b.compute;
-}
 }  // namespace
 
 void count_gemm_call(const GemmShape& shape, int64_t count, double seconds) {
+  const double flops = 2.0 * static_cast<double>(shape.M) * shape.N * shape.K * count;
   g_counters.calls += 1;
-  g_counters.flops += 2.0 * static_cast<double>(shape.M) * shape.N * shape.K * count;
+  g_counters.flops += flops;
   g_counters.seconds += seconds;
   Profile::global().add("gemm", seconds);
   if (!g_recording) return;
   for (int64_t b = 0; b < count; ++b) g_shapes.push_back(shape);
   auto it = std::find_if(g_shape_times.begin(), g_shape_times.end(),
-                         [&](const GemmShapeTime& t) { return same_shape(t.shape, shape); });
+                         [&](const GemmShapeTime& t) { return t.shape == shape; });
   if (it == g_shape_times.end()) it = g_shape_times.insert(it, GemmShapeTime{shape});
   it->calls += count;
-  it->flops += 2.0 * static_cast<double>(shape.M) * shape.N * shape.K * count;
+  it->flops += flops;
   it->seconds += seconds;
 }
 

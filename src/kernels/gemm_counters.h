@@ -17,6 +17,7 @@ struct GemmShape {
   int64_t M, N, K;
   float beta;
   DType compute;
+  bool operator==(const GemmShape&) const = default;
 };
 
 struct GemmCounters {

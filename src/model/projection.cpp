@@ -262,8 +262,7 @@ void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, G
       add_columns(da_scratch + c0, width, d_in, p.rank, p.da, p.rank);
       c0 += p.rank;
     }
-    gemm(Trans::N, Trans::T, N, d_in, width, 1.0f, grad, cat->input(), dx_beta, dx, lddx,
-         compute);
+    gemm(Trans::N, Trans::T, N, d_in, width, 1.0f, grad, cat->input(), dx_beta, dx, lddx, compute);
     return;
   }
   int64_t c0 = 0;

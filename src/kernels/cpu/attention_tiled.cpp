@@ -34,14 +34,13 @@ void pack_row_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t co
 #ifdef __AVX512BF16__
     if (first && second) {
       // Word k of the result: first[k/2] for even k, second[k/2] for odd k.
-      alignas(64) static const int16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19,
-                                                          4,  20, 5,  21, 6,  22, 7,  23,
-                                                          8,  24, 9,  25, 10, 26, 11, 27,
-                                                          12, 28, 13, 29, 14, 30, 15, 31};
+      alignas(64) static const int16_t kInterleave[32] = {
+          0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+          8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
       const __m512i interleave = _mm512_load_si512(kInterleave);
       for (; c + 16 <= cols; c += 16) {
-        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(second + c),
-                                                          _mm512_loadu_ps(first + c));
+        const __m512i both =
+            (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(second + c), _mm512_loadu_ps(first + c));
         _mm512_storeu_si512(out + 2 * c, _mm512_permutexvar_epi16(interleave, both));
       }
     }
@@ -146,7 +145,7 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
             const int64_t cols = std::min(i0 + rows, j0 + kKeyTile) - j0;
             const int64_t cols16 = round_up(cols, 16);  // padded keys score 0 and are masked
             small_gemm_bf16(rows, cols16, hd, qb.data(), hd, kt.data() + at + 2 * j0, 2 * Tp,
-                        scores.data(), kKeyTile, false);
+                            scores.data(), kKeyTile, false);
             for (int64_t r = 0; r < rows; ++r) {
               float* sr = scores.data() + r * kKeyTile;
               const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
@@ -171,7 +170,7 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
               round_row_bf16(sr, cols16, pb.data() + r * cols16);
             }
             small_gemm_bf16(rows, hd, cols16, pb.data(), cols16, vp.data() + at + j0 * hd, 2 * hd,
-                        acc.data(), hd, true);
+                            acc.data(), hd, true);
           }
           for (int64_t r = 0; r < rows; ++r) {
             const float inv = 1.0f / row_sum[r];
@@ -186,9 +185,9 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
 }
 
 // Backward, per (sequence, kv head) as the fp32 kernel (FlashAttention-2's order), with the five
-// tile products on bf16 dot products: S = Q·Kᵀ and dP = dO·Vᵀ (Kᵀ, Vᵀ packed per task), dV += Pᵀ·dO,
-// dQ += dS·K and dK += dSᵀ·Q (K packed per task, Q and dO per head; Pᵀ and dSᵀ transposed per
-// tile).
+// tile products on bf16 dot products: S = Q·Kᵀ and dP = dO·Vᵀ (Kᵀ, Vᵀ packed per task), dV +=
+// Pᵀ·dO, dQ += dS·K and dK += dSᵀ·Q (K packed per task, Q and dO per head; Pᵀ and dSᵀ transposed
+// per tile).
 void backward(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk,
               const float* v, int64_t ldv, const float* out, int64_t ldo, const float* lse,
               const float* dout, int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
@@ -249,9 +248,9 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
             for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < T; i0 += kQueryTile) {
               const int64_t rows = std::min(T, i0 + kQueryTile) - i0, rows2 = round_up(rows, 2);
               small_gemm_bf16(rows, cols16, hd, qb.data() + i0 * hd, hd, kt.data() + 2 * j0, 2 * Tp,
-                          probs.data(), kKeyTile, false);
-              small_gemm_bf16(rows, cols16, hd, dob.data() + i0 * hd, hd, vt.data() + 2 * j0, 2 * Tp,
-                          dprobs.data(), kKeyTile, false);
+                              probs.data(), kKeyTile, false);
+              small_gemm_bf16(rows, cols16, hd, dob.data() + i0 * hd, hd, vt.data() + 2 * j0,
+                              2 * Tp, dprobs.data(), kKeyTile, false);
               for (int64_t r = 0; r < rows; ++r) {
                 float* pr = probs.data() + r * kKeyTile;
                 float* dpr = dprobs.data() + r * kKeyTile;
@@ -268,11 +267,11 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
                                         rows2);
               }
               small_gemm_bf16(cols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, 2 * hd,
-                          dv_tile, lddv, true);
+                              dv_tile, lddv, true);
               small_gemm_bf16(rows, hd, cols16, dsb.data(), cols16, kp.data() + j0 * hd, 2 * hd,
-                          dq + (b * T + i0) * lddq + h * hd, lddq, true);
+                              dq + (b * T + i0) * lddq + h * hd, lddq, true);
               small_gemm_bf16(cols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, 2 * hd,
-                          dk_tile, lddk, true);
+                              dk_tile, lddk, true);
             }
           }
         }
@@ -297,11 +296,11 @@ void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ld
 #endif
 }
 
-void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t ldq,
-                              const float* k, int64_t ldk, const float* v, int64_t ldv,
-                              const float* out, int64_t ldo, const float* lse, const float* dout,
-                              int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
-                              float* dv, int64_t lddv) {
+void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                              int64_t ldk, const float* v, int64_t ldv, const float* out,
+                              int64_t ldo, const float* lse, const float* dout, int64_t lddo,
+                              float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
+                              int64_t lddv) {
   BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_backward_tiled: not supported here");
 #ifdef __AVX512BF16__
   backward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv);

@@ -30,10 +30,10 @@ void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ld
                              int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
                              float* lse);
 
-void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t ldq,
-                              const float* k, int64_t ldk, const float* v, int64_t ldv,
-                              const float* out, int64_t ldo, const float* lse, const float* dout,
-                              int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
-                              float* dv, int64_t lddv);
+void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                              int64_t ldk, const float* v, int64_t ldv, const float* out,
+                              int64_t ldo, const float* lse, const float* dout, int64_t lddo,
+                              float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
+                              int64_t lddv);
 
 }  // namespace boostlm::cpu

@@ -58,7 +58,8 @@ void transpose_round(const T* src, int64_t rows, int64_t cols, int64_t ld, bf16_
 }
 }  // namespace
 
-// Counted as its own phase when the model rounds; inside gemm() it is part of the GEMM's time.
+// The bf16_round phase; the rounding gemm() does itself for an operand without a copy is booked
+// as gemm_operands instead.
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst) {
   BOOSTLM_PHASE("bf16_round");
   round_rows(src, rows, cols, ld, dst);

@@ -63,7 +63,8 @@ inline __m512 load16(const float* p) {
   return _mm512_loadu_ps(p);
 }
 inline __m512 load16(const bf16_t* p) {  // exact: a bf16 value is the top half of its fp32
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i wide =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
 
