@@ -93,17 +93,24 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
 Model::~Model() = default;
 
 void Model::set_compute(DType compute) {
+  if (compute != compute_) batch_ = seq_len_ = 0;  // what the blocks keep depends on it
   compute_ = compute;
   bind();
 }
 
 void Model::bind() {
+  bf16_begin_ = 0;
+  if (first_stage() && !config_.tied_embeddings) {
+    const auto& entries = table_.entries();
+    BOOSTLM_ASSERT(entries[0].name == "model.embed_tokens.weight");
+    bf16_begin_ = entries.size() > 1 ? entries[1].offset : table_.total_elements();
+  }
   if (compute_ == DType::bf16)
-    weights_bf16_.resize(table_.total_elements());
+    weights_bf16_.resize(table_.total_elements() - bf16_begin_);
   else
     weights_bf16_ = Buffer<bf16_t>();  // frees it
   for (auto& chunk : chunks_) {
-    chunk->bind(table_, weights_, grads_, weights_bf16_.empty() ? nullptr : weights_bf16_.data());
+    chunk->bind(table_, weights_, grads_, rounded_weights());
     chunk->set_compute(compute_);
   }
 }
@@ -177,7 +184,8 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
   BOOSTLM_ASSERT_MSG(batch_ > 0, "prepare(B, T) before stage_forward");
   // The weights may have changed since the last call (optimizer step, checkpoint load).
   if (compute_ == DType::bf16 && round_weights)
-    round_to_bf16(weights_.data(), 1, weights_.size(), weights_.size(), weights_bf16_.data());
+    round_to_bf16(weights_.data() + bf16_begin_, 1, weights_bf16_.size(), weights_bf16_.size(),
+                  weights_bf16_.data());
   const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = blocks().residual_columns();
   if (first_stage()) {
     // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum
@@ -230,8 +238,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
 
   const int64_t chunk = logits_.size() / V;
   const GemmInput x_all = rounded_input(compute_, norm_final_.data(), N, d, norm_final_bf16_);
-  const GemmInput w_head(weights_.view(head),
-                         weights_bf16_.empty() ? nullptr : weights_bf16_.data() + head.offset, d);
+  const GemmInput w_head(weights_.view(head), rounded_weights().at(head.offset), d);
   const float scale = grad_scale / static_cast<float>(N);
   // In bf16 the cross-entropy writes the gradient's rounded copy itself, for both GEMMs below.
   bf16_t* dlogits_bf16 = compute_ == DType::bf16 ? logits_bf16_.data() : nullptr;

@@ -148,7 +148,13 @@ class Model {
   void for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body);
   ParamTable table_, full_table_;
   FlatBuffer weights_, grads_;
-  Buffer<bf16_t> weights_bf16_;               // bf16 training: weights rounded once per forward
+  // bf16 training: the weights from element bf16_begin_ on, rounded once per forward (an untied
+  // embedding, first in the table, has no copy: its lookup reads fp32).
+  Buffer<bf16_t> weights_bf16_;
+  int64_t bf16_begin_ = 0;
+  RoundedWeights rounded_weights() const {
+    return {weights_bf16_.empty() ? nullptr : weights_bf16_.data(), bf16_begin_};
+  }
   int64_t vocab_begin_ = 0, vocab_rows_ = 0;  // this rank's slice of the vocabulary
 
   int64_t batch_ = 0, seq_len_ = 0, capacity_tokens_ = 0;

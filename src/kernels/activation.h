@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace boostlm {
 
 // y = x · sigmoid(x) over rows x cols (row strides ldx, ldy). y may alias x.
@@ -16,5 +18,19 @@ void swiglu_forward(const float* g, const float* u, int64_t n, bool gate_act, fl
 // dg = dh ⊙ u ⊙ act'(g), du = dh ⊙ act(g). dg may alias g and du may alias u.
 void swiglu_backward(const float* dh, const float* g, const float* u, int64_t n, bool gate_act,
                      float* dg, float* du);
+
+// bf16 training, where gate and up are kept in bf16 and h (read only by the down projection's bf16
+// GEMMs) is not kept but recomputed in backward:
+// g and u (fp32, as their GEMMs wrote them) rounded into g_kept and u_kept, and h = act(g)·u from
+// the rounded values, rounded — so that backward's recomputation gives the same h.
+void swiglu_forward_bf16(const float* g, const float* u, int64_t n, bool gate_act, bf16_t* g_kept,
+                         bf16_t* u_kept, bf16_t* h);
+// h = act(g)·u, rounded, from the kept values (backward's recomputation).
+void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act, bf16_t* h);
+// swiglu_backward from the kept bf16 gate and up (fp32 arithmetic and gradients).
+void swiglu_backward(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act,
+                     float* dg, float* du);
+// y = silu(x) rounded to bf16 ([rows, cols], contiguous): a latent that only a bf16 GEMM reads.
+void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y);
 
 }  // namespace boostlm

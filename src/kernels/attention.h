@@ -35,6 +35,17 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
                         const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
                         float* dk, int64_t lddk, float* dv, int64_t lddv);
 
+// bf16 training keeps q, k, v and the output in bf16 (what the tile products read anyway; the lse,
+// the output's gradient and q, k, v's gradients stay fp32). Where the bf16 tiles are not
+// supported, the values are widened and the fp32 kernel runs.
+void attention_forward(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                       int64_t ldk, const bf16_t* v, int64_t ldv, bf16_t* out, int64_t ldo,
+                       float* lse);
+void attention_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                        int64_t ldk, const bf16_t* v, int64_t ldv, const bf16_t* out, int64_t ldo,
+                        const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
+                        float* dk, int64_t lddk, float* dv, int64_t lddv);
+
 // Incremental decoding: n new query rows q [n, n_heads·head_dim] at positions first_pos + i attend
 // causally to the cached keys and values [first_pos + n, n_kv_heads·head_dim] (rows 0..first_pos+i
 // for row i; the new rows' k and v already written into the cache). out: [n, n_heads·head_dim].

@@ -21,7 +21,8 @@ namespace boostlm {
 
 enum class Trans { N, T };
 
-// A stored matrix operand: fp32 values and/or the same values rounded to bf16, same row stride.
+// A stored matrix operand: fp32 values and/or the same values rounded to bf16, same row stride
+// (bf16 only: an activation kept or computed in bf16, for a bf16 GEMM).
 struct GemmInput {
   const float* f32 = nullptr;
   const bf16_t* bf16 = nullptr;
@@ -30,7 +31,9 @@ struct GemmInput {
   GemmInput(const float* values, const bf16_t* rounded, int64_t ld_)
       : f32(values), bf16(rounded), ld(ld_) {}
   // The operand `offset` elements on, in both copies (a column block, a batch member).
-  GemmInput at(int64_t offset) const { return {f32 + offset, bf16 ? bf16 + offset : nullptr, ld}; }
+  GemmInput at(int64_t offset) const {
+    return {f32 ? f32 + offset : nullptr, bf16 ? bf16 + offset : nullptr, ld};
+  }
 };
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,

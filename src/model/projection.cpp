@@ -13,7 +13,7 @@ namespace boostlm {
 
 ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool latent_act,
                                   const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
-                                  const bf16_t* weights_bf16) {
+                                  const RoundedWeights& rounded) {
   ProjectionWeights p;
   const std::string prefix = projection_prefix(layer, dims);
   if (dims.rank == 0) {
@@ -22,7 +22,7 @@ ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool late
     p.d_in = w.local_shape[1];
     p.weight = weights.view(w);
     p.dweight = grads.view(w);
-    if (weights_bf16) p.weight_bf16 = weights_bf16 + w.offset;
+    p.weight_bf16 = rounded.at(w.offset);
   } else {
     const ParamInfo& a = table.at(prefix + ".cola_a");
     const ParamInfo& b = table.at(prefix + ".cola_b");
@@ -35,10 +35,8 @@ ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool late
     p.b = weights.view(b);
     p.da = grads.view(a);
     p.db = grads.view(b);
-    if (weights_bf16) {
-      p.a_bf16 = weights_bf16 + a.offset;
-      p.b_bf16 = weights_bf16 + b.offset;
-    }
+    p.a_bf16 = rounded.at(a.offset);
+    p.b_bf16 = rounded.at(b.offset);
   }
   return p;
 }

@@ -23,6 +23,15 @@
 
 namespace boostlm {
 
+// The weights rounded to bf16 (bf16 training), refreshed once per step: a copy of the flat weights
+// from element `begin` on (before it lies what no GEMM reads: an untied embedding, whose lookup is
+// fp32). at(offset): the copy of the weight at that offset of the flat weights.
+struct RoundedWeights {
+  const bf16_t* data = nullptr;  // nullptr: fp32 training
+  int64_t begin = 0;
+  const bf16_t* at(int64_t offset) const { return data ? data + (offset - begin) : nullptr; }
+};
+
 struct ProjectionWeights {
   int64_t d_in = 0, d_out = 0, rank = 0;  // local shard dimensions; rank 0: dense
   bool latent_act = false;                // cola: SiLU between the factors
@@ -39,10 +48,10 @@ struct ProjectionWeights {
 };
 
 // Binds to this rank's shard of the projection's tensors in `table` (dimensions from the
-// tensors' local shapes). weights_bf16: the flat weights rounded to bf16, or nullptr.
+// tensors' local shapes).
 ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool latent_act,
                                   const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
-                                  const bf16_t* weights_bf16);
+                                  const RoundedWeights& rounded);
 
 // A dense projection (rank 0; the low-rank ones run as groups, below). x: [N, d_in], y: [N, d_out]
 // (row stride ldy).

@@ -45,71 +45,117 @@ void Layout::block_forward(int64_t layer, const float* x_in, float* x_out) {
   concatenate_groups(layer);
 
   // Attention sub-block.
-  const Qkv qkv = split_qkv(w.qkv);
-  group_forward(layer, kQkv, x_in, {qkv.q, qkv.k, qkv.v});
-  attention(w);
-  group_forward(layer, kO, w.attn.data(), {partial_.data()});
+  const Qkv qkv = split_qkv(qkv_output(w));
+  group_forward(layer, kQkv, {x_in, rc}, {qkv.q, qkv.k, qkv.v});
+  group_forward(layer, kO, attention(w), {partial_.data()});
   add(x_in, partial_.data(), a.x_mid.data(), N * rc);
 
   // MLP sub-block.
-  float *gate = w.gate_up.data(), *up = gate + N * ff;
-  group_forward(layer, kGateUp, a.x_mid.data(), {gate, up});
-  swiglu_forward(gate, up, N * ff, config_.mlp_gate_act, w.hidden.data());
-  group_forward(layer, kDown, w.hidden.data(), {partial_.data()});
+  float *gate = gate_up_output(w), *up = gate + N * ff;
+  group_forward(layer, kGateUp, {a.x_mid.data(), rc}, {gate, up});
+  group_forward(layer, kDown, mlp_hidden(w, /*fresh=*/true), {partial_.data()});
   add(a.x_mid.data(), partial_.data(), x_out, N * rc);
 }
 
 void Layout::block_backward(int64_t layer, float* dx) {
   BlockActs& a = acts_[slot(layer)];
   BlockActs& w = intermediates(a);
-  const int64_t N = batch_ * seq_len_, ff = widths_.ff;
+  const int64_t N = batch_ * seq_len_, ff = widths_.ff, rc = residual_columns();
+  const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
   // The shared work area still holds the intermediates of the block forward ran last.
   if (recomputes_intermediates() && (work_layer_ != layer || work_micro_ != micro_))
     replay(layer, a);
   work_layer_ = -1;  // backward overwrites them
 
   // MLP.
-  group_backward(layer, kDown, w.hidden.data(), {dx}, d_hidden_.data());
-  const float *gate = w.gate_up.data(), *up = gate + N * ff;
+  group_backward(layer, kDown, mlp_hidden(w, /*fresh=*/false), {dx}, d_hidden_.data());
   float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ff;
-  swiglu_backward(d_hidden_.data(), gate, up, N * ff, config_.mlp_gate_act, d_gate, d_up);
-  group_backward(layer, kGateUp, a.x_mid.data(), {d_gate, d_up}, dx);
+  if (compute_ == DType::bf16) {
+    const bf16_t *gate = w.gate_up16.data(), *up = gate + N * ff;
+    swiglu_backward(d_hidden_.data(), gate, up, N * ff, config_.mlp_gate_act, d_gate, d_up);
+  } else {
+    const float *gate = w.gate_up.data(), *up = gate + N * ff;
+    swiglu_backward(d_hidden_.data(), gate, up, N * ff, config_.mlp_gate_act, d_gate, d_up);
+  }
+  group_backward(layer, kGateUp, {a.x_mid.data(), rc}, {d_gate, d_up}, dx);
 
   // Attention.
-  group_backward(layer, kO, w.attn.data(), {dx}, d_attn_.data());
-  const Qkv qkv = split_qkv(w.qkv), d = split_qkv(d_qkv_);
-  const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
+  const bool bf16 = compute_ == DType::bf16;
+  const GemmInput attn =
+      bf16 ? GemmInput(nullptr, w.attn16.data(), ql) : GemmInput(w.attn.data(), ql);
+  group_backward(layer, kO, attn, {dx}, d_attn_.data());
+  const Qkv d = split_qkv(d_qkv_.data());
   const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd, compute_};
-  attention_backward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data(),
-                     d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
+  if (bf16) {
+    const bf16_t *q = w.qkv16.data(), *k = q + N * ql, *v = k + N * kvl;
+    attention_backward(shape, q, ql, k, kvl, v, kvl, w.attn16.data(), ql, w.lse.data(),
+                       d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
+  } else {
+    const Qkv qkv = split_qkv(w.qkv.data());
+    attention_backward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data(),
+                       d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
+  }
   rope_backward(d.q, ql, batch_, seq_len_, widths_.heads, rope_);
   rope_backward(d.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
-  group_backward(layer, kQkv, a.x_in, {d.q, d.k, d.v}, dx);
+  group_backward(layer, kQkv, {a.x_in, rc}, {d.q, d.k, d.v}, dx);
 }
 
-// RoPE on q and k where they were produced, then causal attention over this rank's heads.
-void Layout::attention(BlockActs& w) {
-  const Qkv qkv = split_qkv(w.qkv);
+float* Layout::qkv_output(BlockActs& w) {
+  return compute_ == DType::bf16 ? qkv_out_.data() : w.qkv.data();
+}
+
+float* Layout::gate_up_output(BlockActs& w) {
+  return compute_ == DType::bf16 ? gate_up_out_.data() : w.gate_up.data();
+}
+
+GemmInput Layout::mlp_hidden(BlockActs& w, bool fresh) {
+  const int64_t ff = widths_.ff, n = batch_ * seq_len_ * ff;
+  const bool act = config_.mlp_gate_act;
+  if (compute_ != DType::bf16) {
+    swiglu_forward(w.gate_up.data(), w.gate_up.data() + n, n, act, hidden_.data());
+    return {hidden_.data(), ff};
+  }
+  bf16_t *gate = w.gate_up16.data(), *up = gate + n;
+  if (fresh)
+    swiglu_forward_bf16(gate_up_out_.data(), gate_up_out_.data() + n, n, act, gate, up,
+                        hidden_bf16_.data());
+  else
+    swiglu_forward_bf16(gate, up, n, act, hidden_bf16_.data());
+  return {nullptr, hidden_bf16_.data(), ff};
+}
+
+// RoPE on q and k where they were produced, then causal attention over this rank's heads. In bf16,
+// q | k | v are kept rounded (the tiles read them so) and the output is written in bf16.
+GemmInput Layout::attention(BlockActs& w) {
+  const int64_t N = batch_ * seq_len_;
   const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
+  const Qkv qkv = split_qkv(qkv_output(w));
   rope_forward(qkv.q, ql, batch_, seq_len_, widths_.heads, rope_);
   rope_forward(qkv.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
   const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd, compute_};
-  attention_forward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data());
+  if (compute_ != DType::bf16) {
+    attention_forward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data());
+    return {w.attn.data(), ql};
+  }
+  const int64_t width = ql + 2 * kvl;
+  round_to_bf16(qkv.q, 1, N * width, N * width, w.qkv16.data());
+  const bf16_t *q = w.qkv16.data(), *k = q + N * ql, *v = k + N * kvl;
+  attention_forward(shape, q, ql, k, kvl, v, kvl, w.attn16.data(), ql, w.lse.data());
+  return {nullptr, w.attn16.data(), ql};
 }
 
 // Rebuilds the intermediates of block `layer` from what it kept: the layout's groups replay their
 // up halves from the kept latents, locally; attention and SwiGLU run again.
 void Layout::replay(int64_t layer, BlockActs& a) {
   BlockActs& w = work_;
-  const int64_t N = batch_ * seq_len_, ff = widths_.ff;
-  const Qkv qkv = split_qkv(w.qkv);
-  group_replay(layer, kQkv, a.x_in, {qkv.q, qkv.k, qkv.v});
+  const int64_t N = batch_ * seq_len_, ff = widths_.ff, rc = residual_columns();
+  const Qkv qkv = split_qkv(qkv_output(w));
+  group_replay(layer, kQkv, {a.x_in, rc}, {qkv.q, qkv.k, qkv.v});
   attention(w);
-  group_replay(layer, kO, w.attn.data(), {});
-  float *gate = w.gate_up.data(), *up = gate + N * ff;
-  group_replay(layer, kGateUp, a.x_mid.data(), {gate, up});
-  swiglu_forward(gate, up, N * ff, config_.mlp_gate_act, w.hidden.data());
-  group_replay(layer, kDown, w.hidden.data(), {});
+  float *gate = gate_up_output(w), *up = gate + N * ff;
+  group_replay(layer, kGateUp, {a.x_mid.data(), rc}, {gate, up});
+  // In bf16, gate|up as forward kept them: rounded (SwiGLU's output is recomputed by backward).
+  if (compute_ == DType::bf16) mlp_hidden(w, /*fresh=*/true);
 }
 
 void Layout::ReplicatedNorms::allocate(int64_t N, int64_t d) {
@@ -130,14 +176,14 @@ Layout::Norm Layout::norm_of(int64_t layer, const Group& g, ReplicatedNorms& kep
                                : Norm{w.norm2, w.dnorm2, kept.norm2.data(), kept.rstd2.data()};
 }
 
-void Layout::group_replay(int64_t, const Group&, const float*, std::initializer_list<float*>) {
+void Layout::group_replay(int64_t, const Group&, GemmInput, std::initializer_list<float*>) {
   BOOSTLM_ASSERT_MSG(false, "this layout keeps its intermediates; it has nothing to replay");
 }
 
-Layout::Qkv Layout::split_qkv(Buffer<float>& qkv) const {
+Layout::Qkv Layout::split_qkv(float* qkv) const {
   const int64_t N = batch_ * seq_len_, hd = config_.head_dim();
   const int64_t ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
-  return {qkv.data(), qkv.data() + N * ql, qkv.data() + N * (ql + kvl)};
+  return {qkv, qkv + N * ql, qkv + N * (ql + kvl)};
 }
 
 void Layout::allocate(int64_t B, int64_t T) {
@@ -158,23 +204,40 @@ void Layout::allocate(int64_t B, int64_t T) {
   d_attn_.resize(N * ql);
   d_gate_up_.resize(2 * N * ff);
   d_hidden_.resize(N * ff);
+  if (compute_ == DType::bf16) {
+    qkv_out_.resize(N * (ql + 2 * kvl));
+    gate_up_out_.resize(2 * N * ff);
+    hidden_bf16_.resize(N * ff);
+    hidden_ = Buffer<float>();
+  } else {
+    hidden_.resize(N * ff);
+    qkv_out_ = Buffer<float>();
+    gate_up_out_ = Buffer<float>();
+    hidden_bf16_ = Buffer<bf16_t>();
+  }
   allocate_groups(N);
 }
 
 void Layout::allocate_intermediates(BlockActs& a, int64_t N) {
   const int64_t hd = config_.head_dim();
   const int64_t ql = widths_.heads * hd, kvl = widths_.kv_heads * hd, ff = widths_.ff;
-  a.qkv.resize(N * (ql + 2 * kvl));
-  a.attn.resize(N * ql);
   a.lse.resize(N * widths_.heads);
-  a.gate_up.resize(2 * N * ff);
-  a.hidden.resize(N * ff);
+  if (compute_ == DType::bf16) {
+    a.qkv16.resize(N * (ql + 2 * kvl));
+    a.attn16.resize(N * ql);
+    a.gate_up16.resize(2 * N * ff);
+  } else {
+    a.qkv.resize(N * (ql + 2 * kvl));
+    a.attn.resize(N * ql);
+    a.gate_up.resize(2 * N * ff);
+  }
 }
 
 int64_t Layout::bytes_of(const BlockActs& a) {
-  return static_cast<int64_t>(a.x_mid.size() + a.qkv.size() + a.attn.size() + a.lse.size() +
-                              a.gate_up.size() + a.hidden.size()) *
-         static_cast<int64_t>(sizeof(float));
+  const size_t fp32 =
+      a.x_mid.size() + a.qkv.size() + a.attn.size() + a.lse.size() + a.gate_up.size();
+  const size_t bf16 = a.qkv16.size() + a.attn16.size() + a.gate_up16.size();
+  return static_cast<int64_t>(fp32 * sizeof(float) + bf16 * sizeof(bf16_t));
 }
 
 int64_t Layout::slot_bytes() const {
@@ -222,7 +285,7 @@ void Layout::add_block_params(ParamTable& table, int64_t layer) const {
 }
 
 void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
-                  const bf16_t* weights_bf16) {
+                  const RoundedWeights& rounded) {
   const auto dims = block_projections(config_);
   blocks_.assign(config_.n_layers, BlockWeights{});  // indexed by layer; this stage's are bound
   for (int64_t l = first_layer_; l < last_layer_; ++l) {
@@ -235,8 +298,8 @@ void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grad
     bw.norm2 = weights.view(n2);
     bw.dnorm2 = grads.view(n2);
     for (int i = 0; i < kProjectionsPerBlock; ++i)
-      bw.proj[i] = bind_projection(dims[i], l, config_.arch == Arch::cola, table, weights, grads,
-                                   weights_bf16);
+      bw.proj[i] =
+          bind_projection(dims[i], l, config_.arch == Arch::cola, table, weights, grads, rounded);
     blocks_[l] = bw;
   }
 }
@@ -256,6 +319,25 @@ const ConcatenatedA* Layout::concatenated(int64_t layer, const Group& g) const {
 GemmInput Layout::shared_input(const float* x, int64_t rows, int64_t cols,
                                Buffer<bf16_t>& scratch) {
   return rounded_input(compute_, x, rows, cols, scratch);
+}
+
+GemmInput Layout::shared_input(GemmInput x, int64_t rows, int64_t cols, Buffer<bf16_t>& scratch) {
+  if (x.bf16 || compute_ != DType::bf16) return x;
+  BOOSTLM_ASSERT(x.ld == cols);
+  return rounded_input(compute_, x.f32, rows, cols, scratch);
+}
+
+GemmInput Layout::latent_input(ProjectionGroup group, const float* z, int64_t N,
+                               Buffer<bf16_t>& rounded) {
+  const int64_t width = group_width(group);
+  if (!group[0].latent_act) return shared_input(z, N, width, rounded);
+  if (compute_ == DType::bf16) {
+    if (rounded.size() < static_cast<size_t>(N * width)) rounded.resize(N * width);
+    silu_forward_bf16(z, N, width, rounded.data());
+    return {nullptr, rounded.data(), width};
+  }
+  if (latent_.size() < static_cast<size_t>(N * width)) latent_.resize(N * width);
+  return {group_activate(group, z, latent_.data(), N), width};
 }
 
 }  // namespace boostlm

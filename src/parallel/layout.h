@@ -139,9 +139,9 @@ class Layout {
 
   // This rank's shards of block `layer`, in SPEC §2's order and names.
   void add_block_params(ParamTable& table, int64_t layer) const;
-  // Binds every block to the flat buffers (weights_bf16 may be nullptr).
+  // Binds every block to the flat buffers and the weights' bf16 copy (none in fp32).
   void bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
-            const bf16_t* weights_bf16);
+            const RoundedWeights& rounded);
   void set_compute(DType compute) { compute_ = compute; }
   // Before bind() and prepare(): the blocks this rank runs (a pipeline stage's layers), and how
   // many micro-batches may be in flight (each needs its own activations).
@@ -186,8 +186,14 @@ class Layout {
   // The concatenation that group g's down half runs on, or nullptr (not grouping, or one member).
   const ConcatenatedA* concatenated(int64_t layer, const Group& g) const;
 
-  // x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it.
+  // x as a GEMM input; in bf16 also rounded once into `scratch`, for GEMMs that share it, unless
+  // it comes with its bf16 copy.
   GemmInput shared_input(const float* x, int64_t rows, int64_t cols, Buffer<bf16_t>& scratch);
+  GemmInput shared_input(GemmInput x, int64_t rows, int64_t cols, Buffer<bf16_t>& scratch);
+  // A group's latent as its B factors read it: z itself (svd), or σ(z) (cola) computed into a work
+  // area — in bf16 rounded as it is computed, since only the GEMMs read it. Not kept: backward
+  // computes it again (one element-wise pass, cheaper than holding [N, Σ rank] per block).
+  GemmInput latent_input(ProjectionGroup group, const float* z, int64_t N, Buffer<bf16_t>& rounded);
 
   // Activation slots: one per block of this stage and micro-batch in flight, or a single one reused
   // when whole blocks are recomputed.
@@ -212,20 +218,21 @@ class Layout {
     return {config_.n_heads / t, config_.n_kv_heads / t, config_.d_ff / t};
   }
   // Group g's forward on block `layer`: its input x [N, in] — the residual stream for a normed
-  // group (the layout applies the norm), else the attention output (o) or the SwiGLU output
-  // (down) — and its members' outputs y_m [N, d_out_m], each contiguous (o and down: the partial
-  // or whole residual update). The layout places its collectives here.
-  virtual void group_forward(int64_t layer, const Group& g, const float* x,
+  // group (fp32, x.f32; the layout applies the norm), else the attention output (o) or the SwiGLU
+  // output (down), which in bf16 may come in bf16 only — and its members' outputs y_m
+  // [N, d_out_m], each contiguous (o and down: the partial or whole residual update). The layout
+  // places its collectives here.
+  virtual void group_forward(int64_t layer, const Group& g, GemmInput x,
                              std::initializer_list<float*> y) = 0;
   // Its backward from the outputs' gradients dy_m: for o and down, dx = ∂L/∂x (overwritten); for
   // a normed group, ∂L/∂x through the norm is added into dx (the residual's gradient).
-  virtual void group_backward(int64_t layer, const Group& g, const float* x,
+  virtual void group_backward(int64_t layer, const Group& g, GemmInput x,
                               std::initializer_list<const float*> dy, float* dx) = 0;
   // Whether backward rebuilds the intermediates (q, k, v, attention, gate, up, SwiGLU) instead of
   // keeping them per block (btp's lowrank recomputation), and the rebuilding of group g's outputs
   // from what the block kept, with no collective.
   virtual bool recomputes_intermediates() const { return false; }
-  virtual void group_replay(int64_t layer, const Group& g, const float* x,
+  virtual void group_replay(int64_t layer, const Group& g, GemmInput x,
                             std::initializer_list<float*> y);
   // The layout's own per-slot state (norm statistics, latents) for B·T tokens, and its bytes.
   virtual void allocate_groups(int64_t N) = 0;
@@ -264,9 +271,16 @@ class Layout {
   // What the skeleton keeps of a block: its input, the residual after attention, and the
   // intermediates (q | k | v and gate | up one after the other, so that batched GEMMs write evenly
   // spaced outputs) — those in one shared work area when the layout recomputes them.
+  // In bf16 training q | k | v, the attention output and gate | up are kept in bf16 (qkv16, attn16,
+  // gate_up16): only bf16 tiles and GEMMs read q, k, v and the output, and SwiGLU's backward reads
+  // gate | up; the GEMMs write into fp32 work areas (qkv_out_, gate_up_out_) rounded from. The
+  // residual, the lse and everything of the norms stay fp32. SwiGLU's output, read only by the down
+  // projection, is not kept: backward recomputes it from gate | up.
   struct BlockActs {
     const float* x_in = nullptr;
-    Buffer<float> x_mid, qkv, attn, lse, gate_up, hidden;
+    Buffer<float> x_mid, lse;
+    Buffer<float> qkv, attn, gate_up;         // fp32 training
+    Buffer<bf16_t> qkv16, attn16, gate_up16;  // bf16 training
   };
   struct Qkv {
     float *q, *k, *v;
@@ -274,8 +288,16 @@ class Layout {
   void allocate(int64_t B, int64_t T);
   void allocate_intermediates(BlockActs& a, int64_t N);
   BlockActs& intermediates(BlockActs& a) { return recomputes_intermediates() ? work_ : a; }
-  Qkv split_qkv(Buffer<float>& qkv) const;
-  void attention(BlockActs& w);
+  Qkv split_qkv(float* qkv) const;
+  // RoPE and attention on what the q|k|v GEMMs wrote; returns the output as o's input.
+  GemmInput attention(BlockActs& w);
+  // Where the q|k|v and gate|up GEMMs write: the kept buffers, or in bf16 the work areas rounded
+  // from.
+  float* qkv_output(BlockActs& w);
+  float* gate_up_output(BlockActs& w);
+  // SwiGLU's output as the down projection's input, into the work area: from the gate|up GEMMs'
+  // output (fresh: forward, which in bf16 also keeps gate|up rounded) or from the kept gate|up.
+  GemmInput mlp_hidden(BlockActs& w, bool fresh);
   void replay(int64_t layer, BlockActs& a);  // lowrank recomputation of the intermediates
   static int64_t bytes_of(const BlockActs& a);
 
@@ -285,6 +307,8 @@ class Layout {
   int64_t work_layer_ = -1;  // the block (and micro-batch) whose intermediates work_ holds
   int work_micro_ = -1;
   Buffer<float> partial_, d_qkv_, d_attn_, d_gate_up_, d_hidden_;
+  Buffer<float> qkv_out_, gate_up_out_, hidden_, latent_;  // work areas (*_out_: bf16 only)
+  Buffer<bf16_t> hidden_bf16_;
 };
 
 std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp);

@@ -74,6 +74,17 @@ int64_t model_activation_elements(const MicroBatchShape& mb) {
          layout_activation_elements(mb);
 }
 
+int64_t bf16_kept_elements(const MicroBatchShape& mb, int64_t slots) {
+  const int64_t holders = mb.options.recompute == Recompute::none ? slots : 1;
+  return holders * mb.tokens() * layout_cost(mb.layout).bf16_kept_columns(mb.config, mb.tp);
+}
+
+int64_t model_activation_bytes(const MicroBatchShape& mb, DType compute) {
+  const int64_t fp32 = 4 * model_activation_elements(mb);
+  if (compute != DType::bf16) return fp32;
+  return fp32 - 2 * bf16_kept_elements(mb, mb.config.n_layers);
+}
+
 int64_t workspace_elements(const MicroBatchShape& mb) {
   const ModelConfig& c = mb.config;
   const int64_t N = mb.tokens(), d = c.d_model;

@@ -30,8 +30,14 @@ int64_t block_kept_elements(const MicroBatchShape& mb);
 // Held once, not per block: the single slot whole-block recomputation rebuilds, or btp's shared
 // work area for lowrank recomputation.
 int64_t recompute_area_elements(const MicroBatchShape& mb);
-// Model::activation_bytes / 4 for the whole model in one process (no pipeline).
+// Model::activation_bytes / 4 for the whole model in one process (no pipeline) in fp32.
 int64_t model_activation_elements(const MicroBatchShape& mb);
+// Of the activation elements a stage keeps (`slots` blocks' slots), those this engine keeps in bf16
+// when it trains in bf16 (all others are fp32): q | k | v, the attention output and gate | up of
+// every slot, or of the one area recomputation rebuilds into.
+int64_t bf16_kept_elements(const MicroBatchShape& mb, int64_t slots);
+// Model::activation_bytes for the whole model in one process, at this compute precision.
+int64_t model_activation_bytes(const MicroBatchShape& mb, DType compute);
 // What lives only while one block's backward or the head runs (gradient scratch, logits chunk):
 // an estimate from the engine's buffers, not an exact count.
 int64_t workspace_elements(const MicroBatchShape& mb);

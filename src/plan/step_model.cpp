@@ -188,11 +188,19 @@ MemoryEstimate rank_memory(const StepConfig& c, int stage, double bytes_per_acti
   m.weights = params * 4;
   m.grads = params * 4;
   m.optimizer = params * 8 / (c.zero1 ? c.dp : 1);
-  m.weights_bf16 = c.precision == DType::bf16 ? params * 2 : 0;
+  // The bf16 copy covers what GEMMs read: not an untied embedding (its lookup reads fp32).
+  const double embedding =
+      stage == 0 && !c.config.tied_embeddings ? c.config.vocab_size / c.tp * c.config.d_model : 0;
+  m.weights_bf16 = c.precision == DType::bf16 ? (params - embedding) * 2 : 0;
   const int64_t in_flight = std::min<int64_t>(c.micro_batches, c.pp - stage);
   const double kept = static_cast<double>(block_kept_elements(mb)) *
                       stage_layers(c.config, c.pp, stage) * in_flight;
   m.activations = (kept + recompute_area_elements(mb)) * bytes_per_activation;
+  // This engine's CPU backend keeps activations in fp32 but gate | up in the compute precision.
+  if (c.precision == DType::bf16 && bytes_per_activation > 2)
+    m.activations -= static_cast<double>(
+                         bf16_kept_elements(mb, stage_layers(c.config, c.pp, stage) * in_flight)) *
+                     (bytes_per_activation - 2);
   m.workspace = static_cast<double>(workspace_elements(mb)) * bytes_per_activation;
   return m;
 }

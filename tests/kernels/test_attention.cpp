@@ -158,5 +158,54 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBf16Test,
                                            AttentionShape{1, 300, 2, 1, 64},  // MQA
                                            AttentionShape{2, 64, 8, 8, 64}));
 
+// bf16 training keeps q, k, v and the output in bf16: the kernel on those is the one on fp32
+// buffers holding the same (rounded) values: bit for bit its output rounded once and the same lse,
+// and backward's gradients from the kept (rounded) output. Row-strided, GQA, ragged lengths, and a
+// head_dim the bf16 tiles do not take (8: the fp32 kernel runs on the widened values).
+TEST(AttentionBf16Storage, IsTheKernelOnTheRoundedValues) {
+  for (AttentionShape s : {AttentionShape{2, 200, 4, 2, 32}, AttentionShape{1, 37, 2, 1, 16},
+                           AttentionShape{1, 50, 2, 2, 8}}) {
+    s.compute = DType::bf16;
+    const int64_t N = s.batch * s.seq_len, qd = s.n_heads * s.head_dim,
+                  kd = s.n_kv_heads * s.head_dim, ldq = qd + 3, ldk = kd + 5;
+    auto round_all = [](std::vector<float> x, std::vector<bf16_t>& rounded) {
+      rounded.resize(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        rounded[i] = float_to_bf16(x[i]);
+        x[i] = bf16_to_float(rounded[i]);
+      }
+      return x;
+    };
+    std::vector<bf16_t> q16, k16, v16;
+    const auto q = round_all(random_vector(N * ldq, 1), q16);
+    const auto k = round_all(random_vector(N * ldk, 2), k16);
+    const auto v = round_all(random_vector(N * ldk, 3), v16);
+    const auto dout = random_vector(N * qd, 4);
+    const int64_t lse_size = s.batch * s.n_heads * s.seq_len;
+    std::vector<float> out(N * qd), lse(lse_size), lse16(lse_size);
+    std::vector<bf16_t> out16(N * qd);
+    attention_forward(s, q.data(), ldq, k.data(), ldk, v.data(), ldk, out.data(), qd, lse.data());
+    attention_forward(s, q16.data(), ldq, k16.data(), ldk, v16.data(), ldk, out16.data(), qd,
+                      lse16.data());
+    std::vector<float> kept(N * qd);
+    for (int64_t i = 0; i < N * qd; ++i) {
+      ASSERT_EQ(out16[i], float_to_bf16(out[i])) << "head_dim " << s.head_dim << " at " << i;
+      kept[i] = bf16_to_float(out16[i]);
+    }
+    EXPECT_EQ(lse16, lse);
+    std::vector<float> dq(N * qd), dk(N * kd), dv(N * kd), dq16(N * qd), dk16(N * kd), dv16(N * kd);
+    attention_backward(s, q.data(), ldq, k.data(), ldk, v.data(), ldk, kept.data(), qd, lse.data(),
+                       dout.data(), qd, dq.data(), qd, dk.data(), kd, dv.data(), kd);
+    attention_backward(s, q16.data(), ldq, k16.data(), ldk, v16.data(), ldk, out16.data(), qd,
+                       lse.data(), dout.data(), qd, dq16.data(), qd, dk16.data(), kd, dv16.data(),
+                       kd);
+    // The same products; only the vectorised sum behind each row's delta (dO·O) may add in
+    // another order, which can flip the bf16 rounding of a few dS values (1e-6 relative here).
+    EXPECT_LT(relative_error(dq16, dq), 1e-4) << "head_dim " << s.head_dim;
+    EXPECT_LT(relative_error(dk16, dk), 1e-4) << "head_dim " << s.head_dim;
+    EXPECT_LT(relative_error(dv16, dv), 1e-4) << "head_dim " << s.head_dim;
+  }
+}
+
 }  // namespace
 }  // namespace boostlm

@@ -120,6 +120,47 @@ TEST(SwiGlu, GradientsMatchFiniteDifferencesWithAndWithoutGateActivation) {
   }
 }
 
+// The bf16 forms are the fp32 kernels on the rounded values, rounded: forward keeps gate and up
+// rounded and computes h from them, so backward's recomputation from the kept copies gives the same
+// h, and the backward from bf16 inputs is the fp32 backward on their values. (Their derivatives are
+// those of the fp32 kernels, checked above by finite differences.) n spans several parallel chunks
+// and a ragged tail.
+TEST(SwiGlu, Bf16FormsAreTheFp32KernelsOnRoundedValues) {
+  for (bool gate_act : {true, false}) {
+    const int64_t n = 3 * 4096 + 37;
+    const auto g = random_vector(n, 4, 3.0f), u = random_vector(n, 5), dh = random_vector(n, 6);
+    std::vector<bf16_t> g16(n), u16(n), h16(n), again(n);
+    swiglu_forward_bf16(g.data(), u.data(), n, gate_act, g16.data(), u16.data(), h16.data());
+    swiglu_forward_bf16(g16.data(), u16.data(), n, gate_act, again.data());
+    std::vector<float> gr(n), ur(n), h(n), dg(n), du(n), dg16(n), du16(n);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(g16[i], float_to_bf16(g[i]));
+      ASSERT_EQ(u16[i], float_to_bf16(u[i]));
+      gr[i] = bf16_to_float(g16[i]);
+      ur[i] = bf16_to_float(u16[i]);
+    }
+    swiglu_forward(gr.data(), ur.data(), n, gate_act, h.data());
+    swiglu_backward(dh.data(), gr.data(), ur.data(), n, gate_act, dg.data(), du.data());
+    swiglu_backward(dh.data(), g16.data(), u16.data(), n, gate_act, dg16.data(), du16.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(h16[i], float_to_bf16(h[i])) << i;
+      ASSERT_EQ(again[i], h16[i]) << i;
+      ASSERT_EQ(dg16[i], dg[i]) << i;
+      ASSERT_EQ(du16[i], du[i]) << i;
+    }
+  }
+}
+
+TEST(Silu, Bf16FormIsTheRoundedFp32Kernel) {
+  const int64_t rows = 5, cols = 1000;  // 5000 values: two parallel chunks, a ragged tail
+  const auto x = random_vector(rows * cols, 7, 4.0f);
+  std::vector<float> y(rows * cols);
+  std::vector<bf16_t> y16(rows * cols);
+  silu_forward(x.data(), cols, rows, cols, y.data(), cols);
+  silu_forward_bf16(x.data(), rows, cols, y16.data());
+  for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(y16[i], float_to_bf16(y[i])) << i;
+}
+
 TEST(Embedding, GradientMatchesFiniteDifferencesWithRepeatedTokens) {
   const int64_t V = 7, D = 70, n = 9;
   std::vector<int32_t> tokens = {3, 1, 3, 6, 0, 3, 1, 2, 5};

@@ -53,6 +53,8 @@ class ReplicatedCost final : public LayoutCost {
   int64_t block_param_elements(const ModelConfig& c, int) const override {
     return sharded_block_params(c, 1, false);
   }
+
+  int64_t bf16_kept_columns(const ModelConfig& c, int) const override { return 2 * c.d_ff; }
 };
 
 // The toy in the registry for as long as this lives, so that the other tests of this binary see
@@ -167,9 +169,16 @@ TEST_F(ToyLayout, MemoryFollowsItsDescription) {
     step.tp = tp;
     step.seq_len = T;
     step.micro_batch = B;
-    const plan::MemoryEstimate m = plan::rank_memory(step, 0, 4);
+    step.precision = DType::f32;
+    plan::MemoryEstimate m = plan::rank_memory(step, 0, 4);
     EXPECT_DOUBLE_EQ(m.weights, 4.0 * plan::stage_param_elements(kind, config, tp, 1, 0));
     EXPECT_DOUBLE_EQ(m.activations, 4.0 * config.n_layers * (input + slot));
+    // bf16 on the CPU backend: fp32 activations but for the columns the layout says it keeps in
+    // bf16.
+    step.precision = DType::bf16;
+    m = plan::rank_memory(step, 0, 4);
+    EXPECT_DOUBLE_EQ(m.activations, 4.0 * config.n_layers * (input + slot) -
+                                        2.0 * config.n_layers * 2 * N * config.d_ff);
   }
 }
 

@@ -143,6 +143,10 @@ TEST(PlanMemory, MatchesTheEnginesAccountingInOneProcess) {
               model.params().parameter_count());
     EXPECT_EQ(4 * model_activation_elements(mb), model.activation_bytes());
     EXPECT_EQ(4 * block_kept_elements(mb), model.kept_bytes_per_block());
+    // bf16 keeps gate | up in bf16.
+    model.set_compute(DType::bf16);
+    model.forward(tokens.data(), tokens.data(), B, T);
+    EXPECT_EQ(model_activation_bytes(mb, DType::bf16), model.activation_bytes());
   }
 }
 

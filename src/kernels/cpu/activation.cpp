@@ -62,43 +62,109 @@ void silu_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx, i
   });
 }
 
-void swiglu_forward(const float* g, const float* u, int64_t n, bool gate_act, float* h) {
-  BOOSTLM_PHASE("activation");
-#pragma omp parallel for schedule(static)
-  for (int64_t start = 0; start < n; start += kChunk) {
-    const int64_t end = std::min(n, start + kChunk);
-    if (gate_act) {
+namespace {
+
+inline float widen(float x) {
+  return x;
+}
+inline float widen(bf16_t x) {
+  return bf16_to_float(x);
+}
+
+// h[i] = act(g[i])·u[i] over one run.
+template <typename In>
+inline void swiglu_run(const In* g, const In* u, int64_t n, bool gate_act, float* h) {
+  if (gate_act) {
 #pragma omp simd
-      for (int64_t i = start; i < end; ++i) h[i] = g[i] * sigmoid_vec(g[i]) * u[i];
-    } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = widen(g[i]);
+      h[i] = gi * sigmoid_vec(gi) * widen(u[i]);
+    }
+  } else {
 #pragma omp simd
-      for (int64_t i = start; i < end; ++i) h[i] = g[i] * u[i];
+    for (int64_t i = 0; i < n; ++i) h[i] = widen(g[i]) * widen(u[i]);
+  }
+}
+
+template <typename In>
+inline void swiglu_grad_run(const float* dh, const In* g, const In* u, int64_t n, bool gate_act,
+                            float* dg, float* du) {
+  if (gate_act) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = widen(g[i]), ui = widen(u[i]), s = sigmoid_vec(gi);
+      dg[i] = dh[i] * ui * s * (1.0f + gi * (1.0f - s));
+      du[i] = dh[i] * gi * s;
+    }
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = widen(g[i]), ui = widen(u[i]);
+      dg[i] = dh[i] * ui;
+      du[i] = dh[i] * gi;
     }
   }
+}
+
+// run(start, count) over [0, n) in chunks of kChunk, in parallel.
+template <typename Run>
+void for_each_chunk(int64_t n, Run run) {
+#pragma omp parallel for schedule(static)
+  for (int64_t start = 0; start < n; start += kChunk) run(start, std::min(kChunk, n - start));
+}
+
+}  // namespace
+
+void swiglu_forward(const float* g, const float* u, int64_t n, bool gate_act, float* h) {
+  BOOSTLM_PHASE("activation");
+  for_each_chunk(
+      n, [&](int64_t i, int64_t count) { swiglu_run(g + i, u + i, count, gate_act, h + i); });
 }
 
 void swiglu_backward(const float* dh, const float* g, const float* u, int64_t n, bool gate_act,
                      float* dg, float* du) {
   BOOSTLM_PHASE("activation");
-#pragma omp parallel for schedule(static)
-  for (int64_t start = 0; start < n; start += kChunk) {
-    const int64_t end = std::min(n, start + kChunk);
-    if (gate_act) {
-#pragma omp simd
-      for (int64_t i = start; i < end; ++i) {
-        const float gi = g[i], ui = u[i], s = sigmoid_vec(gi);
-        dg[i] = dh[i] * ui * s * (1.0f + gi * (1.0f - s));
-        du[i] = dh[i] * gi * s;
-      }
-    } else {
-#pragma omp simd
-      for (int64_t i = start; i < end; ++i) {
-        const float gi = g[i], ui = u[i];
-        dg[i] = dh[i] * ui;
-        du[i] = dh[i] * gi;
-      }
-    }
-  }
+  for_each_chunk(n, [&](int64_t i, int64_t count) {
+    swiglu_grad_run(dh + i, g + i, u + i, count, gate_act, dg + i, du + i);
+  });
+}
+
+void swiglu_forward_bf16(const float* g, const float* u, int64_t n, bool gate_act, bf16_t* g_kept,
+                         bf16_t* u_kept, bf16_t* h) {
+  BOOSTLM_PHASE("activation");
+  for_each_chunk(n, [&](int64_t i, int64_t count) {
+    float values[kChunk];
+    cpu::round_row_bf16(g + i, count, g_kept + i);
+    cpu::round_row_bf16(u + i, count, u_kept + i);
+    swiglu_run(g_kept + i, u_kept + i, count, gate_act, values);
+    cpu::round_row_bf16(values, count, h + i);
+  });
+}
+
+void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act, bf16_t* h) {
+  BOOSTLM_PHASE("activation");
+  for_each_chunk(n, [&](int64_t i, int64_t count) {
+    float values[kChunk];
+    swiglu_run(g + i, u + i, count, gate_act, values);
+    cpu::round_row_bf16(values, count, h + i);
+  });
+}
+
+void swiglu_backward(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act,
+                     float* dg, float* du) {
+  BOOSTLM_PHASE("activation");
+  for_each_chunk(n, [&](int64_t i, int64_t count) {
+    swiglu_grad_run(dh + i, g + i, u + i, count, gate_act, dg + i, du + i);
+  });
+}
+
+void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y) {
+  BOOSTLM_PHASE("activation");
+  for_each_chunk(rows * cols, [&](int64_t i, int64_t count) {
+    float values[kChunk];
+    silu_run(x + i, values, count);
+    cpu::round_row_bf16(values, count, y + i);
+  });
 }
 
 }  // namespace boostlm

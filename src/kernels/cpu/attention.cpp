@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <dnnl.h>
 
@@ -180,6 +181,52 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
       }
     }
   }
+}
+
+namespace {
+
+// rows x cols of src (row stride ld) as fp32, contiguous.
+std::vector<float> widen(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = bf16_to_float(src[r * ld + c]);
+  return out;
+}
+
+}  // namespace
+
+void attention_forward(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                       int64_t ldk, const bf16_t* v, int64_t ldv, bf16_t* out, int64_t ldo,
+                       float* lse) {
+  if (cpu::attention_tiled_supported(s)) {
+    BOOSTLM_PHASE("attention");
+    check_shape(s);
+    return cpu::attention_forward_tiled(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+  }
+  const int64_t N = s.batch * s.seq_len, ql = s.n_heads * s.head_dim;
+  const int64_t kvl = s.n_kv_heads * s.head_dim;
+  const auto qf = widen(q, N, ql, ldq), kf = widen(k, N, kvl, ldk), vf = widen(v, N, kvl, ldv);
+  std::vector<float> of(N * ql);
+  attention_forward(s, qf.data(), ql, kf.data(), kvl, vf.data(), kvl, of.data(), ql, lse);
+  for (int64_t n = 0; n < N; ++n) cpu::round_row_bf16(of.data() + n * ql, ql, out + n * ldo);
+}
+
+void attention_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                        int64_t ldk, const bf16_t* v, int64_t ldv, const bf16_t* out, int64_t ldo,
+                        const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
+                        float* dk, int64_t lddk, float* dv, int64_t lddv) {
+  if (cpu::attention_tiled_supported(s)) {
+    BOOSTLM_PHASE("attention");
+    check_shape(s);
+    return cpu::attention_backward_tiled(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq,
+                                         lddq, dk, lddk, dv, lddv);
+  }
+  const int64_t N = s.batch * s.seq_len, ql = s.n_heads * s.head_dim;
+  const int64_t kvl = s.n_kv_heads * s.head_dim;
+  const auto qf = widen(q, N, ql, ldq), kf = widen(k, N, kvl, ldk), vf = widen(v, N, kvl, ldv);
+  const auto of = widen(out, N, ql, ldo);
+  attention_backward(s, qf.data(), ql, kf.data(), kvl, vf.data(), kvl, of.data(), ql, lse, dout,
+                     lddo, dq, lddq, dk, lddk, dv, lddv);
 }
 
 }  // namespace boostlm

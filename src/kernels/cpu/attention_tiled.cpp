@@ -23,15 +23,18 @@ int64_t round_up(int64_t x, int64_t m) {
 
 // The B operand of a product whose k runs over the rows of src [rows, cols] (row stride ld): rows
 // in pairs, dst[(r/2)·2·cols + 2c + r%2] = src[r, c]; rows from `rows` up to rows_pad (even) are
-// zero.
-void pack_row_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t cols, int64_t ld,
+// zero. src: fp32 (rounded here) or bf16.
+template <typename T>
+void pack_row_pairs(const T* src, int64_t rows, int64_t rows_pad, int64_t cols, int64_t ld,
                     bf16_t* dst) {
   for (int64_t r = 0; r < rows_pad; r += 2) {
     bf16_t* out = dst + r * cols;
-    const float* first = r < rows ? src + r * ld : nullptr;
-    const float* second = r + 1 < rows ? src + (r + 1) * ld : nullptr;
+    const T* first = r < rows ? src + r * ld : nullptr;
+    const T* second = r + 1 < rows ? src + (r + 1) * ld : nullptr;
     int64_t c = 0;
 #ifdef __AVX512BF16__
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
     if (first && second) {
       // Word k of the result: first[k/2] for even k, second[k/2] for odd k.
       alignas(64) static const int16_t kInterleave[32] = {
@@ -39,15 +42,15 @@ void pack_row_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t co
           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
       const __m512i interleave = _mm512_load_si512(kInterleave);
       for (; c + 16 <= cols; c += 16) {
-        const __m512i both =
-            (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(second + c), _mm512_loadu_ps(first + c));
+        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(load16(second + c), load16(first + c));
         _mm512_storeu_si512(out + 2 * c, _mm512_permutexvar_epi16(interleave, both));
       }
     }
+#pragma GCC diagnostic pop
 #endif
     for (; c < cols; ++c) {
-      out[2 * c] = first ? float_to_bf16(first[c]) : bf16_t{0};
-      out[2 * c + 1] = second ? float_to_bf16(second[c]) : bf16_t{0};
+      out[2 * c] = first ? to_bf16(first[c]) : bf16_t{0};
+      out[2 * c + 1] = second ? to_bf16(second[c]) : bf16_t{0};
     }
   }
 }
@@ -56,7 +59,8 @@ void pack_row_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t co
 // pairs, n over the rows: dst[(c/2)·ld_dst + 2r + c%2] = src[r, c], rows from `rows` up to rows_pad
 // zero. Each row is rounded into `rounded` ([rows, cols]), whose 32-bit pairs are then
 // transposed.
-void pack_column_pairs(const float* src, int64_t rows, int64_t rows_pad, int64_t cols, int64_t ld,
+template <typename T>
+void pack_column_pairs(const T* src, int64_t rows, int64_t rows_pad, int64_t cols, int64_t ld,
                        bf16_t* dst, int64_t ld_dst, bf16_t* rounded) {
   for (int64_t r = 0; r < rows; ++r) round_row_bf16(src + r * ld, cols, rounded + r * cols);
   const int64_t pairs = cols / 2;
@@ -95,9 +99,11 @@ Buffer<T>& scratch(int which, size_t size) {
 #ifdef __AVX512BF16__
 // Forward: Kᵀ (B of Q·Kᵀ, pairs of head dimensions) and V (B of P·V, pairs of keys) are packed once
 // per (sequence, kv head); then each (sequence, head, query tile) runs the fp32 kernel's online
-// softmax over its key tiles, with Q·Kᵀ and P·V on bf16 dot products.
-void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk,
-             const float* v, int64_t ldv, float* out, int64_t ldo, float* lse) {
+// softmax over its key tiles, with Q·Kᵀ and P·V on bf16 dot products. In: the inputs' type (fp32,
+// rounded as they are packed, or bf16); Out: the output's.
+template <typename In, typename Out>
+void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int64_t ldk,
+             const In* v, int64_t ldv, Out* out, int64_t ldo, float* lse) {
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t Tp = round_up(T, 16), packed = hd * Tp;
   const int64_t query_tiles = (T + kQueryTile - 1) / kQueryTile;
@@ -174,8 +180,9 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
           }
           for (int64_t r = 0; r < rows; ++r) {
             const float inv = 1.0f / row_sum[r];
-            float* o = out + (b * T + i0 + r) * ldo + h * hd;
-            for (int64_t c = 0; c < hd; ++c) o[c] = acc[r * hd + c] * inv;
+            float* a = acc.data() + r * hd;
+            for (int64_t c = 0; c < hd; ++c) a[c] *= inv;
+            store_row(a, hd, out + (b * T + i0 + r) * ldo + h * hd);
             lse[(b * s.n_heads + h) * T + i0 + r] = row_max[r] + std::log(row_sum[r]);
           }
         }
@@ -187,9 +194,10 @@ void forward(const AttentionShape& s, const float* q, int64_t ldq, const float* 
 // Backward, per (sequence, kv head) as the fp32 kernel (FlashAttention-2's order), with the five
 // tile products on bf16 dot products: S = Q·Kᵀ and dP = dO·Vᵀ (Kᵀ, Vᵀ packed per task), dV +=
 // Pᵀ·dO, dQ += dS·K and dK += dSᵀ·Q (K packed per task, Q and dO per head; Pᵀ and dSᵀ transposed
-// per tile).
-void backward(const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk,
-              const float* v, int64_t ldv, const float* out, int64_t ldo, const float* lse,
+// per tile). In: the type of q, k, v and out (fp32 or bf16).
+template <typename In>
+void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int64_t ldk,
+              const In* v, int64_t ldv, const In* out, int64_t ldo, const float* lse,
               const float* dout, int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
               float* dv, int64_t lddv) {
   const int64_t T = s.seq_len, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
@@ -216,8 +224,8 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
-        const float* kb = k + b * T * ldk + kvh * hd;
-        const float* vb = v + b * T * ldv + kvh * hd;
+        const auto* kb = k + b * T * ldk + kvh * hd;
+        const auto* vb = v + b * T * ldv + kvh * hd;
         for (int64_t j = 0; j < T; ++j) {
           std::fill_n(dk + (b * T + j) * lddk + kvh * hd, hd, 0.0f);
           std::fill_n(dv + (b * T + j) * lddv + kvh * hd, hd, 0.0f);
@@ -227,13 +235,13 @@ void backward(const AttentionShape& s, const float* q, int64_t ldq, const float*
         pack_row_pairs(kb, T, Tp, hd, ldk, kp.data());
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
           const float* lse_h = lse + (b * s.n_heads + h) * T;
-          const float* qh = q + b * T * ldq + h * hd;
+          const auto* qh = q + b * T * ldq + h * hd;
           const float* doh = dout + b * T * lddo + h * hd;
           for (int64_t i = 0; i < T; ++i) {
-            const float* o_row = out + (b * T + i) * ldo + h * hd;
+            const auto* o_row = out + (b * T + i) * ldo + h * hd;
             float d = 0.0f;
 #pragma omp simd reduction(+ : d)
-            for (int64_t c = 0; c < hd; ++c) d += doh[i * lddo + c] * o_row[c];
+            for (int64_t c = 0; c < hd; ++c) d += doh[i * lddo + c] * to_float(o_row[c]);
             delta[i] = d;
             std::fill_n(dq + (b * T + i) * lddq + h * hd, hd, 0.0f);
             round_row_bf16(qh + i * ldq, hd, qb.data() + i * hd);
@@ -301,6 +309,26 @@ void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t l
                               int64_t ldo, const float* lse, const float* dout, int64_t lddo,
                               float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
                               int64_t lddv) {
+  BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_backward_tiled: not supported here");
+#ifdef __AVX512BF16__
+  backward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
+#endif
+}
+
+void attention_forward_tiled(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                             int64_t ldk, const bf16_t* v, int64_t ldv, bf16_t* out, int64_t ldo,
+                             float* lse) {
+  BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_forward_tiled: not supported here");
+#ifdef __AVX512BF16__
+  forward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+#endif
+}
+
+void attention_backward_tiled(const AttentionShape& s, const bf16_t* q, int64_t ldq,
+                              const bf16_t* k, int64_t ldk, const bf16_t* v, int64_t ldv,
+                              const bf16_t* out, int64_t ldo, const float* lse, const float* dout,
+                              int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
+                              float* dv, int64_t lddv) {
   BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_backward_tiled: not supported here");
 #ifdef __AVX512BF16__
   backward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv);

@@ -36,4 +36,14 @@ void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t l
                               float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
                               int64_t lddv);
 
+// The same on q, k, v (and out) kept in bf16: the tiles read them as they are.
+void attention_forward_tiled(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                             int64_t ldk, const bf16_t* v, int64_t ldv, bf16_t* out, int64_t ldo,
+                             float* lse);
+void attention_backward_tiled(const AttentionShape& s, const bf16_t* q, int64_t ldq,
+                              const bf16_t* k, int64_t ldk, const bf16_t* v, int64_t ldv,
+                              const bf16_t* out, int64_t ldo, const float* lse, const float* dout,
+                              int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
+                              float* dv, int64_t lddv);
+
 }  // namespace boostlm::cpu

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
@@ -53,6 +54,23 @@ inline void round_row_bf16(const float* in, int64_t n, bf16_t* out) {
                         (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(in + c)));
 #endif
   for (; c < n; ++c) out[c] = float_to_bf16(in[c]);
+}
+// A row that is bf16 already: copied.
+inline void round_row_bf16(const bf16_t* in, int64_t n, bf16_t* out) {
+  std::memcpy(out, in, static_cast<size_t>(n) * sizeof(bf16_t));
+}
+// A row of fp32 results stored as fp32 (copied) or bf16 (rounded).
+inline void store_row(const float* in, int64_t n, float* out) {
+  std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
+}
+inline void store_row(const float* in, int64_t n, bf16_t* out) {
+  round_row_bf16(in, n, out);
+}
+inline float to_float(float x) {
+  return x;
+}
+inline float to_float(bf16_t x) {
+  return bf16_to_float(x);
 }
 
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused source of their unmasked

@@ -57,22 +57,22 @@ class Btp final : public Layout {
  protected:
   // Every group: its down halves into partial latents, their all-reduce(s) (the norm's statistic
   // riding along), then its up halves locally (latents_forward, up_project below).
-  void group_forward(int64_t layer, const Group& g, const float* x,
+  void group_forward(int64_t layer, const Group& g, GemmInput x,
                      std::initializer_list<float*> y) override {
     Kept& a = kept_[slot(layer)];
     const Norm n = norm(layer, g);
     latents_forward(layer, g, x, n.gamma, n.rstd, n.out, a);
-    up_project(layer, g, a, rebuilt(layer), y);
+    up_project(layer, g, a, y);
   }
 
   // The latents' gradients are partial (B is column-parallel): their all-reduce(s), then dA and
   // the input gradient locally — through the online norm without any collective.
-  void group_backward(int64_t layer, const Group& g, const float* x,
+  void group_backward(int64_t layer, const Group& g, GemmInput x,
                       std::initializer_list<const float*> dy, float* dx) override {
     Kept& a = kept_[slot(layer)];
     const Norm n = norm(layer, g);
-    latents_backward(layer, g, dy, x, n.gamma, n.dgamma, n.rstd, a, rebuilt(layer), dx,
-                     g.normed ? 1.0f : 0.0f, n.out);
+    latents_backward(layer, g, dy, x, n.gamma, n.dgamma, n.rstd, a, dx, g.normed ? 1.0f : 0.0f,
+                     n.out);
   }
 
   // lowrank (SPEC §3.6): the intermediates are rebuilt from the kept latents with local GEMMs.
@@ -80,18 +80,13 @@ class Btp final : public Layout {
     return options_.recompute == Recompute::lowrank;
   }
 
-  void group_replay(int64_t layer, const Group& g, const float* x,
+  void group_replay(int64_t layer, const Group& g, GemmInput x,
                     std::initializer_list<float*> y) override {
-    Kept& a = kept_[slot(layer)];
-    Rebuilt& r = rebuilt(layer);
-    const int64_t N = batch_ * seq_len_;
-    if (y.size() > 0)
-      up_project(layer, g, a, r, y);
-    else  // o and down: only σ(z), which their backward reads
-      group_activate(members(layer, g), a.z[g.index].data(), r.h[g.index].data(), N);
+    up_project(layer, g, kept_[slot(layer)], y);
     if (g.normed && !options_.online_norm) {  // the synchronous norm's output, from the kept 1/rms
       const Norm n = norm(layer, g);
-      rmsnorm_apply(x, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_);
+      const int64_t N = batch_ * seq_len_;
+      rmsnorm_apply(x.f32, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_);
     }
   }
 
@@ -99,7 +94,6 @@ class Btp final : public Layout {
     const int t = tp_.size();
     dl_ = config_.d_model / t;
     ffl_ = config_.d_ff / t;
-    const bool cola = config_.arch == Arch::cola;
     kept_.clear();
     kept_.resize(slots());
     for (Kept& a : kept_) {
@@ -111,9 +105,6 @@ class Btp final : public Layout {
     rebuilt_.clear();
     rebuilt_.resize(recomputes_intermediates() ? 1 : slots());
     for (Rebuilt& r : rebuilt_) {
-      if (cola)
-        for (const Group& g : kGroups)
-          r.h[g.index].resize(N * group_width(members(first_layer_, g)));
       if (!options_.online_norm) {
         r.norm1.resize(N * dl_);
         r.norm2.resize(N * dl_);
@@ -146,9 +137,9 @@ class Btp final : public Layout {
     std::array<Buffer<float>, kGroupsPerBlock> z;
     Buffer<float> rstd1, rstd2;
   };
-  // What lowrank recomputation rebuilds: σ(z) per group (cola), the synchronous norms' outputs.
+  // What lowrank recomputation rebuilds: the synchronous norms' outputs. (σ(z), cola's latent, is
+  // never kept: Layout::latent_input computes it where a GEMM reads it.)
   struct Rebuilt {
-    std::array<Buffer<float>, kGroupsPerBlock> h;
     Buffer<float> norm1, norm2;
   };
   Rebuilt& rebuilt(int64_t layer) {
@@ -169,19 +160,19 @@ class Btp final : public Layout {
     return n * static_cast<int64_t>(sizeof(float));
   }
   static int64_t bytes_of(const Rebuilt& r) {
-    int64_t n = r.norm1.size() + r.norm2.size();
-    for (const auto& h : r.h) n += h.size();
+    const int64_t n = r.norm1.size() + r.norm2.size();
     return n * static_cast<int64_t>(sizeof(float));
   }
 
   // The GEMM input of a group: its input x itself, or the norm of x (for a normed group) —
   // synchronous: normalised here with an all-reduce of Σx²; online: x ⊙ γ, whose latent is
   // divided by the rms once the statistic has come back with it (`online_stat` set).
-  GemmInput group_input(const Group& g, const float* x, const float* gamma, float* rstd,
+  GemmInput group_input(const Group& g, GemmInput input, const float* gamma, float* rstd,
                         float* norm_out, bool& online_stat) {
     const int64_t N = batch_ * seq_len_;
     online_stat = false;
-    if (!g.normed) return shared_input(x, N, g.first == o_ ? dl_ : ffl_, rounded_);
+    if (!g.normed) return shared_input(input, N, g.first == o_ ? dl_ : ffl_, rounded_);
+    const float* x = input.f32;
     rmsnorm_partial_sum_squares(x, dl_, N, dl_, stat_.data());
     if (!options_.online_norm) {
       tp_.all_reduce(stat_.data(), N);
@@ -199,8 +190,8 @@ class Btp final : public Layout {
   }
 
   // Forward of a group's down halves: partial latents → all-reduce(s) → z (normalised).
-  void latents_forward(int64_t layer, const Group& g, const float* x, const float* gamma,
-                       float* rstd, float* norm_out, Kept& a) {
+  void latents_forward(int64_t layer, const Group& g, GemmInput x, const float* gamma, float* rstd,
+                       float* norm_out, Kept& a) {
     const int64_t N = batch_ * seq_len_;
     bool online = false;
     const GemmInput in = group_input(g, x, gamma, rstd, norm_out, online);
@@ -234,16 +225,14 @@ class Btp final : public Layout {
     }
   }
 
-  // y_m = σ(z_m) B_m for the group's members (column-parallel B; batched when grouping); σ(z) is
-  // kept for backward (cola). Each y_m: [N, d_out] contiguous.
-  void up_project(int64_t layer, const Group& g, Kept& a, Rebuilt& r,
-                  std::initializer_list<float*> y) {
+  // y_m = σ(z_m) B_m for the group's members (column-parallel B; batched when grouping). Each
+  // y_m: [N, d_out] contiguous.
+  void up_project(int64_t layer, const Group& g, Kept& a, std::initializer_list<float*> y) {
     const ProjectionGroup group = members(layer, g);
-    const int64_t N = batch_ * seq_len_, width = group_width(group);
-    const float* latent = group_activate(group, a.z[g.index].data(), r.h[g.index].data(), N);
+    const int64_t N = batch_ * seq_len_;
     const auto ld = output_strides(group);
-    group_up_forward(group, shared_input(latent, N, width, rounded_latent_), N, y.begin(),
-                     ld.data(), options_.grouping, compute_);
+    group_up_forward(group, latent_input(group, a.z[g.index].data(), N, rounded_latent_), N,
+                     y.begin(), ld.data(), options_.grouping, compute_);
   }
 
   static std::array<int64_t, 3> output_strides(ProjectionGroup group) {
@@ -257,19 +246,18 @@ class Btp final : public Layout {
   // dy: ∂L/∂y_m, [N, d_out] each. x: the group's input (the residual for a normed group);
   // dx = dx_beta·dx + ∂L/∂x.
   void latents_backward(int64_t layer, const Group& g, std::initializer_list<const float*> dy,
-                        const float* x, const float* gamma, float* dgamma, const float* rstd,
-                        Kept& a, Rebuilt& w, float* dx, float dx_beta,
-                        const float* norm_out = nullptr) {
+                        GemmInput input, const float* gamma, float* dgamma, const float* rstd,
+                        Kept& a, float* dx, float dx_beta, const float* norm_out = nullptr) {
     const int64_t N = batch_ * seq_len_;
     const ProjectionGroup group = members(layer, g);
     const ConcatenatedA* cat = concatenated(layer, g);
     const int64_t width = group_width(group);
     const float* z = a.z[g.index].data();
-    const float* latent = w.h[g.index].empty() ? z : w.h[g.index].data();
+    const float* x = input.f32;  // the residual, for a normed group
     // dB += σ(z)ᵀ dy;  dσ = dy Bᵀ → packed [N, Σr];  one all-reduce per packed buffer.
     const auto lddy = output_strides(group);
-    group_up_backward(group, shared_input(latent, N, width, rounded_latent_), dy.begin(),
-                      lddy.data(), N, d_packed_.data(), width, options_.grouping, compute_);
+    group_up_backward(group, latent_input(group, z, N, rounded_latent_), dy.begin(), lddy.data(), N,
+                      d_packed_.data(), width, options_.grouping, compute_);
     if (cat) {
       tp_.all_reduce(d_packed_.data(), N * width);
     } else {  // each projection's own all-reduce: its columns, gathered contiguous
@@ -290,7 +278,7 @@ class Btp final : public Layout {
     }
     // The GEMM input of forward: x (o, down), the synchronous norm's output, or x ⊙ γ.
     const int64_t in_cols = group[0].d_in;
-    const float* in = !g.normed ? x : online ? xg_.data() : norm_out;
+    const GemmInput in = !g.normed ? input : GemmInput(online ? xg_.data() : norm_out, in_cols);
     // dA_i += inᵀ dP_i ;  g = Σ dP_i A_iᵀ  (one GEMM each when grouped).
     float* g_out = g.normed ? d_norm_.data() : dx;
     group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), d_packed_.data(), width,

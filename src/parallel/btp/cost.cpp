@@ -145,14 +145,12 @@ class BtpCost final : public LayoutCost {
   }
 
  private:
-  // q, k, v, attn, lse, gate, up, hidden at local widths; σ(z) under CoLA; the synchronous
-  // norms' outputs.
+  // q, k, v, attn, lse, gate, up at local widths; the synchronous norms' outputs.
   static int64_t intermediates(const BlockSetting& s) {
     const ModelConfig& c = s.config;
     const int64_t t = s.tp;
     const int64_t dl = c.d_model / t, kvl = c.kv_dim() / t, ffl = c.d_ff / t, hl = c.n_heads / t;
-    int64_t n = dl + 2 * kvl + dl + hl + 3 * ffl;
-    if (c.arch == Arch::cola) n += latent_columns(c);
+    int64_t n = dl + 2 * kvl + dl + hl + 2 * ffl;
     if (!s.options.online_norm) n += 2 * dl;
     return s.tokens * n;
   }

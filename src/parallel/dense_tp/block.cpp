@@ -34,18 +34,18 @@ class DenseTp final : public Layout {
  protected:
   // Normed groups (q|k|v, gate|up): the replicated norm, then each member's column shard.
   // o, down: the row shard's partial output, summed over the group (g).
-  void group_forward(int64_t layer, const Group& g, const float* x,
+  void group_forward(int64_t layer, const Group& g, GemmInput x,
                      std::initializer_list<float*> y) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;
     const BlockWeights& w = blocks_[layer];
     if (!g.normed) {
       const ProjectionWeights& p = w.proj[g.first];
-      dense_projection_forward(p, {x, p.d_in}, N, y.begin()[0], p.d_out, compute_);
+      dense_projection_forward(p, x, N, y.begin()[0], p.d_out, compute_);
       tp_.all_reduce(y.begin()[0], N * d);  // row-parallel: Σ over ranks
       return;
     }
     const Norm n = norm(layer, g);
-    rmsnorm_forward(x, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
+    rmsnorm_forward(x.f32, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
     const GemmInput in = shared_input(n.out, N, d, rounded_);
     for (int m = 0; m < g.count; ++m) {
       const ProjectionWeights& p = w.proj[g.first + m];
@@ -53,13 +53,13 @@ class DenseTp final : public Layout {
     }
   }
 
-  void group_backward(int64_t layer, const Group& g, const float* x,
+  void group_backward(int64_t layer, const Group& g, GemmInput x,
                       std::initializer_list<const float*> dy, float* dx) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;
     const BlockWeights& w = blocks_[layer];
     if (!g.normed) {  // dy (replicated) is ∂L/∂(output); the input is this rank's shard
       const ProjectionWeights& p = w.proj[g.first];
-      dense_projection_backward(p, {x, p.d_in}, N, dy.begin()[0], d, dx, p.d_in, 0.0f, compute_);
+      dense_projection_backward(p, x, N, dy.begin()[0], d, dx, p.d_in, 0.0f, compute_);
       return;
     }
     const Norm n = norm(layer, g);
@@ -70,7 +70,7 @@ class DenseTp final : public Layout {
                                 m == 0 ? 0.0f : 1.0f, compute_);
     }
     tp_.all_reduce(d_norm_.data(), N * d);  // column-parallel inputs: Σ of partial gradients (f)
-    rmsnorm_backward(d_norm_.data(), d, x, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
+    rmsnorm_backward(d_norm_.data(), d, x.f32, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
                      /*accumulate=*/true);
   }
 

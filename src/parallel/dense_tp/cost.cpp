@@ -36,7 +36,7 @@ class DenseTpCost final : public LayoutCost {
     const ModelConfig& c = s.config;
     const int64_t N = s.tokens, d = c.d_model, t = s.tp;
     const int64_t dl = d / t, kvl = c.kv_dim() / t, ffl = c.d_ff / t, hl = c.n_heads / t;
-    return N * (d + dl + 2 * kvl + dl + hl + d + d + 3 * ffl + 2);
+    return N * (d + dl + 2 * kvl + dl + hl + d + d + 2 * ffl + 2);
   }
 
   // Every projection split, the norms replicated.

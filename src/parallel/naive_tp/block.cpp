@@ -46,35 +46,35 @@ class NaiveTp final : public Layout {
  protected:
   // Every group: its projections' full outputs, each all-reduced (project(), below); a normed
   // group first runs the replicated norm.
-  void group_forward(int64_t layer, const Group& g, const float* x,
+  void group_forward(int64_t layer, const Group& g, GemmInput x,
                      std::initializer_list<float*> y) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;
     Kept& a = kept_[slot(layer)];
     if (!g.normed) {
-      project(layer, g, {x, members(layer, g)[0].d_in}, a, y);
+      project(layer, g, x, a, y);
       return;
     }
     const Norm n = norm(layer, g);
-    rmsnorm_forward(x, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
+    rmsnorm_forward(x.f32, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
     project(layer, g, shared_input(n.out, N, d, rounded_), a, y);
   }
 
   // The input gradient from this rank's rank slice is partial: one all-reduce per group (q, k and
   // v merged; gate and up merged), before the norm's backward where there is one.
-  void group_backward(int64_t layer, const Group& g, const float* x,
+  void group_backward(int64_t layer, const Group& g, GemmInput x,
                       std::initializer_list<const float*> dy, float* dx) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;
     Kept& a = kept_[slot(layer)];
     if (!g.normed) {
       const int64_t in_cols = members(layer, g)[0].d_in;
-      project_backward(layer, g, {x, in_cols}, a, dy, dx);
+      project_backward(layer, g, x, a, dy, dx);
       tp_.all_reduce(dx, N * in_cols);
       return;
     }
     const Norm n = norm(layer, g);
     project_backward(layer, g, shared_input(n.out, N, d, rounded_), a, dy, d_norm_.data());
     tp_.all_reduce(d_norm_.data(), N * d);
-    rmsnorm_backward(d_norm_.data(), d, x, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
+    rmsnorm_backward(d_norm_.data(), d, x.f32, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
                      /*accumulate=*/true);
   }
 
@@ -88,7 +88,6 @@ class NaiveTp final : public Layout {
         const int64_t width = group_width(members(first_layer_, g));  // local: Σ r/t
         widest = std::max(widest, width);
         a.z[g.index].resize(N * width);
-        if (config_.arch == Arch::cola) a.h[g.index].resize(N * width);
       }
       a.norms.allocate(N, d);
     }
@@ -104,15 +103,16 @@ class NaiveTp final : public Layout {
   }
 
  private:
-  // Per block: per group its latents side by side [N, Σ r/t], z and σ(z) (cola); the norms.
+  // Per block: per group its latents side by side [N, Σ r/t] (σ(z) is computed again in
+  // backward); the norms.
   struct Kept {
-    std::array<Buffer<float>, kGroupsPerBlock> z, h;
+    std::array<Buffer<float>, kGroupsPerBlock> z;
     ReplicatedNorms norms;
   };
   Norm norm(int64_t layer, const Group& g) { return norm_of(layer, g, kept_[slot(layer)].norms); }
   static int64_t bytes_of(const Kept& a) {
     int64_t n = 0;
-    for (int g = 0; g < kGroupsPerBlock; ++g) n += a.z[g].size() + a.h[g].size();
+    for (int g = 0; g < kGroupsPerBlock; ++g) n += a.z[g].size();
     return n * static_cast<int64_t>(sizeof(float)) + a.norms.bytes();
   }
 
@@ -126,8 +126,7 @@ class NaiveTp final : public Layout {
     const ConcatenatedA* cat = concatenated(layer, g);
     float* z = a.z[g.index].data();
     group_down_forward(group, cat, x, N, z, width, compute_);
-    const GemmInput latent =
-        shared_input(group_activate(group, z, a.h[g.index].data(), N), N, width, rounded_latent_);
+    const GemmInput latent = latent_input(group, z, N, rounded_latent_);
     std::array<float*, 3> y{};
     std::array<int64_t, 3> ldy{};
     if (!cat) {
@@ -165,11 +164,10 @@ class NaiveTp final : public Layout {
     const ProjectionGroup group = members(layer, g);
     const int64_t N = batch_ * seq_len_, width = group_width(group);
     const float* z = a.z[g.index].data();
-    const float* latent = a.h[g.index].empty() ? z : a.h[g.index].data();
     std::array<int64_t, 3> lddy{};
     for (size_t m = 0; m < group.size(); ++m) lddy[m] = group[m].d_out;
-    group_up_backward(group, shared_input(latent, N, width, rounded_latent_), dy.begin(),
-                      lddy.data(), N, d_latent_.data(), width, options_.grouping, compute_);
+    group_up_backward(group, latent_input(group, z, N, rounded_latent_), dy.begin(), lddy.data(), N,
+                      d_latent_.data(), width, options_.grouping, compute_);
     group_activate_backward(group, z, d_latent_.data(), N);
     group_down_backward(group, concatenated(layer, g), x, d_latent_.data(), width, N, dx_partial,
                         group[0].d_in, 0.0f, concatenated_da_, compute_);

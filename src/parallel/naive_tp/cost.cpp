@@ -50,8 +50,13 @@ class NaiveTpCost final : public LayoutCost {
   int64_t slot_elements(const BlockSetting& s) const override {
     const ModelConfig& c = s.config;
     const int64_t d = c.d_model, kv = c.kv_dim();
-    const int64_t latents = latent_columns(c) / s.tp * (c.arch == Arch::cola ? 2 : 1);
-    return s.tokens * (5 * d + 2 * kv + c.n_heads + 3 * c.d_ff + 2 + latents);
+    const int64_t latents = latent_columns(c) / s.tp;
+    return s.tokens * (5 * d + 2 * kv + c.n_heads + 2 * c.d_ff + 2 + latents);
+  }
+
+  // Attention and SwiGLU run replicated, over all heads and all of d_ff.
+  int64_t bf16_kept_columns(const ModelConfig& c, int) const override {
+    return 2 * c.d_model + 2 * c.kv_dim() + 2 * c.d_ff;
   }
 
   int64_t block_param_elements(const ModelConfig& c, int tp) const override {
