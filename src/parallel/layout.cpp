@@ -100,12 +100,15 @@ void Layout::block_backward(int64_t layer, float* dx) {
   group_backward(layer, kQkv, {a.x_in, rc}, {d.q, d.k, d.v}, dx);
 }
 
+// In bf16 the GEMMs' fp32 outputs are rounded into the kept copies at once, so their work areas
+// can be the backward's gradient buffers of the same shapes: nothing in backward reads them after
+// the gradients are written (lowrank and whole-block recomputation write them first).
 float* Layout::qkv_output(BlockActs& w) {
-  return compute_ == DType::bf16 ? qkv_out_.data() : w.qkv.data();
+  return compute_ == DType::bf16 ? d_qkv_.data() : w.qkv.data();
 }
 
 float* Layout::gate_up_output(BlockActs& w) {
-  return compute_ == DType::bf16 ? gate_up_out_.data() : w.gate_up.data();
+  return compute_ == DType::bf16 ? d_gate_up_.data() : w.gate_up.data();
 }
 
 GemmInput Layout::mlp_hidden(BlockActs& w, bool fresh) {
@@ -117,7 +120,7 @@ GemmInput Layout::mlp_hidden(BlockActs& w, bool fresh) {
   }
   bf16_t *gate = w.gate_up16.data(), *up = gate + n;
   if (fresh)
-    swiglu_forward_bf16(gate_up_out_.data(), gate_up_out_.data() + n, n, act, gate, up,
+    swiglu_forward_bf16(gate_up_output(w), gate_up_output(w) + n, n, act, gate, up,
                         hidden_bf16_.data());
   else
     swiglu_forward_bf16(gate, up, n, act, hidden_bf16_.data());
@@ -205,14 +208,10 @@ void Layout::allocate(int64_t B, int64_t T) {
   d_gate_up_.resize(2 * N * ff);
   d_hidden_.resize(N * ff);
   if (compute_ == DType::bf16) {
-    qkv_out_.resize(N * (ql + 2 * kvl));
-    gate_up_out_.resize(2 * N * ff);
     hidden_bf16_.resize(N * ff);
     hidden_ = Buffer<float>();
   } else {
     hidden_.resize(N * ff);
-    qkv_out_ = Buffer<float>();
-    gate_up_out_ = Buffer<float>();
     hidden_bf16_ = Buffer<bf16_t>();
   }
   allocate_groups(N);

@@ -273,7 +273,7 @@ class Layout {
   // spaced outputs) — those in one shared work area when the layout recomputes them.
   // In bf16 training q | k | v, the attention output and gate | up are kept in bf16 (qkv16, attn16,
   // gate_up16): only bf16 tiles and GEMMs read q, k, v and the output, and SwiGLU's backward reads
-  // gate | up; the GEMMs write into fp32 work areas (qkv_out_, gate_up_out_) rounded from. The
+  // gate | up; the GEMMs write into fp32 work areas (qkv_output, gate_up_output) rounded from. The
   // residual, the lse and everything of the norms stay fp32. SwiGLU's output, read only by the down
   // projection, is not kept: backward recomputes it from gate | up.
   struct BlockActs {
@@ -307,7 +307,7 @@ class Layout {
   int64_t work_layer_ = -1;  // the block (and micro-batch) whose intermediates work_ holds
   int work_micro_ = -1;
   Buffer<float> partial_, d_qkv_, d_attn_, d_gate_up_, d_hidden_;
-  Buffer<float> qkv_out_, gate_up_out_, hidden_, latent_;  // work areas (*_out_: bf16 only)
+  Buffer<float> hidden_, latent_;  // work areas
   Buffer<bf16_t> hidden_bf16_;
 };
 
