@@ -35,7 +35,7 @@ struct Running {
   std::unique_ptr<Model> model;
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<Pipeline> pipeline;
-  std::vector<double> step_s, comm_s, hidden_s, blocks_s;
+  std::vector<double> step_s, comm_s, hidden_s, blocks_s, mfu_now;
 };
 
 std::string mb(int64_t bytes) {
@@ -201,6 +201,15 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
   for (int rep = 0; rep < o.warmup + o.steps; ++rep) {
     for (auto& run : runs) {
       tp.barrier();
+      // The ranks' GEMM rate just before the step, all probing at once as they then compute (a
+      // shared virtual machine's speed drifts by up to 2x over tens of seconds): MFU against it
+      // is the noise-normalised figure, as in bench step.
+      float probe = 0;
+      if (rep >= o.warmup) {
+        probe = static_cast<float>(measure_gemm_gflops(1024, 1024, 1024, o.precision, 2));
+        tp.all_reduce(&probe, 1);  // the group's rate: the sum over its ranks
+        tp.barrier();
+      }
       Profile::global().clear();
       const CommCounts before = tp.counts();
       tp.set_compute_only(run.result.variant.compute_only);
@@ -212,6 +221,8 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
       const double dt = now_s() - t0;
       if (rep < o.warmup) continue;
       run.step_s.push_back(dt);
+      run.mfu_now.push_back(model_flops(run.result.config, o.batch, o.seq_len).training() / dt /
+                            (probe * 1e9));
       run.comm_s.push_back(phase_seconds("comm"));
       run.hidden_s.push_back(phase_seconds("comm_hidden"));
       run.blocks_s.push_back(phase_seconds("block_forward") + phase_seconds("block_backward"));
@@ -232,6 +243,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     // Model FLOPs of the step against the GEMM peak of all the ranks that run it.
     r.model_flops = model_flops(r.config, o.batch, o.seq_len).training();
     r.mfu = r.model_flops / step / (report.peak_gflops * report.tp * 1e9);
+    r.mfu_now = median(run.mfu_now);
     report.results.push_back(r);
   }
   return report;
@@ -268,6 +280,7 @@ nlohmann::json to_json(const LayoutBenchReport& report) {
                               {"step_ms", r.step_ms},
                               {"tokens_per_s", r.tokens_per_s},
                               {"mfu", r.mfu},
+                              {"mfu_now", r.mfu_now},
                               {"model_gflop_per_step", r.model_flops / 1e9},
                               {"comm_ms", r.comm_ms},
                               {"compute_ms", r.compute_ms()},
@@ -300,19 +313,23 @@ void print_heading(const LayoutBenchReport& report) {
 
 void print_layout_table(const LayoutBenchReport& report) {
   print_heading(report);
-  std::printf("%-22s %-5s %8s %8s %6s %8s %8s %8s %6s %8s %6s %8s %8s\n", "variant", "model",
-              "step_ms", "tokens/s", "MFU", "comm_ms", "hidden", "comp_ms", "comm%", "TP_MB",
-              "calls", "peak_MB", "act_MB");
+  std::printf("%-22s %-5s %8s %8s %6s %7s %8s %8s %8s %6s %8s %6s %8s %8s\n", "variant", "model",
+              "step_ms", "tokens/s", "MFU", "MFU-now", "comm_ms", "hidden", "comp_ms", "comm%",
+              "TP_MB", "calls", "peak_MB", "act_MB");
   for (const auto& r : report.results) {
-    std::printf("%-22s %-5s %8.1f %8.0f %5.1f%% %8.1f %8.1f %8.1f %5.1f%% %8s %6ld %8s %8s\n",
-                r.variant.name.c_str(), to_string(r.config.arch).c_str(), r.step_ms, r.tokens_per_s,
-                100 * r.mfu, r.comm_ms, r.comm_hidden_ms, r.compute_ms(),
-                100 * r.comm_ms / r.step_ms, mb(r.tp_comm.total_bytes()).c_str(),
-                r.tp_comm.total_calls(), mb(r.peak_bytes).c_str(), mb(r.activation_bytes).c_str());
+    std::printf(
+        "%-22s %-5s %8.1f %8.0f %5.1f%% %6.1f%% %8.1f %8.1f %8.1f %5.1f%% %8s %6ld %8s %8s\n",
+        r.variant.name.c_str(), to_string(r.config.arch).c_str(), r.step_ms, r.tokens_per_s,
+        100 * r.mfu, 100 * r.mfu_now, r.comm_ms, r.comm_hidden_ms, r.compute_ms(),
+        100 * r.comm_ms / r.step_ms, mb(r.tp_comm.total_bytes()).c_str(), r.tp_comm.total_calls(),
+        mb(r.peak_bytes).c_str(), mb(r.activation_bytes).c_str());
   }
   std::printf(
-      "comm_ms: waiting in TP collectives; hidden: in flight while another chunk computed "
-      "(*-overlap);\ncomp_ms: step_ms - comm_ms; *-compute-only: the TP all-reduces skipped.\n");
+      "MFU: against the GEMM peak measured at the start; MFU-now: against a 1024^3 GEMM probed "
+      "by every rank\njust before each step (the noise-normalised figure on a machine whose "
+      "speed drifts).\ncomm_ms: waiting in TP collectives; hidden: in flight while another chunk "
+      "computed (*-overlap);\ncomp_ms: step_ms - comm_ms; *-compute-only: the TP all-reduces "
+      "skipped.\n");
 
   // Per collective kind: only the kinds some configuration used.
   std::vector<int> kinds;

@@ -60,6 +60,7 @@ struct VariantResult {
   // the time waited for them).
   double comm_hidden_ms = 0;
   double tokens_per_s = 0, mfu = 0;
+  double mfu_now = 0;  // against the GEMM rate probed by every rank just before each step
   double model_flops = 0;                  // of one training step, the whole model (SPEC §4)
   CommCounts tp_comm;                      // one step's TP collectives, this rank
   std::map<std::string, double> phase_ms;  // mean ms per step in each profiled phase, rank 0

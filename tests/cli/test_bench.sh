@@ -34,10 +34,10 @@ assert names == ["dense-tp", "naive-tp", "btp", "btp-sync-rmsnorm", "btp-ungroup
                  "btp-recompute-lowrank", "btp-recompute-block"], names
 for r in j["results"]:
     for key in ("layout", "arch", "rmsnorm", "grouping", "recompute", "step_ms", "tokens_per_s",
-                "mfu", "comm_ms", "compute_ms", "tp_comm", "tp_bytes", "tp_calls", "peak_mb",
+                "mfu", "mfu_now", "comm_ms", "compute_ms", "tp_comm", "tp_bytes", "tp_calls", "peak_mb",
                 "activation_mb", "kept_mb_per_block", "loss"):
         assert key in r, (r["variant"], key)
-    assert r["step_ms"] > 0 and r["tokens_per_s"] > 0 and r["mfu"] > 0, r
+    assert r["step_ms"] > 0 and r["tokens_per_s"] > 0 and r["mfu"] > 0 and r["mfu_now"] > 0, r
     assert r["peak_mb"] > 0, r
 assert j["benchmark"] == "layouts" and j["batch"] == 2 and j["seq_len"] == 16
 '
