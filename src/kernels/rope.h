@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace boostlm {
 
 // cos/sin for positions [0, max_pos) and i < head_dim/2, each [max_pos, head_dim/2].
@@ -22,6 +24,10 @@ void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
 // (incremental decoding: new tokens after the cached ones).
 void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const RopeTable& table,
                      int64_t first_pos);
+// rope_forward, and each rotated row rounded into out (row stride ldo) while it is in cache: q and
+// k as bf16 training keeps them (x holds the rotated fp32 values too).
+void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                       const RopeTable& table, bf16_t* out, int64_t ldo);
 // The adjoint (rotation by −angle), in place on the gradient.
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                    const RopeTable& table);

@@ -133,16 +133,17 @@ GemmInput Layout::attention(BlockActs& w) {
   const int64_t N = batch_ * seq_len_;
   const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
   const Qkv qkv = split_qkv(qkv_output(w));
-  rope_forward(qkv.q, ql, batch_, seq_len_, widths_.heads, rope_);
-  rope_forward(qkv.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
   const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd, compute_};
   if (compute_ != DType::bf16) {
+    rope_forward(qkv.q, ql, batch_, seq_len_, widths_.heads, rope_);
+    rope_forward(qkv.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
     attention_forward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data());
     return {w.attn.data(), ql};
   }
-  const int64_t width = ql + 2 * kvl;
-  round_to_bf16(qkv.q, 1, N * width, N * width, w.qkv16.data());
-  const bf16_t *q = w.qkv16.data(), *k = q + N * ql, *v = k + N * kvl;
+  bf16_t *q = w.qkv16.data(), *k = q + N * ql, *v = k + N * kvl;
+  rope_forward_bf16(qkv.q, ql, batch_, seq_len_, widths_.heads, rope_, q, ql);
+  rope_forward_bf16(qkv.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_, k, kvl);
+  round_to_bf16(qkv.v, N, kvl, kvl, v);
   attention_forward(shape, q, ql, k, kvl, v, kvl, w.attn16.data(), ql, w.lse.data());
   return {nullptr, w.attn16.data(), ql};
 }

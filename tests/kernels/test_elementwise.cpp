@@ -75,6 +75,22 @@ TEST(Rope, MatchesRotateHalfDefinition) {
       }
 }
 
+// The bf16 form is rope_forward with each row then rounded (row strides on both sides); its
+// derivative is rope_forward's, checked by the adjoint test below.
+TEST(Rope, Bf16FormIsTheRoundedRotation) {
+  const int64_t B = 2, T = 6, H = 3, hd = 16, ld = H * hd + 4, ldo = H * hd + 2;
+  const auto x = random_vector(B * T * ld, 3);
+  const RopeTable table = make_rope_table(T, hd, 10000.0f);
+  auto y = x, z = x;
+  std::vector<bf16_t> out(B * T * ldo, 0);
+  rope_forward(y.data(), ld, B, T, H, table);
+  rope_forward_bf16(z.data(), ld, B, T, H, table, out.data(), ldo);
+  EXPECT_EQ(z, y);
+  for (int64_t n = 0; n < B * T; ++n)
+    for (int64_t c = 0; c < H * hd; ++c)
+      ASSERT_EQ(out[n * ldo + c], float_to_bf16(y[n * ld + c])) << n << "," << c;
+}
+
 TEST(Rope, BackwardIsTheAdjoint) {
   const int64_t B = 2, T = 6, H = 3, hd = 8, ld = H * hd + 4;
   auto x = random_vector(B * T * ld, 1), w = random_vector(B * T * ld, 2);

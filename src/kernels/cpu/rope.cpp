@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace boostlm {
 
@@ -75,6 +76,19 @@ void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const Ro
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t p = first_pos + i;
     rotate_row<1>(x + i * ld, heads, t.head_dim, t.cos.data() + p * half, t.sin.data() + p * half);
+  }
+}
+void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                       const RopeTable& t, bf16_t* out, int64_t ldo) {
+  BOOSTLM_PHASE("rope");
+  BOOSTLM_ASSERT(T <= t.max_pos);
+  const int64_t hd = t.head_dim, half = hd / 2;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < B * T; ++n) {
+    const int64_t p = n % T;
+    float* row = x + n * ld;
+    rotate_row<1>(row, heads, hd, t.cos.data() + p * half, t.sin.data() + p * half);
+    cpu::round_row_bf16(row, heads * hd, out + n * ldo);  // while the row is in cache
   }
 }
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
