@@ -30,6 +30,9 @@ void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_
 // swiglu_backward from the kept bf16 gate and up (fp32 arithmetic and gradients).
 void swiglu_backward(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act,
                      float* dg, float* du);
+// The same with the gradients rounded to bf16 as they are computed (only bf16 GEMMs read them).
+void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n,
+                          bool gate_act, bf16_t* dg, bf16_t* du);
 // y = silu(x) rounded to bf16 ([rows, cols], contiguous): a latent that only a bf16 GEMM reads.
 void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y);
 

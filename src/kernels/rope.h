@@ -31,5 +31,9 @@ void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads
 // The adjoint (rotation by −angle), in place on the gradient.
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                    const RopeTable& table);
+// rope_backward, each rotated row also rounded into out (row stride ldo): a gradient that only
+// bf16 GEMMs read.
+void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                        const RopeTable& table, bf16_t* out, int64_t ldo);
 
 }  // namespace boostlm

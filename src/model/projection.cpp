@@ -1,6 +1,7 @@
 #include "model/projection.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 
@@ -191,38 +192,54 @@ const bf16_t* round_gradient_span(const float* begin, const float* end, int64_t 
   return rounded.data();
 }
 
-// The same for one [N, cols] gradient with row stride ld.
-GemmInput rounded_gradient(const float* dy, int64_t N, int64_t cols, int64_t ld, DType compute) {
-  const bf16_t* copy = round_gradient_span(dy, dy + (N - 1) * ld + cols, N * cols, compute);
-  return {dy, copy, ld};
+// The same for one [N, cols] gradient (unless it comes in bf16 already).
+GemmInput rounded_gradient(GemmInput dy, int64_t N, int64_t cols, DType compute) {
+  if (dy.bf16) return dy;
+  const bf16_t* copy =
+      round_gradient_span(dy.f32, dy.f32 + (N - 1) * dy.ld + cols, N * cols, compute);
+  return {dy.f32, copy, dy.ld};
+}
+
+// How many elements b lies after a, in both copies where both operands have them (0: not a
+// whole positive number, or not the same in the two copies).
+int64_t elements_after(const GemmInput& a, const GemmInput& b) {
+  if (!a.f32 || !b.f32) return a.bf16 && b.bf16 ? elements_after(a.bf16, b.bf16) : 0;
+  const int64_t step = elements_after(a.f32, b.f32);
+  if (a.bf16 && b.bf16 && elements_after(a.bf16, b.bf16) != step) return 0;
+  return step;
 }
 
 }  // namespace
 
-void group_up_backward(ProjectionGroup group, GemmInput latent, const float* const* dy,
-                       const int64_t* lddy, int64_t N, float* dlatent, int64_t ld_dlatent,
-                       bool batched, DType compute) {
-  // The members' gradients, rounded once for both GEMMs below.
-  const float *first = dy[0], *last = dy[0];
-  int64_t elements = 0;
-  for (size_t m = 0; m < group.size(); ++m) {
-    first = std::min(first, dy[m]);
-    last = std::max(last, dy[m] + (N - 1) * lddy[m] + group[m].d_out);
-    elements += N * group[m].d_out;
+void group_up_backward(ProjectionGroup group, GemmInput latent, const GemmInput* dy, int64_t N,
+                       float* dlatent, int64_t ld_dlatent, bool batched, DType compute) {
+  // The members' gradients in bf16 for both GEMMs below: as their producer wrote them, or
+  // rounded here once, as one span.
+  std::array<GemmInput, 3> grads{dy[0], dy[0], dy[0]};
+  BOOSTLM_ASSERT(group.size() <= grads.size());
+  std::copy_n(dy, group.size(), grads.begin());
+  if (compute == DType::bf16 && !dy[0].bf16) {
+    const float *first = dy[0].f32, *last = dy[0].f32;
+    int64_t elements = 0;
+    for (size_t m = 0; m < group.size(); ++m) {
+      BOOSTLM_ASSERT(!dy[m].bf16);
+      first = std::min(first, dy[m].f32);
+      last = std::max(last, dy[m].f32 + (N - 1) * dy[m].ld + group[m].d_out);
+      elements += N * group[m].d_out;
+    }
+    if (const bf16_t* rounded = round_gradient_span(first, last, elements, compute))
+      for (size_t m = 0; m < group.size(); ++m) grads[m].bf16 = rounded + (dy[m].f32 - first);
   }
-  const bf16_t* rounded = round_gradient_span(first, last, elements, compute);
-  auto grad = [&](int m) -> GemmInput {
-    return {dy[m], rounded ? rounded + (dy[m] - first) : nullptr, lddy[m]};
-  };
+  auto grad = [&](int m) -> const GemmInput& { return grads[m]; };
   auto same_shape = [&](int j) {
     const ProjectionWeights &p = group[j], &q = group[j + 1];
-    return p.rank == q.rank && p.d_out == q.d_out && lddy[j] == lddy[j + 1];
+    return p.rank == q.rank && p.d_out == q.d_out && grads[j].ld == grads[j + 1].ld;
   };
   // dB_m += latent_mᵀ dy_m
   auto db_steps = [&](int j) -> std::optional<GemmBatch> {
     if (!same_shape(j)) return std::nullopt;
     const ProjectionWeights &p = group[j], &q = group[j + 1];
-    return strides(p.rank, elements_after(dy[j], dy[j + 1]), elements_after(p.db, q.db));
+    return strides(p.rank, elements_after(grads[j], grads[j + 1]), elements_after(p.db, q.db));
   };
   for_each_batch(group, batched, db_steps, [&](int m, const GemmBatch& batch) {
     const ProjectionWeights& p = group[m];
@@ -233,7 +250,7 @@ void group_up_backward(ProjectionGroup group, GemmInput latent, const float* con
   auto dlatent_steps = [&](int j) -> std::optional<GemmBatch> {
     if (!same_shape(j)) return std::nullopt;
     const ProjectionWeights &p = group[j], &q = group[j + 1];
-    return strides(elements_after(dy[j], dy[j + 1]), weight_step(p, q), p.rank);
+    return strides(elements_after(grads[j], grads[j + 1]), weight_step(p, q), p.rank);
   };
   for_each_batch(group, batched, dlatent_steps, [&](int m, const GemmBatch& batch) {
     const ProjectionWeights& p = group[m];
@@ -250,7 +267,7 @@ void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, G
                               float dx_beta, float* da_scratch, DType compute) {
   const int64_t d_in = group[0].d_in;
   const int64_t width = group_width(group);
-  const GemmInput grad = rounded_gradient(dz, N, width, lddz, compute);  // for both GEMMs
+  const GemmInput grad = rounded_gradient({dz, lddz}, N, width, compute);  // for both GEMMs
   if (cat) {
     BOOSTLM_ASSERT(cat->width == width);
     gemm(Trans::T, Trans::N, d_in, width, N, 1.0f, x, grad, 0.0f, da_scratch, width, compute);
@@ -289,12 +306,11 @@ void dense_projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N
        ldy, compute);
 }
 
-void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, const float* dy,
-                               int64_t lddy, float* dx, int64_t lddx, float dx_beta,
-                               DType compute) {
+void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,
+                               float* dx, int64_t lddx, float dx_beta, DType compute) {
   BOOSTLM_ASSERT_MSG(p.rank == 0, "dense_projection_backward on a low-rank projection");
   // dW += dyᵀ x;  dx = dx_beta·dx + dy W
-  const GemmInput grad = rounded_gradient(dy, N, p.d_out, lddy, compute);
+  const GemmInput grad = rounded_gradient(dy, N, p.d_out, compute);
   gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, grad, x, 1.0f, p.dweight, p.d_in, compute);
   gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, grad, {p.weight, p.weight_bf16, p.d_in},
        dx_beta, dx, lddx, compute);

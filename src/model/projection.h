@@ -57,9 +57,10 @@ ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool late
 // (row stride ldy).
 void dense_projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* y,
                               int64_t ldy, DType compute);
-// Accumulates dW; dx = dx_beta·dx + ∂L/∂x.
-void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, const float* dy,
-                               int64_t lddy, float* dx, int64_t lddx, float dx_beta, DType compute);
+// Accumulates dW; dx = dx_beta·dx + ∂L/∂x. dy [N, d_out]: fp32 (rounded here once for both GEMMs,
+// in bf16), or in bf16 already, as a producer that feeds only these GEMMs wrote it.
+void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,
+                               float* dx, int64_t lddx, float dx_beta, DType compute);
 
 // Low-rank halves, for a group of projections that read one input (q|k|v, gate|up; o and down
 // alone).
@@ -92,9 +93,9 @@ void group_up_forward(ProjectionGroup group, GemmInput latent, int64_t N, float*
                       const int64_t* ldy, bool batched, DType compute);
 // dB_m += latent_mᵀ dy_m;  dlatent_m = dy_m B_mᵀ into member m's columns of dlatent (row stride
 // ld_dlatent); batched as in group_up_forward.
-void group_up_backward(ProjectionGroup group, GemmInput latent, const float* const* dy,
-                       const int64_t* lddy, int64_t N, float* dlatent, int64_t ld_dlatent,
-                       bool batched, DType compute);
+// dy[m]: fp32 (rounded here, the members as one span) or all in bf16 already, row stride dy[m].ld.
+void group_up_backward(ProjectionGroup group, GemmInput latent, const GemmInput* dy, int64_t N,
+                       float* dlatent, int64_t ld_dlatent, bool batched, DType compute);
 // dz = dlatent ⊙ σ'(z) in place over the whole group (cola; no-op otherwise).
 void group_activate_backward(ProjectionGroup group, const float* z, float* dlatent, int64_t N);
 // dA_m += xᵀ dz_m;  dx = dx_beta·dx + Σ_m dz_m A_mᵀ. dz: [N, Σ rank], row stride lddz. Two GEMMs

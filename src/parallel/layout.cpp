@@ -67,37 +67,49 @@ void Layout::block_backward(int64_t layer, float* dx) {
     replay(layer, a);
   work_layer_ = -1;  // backward overwrites them
 
-  // MLP.
-  group_backward(layer, kDown, mlp_hidden(w, /*fresh=*/false), {dx}, d_hidden_.data());
-  float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ff;
-  if (compute_ == DType::bf16) {
+  // MLP. In bf16 SwiGLU's backward writes the gate|up gradients in bf16 only: the group's GEMMs
+  // are all that read them.
+  const bool bf16 = compute_ == DType::bf16;
+  const bool act = config_.mlp_gate_act;
+  group_backward(layer, kDown, mlp_hidden(w, /*fresh=*/false), {{dx, rc}}, d_hidden_.data());
+  if (bf16) {
     const bf16_t *gate = w.gate_up16.data(), *up = gate + N * ff;
-    swiglu_backward(d_hidden_.data(), gate, up, N * ff, config_.mlp_gate_act, d_gate, d_up);
+    bf16_t *d_gate = d_bf16_.data(), *d_up = d_gate + N * ff;
+    swiglu_backward_bf16(d_hidden_.data(), gate, up, N * ff, act, d_gate, d_up);
+    group_backward(layer, kGateUp, {a.x_mid.data(), rc},
+                   {{nullptr, d_gate, ff}, {nullptr, d_up, ff}}, dx);
   } else {
     const float *gate = w.gate_up.data(), *up = gate + N * ff;
-    swiglu_backward(d_hidden_.data(), gate, up, N * ff, config_.mlp_gate_act, d_gate, d_up);
+    float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ff;
+    swiglu_backward(d_hidden_.data(), gate, up, N * ff, act, d_gate, d_up);
+    group_backward(layer, kGateUp, {a.x_mid.data(), rc}, {{d_gate, ff}, {d_up, ff}}, dx);
   }
-  group_backward(layer, kGateUp, {a.x_mid.data(), rc}, {d_gate, d_up}, dx);
 
   // Attention.
-  const bool bf16 = compute_ == DType::bf16;
   const GemmInput attn =
       bf16 ? GemmInput(nullptr, w.attn16.data(), ql) : GemmInput(w.attn.data(), ql);
-  group_backward(layer, kO, attn, {dx}, d_attn_.data());
+  group_backward(layer, kO, attn, {{dx, rc}}, d_attn_.data());
   const Qkv d = split_qkv(d_qkv_.data());
   const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd, compute_};
   if (bf16) {
     const bf16_t *q = w.qkv16.data(), *k = q + N * ql, *v = k + N * kvl;
     attention_backward(shape, q, ql, k, kvl, v, kvl, w.attn16.data(), ql, w.lse.data(),
                        d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
-  } else {
-    const Qkv qkv = split_qkv(w.qkv.data());
-    attention_backward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data(),
-                       d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
+    // RoPE's adjoint rounds dq and dk as it rotates them; dv is rounded alone.
+    bf16_t *dq = d_bf16_.data(), *dk = dq + N * ql, *dv = dk + N * kvl;
+    rope_backward_bf16(d.q, ql, batch_, seq_len_, widths_.heads, rope_, dq, ql);
+    rope_backward_bf16(d.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_, dk, kvl);
+    round_to_bf16(d.v, N, kvl, kvl, dv);
+    group_backward(layer, kQkv, {a.x_in, rc},
+                   {{nullptr, dq, ql}, {nullptr, dk, kvl}, {nullptr, dv, kvl}}, dx);
+    return;
   }
+  const Qkv qkv = split_qkv(w.qkv.data());
+  attention_backward(shape, qkv.q, ql, qkv.k, kvl, qkv.v, kvl, w.attn.data(), ql, w.lse.data(),
+                     d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
   rope_backward(d.q, ql, batch_, seq_len_, widths_.heads, rope_);
   rope_backward(d.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
-  group_backward(layer, kQkv, {a.x_in, rc}, {d.q, d.k, d.v}, dx);
+  group_backward(layer, kQkv, {a.x_in, rc}, {{d.q, ql}, {d.k, kvl}, {d.v, kvl}}, dx);
 }
 
 // In bf16 the GEMMs' fp32 outputs are rounded into the kept copies at once, so their work areas
@@ -210,10 +222,12 @@ void Layout::allocate(int64_t B, int64_t T) {
   d_hidden_.resize(N * ff);
   if (compute_ == DType::bf16) {
     hidden_bf16_.resize(N * ff);
+    d_bf16_.resize(N * std::max(2 * ff, ql + 2 * kvl));
     hidden_ = Buffer<float>();
   } else {
     hidden_.resize(N * ff);
     hidden_bf16_ = Buffer<bf16_t>();
+    d_bf16_ = Buffer<bf16_t>();
   }
   allocate_groups(N);
 }

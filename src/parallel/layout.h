@@ -224,10 +224,12 @@ class Layout {
   // places its collectives here.
   virtual void group_forward(int64_t layer, const Group& g, GemmInput x,
                              std::initializer_list<float*> y) = 0;
-  // Its backward from the outputs' gradients dy_m: for o and down, dx = ∂L/∂x (overwritten); for
-  // a normed group, ∂L/∂x through the norm is added into dx (the residual's gradient).
+  // Its backward from the outputs' gradients dy_m (fp32, or in bf16 training bf16 only where the
+  // skeleton's kernel wrote them so: SwiGLU's and RoPE's backward, since only the group's GEMMs
+  // read them): for o and down, dx = ∂L/∂x (overwritten); for a normed group, ∂L/∂x through the
+  // norm is added into dx (the residual's gradient).
   virtual void group_backward(int64_t layer, const Group& g, GemmInput x,
-                              std::initializer_list<const float*> dy, float* dx) = 0;
+                              std::initializer_list<GemmInput> dy, float* dx) = 0;
   // Whether backward rebuilds the intermediates (q, k, v, attention, gate, up, SwiGLU) instead of
   // keeping them per block (btp's lowrank recomputation), and the rebuilding of group g's outputs
   // from what the block kept, with no collective.
@@ -309,6 +311,7 @@ class Layout {
   Buffer<float> partial_, d_qkv_, d_attn_, d_gate_up_, d_hidden_;
   Buffer<float> hidden_, latent_;  // work areas
   Buffer<bf16_t> hidden_bf16_;
+  Buffer<bf16_t> d_bf16_;  // bf16: the gate|up and then the q|k|v gradients, which only GEMMs read
 };
 
 std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp);

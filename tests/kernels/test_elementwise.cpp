@@ -75,9 +75,9 @@ TEST(Rope, MatchesRotateHalfDefinition) {
       }
 }
 
-// The bf16 form is rope_forward with each row then rounded (row strides on both sides); its
-// derivative is rope_forward's, checked by the adjoint test below.
-TEST(Rope, Bf16FormIsTheRoundedRotation) {
+// The bf16 forms are rope_forward and rope_backward with each row then rounded (row strides on
+// both sides); their derivatives are the fp32 kernels', checked by the adjoint test below.
+TEST(Rope, Bf16FormsAreTheRoundedRotations) {
   const int64_t B = 2, T = 6, H = 3, hd = 16, ld = H * hd + 4, ldo = H * hd + 2;
   const auto x = random_vector(B * T * ld, 3);
   const RopeTable table = make_rope_table(T, hd, 10000.0f);
@@ -85,6 +85,15 @@ TEST(Rope, Bf16FormIsTheRoundedRotation) {
   std::vector<bf16_t> out(B * T * ldo, 0);
   rope_forward(y.data(), ld, B, T, H, table);
   rope_forward_bf16(z.data(), ld, B, T, H, table, out.data(), ldo);
+  EXPECT_EQ(z, y);
+  for (int64_t n = 0; n < B * T; ++n)
+    for (int64_t c = 0; c < H * hd; ++c)
+      ASSERT_EQ(out[n * ldo + c], float_to_bf16(y[n * ld + c])) << n << "," << c;
+  // And the adjoint's.
+  y = x;
+  z = x;
+  rope_backward(y.data(), ld, B, T, H, table);
+  rope_backward_bf16(z.data(), ld, B, T, H, table, out.data(), ldo);
   EXPECT_EQ(z, y);
   for (int64_t n = 0; n < B * T; ++n)
     for (int64_t c = 0; c < H * hd; ++c)
@@ -149,6 +158,9 @@ TEST(SwiGlu, Bf16FormsAreTheFp32KernelsOnRoundedValues) {
     swiglu_forward_bf16(g.data(), u.data(), n, gate_act, g16.data(), u16.data(), h16.data());
     swiglu_forward_bf16(g16.data(), u16.data(), n, gate_act, again.data());
     std::vector<float> gr(n), ur(n), h(n), dg(n), du(n), dg16(n), du16(n);
+    std::vector<bf16_t> dg_rounded(n), du_rounded(n);
+    swiglu_backward_bf16(dh.data(), g16.data(), u16.data(), n, gate_act, dg_rounded.data(),
+                         du_rounded.data());
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(g16[i], float_to_bf16(g[i]));
       ASSERT_EQ(u16[i], float_to_bf16(u[i]));
@@ -163,6 +175,8 @@ TEST(SwiGlu, Bf16FormsAreTheFp32KernelsOnRoundedValues) {
       ASSERT_EQ(again[i], h16[i]) << i;
       ASSERT_EQ(dg16[i], dg[i]) << i;
       ASSERT_EQ(du16[i], du[i]) << i;
+      ASSERT_EQ(dg_rounded[i], float_to_bf16(dg[i])) << i;
+      ASSERT_EQ(du_rounded[i], float_to_bf16(du[i])) << i;
     }
   }
 }

@@ -158,6 +158,17 @@ void swiglu_backward(const float* dh, const bf16_t* g, const bf16_t* u, int64_t 
   });
 }
 
+void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n,
+                          bool gate_act, bf16_t* dg, bf16_t* du) {
+  BOOSTLM_PHASE("activation");
+  for_each_chunk(n, [&](int64_t i, int64_t count) {
+    float dgv[kChunk], duv[kChunk];
+    swiglu_grad_run(dh + i, g + i, u + i, count, gate_act, dgv, duv);
+    cpu::round_row_bf16(dgv, count, dg + i);
+    cpu::round_row_bf16(duv, count, du + i);
+  });
+}
+
 void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y) {
   BOOSTLM_PHASE("activation");
   for_each_chunk(rows * cols, [&](int64_t i, int64_t count) {

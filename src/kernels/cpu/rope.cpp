@@ -78,18 +78,31 @@ void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const Ro
     rotate_row<1>(x + i * ld, heads, t.head_dim, t.cos.data() + p * half, t.sin.data() + p * half);
   }
 }
-void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
-                       const RopeTable& t, bf16_t* out, int64_t ldo) {
-  BOOSTLM_PHASE("rope");
+namespace {
+template <int Sign>
+void rotate_and_round(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t,
+                      bf16_t* out, int64_t ldo) {
   BOOSTLM_ASSERT(T <= t.max_pos);
   const int64_t hd = t.head_dim, half = hd / 2;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < B * T; ++n) {
     const int64_t p = n % T;
     float* row = x + n * ld;
-    rotate_row<1>(row, heads, hd, t.cos.data() + p * half, t.sin.data() + p * half);
+    rotate_row<Sign>(row, heads, hd, t.cos.data() + p * half, t.sin.data() + p * half);
     cpu::round_row_bf16(row, heads * hd, out + n * ldo);  // while the row is in cache
   }
+}
+}  // namespace
+
+void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                       const RopeTable& t, bf16_t* out, int64_t ldo) {
+  BOOSTLM_PHASE("rope");
+  rotate_and_round<1>(x, ld, B, T, heads, t, out, ldo);
+}
+void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                        const RopeTable& t, bf16_t* out, int64_t ldo) {
+  BOOSTLM_PHASE("rope");
+  rotate_and_round<-1>(dx, ld, B, T, heads, t, out, ldo);
 }
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
   BOOSTLM_PHASE("rope");

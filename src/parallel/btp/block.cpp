@@ -68,7 +68,7 @@ class Btp final : public Layout {
   // The latents' gradients are partial (B is column-parallel): their all-reduce(s), then dA and
   // the input gradient locally — through the online norm without any collective.
   void group_backward(int64_t layer, const Group& g, GemmInput x,
-                      std::initializer_list<const float*> dy, float* dx) override {
+                      std::initializer_list<GemmInput> dy, float* dx) override {
     Kept& a = kept_[slot(layer)];
     const Norm n = norm(layer, g);
     latents_backward(layer, g, dy, x, n.gamma, n.dgamma, n.rstd, a, dx, g.normed ? 1.0f : 0.0f,
@@ -245,7 +245,7 @@ class Btp final : public Layout {
   // dA and the input gradient — through the online norm locally, or the synchronous norm.
   // dy: ∂L/∂y_m, [N, d_out] each. x: the group's input (the residual for a normed group);
   // dx = dx_beta·dx + ∂L/∂x.
-  void latents_backward(int64_t layer, const Group& g, std::initializer_list<const float*> dy,
+  void latents_backward(int64_t layer, const Group& g, std::initializer_list<GemmInput> dy,
                         GemmInput input, const float* gamma, float* dgamma, const float* rstd,
                         Kept& a, float* dx, float dx_beta, const float* norm_out = nullptr) {
     const int64_t N = batch_ * seq_len_;
@@ -255,8 +255,7 @@ class Btp final : public Layout {
     const float* z = a.z[g.index].data();
     const float* x = input.f32;  // the residual, for a normed group
     // dB += σ(z)ᵀ dy;  dσ = dy Bᵀ → packed [N, Σr];  one all-reduce per packed buffer.
-    const auto lddy = output_strides(group);
-    group_up_backward(group, latent_input(group, z, N, rounded_latent_), dy.begin(), lddy.data(), N,
+    group_up_backward(group, latent_input(group, z, N, rounded_latent_), dy.begin(), N,
                       d_packed_.data(), width, options_.grouping, compute_);
     if (cat) {
       tp_.all_reduce(d_packed_.data(), N * width);

@@ -54,20 +54,20 @@ class DenseTp final : public Layout {
   }
 
   void group_backward(int64_t layer, const Group& g, GemmInput x,
-                      std::initializer_list<const float*> dy, float* dx) override {
+                      std::initializer_list<GemmInput> dy, float* dx) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;
     const BlockWeights& w = blocks_[layer];
     if (!g.normed) {  // dy (replicated) is ∂L/∂(output); the input is this rank's shard
       const ProjectionWeights& p = w.proj[g.first];
-      dense_projection_backward(p, x, N, dy.begin()[0], d, dx, p.d_in, 0.0f, compute_);
+      dense_projection_backward(p, x, N, dy.begin()[0], dx, p.d_in, 0.0f, compute_);
       return;
     }
     const Norm n = norm(layer, g);
     const GemmInput in = shared_input(n.out, N, d, rounded_);
     for (int m = 0; m < g.count; ++m) {
       const ProjectionWeights& p = w.proj[g.first + m];
-      dense_projection_backward(p, in, N, dy.begin()[m], p.d_out, d_norm_.data(), d,
-                                m == 0 ? 0.0f : 1.0f, compute_);
+      dense_projection_backward(p, in, N, dy.begin()[m], d_norm_.data(), d, m == 0 ? 0.0f : 1.0f,
+                                compute_);
     }
     tp_.all_reduce(d_norm_.data(), N * d);  // column-parallel inputs: Σ of partial gradients (f)
     rmsnorm_backward(d_norm_.data(), d, x.f32, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,

@@ -62,7 +62,7 @@ class NaiveTp final : public Layout {
   // The input gradient from this rank's rank slice is partial: one all-reduce per group (q, k and
   // v merged; gate and up merged), before the norm's backward where there is one.
   void group_backward(int64_t layer, const Group& g, GemmInput x,
-                      std::initializer_list<const float*> dy, float* dx) override {
+                      std::initializer_list<GemmInput> dy, float* dx) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;
     Kept& a = kept_[slot(layer)];
     if (!g.normed) {
@@ -160,13 +160,11 @@ class NaiveTp final : public Layout {
   // Backward of a group: dy (each [N, d_out]) is replicated; the input gradient dx_partial
   // ([N, d_in], overwritten) from this rank's rank slice is partial, summed by the caller.
   void project_backward(int64_t layer, const Group& g, GemmInput x, Kept& a,
-                        std::initializer_list<const float*> dy, float* dx_partial) {
+                        std::initializer_list<GemmInput> dy, float* dx_partial) {
     const ProjectionGroup group = members(layer, g);
     const int64_t N = batch_ * seq_len_, width = group_width(group);
     const float* z = a.z[g.index].data();
-    std::array<int64_t, 3> lddy{};
-    for (size_t m = 0; m < group.size(); ++m) lddy[m] = group[m].d_out;
-    group_up_backward(group, latent_input(group, z, N, rounded_latent_), dy.begin(), lddy.data(), N,
+    group_up_backward(group, latent_input(group, z, N, rounded_latent_), dy.begin(), N,
                       d_latent_.data(), width, options_.grouping, compute_);
     group_activate_backward(group, z, d_latent_.data(), N);
     group_down_backward(group, concatenated(layer, g), x, d_latent_.data(), width, N, dx_partial,
