@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace boostlm {
 
 // x, y: [rows, D] with row strides ldx, ldy. Saves rstd[rows] = 1 / sqrt(mean(x²) + eps).
@@ -45,6 +47,11 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
 // the rounded GEMM input at unit scale), else s_r = 1.
 void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
                        int64_t D, float eps, float* out);
+// The same rounded to bf16 as it is computed (the GEMM's only input), with sum_sq, when given,
+// written here first (Σx² over each row's D values, as rmsnorm_partial_sum_squares gives it): one
+// pass over x for the bf16 forward's statistic, scaling and rounding.
+void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
+                            int64_t D, float eps, bf16_t* out);
 // Before the all-reduce of partial latents p [rows, width] (row stride ld): with `rescale` undo
 // s_r (p · sqrt(sum_sq/D + eps)), and with `with_stat` write sum_sq[r] into column `width`.
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,

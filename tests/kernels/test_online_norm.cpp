@@ -87,6 +87,28 @@ TEST(OnlineNorm, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(check_gradient(loss, gamma.data(), dgamma.data(), kD));
 }
 
+// bf16's fused input: the statistic as rmsnorm_partial_sum_squares gives it and online_norm_input
+// rounded, bit for bit, with and without the per-row rescaling (its derivative is
+// online_norm_input's, checked above).
+TEST(OnlineNorm, Bf16InputIsTheRoundedInputAndItsStatistic) {
+  const int64_t rows = 7, D = 37;
+  const auto x = testing::random_vector(rows * D, 11, 2.0f);
+  const auto gamma = testing::random_vector(D, 12);
+  std::vector<float> sum_sq(rows), fused_sum(rows), plain(rows * D);
+  std::vector<bf16_t> fused(rows * D);
+  rmsnorm_partial_sum_squares(x.data(), D, rows, D, sum_sq.data());
+  for (bool rescale : {true, false}) {
+    online_norm_input(x.data(), gamma.data(), rescale ? sum_sq.data() : nullptr, rows, D, 1e-6f,
+                      plain.data());
+    online_norm_input_bf16(x.data(), gamma.data(), rescale ? fused_sum.data() : nullptr, rows, D,
+                           1e-6f, fused.data());
+    if (rescale) {
+      EXPECT_EQ(fused_sum, sum_sq);
+    }
+    for (int64_t i = 0; i < rows * D; ++i) ASSERT_EQ(fused[i], float_to_bf16(plain[i])) << i;
+  }
+}
+
 TEST(ColumnBlocks, CopyAndAddTakeAStridedBlock) {
   const int64_t rows = 3, cols = 4, ld_src = 9, ld_dst = 5;
   auto src = random_vector(rows * ld_src, 8);

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/buffer.h"
 #include "core/profile.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace boostlm {
 
@@ -120,6 +122,29 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
   for (int64_t r = 0; r < rows; ++r) {
     const float s = sum_sq ? 1.0f / std::sqrt(sum_sq[r] / D + eps) : 1.0f;
     for (int64_t j = 0; j < D; ++j) out[r * D + j] = x[r * D + j] * gamma[j] * s;
+  }
+}
+
+void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
+                            int64_t D, float eps, bf16_t* out) {
+  BOOSTLM_PHASE("rmsnorm");
+#pragma omp parallel
+  {
+    std::vector<float> row(D);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * D;
+      float s = 1.0f;
+      if (sum_sq) {
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < D; ++j) sum += xr[j] * xr[j];
+        sum_sq[r] = sum;
+        s = 1.0f / std::sqrt(sum / D + eps);
+      }
+      for (int64_t j = 0; j < D; ++j) row[j] = xr[j] * gamma[j] * s;
+      cpu::round_row_bf16(row.data(), D, out + r * D);
+    }
   }
 }
 

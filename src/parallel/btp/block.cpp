@@ -111,7 +111,10 @@ class Btp final : public Layout {
       }
     }
     stat_.resize(N);
-    xg_.resize(N * dl_);
+    if (compute_ != DType::bf16)
+      xg_.resize(N * dl_);
+    else
+      xg_ = Buffer<float>();
     d_norm_.resize(N * dl_);
     int64_t widest = 0;
     for (const Group& g : kGroups) widest = std::max(widest, group_width(members(first_layer_, g)));
@@ -173,6 +176,13 @@ class Btp final : public Layout {
     online_stat = false;
     if (!g.normed) return shared_input(input, N, g.first == o_ ? dl_ : ffl_, rounded_);
     const float* x = input.f32;
+    if (options_.online_norm && compute_ == DType::bf16) {
+      // x ⊙ γ with each row divided by its local rms, so the rounded GEMM input has unit scale
+      // (SPEC §3.4); the partial latent is multiplied back before the all-reduce. Σx², the
+      // product and the rounding in one pass over x.
+      online_stat = true;
+      return {nullptr, online_input_bf16(x, gamma, stat_.data()), dl_};
+    }
     rmsnorm_partial_sum_squares(x, dl_, N, dl_, stat_.data());
     if (!options_.online_norm) {
       tp_.all_reduce(stat_.data(), N);
@@ -181,12 +191,17 @@ class Btp final : public Layout {
       return shared_input(norm_out, N, dl_, rounded_);
     }
     online_stat = true;
-    // x ⊙ γ; in bf16 each row is first divided by its local rms so the rounded GEMM input has
-    // unit scale (SPEC §3.4), and the partial latent is multiplied back before the all-reduce.
-    const bool rescale = compute_ == DType::bf16;
-    online_norm_input(x, gamma, rescale ? stat_.data() : nullptr, N, dl_, config_.rms_eps,
-                      xg_.data());
-    return shared_input(xg_.data(), N, dl_, rounded_);
+    online_norm_input(x, gamma, nullptr, N, dl_, config_.rms_eps, xg_.data());  // x ⊙ γ
+    return {xg_.data(), dl_};
+  }
+
+  // bf16: x ⊙ γ (divided by each row's local rms, whose Σx² goes to sum_sq, when sum_sq is
+  // given) rounded into rounded_ as it is computed.
+  const bf16_t* online_input_bf16(const float* x, const float* gamma, float* sum_sq) {
+    const int64_t N = batch_ * seq_len_;
+    if (rounded_.size() < static_cast<size_t>(N * dl_)) rounded_.resize(N * dl_);
+    online_norm_input_bf16(x, gamma, sum_sq, N, dl_, config_.rms_eps, rounded_.data());
+    return rounded_.data();
   }
 
   // Forward of a group's down halves: partial latents → all-reduce(s) → z (normalised).
@@ -272,12 +287,17 @@ class Btp final : public Layout {
       // Z = P·rstd: dP = dZ·rstd; the rms term becomes dS (in stat_).
       online_norm_latent_backward(z, d_packed_.data(), N, width, rstd, config_.d_model,
                                   stat_.data());
-      // xg = x ⊙ γ: the GEMM input of forward (recomputed: cheaper than keeping it).
-      online_norm_input(x, gamma, nullptr, N, dl_, config_.rms_eps, xg_.data());
     }
-    // The GEMM input of forward: x (o, down), the synchronous norm's output, or x ⊙ γ.
+    // The GEMM input of forward: x (o, down), the synchronous norm's output, or x ⊙ γ
+    // (recomputed: cheaper than keeping it; unscaled, as dA = (x ⊙ γ)ᵀ dP).
     const int64_t in_cols = group[0].d_in;
-    const GemmInput in = !g.normed ? input : GemmInput(online ? xg_.data() : norm_out, in_cols);
+    GemmInput in = !g.normed ? input : GemmInput(norm_out, in_cols);
+    if (online && compute_ == DType::bf16) {
+      in = {nullptr, online_input_bf16(x, gamma, nullptr), in_cols};
+    } else if (online) {
+      online_norm_input(x, gamma, nullptr, N, dl_, config_.rms_eps, xg_.data());
+      in = {xg_.data(), in_cols};
+    }
     // dA_i += inᵀ dP_i ;  g = Σ dP_i A_iᵀ  (one GEMM each when grouped).
     float* g_out = g.normed ? d_norm_.data() : dx;
     group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), d_packed_.data(), width,
