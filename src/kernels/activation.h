@@ -35,5 +35,8 @@ void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int
                           bool gate_act, bf16_t* dg, bf16_t* du);
 // y = silu(x) rounded to bf16 ([rows, cols], contiguous): a latent that only a bf16 GEMM reads.
 void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y);
+// The same from a bf16 x (btp's latents kept in bf16), and silu_backward reading it.
+void silu_forward_bf16(const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y);
+void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols, float* dx);
 
 }  // namespace boostlm

@@ -62,9 +62,15 @@ void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t sta
 // z[r, :] = summed[r, :width] · rstd[r] (or a plain copy when rstd is null), z with stride ldz.
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, float* z, int64_t ldz);
+// The same into a bf16 z (btp's kept latents in bf16 training), each row rounded.
+void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, bf16_t* z, int64_t ldz);
 // Backward through Z = P · rstd: dz (in place) becomes dP = dz · rstd, and
 // ds[r] = −(Σ dz ⊙ z) · rstd² / (2 · D_total), the gradient of the summed statistic.
 void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
+                                 const float* rstd, int64_t D_total, float* ds);
+// The same reading a bf16 z.
+void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64_t width,
                                  const float* rstd, int64_t D_total, float* ds);
 // Backward to the input, given g = ∂L/∂(x ⊙ γ) from the latent GEMM and ds:
 // dx = dx_beta · dx + g ⊙ γ + 2 · ds · x ;  dγ += Σ_rows x ⊙ g. No collective.

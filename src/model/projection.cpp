@@ -103,6 +103,11 @@ void group_activate_backward(ProjectionGroup group, const float* z, float* dlate
   silu_backward(dlatent, width, z, width, N, width, dlatent, width);
 }
 
+void group_activate_backward(ProjectionGroup group, const bf16_t* z, float* dlatent, int64_t N) {
+  if (!group_has_activation(group)) return;
+  silu_backward(dlatent, z, N, group_width(group), dlatent);
+}
+
 namespace {
 
 // How many elements b lies after a; 0 when it does not lie a whole positive number of them on.

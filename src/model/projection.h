@@ -98,6 +98,7 @@ void group_up_backward(ProjectionGroup group, GemmInput latent, const GemmInput*
                        float* dlatent, int64_t ld_dlatent, bool batched, DType compute);
 // dz = dlatent ⊙ σ'(z) in place over the whole group (cola; no-op otherwise).
 void group_activate_backward(ProjectionGroup group, const float* z, float* dlatent, int64_t N);
+void group_activate_backward(ProjectionGroup group, const bf16_t* z, float* dlatent, int64_t N);
 // dA_m += xᵀ dz_m;  dx = dx_beta·dx + Σ_m dz_m A_mᵀ. dz: [N, Σ rank], row stride lddz. Two GEMMs
 // on the concatenation `cat` when given (its dA, in `da_scratch`, added into each member's), else
 // two per member.

@@ -354,4 +354,13 @@ GemmInput Layout::latent_input(ProjectionGroup group, const float* z, int64_t N,
   return {group_activate(group, z, latent_.data(), N), width};
 }
 
+GemmInput Layout::latent_input(ProjectionGroup group, const bf16_t* z, int64_t N,
+                               Buffer<bf16_t>& rounded) {
+  const int64_t width = group_width(group);
+  if (!group[0].latent_act) return {nullptr, z, width};
+  if (rounded.size() < static_cast<size_t>(N * width)) rounded.resize(N * width);
+  silu_forward_bf16(z, N, width, rounded.data());
+  return {nullptr, rounded.data(), width};
+}
+
 }  // namespace boostlm

@@ -194,6 +194,9 @@ class Layout {
   // area — in bf16 rounded as it is computed, since only the GEMMs read it. Not kept: backward
   // computes it again (one element-wise pass, cheaper than holding [N, Σ rank] per block).
   GemmInput latent_input(ProjectionGroup group, const float* z, int64_t N, Buffer<bf16_t>& rounded);
+  // The same from a latent kept in bf16 (btp in bf16 training): z itself, or σ(z) rounded.
+  GemmInput latent_input(ProjectionGroup group, const bf16_t* z, int64_t N,
+                         Buffer<bf16_t>& rounded);
 
   // Activation slots: one per block of this stage and micro-batch in flight, or a single one reused
   // when whole blocks are recomputed.

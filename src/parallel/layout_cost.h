@@ -60,6 +60,9 @@ class LayoutCost {
   virtual int64_t bf16_kept_columns(const ModelConfig& config, int tp) const {
     return (2 * config.d_model + 2 * config.kv_dim() + 2 * config.d_ff) / tp;
   }
+  // Columns per token of the latents a layout keeps per slot (even under lowrank recomputation)
+  // in bf16 in bf16 training: none by default.
+  virtual int64_t bf16_latent_columns(const ModelConfig&, int) const { return 0; }
 };
 
 // The three layouts' descriptions (parallel/dense_tp/, naive_tp/, btp/cost.cpp).

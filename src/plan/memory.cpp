@@ -75,8 +75,13 @@ int64_t model_activation_elements(const MicroBatchShape& mb) {
 }
 
 int64_t bf16_kept_elements(const MicroBatchShape& mb, int64_t slots) {
-  const int64_t holders = mb.options.recompute == Recompute::none ? slots : 1;
-  return holders * mb.tokens() * layout_cost(mb.layout).bf16_kept_columns(mb.config, mb.tp);
+  const LayoutCost& cost = layout_cost(mb.layout);
+  // The intermediates live in every slot, or in the one area recomputation rebuilds them into;
+  // the latents in every slot unless whole blocks are recomputed.
+  const Recompute r = mb.options.recompute;
+  return mb.tokens() *
+         ((r == Recompute::none ? slots : 1) * cost.bf16_kept_columns(mb.config, mb.tp) +
+          (r == Recompute::block ? 1 : slots) * cost.bf16_latent_columns(mb.config, mb.tp));
 }
 
 int64_t model_activation_bytes(const MicroBatchShape& mb, DType compute) {

@@ -189,6 +189,22 @@ TEST(Silu, Bf16FormIsTheRoundedFp32Kernel) {
   silu_forward(x.data(), cols, rows, cols, y.data(), cols);
   silu_forward_bf16(x.data(), rows, cols, y16.data());
   for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(y16[i], float_to_bf16(y[i])) << i;
+  // From a bf16 x (btp's kept latents): the fp32 kernels on its values.
+  std::vector<bf16_t> x16(rows * cols), from16(rows * cols);
+  std::vector<float> xr(rows * cols), dy = random_vector(rows * cols, 8), dx(rows * cols),
+                                      dx16(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    x16[i] = float_to_bf16(x[i]);
+    xr[i] = bf16_to_float(x16[i]);
+  }
+  silu_forward(xr.data(), cols, rows, cols, y.data(), cols);
+  silu_forward_bf16(x16.data(), rows, cols, from16.data());
+  silu_backward(dy.data(), cols, xr.data(), cols, rows, cols, dx.data(), cols);
+  silu_backward(dy.data(), x16.data(), rows, cols, dx16.data());
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    ASSERT_EQ(from16[i], float_to_bf16(y[i])) << i;
+    ASSERT_EQ(dx16[i], dx[i]) << i;
+  }
 }
 
 TEST(Embedding, GradientMatchesFiniteDifferencesWithRepeatedTokens) {

@@ -109,6 +109,28 @@ TEST(OnlineNorm, Bf16InputIsTheRoundedInputAndItsStatistic) {
   }
 }
 
+// btp's latents kept in bf16: unpacking rounds what the fp32 unpacking gives, and the latent
+// backward on them is the fp32 one on their values.
+TEST(OnlineNorm, Bf16LatentsAreTheRoundedLatents) {
+  const int64_t rows = 5, width = 24, ld = width + 1;
+  const auto summed = testing::random_vector(rows * ld, 13, 3.0f);
+  const auto rstd = testing::random_vector(rows, 14);
+  std::vector<float> z(rows * width), zr(rows * width);
+  std::vector<bf16_t> z16(rows * width);
+  online_norm_unpack(summed.data(), ld, rows, width, rstd.data(), z.data(), width);
+  online_norm_unpack(summed.data(), ld, rows, width, rstd.data(), z16.data(), width);
+  for (int64_t i = 0; i < rows * width; ++i) {
+    ASSERT_EQ(z16[i], float_to_bf16(z[i])) << i;
+    zr[i] = bf16_to_float(z16[i]);
+  }
+  auto dz = testing::random_vector(rows * width, 15), dz16 = dz;
+  std::vector<float> ds(rows), ds16(rows);
+  online_norm_latent_backward(zr.data(), dz.data(), rows, width, rstd.data(), 64, ds.data());
+  online_norm_latent_backward(z16.data(), dz16.data(), rows, width, rstd.data(), 64, ds16.data());
+  EXPECT_EQ(dz16, dz);
+  EXPECT_EQ(ds16, ds);
+}
+
 TEST(ColumnBlocks, CopyAndAddTakeAStridedBlock) {
   const int64_t rows = 3, cols = 4, ld_src = 9, ld_dst = 5;
   auto src = random_vector(rows * ld_src, 8);

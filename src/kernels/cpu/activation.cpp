@@ -15,16 +15,28 @@ using cpu::sigmoid_vec;
 // vectorises them (OpenMP's combined `parallel for simd` over strided rows defeated it).
 constexpr int64_t kChunk = 4096;
 
-inline void silu_run(const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid_vec(x[i]);
+inline float widen(float x) {
+  return x;
+}
+inline float widen(bf16_t x) {
+  return bf16_to_float(x);
 }
 
-inline void silu_grad_run(const float* dy, const float* x, float* dx, int64_t n) {
+template <typename In>
+inline void silu_run(const In* x, float* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float s = sigmoid_vec(x[i]);
-    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+    const float xi = widen(x[i]);
+    y[i] = xi * sigmoid_vec(xi);
+  }
+}
+
+template <typename In>
+inline void silu_grad_run(const float* dy, const In* x, float* dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = widen(x[i]), s = sigmoid_vec(xi);
+    dx[i] = dy[i] * s * (1.0f + xi * (1.0f - s));
   }
 }
 
@@ -63,13 +75,6 @@ void silu_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx, i
 }
 
 namespace {
-
-inline float widen(float x) {
-  return x;
-}
-inline float widen(bf16_t x) {
-  return bf16_to_float(x);
-}
 
 // h[i] = act(g[i])·u[i] over one run.
 template <typename In>
@@ -167,6 +172,21 @@ void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int
     cpu::round_row_bf16(dgv, count, dg + i);
     cpu::round_row_bf16(duv, count, du + i);
   });
+}
+
+void silu_forward_bf16(const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y) {
+  BOOSTLM_PHASE("activation");
+  for_each_chunk(rows * cols, [&](int64_t i, int64_t count) {
+    float values[kChunk];
+    silu_run(x + i, values, count);
+    cpu::round_row_bf16(values, count, y + i);
+  });
+}
+
+void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols, float* dx) {
+  BOOSTLM_PHASE("activation");
+  for_each_chunk(rows * cols,
+                 [&](int64_t i, int64_t count) { silu_grad_run(dy + i, x + i, dx + i, count); });
 }
 
 void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y) {

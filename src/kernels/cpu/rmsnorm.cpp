@@ -175,18 +175,45 @@ void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t w
   }
 }
 
-void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
-                                 const float* rstd, int64_t D_total, float* ds) {
+void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, bf16_t* z, int64_t ldz) {
+#pragma omp parallel
+  {
+    std::vector<float> row(width);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float s = rstd ? rstd[r] : 1.0f;
+      for (int64_t c = 0; c < width; ++c) row[c] = summed[r * ld + c] * s;
+      cpu::round_row_bf16(row.data(), width, z + r * ldz);
+    }
+  }
+}
+
+namespace {
+template <typename Z>
+void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const float* rstd,
+                     int64_t D_total, float* ds) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* zr = z + r * width;
+    const Z* zr = z + r * width;
     float* dzr = dz + r * width;
     float dot = 0.0f;
-    for (int64_t c = 0; c < width; ++c) dot += dzr[c] * zr[c];
+    for (int64_t c = 0; c < width; ++c) dot += dzr[c] * cpu::to_float(zr[c]);
     // rms = 1/rstd; drms = −dot·rstd; ds = drms / (2·D·rms) = −dot·rstd² / (2D).
     ds[r] = -dot * rstd[r] * rstd[r] / (2.0f * D_total);
     for (int64_t c = 0; c < width; ++c) dzr[c] *= rstd[r];
   }
+}
+}  // namespace
+
+void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
+                                 const float* rstd, int64_t D_total, float* ds) {
+  latent_backward(z, dz, rows, width, rstd, D_total, ds);
+}
+
+void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64_t width,
+                                 const float* rstd, int64_t D_total, float* ds) {
+  latent_backward(z, dz, rows, width, rstd, D_total, ds);
 }
 
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,

@@ -97,7 +97,13 @@ class Btp final : public Layout {
     kept_.clear();
     kept_.resize(slots());
     for (Kept& a : kept_) {
-      for (const Group& g : kGroups) a.z[g.index].resize(N * group_width(members(first_layer_, g)));
+      for (const Group& g : kGroups) {
+        const int64_t width = group_width(members(first_layer_, g));
+        if (compute_ == DType::bf16)
+          a.z16[g.index].resize(N * width);
+        else
+          a.z[g.index].resize(N * width);
+      }
       a.rstd1.resize(N);
       a.rstd2.resize(N);
     }
@@ -136,8 +142,11 @@ class Btp final : public Layout {
  private:
   // What a block keeps: per group its all-reduced (normalised) latents side by side [N, Σ rank],
   // and each norm's per-token 1/rms.
+  // In bf16 training the latents are kept in bf16 (z16): only σ, σ' (fp32 arithmetic), the online
+  // norm's backward and bf16 GEMMs read them.
   struct Kept {
     std::array<Buffer<float>, kGroupsPerBlock> z;
+    std::array<Buffer<bf16_t>, kGroupsPerBlock> z16;
     Buffer<float> rstd1, rstd2;
   };
   // What lowrank recomputation rebuilds: the synchronous norms' outputs. (σ(z), cola's latent, is
@@ -158,9 +167,24 @@ class Btp final : public Layout {
                                  : Norm{w.norm2, w.dnorm2, r.norm2.data(), a.rstd2.data()};
   }
   static int64_t bytes_of(const Kept& a) {
-    int64_t n = a.rstd1.size() + a.rstd2.size();
+    int64_t n = a.rstd1.size() + a.rstd2.size(), n16 = 0;
     for (const auto& z : a.z) n += z.size();
-    return n * static_cast<int64_t>(sizeof(float));
+    for (const auto& z : a.z16) n16 += z.size();
+    return n * static_cast<int64_t>(sizeof(float)) + n16 * static_cast<int64_t>(sizeof(bf16_t));
+  }
+  // Group g's kept latents as GEMM input (z, or σ(z) for cola), and f(z) on them, fp32 or bf16.
+  GemmInput latent_of(ProjectionGroup group, Kept& a, const Group& g) {
+    const int64_t N = batch_ * seq_len_;
+    if (compute_ == DType::bf16)
+      return latent_input(group, a.z16[g.index].data(), N, rounded_latent_);
+    return latent_input(group, a.z[g.index].data(), N, rounded_latent_);
+  }
+  template <typename F>
+  void with_latents(Kept& a, const Group& g, F f) {
+    if (compute_ == DType::bf16)
+      f(a.z16[g.index].data());
+    else
+      f(a.z[g.index].data());
   }
   static int64_t bytes_of(const Rebuilt& r) {
     const int64_t n = r.norm1.size() + r.norm2.size();
@@ -213,7 +237,6 @@ class Btp final : public Layout {
     const ProjectionGroup group = members(layer, g);
     const int64_t width = group_width(group);
     const ConcatenatedA* cat = concatenated(layer, g);
-    float* z = a.z[g.index].data();
     // One packed buffer [N, Σr (+1)] per all-reduce: the whole group when grouped, else one per
     // projection; the statistic rides in the first.
     int64_t col = 0;
@@ -234,7 +257,9 @@ class Btp final : public Layout {
       if (with_stat)
         online_norm_rstd(buf, ld, N, part_width, config_.d_model, config_.rms_eps, rstd);
       // Unpack into the group's latents (dividing by the rms for an online-normed group).
-      online_norm_unpack(buf, ld, N, part_width, online ? rstd : nullptr, z + col, width);
+      with_latents(a, g, [&](auto* z) {
+        online_norm_unpack(buf, ld, N, part_width, online ? rstd : nullptr, z + col, width);
+      });
       col += part_width;
       j += part.size();
     }
@@ -246,8 +271,8 @@ class Btp final : public Layout {
     const ProjectionGroup group = members(layer, g);
     const int64_t N = batch_ * seq_len_;
     const auto ld = output_strides(group);
-    group_up_forward(group, latent_input(group, a.z[g.index].data(), N, rounded_latent_), N,
-                     y.begin(), ld.data(), options_.grouping, compute_);
+    group_up_forward(group, latent_of(group, a, g), N, y.begin(), ld.data(), options_.grouping,
+                     compute_);
   }
 
   static std::array<int64_t, 3> output_strides(ProjectionGroup group) {
@@ -267,11 +292,10 @@ class Btp final : public Layout {
     const ProjectionGroup group = members(layer, g);
     const ConcatenatedA* cat = concatenated(layer, g);
     const int64_t width = group_width(group);
-    const float* z = a.z[g.index].data();
     const float* x = input.f32;  // the residual, for a normed group
     // dB += σ(z)ᵀ dy;  dσ = dy Bᵀ → packed [N, Σr];  one all-reduce per packed buffer.
-    group_up_backward(group, latent_input(group, z, N, rounded_latent_), dy.begin(), N,
-                      d_packed_.data(), width, options_.grouping, compute_);
+    group_up_backward(group, latent_of(group, a, g), dy.begin(), N, d_packed_.data(), width,
+                      options_.grouping, compute_);
     if (cat) {
       tp_.all_reduce(d_packed_.data(), N * width);
     } else {  // each projection's own all-reduce: its columns, gathered contiguous
@@ -281,13 +305,14 @@ class Btp final : public Layout {
         c0 += p.rank;
       }
     }
-    group_activate_backward(group, z, d_packed_.data(), N);  // dz = dσ ⊙ σ'(z), in place
     const bool online = g.normed && options_.online_norm;
-    if (online) {
+    with_latents(a, g, [&](const auto* z) {
+      group_activate_backward(group, z, d_packed_.data(), N);  // dz = dσ ⊙ σ'(z), in place
       // Z = P·rstd: dP = dZ·rstd; the rms term becomes dS (in stat_).
-      online_norm_latent_backward(z, d_packed_.data(), N, width, rstd, config_.d_model,
-                                  stat_.data());
-    }
+      if (online)
+        online_norm_latent_backward(z, d_packed_.data(), N, width, rstd, config_.d_model,
+                                    stat_.data());
+    });
     // The GEMM input of forward: x (o, down), the synchronous norm's output, or x ⊙ γ
     // (recomputed: cheaper than keeping it; unscaled, as dA = (x ⊙ γ)ᵀ dP).
     const int64_t in_cols = group[0].d_in;

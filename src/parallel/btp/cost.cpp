@@ -139,6 +139,11 @@ class BtpCost final : public LayoutCost {
 
   int64_t lowrank_area_elements(const BlockSetting& s) const override { return intermediates(s); }
 
+  // The whole latents (r wide on every rank), kept in bf16 in bf16 training.
+  int64_t bf16_latent_columns(const ModelConfig& c, int) const override {
+    return latent_columns(c);
+  }
+
   // Every projection split, and the norms too (over the hidden dimension).
   int64_t block_param_elements(const ModelConfig& c, int tp) const override {
     return sharded_block_params(c, tp, true);
