@@ -20,6 +20,8 @@ SMOOTH = 20  # steps averaged in the plotted training loss
 GOAL_OVER_NAIVE, GOAL_OVER_DENSE = 1.3, 1.6
 GOAL_TORCH = {"fp32": 2.0, "bf16": 3.0}
 GOAL_MFU = {"fp32": 0.85, "bf16": 0.75}  # one process, 60m and 130m
+GOAL_TP_BF16_MFU = 0.70  # btp at TP 2, 60m bf16
+GOAL_MEMORY_CASE, GOAL_MEMORY_CUT = ("cola", "bf16"), 0.30  # peak, against the "before" build
 
 
 def load(path):
@@ -310,7 +312,7 @@ def step_section(steps, before):
     return out
 
 
-def goals_section(runs, torch, steps=()):
+def goals_section(runs, torch, steps=(), before=None):
     rows, bounds = [], []
     for j in runs:
         if j["precision"] != "fp32" or j["tp"] != 2:
@@ -327,6 +329,12 @@ def goals_section(runs, torch, steps=()):
                          f"{x:.2f}×", "met" if x >= GOAL_OVER_DENSE else "**not met**"])
             if "model_gflop_per_step" in btp:
                 bounds.append(f"{j['shape']} {dense['model_gflop_per_step'] / btp['model_gflop_per_step']:.2f}×")
+    for j in runs:
+        btp = find(j["results"], "btp")
+        if j["precision"] == "bf16" and j["tp"] == 2 and btp and "mfu_now" in btp:
+            x = btp["mfu_now"]
+            rows.append([f"btp MFU-now ≥ {100 * GOAL_TP_BF16_MFU:.0f}%, {j['shape']} bf16 TP 2",
+                         f"{100 * x:.1f}%", "met" if x >= GOAL_TP_BF16_MFU else "**not met**"])
     for shape, j in steps:
         for r in j["results"]:
             goal, mfu = GOAL_MFU[r["precision"]], r.get("mfu_probe")
@@ -335,6 +343,19 @@ def goals_section(runs, torch, steps=()):
             rows.append([f"MFU-now ≥ {100 * goal:.0f}%, one process, {shape} {r['arch']} "
                          f"{r['precision']}", f"{100 * mfu:.1f}%",
                          "met" if mfu >= goal else "**not met**"])
+        # Peak memory against the saved earlier build's, same command.
+        old = {(r["arch"], r["precision"]): r
+               for r in (before or {}).get(shape, {}).get("results", [])}
+        for r in j["results"]:
+            was = old.get((r["arch"], r["precision"]), {}).get("peak_mb")
+            if (r["arch"], r["precision"]) != GOAL_MEMORY_CASE or not was or "peak_mb" not in r:
+                continue
+            cut = 1 - r["peak_mb"] / was
+            rows.append([f"peak memory ≥ {100 * GOAL_MEMORY_CUT:.0f}% below "
+                         f"`{before[shape].get('commit', '?')}`'s, one process, {shape} "
+                         f"{r['arch']} {r['precision']}",
+                         f"{was:.0f} → {r['peak_mb']:.0f} MB: −{100 * cut:.1f}%",
+                         "met" if cut >= GOAL_MEMORY_CUT else "**not met**"])
     if torch:
         for r in torch["results"]:
             goal = GOAL_TORCH[r["precision"]]
@@ -547,7 +568,7 @@ def render(results_dir, readme, quick):
     steps = [(os.path.basename(p)[5:-5], load(p)) for p in step_files]
     before = {os.path.basename(p)[5:-12]: load(p)
               for p in glob.glob(os.path.join(results_dir, "step-*-before.json"))}
-    section += goals_section(runs, torch, steps)
+    section += goals_section(runs, torch, steps, before)
     if runs:
         section += layouts_section(runs, images)
     ablation_files = sorted(glob.glob(os.path.join(results_dir, "ablations-*.json")),
