@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/activation.h"
@@ -81,23 +82,20 @@ TEST(Rope, Bf16FormsAreTheRoundedRotations) {
   const int64_t B = 2, T = 6, H = 3, hd = 16, ld = H * hd + 4, ldo = H * hd + 2;
   const auto x = random_vector(B * T * ld, 3);
   const RopeTable table = make_rope_table(T, hd, 10000.0f);
-  auto y = x, z = x;
-  std::vector<bf16_t> out(B * T * ldo, 0);
-  rope_forward(y.data(), ld, B, T, H, table);
-  rope_forward_bf16(z.data(), ld, B, T, H, table, out.data(), ldo);
-  EXPECT_EQ(z, y);
-  for (int64_t n = 0; n < B * T; ++n)
-    for (int64_t c = 0; c < H * hd; ++c)
-      ASSERT_EQ(out[n * ldo + c], float_to_bf16(y[n * ld + c])) << n << "," << c;
-  // And the adjoint's.
-  y = x;
-  z = x;
-  rope_backward(y.data(), ld, B, T, H, table);
-  rope_backward_bf16(z.data(), ld, B, T, H, table, out.data(), ldo);
-  EXPECT_EQ(z, y);
-  for (int64_t n = 0; n < B * T; ++n)
-    for (int64_t c = 0; c < H * hd; ++c)
-      ASSERT_EQ(out[n * ldo + c], float_to_bf16(y[n * ld + c])) << n << "," << c;
+  using Plain = void (*)(float*, int64_t, int64_t, int64_t, int64_t, const RopeTable&);
+  using Rounded =
+      void (*)(float*, int64_t, int64_t, int64_t, int64_t, const RopeTable&, bf16_t*, int64_t);
+  for (auto [plain, rounded] : {std::pair<Plain, Rounded>{rope_forward, rope_forward_bf16},
+                                std::pair<Plain, Rounded>{rope_backward, rope_backward_bf16}}) {
+    auto y = x, z = x;
+    std::vector<bf16_t> out(B * T * ldo, 0);
+    plain(y.data(), ld, B, T, H, table);
+    rounded(z.data(), ld, B, T, H, table, out.data(), ldo);
+    EXPECT_EQ(z, y);
+    for (int64_t n = 0; n < B * T; ++n)
+      for (int64_t c = 0; c < H * hd; ++c)
+        ASSERT_EQ(out[n * ldo + c], float_to_bf16(y[n * ld + c])) << n << "," << c;
+  }
 }
 
 TEST(Rope, BackwardIsTheAdjoint) {

@@ -174,13 +174,20 @@ void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int
   });
 }
 
-void silu_forward_bf16(const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y) {
+namespace {
+template <typename In>
+void silu_rounded(const In* x, int64_t n, bf16_t* y) {
   BOOSTLM_PHASE("activation");
-  for_each_chunk(rows * cols, [&](int64_t i, int64_t count) {
+  for_each_chunk(n, [&](int64_t i, int64_t count) {
     float values[kChunk];
     silu_run(x + i, values, count);
     cpu::round_row_bf16(values, count, y + i);
   });
+}
+}  // namespace
+
+void silu_forward_bf16(const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y) {
+  silu_rounded(x, rows * cols, y);
 }
 
 void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols, float* dx) {
@@ -190,12 +197,7 @@ void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols,
 }
 
 void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y) {
-  BOOSTLM_PHASE("activation");
-  for_each_chunk(rows * cols, [&](int64_t i, int64_t count) {
-    float values[kChunk];
-    silu_run(x + i, values, count);
-    cpu::round_row_bf16(values, count, y + i);
-  });
+  silu_rounded(x, rows * cols, y);
 }
 
 }  // namespace boostlm

@@ -295,13 +295,41 @@ bool attention_tiled_supported(const AttentionShape& s) {
   return s.compute == DType::bf16 && kHaveBf16Dot && s.head_dim % 16 == 0;
 }
 
-void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
-                             int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
-                             float* lse) {
+namespace {
+
+// The entry points below, for fp32 or bf16 inputs.
+template <typename In, typename Out>
+void forward_checked(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int64_t ldk,
+                     const In* v, int64_t ldv, Out* out, int64_t ldo, float* lse) {
   BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_forward_tiled: not supported here");
 #ifdef __AVX512BF16__
   forward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
 #endif
+}
+
+template <typename In>
+void backward_checked(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int64_t ldk,
+                      const In* v, int64_t ldv, const In* out, int64_t ldo, const float* lse,
+                      const float* dout, int64_t lddo, float* dq, int64_t lddq, float* dk,
+                      int64_t lddk, float* dv, int64_t lddv) {
+  BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_backward_tiled: not supported here");
+#ifdef __AVX512BF16__
+  backward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
+#endif
+}
+
+}  // namespace
+
+void attention_forward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                             int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
+                             float* lse) {
+  forward_checked(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+}
+
+void attention_forward_tiled(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                             int64_t ldk, const bf16_t* v, int64_t ldv, bf16_t* out, int64_t ldo,
+                             float* lse) {
+  forward_checked(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
 }
 
 void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
@@ -309,19 +337,8 @@ void attention_backward_tiled(const AttentionShape& s, const float* q, int64_t l
                               int64_t ldo, const float* lse, const float* dout, int64_t lddo,
                               float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
                               int64_t lddv) {
-  BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_backward_tiled: not supported here");
-#ifdef __AVX512BF16__
-  backward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
-#endif
-}
-
-void attention_forward_tiled(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
-                             int64_t ldk, const bf16_t* v, int64_t ldv, bf16_t* out, int64_t ldo,
-                             float* lse) {
-  BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_forward_tiled: not supported here");
-#ifdef __AVX512BF16__
-  forward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-#endif
+  backward_checked(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv,
+                   lddv);
 }
 
 void attention_backward_tiled(const AttentionShape& s, const bf16_t* q, int64_t ldq,
@@ -329,10 +346,8 @@ void attention_backward_tiled(const AttentionShape& s, const bf16_t* q, int64_t 
                               const bf16_t* out, int64_t ldo, const float* lse, const float* dout,
                               int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
                               float* dv, int64_t lddv) {
-  BOOSTLM_ASSERT_MSG(attention_tiled_supported(s), "attention_backward_tiled: not supported here");
-#ifdef __AVX512BF16__
-  backward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
-#endif
+  backward_checked(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv,
+                   lddv);
 }
 
 }  // namespace boostlm::cpu
