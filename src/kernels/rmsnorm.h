@@ -15,6 +15,9 @@ namespace boostlm {
 // x, y: [rows, D] with row strides ldx, ldy. Saves rstd[rows] = 1 / sqrt(mean(x²) + eps).
 void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                      float eps, float* y, int64_t ldy, float* rstd);
+// The same with y rounded to bf16 as it is computed (a norm whose output only bf16 GEMMs read).
+void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
+                          float eps, bf16_t* y, int64_t ldy, float* rstd);
 
 // dx = ∂L/∂x (overwritten, or added to when accumulate), dgamma += ∂L/∂γ.
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,

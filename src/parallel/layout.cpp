@@ -4,6 +4,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/rmsnorm.h"
 
 namespace boostlm {
 
@@ -174,22 +175,44 @@ void Layout::replay(int64_t layer, BlockActs& a) {
   if (compute_ == DType::bf16) mlp_hidden(w, /*fresh=*/true);
 }
 
-void Layout::ReplicatedNorms::allocate(int64_t N, int64_t d) {
-  norm1.resize(N * d);
+void Layout::ReplicatedNorms::allocate(int64_t N, int64_t d, DType compute) {
+  if (compute == DType::bf16) {
+    norm1_16.resize(N * d);
+    norm2_16.resize(N * d);
+  } else {
+    norm1.resize(N * d);
+    norm2.resize(N * d);
+  }
   rstd1.resize(N);
-  norm2.resize(N * d);
   rstd2.resize(N);
 }
 
 int64_t Layout::ReplicatedNorms::bytes() const {
   return static_cast<int64_t>(norm1.size() + rstd1.size() + norm2.size() + rstd2.size()) *
-         static_cast<int64_t>(sizeof(float));
+             static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(norm1_16.size() + norm2_16.size()) *
+             static_cast<int64_t>(sizeof(bf16_t));
 }
 
 Layout::Norm Layout::norm_of(int64_t layer, const Group& g, ReplicatedNorms& kept) const {
   const BlockWeights& w = blocks_[layer];
-  return g.index == kQkv.index ? Norm{w.norm1, w.dnorm1, kept.norm1.data(), kept.rstd1.data()}
-                               : Norm{w.norm2, w.dnorm2, kept.norm2.data(), kept.rstd2.data()};
+  return g.index == kQkv.index
+             ? Norm{w.norm1, w.dnorm1, kept.norm1.data(), kept.rstd1.data(), kept.norm1_16.data()}
+             : Norm{w.norm2, w.dnorm2, kept.norm2.data(), kept.rstd2.data(), kept.norm2_16.data()};
+}
+
+GemmInput Layout::replicated_norm_forward(const Norm& n, const float* x) {
+  const int64_t N = batch_ * seq_len_, d = config_.d_model;
+  if (compute_ == DType::bf16)
+    rmsnorm_forward_bf16(x, d, n.gamma, N, d, config_.rms_eps, n.out16, d, n.rstd);
+  else
+    rmsnorm_forward(x, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
+  return replicated_norm_output(n);
+}
+
+GemmInput Layout::replicated_norm_output(const Norm& n) const {
+  const int64_t d = config_.d_model;
+  return compute_ == DType::bf16 ? GemmInput(nullptr, n.out16, d) : GemmInput(n.out, d);
 }
 
 void Layout::group_replay(int64_t, const Group&, GemmInput, std::initializer_list<float*>) {

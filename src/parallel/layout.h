@@ -245,10 +245,12 @@ class Layout {
   virtual int64_t group_total_bytes() const = 0;  // every slot and work area
 
   // The block norms of a layout whose residual is whole on every rank (dense-tp, naive-tp): run
-  // replicated, each keeping its output (the GEMM input) and per-token 1/rms per slot.
+  // replicated, each keeping its output (the GEMM input; in bf16 training kept in bf16 only, as
+  // only the GEMMs read it) and per-token 1/rms per slot.
   struct ReplicatedNorms {
     Buffer<float> norm1, rstd1, norm2, rstd2;
-    void allocate(int64_t N, int64_t d);
+    Buffer<bf16_t> norm1_16, norm2_16;  // bf16 training
+    void allocate(int64_t N, int64_t d, DType compute);
     int64_t bytes() const;
   };
   struct Norm {
@@ -256,9 +258,14 @@ class Layout {
     float* dgamma;
     float* out;
     float* rstd;
+    bf16_t* out16 = nullptr;  // the output kept in bf16 instead of out (replicated norms)
   };
   // Normed group g's norm in block `layer`, its kept state in `kept`.
   Norm norm_of(int64_t layer, const Group& g, ReplicatedNorms& kept) const;
+  // A replicated norm over x [N, d]: its output as its group's GEMM input, and that kept output
+  // again for backward.
+  GemmInput replicated_norm_forward(const Norm& n, const float* x);
+  GemmInput replicated_norm_output(const Norm& n) const;
 
   const ModelConfig& config_;
   Communicator& tp_;

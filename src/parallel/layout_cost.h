@@ -54,9 +54,9 @@ class LayoutCost {
   virtual int64_t lowrank_area_elements(const BlockSetting& s) const;
   // Parameter elements of one block on one TP rank.
   virtual int64_t block_param_elements(const ModelConfig& config, int tp) const = 0;
-  // Columns per token of a block's slot that bf16 training keeps in bf16 (Layout::BlockActs):
-  // q | k | v, the attention output and gate | up at the widths one rank computes — its 1/t of the
-  // heads and of d_ff by default.
+  // Columns per token of a block's slot that bf16 training keeps in bf16 (Layout::BlockActs, and
+  // a layout's replicated norms' outputs): q | k | v, the attention output and gate | up at the
+  // widths one rank computes — its 1/t of the heads and of d_ff by default.
   virtual int64_t bf16_kept_columns(const ModelConfig& config, int tp) const {
     return (2 * config.d_model + 2 * config.kv_dim() + 2 * config.d_ff) / tp;
   }

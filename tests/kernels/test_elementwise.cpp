@@ -59,6 +59,21 @@ TEST(RmsNorm, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(check_gradient(loss, g.data(), dg.data(), D));
 }
 
+// The bf16 form is rmsnorm_forward's output rounded, with the same 1/rms (row strides on both
+// sides).
+TEST(RmsNorm, Bf16FormIsTheRoundedNorm) {
+  const int64_t rows = 5, D = 40, ldx = D + 3, ldy = D + 1;
+  const auto x = random_vector(rows * ldx, 21, 2.0f), g = random_vector(D, 22);
+  std::vector<float> y(rows * ldy), rstd(rows), rstd16(rows);
+  std::vector<bf16_t> y16(rows * ldy);
+  rmsnorm_forward(x.data(), ldx, g.data(), rows, D, 1e-6f, y.data(), ldy, rstd.data());
+  rmsnorm_forward_bf16(x.data(), ldx, g.data(), rows, D, 1e-6f, y16.data(), ldy, rstd16.data());
+  EXPECT_EQ(rstd16, rstd);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < D; ++j)
+      ASSERT_EQ(y16[r * ldy + j], float_to_bf16(y[r * ldy + j])) << r << "," << j;
+}
+
 TEST(Rope, MatchesRotateHalfDefinition) {
   const int64_t B = 1, T = 5, H = 2, hd = 8;
   auto x = random_vector(B * T * H * hd, 1);

@@ -48,6 +48,25 @@ void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t ro
   rmsnorm_apply(x, ldx, gamma, rstd, rows, D, y, ldy);
 }
 
+void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
+                          float eps, bf16_t* y, int64_t ldy, float* rstd) {
+  rmsnorm_partial_sum_squares(x, ldx, rows, D, rstd);
+  rmsnorm_rstd(rstd, rows, D, eps, rstd);
+  BOOSTLM_PHASE("rmsnorm");
+#pragma omp parallel
+  {
+    std::vector<float> row(D);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * ldx;
+      const float s = rstd[r];
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) row[j] = xr[j] * s * gamma[j];
+      cpu::round_row_bf16(row.data(), D, y + r * ldy);
+    }
+  }
+}
+
 void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                                   const float* gamma, int64_t rows, int64_t D_local, float* dot) {
   BOOSTLM_PHASE("rmsnorm");

@@ -45,8 +45,7 @@ class DenseTp final : public Layout {
       return;
     }
     const Norm n = norm(layer, g);
-    rmsnorm_forward(x.f32, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
-    const GemmInput in = shared_input(n.out, N, d, rounded_);
+    const GemmInput in = replicated_norm_forward(n, x.f32);
     for (int m = 0; m < g.count; ++m) {
       const ProjectionWeights& p = w.proj[g.first + m];
       dense_projection_forward(p, in, N, y.begin()[m], p.d_out, compute_);
@@ -63,7 +62,7 @@ class DenseTp final : public Layout {
       return;
     }
     const Norm n = norm(layer, g);
-    const GemmInput in = shared_input(n.out, N, d, rounded_);
+    const GemmInput in = replicated_norm_output(n);
     for (int m = 0; m < g.count; ++m) {
       const ProjectionWeights& p = w.proj[g.first + m];
       dense_projection_backward(p, in, N, dy.begin()[m], d_norm_.data(), d, m == 0 ? 0.0f : 1.0f,
@@ -78,7 +77,7 @@ class DenseTp final : public Layout {
     const int64_t d = config_.d_model;
     kept_.clear();
     kept_.resize(slots());
-    for (ReplicatedNorms& k : kept_) k.allocate(N, d);
+    for (ReplicatedNorms& k : kept_) k.allocate(N, d, compute_);
     d_norm_.resize(N * d);
   }
 
@@ -94,7 +93,6 @@ class DenseTp final : public Layout {
 
   std::vector<ReplicatedNorms> kept_;  // per slot
   Buffer<float> d_norm_;
-  Buffer<bf16_t> rounded_;
 };
 
 }  // namespace

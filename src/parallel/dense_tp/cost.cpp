@@ -39,6 +39,11 @@ class DenseTpCost final : public LayoutCost {
     return N * (d + dl + 2 * kvl + dl + hl + d + d + 2 * ffl + 2);
   }
 
+  // The local intermediates, and the two replicated norms' outputs (whole rows).
+  int64_t bf16_kept_columns(const ModelConfig& c, int tp) const override {
+    return LayoutCost::bf16_kept_columns(c, tp) + 2 * c.d_model;
+  }
+
   // Every projection split, the norms replicated.
   int64_t block_param_elements(const ModelConfig& c, int tp) const override {
     return sharded_block_params(c, tp, false);

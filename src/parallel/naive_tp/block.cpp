@@ -48,15 +48,13 @@ class NaiveTp final : public Layout {
   // group first runs the replicated norm.
   void group_forward(int64_t layer, const Group& g, GemmInput x,
                      std::initializer_list<float*> y) override {
-    const int64_t N = batch_ * seq_len_, d = config_.d_model;
     Kept& a = kept_[slot(layer)];
     if (!g.normed) {
       project(layer, g, x, a, y);
       return;
     }
     const Norm n = norm(layer, g);
-    rmsnorm_forward(x.f32, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
-    project(layer, g, shared_input(n.out, N, d, rounded_), a, y);
+    project(layer, g, replicated_norm_forward(n, x.f32), a, y);
   }
 
   // The input gradient from this rank's rank slice is partial: one all-reduce per group (q, k and
@@ -72,7 +70,7 @@ class NaiveTp final : public Layout {
       return;
     }
     const Norm n = norm(layer, g);
-    project_backward(layer, g, shared_input(n.out, N, d, rounded_), a, dy, d_norm_.data());
+    project_backward(layer, g, replicated_norm_output(n), a, dy, d_norm_.data());
     tp_.all_reduce(d_norm_.data(), N * d);
     rmsnorm_backward(d_norm_.data(), d, x.f32, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
                      /*accumulate=*/true);
@@ -89,7 +87,7 @@ class NaiveTp final : public Layout {
         widest = std::max(widest, width);
         a.z[g.index].resize(N * width);
       }
-      a.norms.allocate(N, d);
+      a.norms.allocate(N, d, compute_);
     }
     d_norm_.resize(N * d);
     d_latent_.resize(N * widest);
@@ -173,7 +171,7 @@ class NaiveTp final : public Layout {
 
   std::vector<Kept> kept_;
   Buffer<float> packed_, d_norm_, d_latent_;
-  Buffer<bf16_t> rounded_, rounded_latent_;
+  Buffer<bf16_t> rounded_latent_;
 };
 
 }  // namespace

@@ -54,9 +54,10 @@ class NaiveTpCost final : public LayoutCost {
     return s.tokens * (5 * d + 2 * kv + c.n_heads + 2 * c.d_ff + 2 + latents);
   }
 
-  // Attention and SwiGLU run replicated, over all heads and all of d_ff.
+  // Attention and SwiGLU run replicated, over all heads and all of d_ff; the two replicated norms'
+  // outputs too.
   int64_t bf16_kept_columns(const ModelConfig& c, int) const override {
-    return 2 * c.d_model + 2 * c.kv_dim() + 2 * c.d_ff;
+    return 2 * c.d_model + 2 * c.kv_dim() + 2 * c.d_ff + 2 * c.d_model;
   }
 
   int64_t block_param_elements(const ModelConfig& c, int tp) const override {
