@@ -10,6 +10,25 @@
 
 namespace boostlm {
 
+namespace {
+
+// Rows computed in fp32 by fill(r, row) into a per-thread buffer of `cols`, each rounded into y
+// (row stride ldy) while it is in cache: a kernel whose output only bf16 GEMMs read.
+template <typename Fill>
+void rounded_rows(int64_t rows, int64_t cols, bf16_t* y, int64_t ldy, Fill fill) {
+#pragma omp parallel
+  {
+    std::vector<float> row(cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      fill(r, row.data());
+      cpu::round_row_bf16(row.data(), cols, y + r * ldy);
+    }
+  }
+}
+
+}  // namespace
+
 void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int64_t D_local,
                                  float* sum_sq) {
   BOOSTLM_PHASE("rmsnorm");
@@ -53,18 +72,12 @@ void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64
   rmsnorm_partial_sum_squares(x, ldx, rows, D, rstd);
   rmsnorm_rstd(rstd, rows, D, eps, rstd);
   BOOSTLM_PHASE("rmsnorm");
-#pragma omp parallel
-  {
-    std::vector<float> row(D);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * ldx;
-      const float s = rstd[r];
+  rounded_rows(rows, D, y, ldy, [&](int64_t r, float* row) {
+    const float* xr = x + r * ldx;
+    const float s = rstd[r];
 #pragma omp simd
-      for (int64_t j = 0; j < D; ++j) row[j] = xr[j] * s * gamma[j];
-      cpu::round_row_bf16(row.data(), D, y + r * ldy);
-    }
-  }
+    for (int64_t j = 0; j < D; ++j) row[j] = xr[j] * s * gamma[j];
+  });
 }
 
 void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
@@ -147,24 +160,18 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
 void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
                             int64_t D, float eps, bf16_t* out) {
   BOOSTLM_PHASE("rmsnorm");
-#pragma omp parallel
-  {
-    std::vector<float> row(D);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * D;
-      float s = 1.0f;
-      if (sum_sq) {
-        float sum = 0.0f;
+  rounded_rows(rows, D, out, D, [&](int64_t r, float* row) {
+    const float* xr = x + r * D;
+    float s = 1.0f;
+    if (sum_sq) {
+      float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < D; ++j) sum += xr[j] * xr[j];
-        sum_sq[r] = sum;
-        s = 1.0f / std::sqrt(sum / D + eps);
-      }
-      for (int64_t j = 0; j < D; ++j) row[j] = xr[j] * gamma[j] * s;
-      cpu::round_row_bf16(row.data(), D, out + r * D);
+      for (int64_t j = 0; j < D; ++j) sum += xr[j] * xr[j];
+      sum_sq[r] = sum;
+      s = 1.0f / std::sqrt(sum / D + eps);
     }
-  }
+    for (int64_t j = 0; j < D; ++j) row[j] = xr[j] * gamma[j] * s;
+  });
 }
 
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
@@ -196,16 +203,10 @@ void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t w
 
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, bf16_t* z, int64_t ldz) {
-#pragma omp parallel
-  {
-    std::vector<float> row(width);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float s = rstd ? rstd[r] : 1.0f;
-      for (int64_t c = 0; c < width; ++c) row[c] = summed[r * ld + c] * s;
-      cpu::round_row_bf16(row.data(), width, z + r * ldz);
-    }
-  }
+  rounded_rows(rows, width, z, ldz, [&](int64_t r, float* row) {
+    const float s = rstd ? rstd[r] : 1.0f;
+    for (int64_t c = 0; c < width; ++c) row[c] = summed[r * ld + c] * s;
+  });
 }
 
 namespace {
