@@ -178,6 +178,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     r.variant = find_variant(name);
     if (r.variant.options.overlap_chunks > 1) r.variant.options.overlap_chunks = o.overlap_chunks;
     r.config = layout_traits(r.variant.layout).low_rank ? low_rank : dense;
+    r.model_flops = model_flops(r.config, o.batch, o.seq_len).training();
     check_options(r.variant.layout, r.variant.options);
     tp.barrier();
     const int64_t heap_before = heap_live_bytes();
@@ -221,8 +222,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
       const double dt = now_s() - t0;
       if (rep < o.warmup) continue;
       run.step_s.push_back(dt);
-      run.mfu_now.push_back(model_flops(run.result.config, o.batch, o.seq_len).training() / dt /
-                            (probe * 1e9));
+      run.mfu_now.push_back(run.result.model_flops / dt / (probe * 1e9));
       run.comm_s.push_back(phase_seconds("comm"));
       run.hidden_s.push_back(phase_seconds("comm_hidden"));
       run.blocks_s.push_back(phase_seconds("block_forward") + phase_seconds("block_backward"));
@@ -241,7 +241,6 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     r.blocks_ms = median(run.blocks_s) * 1e3;
     r.tokens_per_s = o.batch * o.seq_len / step;
     // Model FLOPs of the step against the GEMM peak of all the ranks that run it.
-    r.model_flops = model_flops(r.config, o.batch, o.seq_len).training();
     r.mfu = r.model_flops / step / (report.peak_gflops * report.tp * 1e9);
     r.mfu_now = median(run.mfu_now);
     report.results.push_back(r);

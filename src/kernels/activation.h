@@ -27,10 +27,8 @@ void swiglu_forward_bf16(const float* g, const float* u, int64_t n, bool gate_ac
                          bf16_t* u_kept, bf16_t* h);
 // h = act(g)·u, rounded, from the kept values (backward's recomputation).
 void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act, bf16_t* h);
-// swiglu_backward from the kept bf16 gate and up (fp32 arithmetic and gradients).
-void swiglu_backward(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act,
-                     float* dg, float* du);
-// The same with the gradients rounded to bf16 as they are computed (only bf16 GEMMs read them).
+// swiglu_backward from the kept bf16 gate and up (fp32 arithmetic), the gradients rounded to bf16
+// as they are computed (only bf16 GEMMs read them).
 void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n,
                           bool gate_act, bf16_t* dg, bf16_t* du);
 // y = silu(x) rounded to bf16 ([rows, cols], contiguous): a latent that only a bf16 GEMM reads.

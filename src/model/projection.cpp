@@ -118,11 +118,18 @@ int64_t elements_after(const T* a, const T* b) {
   return static_cast<int64_t>((to - from) / sizeof(T));
 }
 
+// How many elements b lies after a, in both copies where both operands have them (0: not a
+// whole positive number, or not the same in the two copies).
+int64_t elements_after(const GemmInput& a, const GemmInput& b) {
+  if (!a.f32 || !b.f32) return a.bf16 && b.bf16 ? elements_after(a.bf16, b.bf16) : 0;
+  const int64_t step = elements_after(a.f32, b.f32);
+  if (a.bf16 && b.bf16 && elements_after(a.bf16, b.bf16) != step) return 0;
+  return step;
+}
+
 // The step from member p's B to member q's, which its bf16 copy must share (0: none).
 int64_t weight_step(const ProjectionWeights& p, const ProjectionWeights& q) {
-  const int64_t step = elements_after(p.b, q.b);
-  if (p.b_bf16 && elements_after(p.b_bf16, q.b_bf16) != step) return 0;
-  return step;
+  return elements_after(GemmInput(p.b, p.b_bf16, p.d_out), GemmInput(q.b, q.b_bf16, q.d_out));
 }
 
 // Runs the group's members as strided batches: `steps(j)` gives the member strides from member j
@@ -203,15 +210,6 @@ GemmInput rounded_gradient(GemmInput dy, int64_t N, int64_t cols, DType compute)
   const bf16_t* copy =
       round_gradient_span(dy.f32, dy.f32 + (N - 1) * dy.ld + cols, N * cols, compute);
   return {dy.f32, copy, dy.ld};
-}
-
-// How many elements b lies after a, in both copies where both operands have them (0: not a
-// whole positive number, or not the same in the two copies).
-int64_t elements_after(const GemmInput& a, const GemmInput& b) {
-  if (!a.f32 || !b.f32) return a.bf16 && b.bf16 ? elements_after(a.bf16, b.bf16) : 0;
-  const int64_t step = elements_after(a.f32, b.f32);
-  if (a.bf16 && b.bf16 && elements_after(a.bf16, b.bf16) != step) return 0;
-  return step;
 }
 
 }  // namespace

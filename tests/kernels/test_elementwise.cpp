@@ -170,7 +170,7 @@ TEST(SwiGlu, Bf16FormsAreTheFp32KernelsOnRoundedValues) {
     std::vector<bf16_t> g16(n), u16(n), h16(n), again(n);
     swiglu_forward_bf16(g.data(), u.data(), n, gate_act, g16.data(), u16.data(), h16.data());
     swiglu_forward_bf16(g16.data(), u16.data(), n, gate_act, again.data());
-    std::vector<float> gr(n), ur(n), h(n), dg(n), du(n), dg16(n), du16(n);
+    std::vector<float> gr(n), ur(n), h(n), dg(n), du(n);
     std::vector<bf16_t> dg_rounded(n), du_rounded(n);
     swiglu_backward_bf16(dh.data(), g16.data(), u16.data(), n, gate_act, dg_rounded.data(),
                          du_rounded.data());
@@ -182,12 +182,9 @@ TEST(SwiGlu, Bf16FormsAreTheFp32KernelsOnRoundedValues) {
     }
     swiglu_forward(gr.data(), ur.data(), n, gate_act, h.data());
     swiglu_backward(dh.data(), gr.data(), ur.data(), n, gate_act, dg.data(), du.data());
-    swiglu_backward(dh.data(), g16.data(), u16.data(), n, gate_act, dg16.data(), du16.data());
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(h16[i], float_to_bf16(h[i])) << i;
       ASSERT_EQ(again[i], h16[i]) << i;
-      ASSERT_EQ(dg16[i], dg[i]) << i;
-      ASSERT_EQ(du16[i], du[i]) << i;
       ASSERT_EQ(dg_rounded[i], float_to_bf16(dg[i])) << i;
       ASSERT_EQ(du_rounded[i], float_to_bf16(du[i])) << i;
     }

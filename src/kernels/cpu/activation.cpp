@@ -10,23 +10,17 @@ namespace boostlm {
 namespace {
 
 using cpu::sigmoid_vec;
+using cpu::to_float;
 
 // Element-wise loops over contiguous runs, written as plain functions over a range so the compiler
 // vectorises them (OpenMP's combined `parallel for simd` over strided rows defeated it).
 constexpr int64_t kChunk = 4096;
 
-inline float widen(float x) {
-  return x;
-}
-inline float widen(bf16_t x) {
-  return bf16_to_float(x);
-}
-
 template <typename In>
 inline void silu_run(const In* x, float* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float xi = widen(x[i]);
+    const float xi = to_float(x[i]);
     y[i] = xi * sigmoid_vec(xi);
   }
 }
@@ -35,7 +29,7 @@ template <typename In>
 inline void silu_grad_run(const float* dy, const In* x, float* dx, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float xi = widen(x[i]), s = sigmoid_vec(xi);
+    const float xi = to_float(x[i]), s = sigmoid_vec(xi);
     dx[i] = dy[i] * s * (1.0f + xi * (1.0f - s));
   }
 }
@@ -82,12 +76,12 @@ inline void swiglu_run(const In* g, const In* u, int64_t n, bool gate_act, float
   if (gate_act) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-      const float gi = widen(g[i]);
-      h[i] = gi * sigmoid_vec(gi) * widen(u[i]);
+      const float gi = to_float(g[i]);
+      h[i] = gi * sigmoid_vec(gi) * to_float(u[i]);
     }
   } else {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) h[i] = widen(g[i]) * widen(u[i]);
+    for (int64_t i = 0; i < n; ++i) h[i] = to_float(g[i]) * to_float(u[i]);
   }
 }
 
@@ -97,14 +91,14 @@ inline void swiglu_grad_run(const float* dh, const In* g, const In* u, int64_t n
   if (gate_act) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-      const float gi = widen(g[i]), ui = widen(u[i]), s = sigmoid_vec(gi);
+      const float gi = to_float(g[i]), ui = to_float(u[i]), s = sigmoid_vec(gi);
       dg[i] = dh[i] * ui * s * (1.0f + gi * (1.0f - s));
       du[i] = dh[i] * gi * s;
     }
   } else {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-      const float gi = widen(g[i]), ui = widen(u[i]);
+      const float gi = to_float(g[i]), ui = to_float(u[i]);
       dg[i] = dh[i] * ui;
       du[i] = dh[i] * gi;
     }
@@ -152,14 +146,6 @@ void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_
     float values[kChunk];
     swiglu_run(g + i, u + i, count, gate_act, values);
     cpu::round_row_bf16(values, count, h + i);
-  });
-}
-
-void swiglu_backward(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act,
-                     float* dg, float* du) {
-  BOOSTLM_PHASE("activation");
-  for_each_chunk(n, [&](int64_t i, int64_t count) {
-    swiglu_grad_run(dh + i, g + i, u + i, count, gate_act, dg + i, du + i);
   });
 }
 

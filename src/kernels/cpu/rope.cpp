@@ -44,23 +44,19 @@ inline void rotate_row(float* row, int64_t heads, int64_t hd, const float* c, co
   }
 }
 
+// Every row of x [B·T, heads·hd] (token n at position n % T); with `out`, each rotated row is also
+// rounded into out (row stride ldo) while it is in cache.
 template <int Sign>
-void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table) {
+void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,
+            bf16_t* out = nullptr, int64_t ldo = 0) {
   BOOSTLM_ASSERT(T <= table.max_pos);
   const int64_t hd = table.head_dim, half = hd / 2;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < B * T; ++n) {
-    const float* c = table.cos.data() + (n % T) * half;
-    const float* s = table.sin.data() + (n % T) * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + n * ld + h * hd;
-#pragma omp simd
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half];
-        v[i] = a * c[i] - Sign * b * s[i];
-        v[i + half] = b * c[i] + Sign * a * s[i];
-      }
-    }
+    const int64_t p = n % T;
+    float* row = x + n * ld;
+    rotate_row<Sign>(row, heads, hd, table.cos.data() + p * half, table.sin.data() + p * half);
+    if (out) cpu::round_row_bf16(row, heads * hd, out + n * ldo);
   }
 }
 }  // namespace
@@ -78,31 +74,15 @@ void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const Ro
     rotate_row<1>(x + i * ld, heads, t.head_dim, t.cos.data() + p * half, t.sin.data() + p * half);
   }
 }
-namespace {
-template <int Sign>
-void rotate_and_round(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t,
-                      bf16_t* out, int64_t ldo) {
-  BOOSTLM_ASSERT(T <= t.max_pos);
-  const int64_t hd = t.head_dim, half = hd / 2;
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < B * T; ++n) {
-    const int64_t p = n % T;
-    float* row = x + n * ld;
-    rotate_row<Sign>(row, heads, hd, t.cos.data() + p * half, t.sin.data() + p * half);
-    cpu::round_row_bf16(row, heads * hd, out + n * ldo);  // while the row is in cache
-  }
-}
-}  // namespace
-
 void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
                        const RopeTable& t, bf16_t* out, int64_t ldo) {
   BOOSTLM_PHASE("rope");
-  rotate_and_round<1>(x, ld, B, T, heads, t, out, ldo);
+  rotate<1>(x, ld, B, T, heads, t, out, ldo);
 }
 void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                         const RopeTable& t, bf16_t* out, int64_t ldo) {
   BOOSTLM_PHASE("rope");
-  rotate_and_round<-1>(dx, ld, B, T, heads, t, out, ldo);
+  rotate<-1>(dx, ld, B, T, heads, t, out, ldo);
 }
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
   BOOSTLM_PHASE("rope");

@@ -172,19 +172,15 @@ class Btp final : public Layout {
     for (const auto& z : a.z16) n16 += z.size();
     return n * static_cast<int64_t>(sizeof(float)) + n16 * static_cast<int64_t>(sizeof(bf16_t));
   }
-  // Group g's kept latents as GEMM input (z, or σ(z) for cola), and f(z) on them, fp32 or bf16.
+  // f(z) on group g's kept latents, fp32 or bf16; and those latents as GEMM input (z, or σ(z)
+  // for cola).
+  template <typename F>
+  auto with_latents(Kept& a, const Group& g, F f) {
+    return compute_ == DType::bf16 ? f(a.z16[g.index].data()) : f(a.z[g.index].data());
+  }
   GemmInput latent_of(ProjectionGroup group, Kept& a, const Group& g) {
     const int64_t N = batch_ * seq_len_;
-    if (compute_ == DType::bf16)
-      return latent_input(group, a.z16[g.index].data(), N, rounded_latent_);
-    return latent_input(group, a.z[g.index].data(), N, rounded_latent_);
-  }
-  template <typename F>
-  void with_latents(Kept& a, const Group& g, F f) {
-    if (compute_ == DType::bf16)
-      f(a.z16[g.index].data());
-    else
-      f(a.z[g.index].data());
+    return with_latents(a, g, [&](auto* z) { return latent_input(group, z, N, rounded_latent_); });
   }
   static int64_t bytes_of(const Rebuilt& r) {
     const int64_t n = r.norm1.size() + r.norm2.size();
