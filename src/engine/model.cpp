@@ -32,6 +32,10 @@ void take_columns(const float* full, int64_t ld, int64_t N, int64_t c, int rank,
   copy_columns(full + rank * c, ld, N, c, local, c);
 }
 
+// Vocabulary rows per ∂W GEMM of the bf16 head: its plain copy of the transposed gradient is
+// this many rows of the chunk (4 MB at 512 rows), not the chunk's whole vocabulary.
+constexpr int64_t kHeadGradientSlice = 4096;
+
 }  // namespace
 
 Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind> layout,
@@ -140,7 +144,6 @@ void Model::prepare(int64_t B, int64_t T) {
   d_full_.resize(N * d);
   const int64_t chunk = logits_chunk_rows(vocab_rows_, N);
   logits_.resize(chunk * vocab_rows_);
-  if (compute_ == DType::bf16) logits_bf16_.resize(chunk * vocab_rows_);
   row_max_.resize(chunk);
   ce_stats_.resize(2 * chunk);
   ce_lse_.resize(N);
@@ -240,8 +243,11 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   const GemmInput x_all = rounded_input(compute_, norm_final_.data(), N, d, norm_final_bf16_);
   const GemmInput w_head(weights_.view(head), rounded_weights().at(head.offset), d);
   const float scale = grad_scale / static_cast<float>(N);
-  // In bf16 the cross-entropy writes the gradient's rounded copy itself, for both GEMMs below.
-  bf16_t* dlogits_bf16 = compute_ == DType::bf16 ? logits_bf16_.data() : nullptr;
+  // In bf16 the cross-entropy writes the gradient rounded over the chunk's own logits (row stride
+  // 2V in bf16 values), which both GEMMs below read: no second [chunk, V] buffer.
+  const bool bf16 = compute_ == DType::bf16;
+  bf16_t* dlogits_bf16 = bf16 ? bf16_over(logits_.data()) : nullptr;
+  const int64_t ldg = 2 * V;
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
     const GemmInput x(x_all.f32 + r0 * d, x_all.bf16 ? x_all.bf16 + r0 * d : nullptr, d);
@@ -249,7 +255,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
     if (t == 1) {
       if (backward) {
         cross_entropy_forward_backward(logits_.data(), V, targets + r0, rows, V, scale,
-                                       losses_.data() + r0, dlogits_bf16);
+                                       losses_.data() + r0, dlogits_bf16, ldg);
       } else {
         cross_entropy_forward(logits_.data(), V, targets + r0, rows, V, losses_.data() + r0,
                               ce_lse_.data() + r0);
@@ -265,11 +271,17 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
                                losses_.data() + r0);
       if (backward)
         cross_entropy_shard_backward(logits_.data(), V, targets + r0, rows, V, vocab_begin_,
-                                     ce_lse_.data() + r0, scale, dlogits_bf16);
+                                     ce_lse_.data() + r0, scale, dlogits_bf16, ldg);
     }
     if (!backward) continue;
-    const GemmInput dlogits(logits_.data(), dlogits_bf16, V);
-    gemm(Trans::T, Trans::N, V, d, rows, 1.0f, dlogits, x, 1.0f, grads_.view(head), d, compute_);
+    const GemmInput dlogits =
+        bf16 ? GemmInput(nullptr, dlogits_bf16, ldg) : GemmInput(logits_.data(), V);
+    // ∂W = dlogitsᵀ·x. In bf16 gemm() copies a transposed operand plain, so this runs in slices of
+    // the vocabulary, each copy a fraction of the chunk's.
+    const int64_t slice = bf16 ? kHeadGradientSlice : V;
+    for (int64_t v0 = 0; v0 < V; v0 += slice)
+      gemm(Trans::T, Trans::N, std::min(slice, V - v0), d, rows, 1.0f, dlogits.at(v0), x, 1.0f,
+           grads_.view(head) + v0 * d, d, compute_);
     gemm(Trans::N, Trans::N, rows, d, V, 1.0f, dlogits, w_head, 0.0f, d_full_.data() + r0 * d, d,
          compute_);
     tp_->all_reduce(d_full_.data() + r0 * d, rows * d);  // each rank's vocab slice contributes

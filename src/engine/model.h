@@ -166,7 +166,7 @@ class Model {
   int64_t layers() const { return last_layer_ - first_layer_; }
   Buffer<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, d_full_, logits_, row_max_,
       ce_stats_, ce_lse_, losses_;
-  Buffer<bf16_t> norm_final_bf16_, logits_bf16_;
+  Buffer<bf16_t> norm_final_bf16_;
 };
 
 }  // namespace boostlm

@@ -19,11 +19,18 @@ void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targ
 
 // Training: both in one sweep. Returns losses[r] and overwrites logits with
 // scale · (softmax(logits) − onehot(targets)). With `grad_bf16` the gradient is also written
-// rounded to bf16 (row stride V) in the same sweep, each row while it is in cache: the head's
-// bf16 GEMMs read it without a rounding pass over the [rows, V] chunk.
+// rounded to bf16 (row stride ldg, V when 0) in the same sweep, each row while it is in cache: the
+// head's bf16 GEMMs read it without a rounding pass over the [rows, V] chunk. grad_bf16 may be the
+// logits' own storage (`bf16_over(logits)`, ldg = 2·ld): each row's bf16 values then fill the
+// first half of its bytes, and its fp32 values are gone.
 void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                                     int64_t V, float scale, float* losses,
-                                    bf16_t* grad_bf16 = nullptr);
+                                    bf16_t* grad_bf16 = nullptr, int64_t ldg = 0);
+
+// The logits' storage as the bf16 gradient written over it (see above).
+inline bf16_t* bf16_over(float* logits) {
+  return reinterpret_cast<bf16_t*>(logits);
+}
 
 // Vocab-parallel pieces (Megatron's parallel cross-entropy): this rank holds the logits of vocab
 // columns [vocab_begin, vocab_begin + V_local). The caller all-reduces between the steps, so the
@@ -37,10 +44,11 @@ void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* t
                                int64_t rows, int64_t V_local, int64_t vocab_begin,
                                const float* row_max, float* stats);
 // In place: logits become scale · (exp(logit − lse) − onehot) on this rank's columns; with
-// `grad_bf16` also rounded to bf16 (row stride V_local), as cross_entropy_forward_backward.
+// `grad_bf16` also rounded to bf16 (row stride ldg, V_local when 0; `bf16_over(logits)` too), as
+// cross_entropy_forward_backward.
 void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                                   int64_t V_local, int64_t vocab_begin, const float* lse,
-                                  float scale, bf16_t* grad_bf16 = nullptr);
+                                  float scale, bf16_t* grad_bf16 = nullptr, int64_t ldg = 0);
 
 // With the all-reduced max and stats: lse[r] = row_max[r] + log(stats[2r]) and
 // losses[r] = lse[r] − stats[2r+1].

@@ -406,5 +406,34 @@ TEST(CrossEntropy, Bf16GradientIsTheRoundedFp32Gradient) {
     }
 }
 
+// Written over the logits themselves (the head's bf16 training: no second [rows, V] buffer), the
+// bf16 gradient is the same, row r at r·2·ld in bf16 elements; so for the shard version.
+TEST(CrossEntropy, Bf16GradientOverTheLogitsIsTheSame) {
+  const int64_t rows = 4, V = 301;
+  const auto logits = testing::random_vector(rows * V, 7, 5.0f);
+  const std::vector<int32_t> targets = {0, 300, 17, 150};
+  std::vector<float> plain = logits, over = logits, losses(rows), over_losses(rows);
+  cross_entropy_forward_backward(plain.data(), V, targets.data(), rows, V, 0.5f, losses.data());
+  cross_entropy_forward_backward(over.data(), V, targets.data(), rows, V, 0.5f, over_losses.data(),
+                                 bf16_over(over.data()), 2 * V);
+  const bf16_t* grad16 = bf16_over(over.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(over_losses[r], losses[r]);
+    for (int64_t j = 0; j < V; ++j)
+      ASSERT_EQ(grad16[r * 2 * V + j], float_to_bf16(plain[r * V + j])) << r << " " << j;
+  }
+  std::vector<float> lse(rows), shard_plain = logits, shard = logits;
+  cross_entropy_forward(logits.data(), V, targets.data(), rows, V, losses.data(), lse.data());
+  const int64_t begin = 100, width = V - begin;
+  cross_entropy_shard_backward(shard_plain.data() + begin, V, targets.data(), rows, width, begin,
+                               lse.data(), 0.5f);
+  cross_entropy_shard_backward(shard.data() + begin, V, targets.data(), rows, width, begin,
+                               lse.data(), 0.5f, bf16_over(shard.data() + begin), 2 * V);
+  const bf16_t* shard16 = bf16_over(shard.data() + begin);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j)
+      ASSERT_EQ(shard16[r * 2 * V + j], float_to_bf16(shard_plain[r * V + begin + j]));
+}
+
 }  // namespace
 }  // namespace boostlm

@@ -42,7 +42,9 @@ void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targ
 }
 
 void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
-                                    int64_t V, float scale, float* losses, bf16_t* grad_bf16) {
+                                    int64_t V, float scale, float* losses, bf16_t* grad_bf16,
+                                    int64_t ldg) {
+  if (ldg == 0) ldg = V;
   BOOSTLM_PHASE("cross_entropy");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -64,7 +66,7 @@ void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* ta
 #pragma omp simd
     for (int64_t j = 0; j < V; ++j) row[j] *= factor;
     row[targets[r]] -= scale;
-    if (grad_bf16) cpu::round_row_bf16(row, V, grad_bf16 + r * V);
+    if (grad_bf16) cpu::round_row_bf16(row, V, grad_bf16 + r * ldg);
   }
 }
 
@@ -100,8 +102,9 @@ void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* t
 
 void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                                   int64_t V_local, int64_t vocab_begin, const float* lse,
-                                  float scale, bf16_t* grad_bf16) {
+                                  float scale, bf16_t* grad_bf16, int64_t ldg) {
   BOOSTLM_PHASE("cross_entropy");
+  if (ldg == 0) ldg = V_local;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* row = logits + r * ld;
@@ -110,7 +113,7 @@ void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targ
     for (int64_t j = 0; j < V_local; ++j) row[j] = scale * cpu::exp_vec(row[j] - m);
     const int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
     if (t >= 0 && t < V_local) row[t] -= scale;
-    if (grad_bf16) cpu::round_row_bf16(row, V_local, grad_bf16 + r * V_local);
+    if (grad_bf16) cpu::round_row_bf16(row, V_local, grad_bf16 + r * ldg);
   }
 }
 

@@ -45,7 +45,9 @@ inline float sigmoid_vec(float x) {
 
 // n values rounded to bf16 (to nearest even, as float_to_bf16): one instruction per 16 values on
 // CPUs with AVX512-BF16. Kernels that produce a GEMM's bf16 input call it on each row while the
-// row is still in cache, instead of a separate rounding pass over memory.
+// row is still in cache, instead of a separate rounding pass over memory. `out` may be `in`'s own
+// storage (the row rounded over itself, into the first half of its bytes): every value is read
+// before the bytes it occupies are written.
 inline void round_row_bf16(const float* in, int64_t n, bf16_t* out) {
   int64_t c = 0;
 #ifdef __AVX512BF16__
