@@ -137,13 +137,30 @@ void Model::prepare(int64_t B, int64_t T) {
   resid_.resize(micro_slots_ * (layers() + 1));
   for (Buffer<float>& r : resid_) r.resize(N * rc);
   if (options().recompute == Recompute::block) x_scratch_.resize(N * rc);
-  x_full_.resize(N * d);
+  // The whole rows of a hidden-sharded residual (btp): the embedding's output, the head's input.
+  if (rc != d)
+    x_full_.resize(N * d);
+  else
+    x_full_ = Buffer<float>();
   norm_final_.resize(N * d);
   rstd_final_.resize(N);
   d_resid_.resize(N * rc);
-  d_full_.resize(N * d);
+  // The head's logit chunk and input gradient, and the blocks' work areas (each chunk's its own:
+  // they interleave), are never in use at once: one workspace holds the larger.
   const int64_t chunk = logits_chunk_rows(vocab_rows_, N);
-  logits_.resize(chunk * vocab_rows_);
+  WorkspacePlan head;
+  head.add(logits_, chunk * vocab_rows_);
+  head.add(d_full_, N * d);
+  std::size_t block_bytes = 0;
+  for (int c = 0; c < active_chunks_; ++c) block_bytes += chunks_[c]->work_bytes();
+  workspace_ = Buffer<std::byte>();  // freed before the new one is allocated, not copied
+  workspace_.resize(std::max(head.bytes(), block_bytes));
+  head.bind(workspace_.data());
+  std::byte* at = workspace_.data();
+  for (int c = 0; c < active_chunks_; ++c) {
+    chunks_[c]->bind_work(at);
+    at += chunks_[c]->work_bytes();
+  }
   row_max_.resize(chunk);
   ce_stats_.resize(2 * chunk);
   ce_lse_.resize(N);

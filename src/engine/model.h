@@ -19,6 +19,7 @@
 #include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/param_table.h"
+#include "core/workspace.h"
 #include "model/config.h"
 #include "parallel/layout.h"
 
@@ -164,8 +165,12 @@ class Model {
     return resid_[(micro_ % micro_slots_) * (layers() + 1) + (layer - first_layer_)].data();
   }
   int64_t layers() const { return last_layer_ - first_layer_; }
-  Buffer<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, d_full_, logits_, row_max_,
-      ce_stats_, ce_lse_, losses_;
+  Buffer<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, row_max_, ce_stats_,
+      ce_lse_, losses_;
+  // The head's logit chunk and ∂L/∂(final norm output) (also the embedding's gathered gradient,
+  // after the blocks), or the blocks' work areas.
+  Buffer<std::byte> workspace_;
+  WorkArea<float> logits_, d_full_;
   Buffer<bf16_t> norm_final_bf16_;
 };
 

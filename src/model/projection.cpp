@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 
 #include "core/buffer.h"
@@ -51,6 +52,24 @@ int64_t group_width(ProjectionGroup group) {
 void concatenate_a(ProjectionGroup group, DType compute, ConcatenatedA& out) {
   const int64_t rows = group[0].d_in, cols = group_width(group);
   out.width = cols;
+  // In bf16 the GEMMs read only the rounded concatenation: built from the members' own rounded
+  // copies (exact), with no fp32 one.
+  const bool from_bf16 =
+      compute == DType::bf16 &&
+      std::all_of(group.begin(), group.end(), [](const ProjectionWeights& p) { return p.a_bf16; });
+  if (from_bf16) {
+    out.a = Buffer<float>();
+    out.a_bf16.resize(rows * cols);
+    int64_t c0 = 0;
+    for (const ProjectionWeights& p : group) {
+      BOOSTLM_ASSERT(p.d_in == rows);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(out.a_bf16.data() + r * cols + c0, p.a_bf16 + r * p.rank,
+                    static_cast<size_t>(p.rank) * sizeof(bf16_t));
+      c0 += p.rank;
+    }
+    return;
+  }
   out.a.resize(rows * cols);
   int64_t c0 = 0;
   for (const ProjectionWeights& p : group) {
@@ -264,7 +283,7 @@ void group_up_backward(ProjectionGroup group, GemmInput latent, const GemmInput*
 
 namespace {
 
-// da_scratch: cat->a.size() elements when cat is given, else unused.
+// da_scratch: d_in · Σ rank elements when cat is given, else unused.
 void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
                               const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
                               float dx_beta, float* da_scratch, DType compute) {
@@ -297,7 +316,7 @@ void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, G
 void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
                          const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
                          float dx_beta, Buffer<float>& da_scratch, DType compute) {
-  if (cat) da_scratch.resize(cat->a.size());
+  if (cat) da_scratch.resize(group[0].d_in * cat->width);
   group_down_backward_impl(group, cat, x, dz, lddz, N, dx, lddx, dx_beta, da_scratch.data(),
                            compute);
 }

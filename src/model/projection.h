@@ -71,8 +71,10 @@ using ProjectionGroup = std::span<const ProjectionWeights>;
 
 int64_t group_width(ProjectionGroup group);  // Σ rank
 
-// The group's A factors side by side, [d_in, Σ rank] (with its bf16 rounding in bf16), so the
-// group's down half is one GEMM; rebuilt whenever the weights change.
+// The group's A factors side by side, [d_in, Σ rank], so the group's down half is one GEMM. In
+// bf16 only the rounded concatenation, copied from the members' rounded factors when they have
+// them (else both). Cheap to rebuild (weights, not activations): a layout builds it when a block
+// starts.
 struct ConcatenatedA {
   Buffer<float> a;
   Buffer<bf16_t> a_bf16;

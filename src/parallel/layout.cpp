@@ -63,6 +63,7 @@ void Layout::block_backward(int64_t layer, float* dx) {
   BlockActs& w = intermediates(a);
   const int64_t N = batch_ * seq_len_, ff = widths_.ff, rc = residual_columns();
   const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
+  concatenate_groups(layer);
   // The shared work area still holds the intermediates of the block forward ran last.
   if (recomputes_intermediates() && (work_layer_ != layer || work_micro_ != micro_))
     replay(layer, a);
@@ -238,20 +239,16 @@ void Layout::allocate(int64_t B, int64_t T) {
   work_ = BlockActs{};
   if (recomputes_intermediates()) allocate_intermediates(work_, N);
   work_layer_ = -1;
-  partial_.resize(N * rc);
-  d_qkv_.resize(N * (ql + 2 * kvl));
-  d_attn_.resize(N * ql);
-  d_gate_up_.resize(2 * N * ff);
-  d_hidden_.resize(N * ff);
-  if (compute_ == DType::bf16) {
-    hidden_bf16_.resize(N * ff);
-    d_bf16_.resize(N * std::max(2 * ff, ql + 2 * kvl));
-    hidden_ = Buffer<float>();
-  } else {
-    hidden_.resize(N * ff);
-    hidden_bf16_ = Buffer<bf16_t>();
-    d_bf16_ = Buffer<bf16_t>();
-  }
+  const bool bf16 = compute_ == DType::bf16;
+  work_plan_ = WorkspacePlan();
+  work_plan_.add(partial_, N * rc);
+  work_plan_.add(d_qkv_, N * (ql + 2 * kvl));
+  work_plan_.add(d_attn_, N * ql);
+  work_plan_.add(d_gate_up_, 2 * N * ff);
+  work_plan_.add(d_hidden_, N * ff);
+  work_plan_.add(hidden_, bf16 ? 0 : N * ff);
+  work_plan_.add(hidden_bf16_, bf16 ? N * ff : 0);
+  work_plan_.add(d_bf16_, bf16 ? N * std::max(2 * ff, ql + 2 * kvl) : 0);
   allocate_groups(N);
 }
 
@@ -343,14 +340,15 @@ void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grad
 
 void Layout::concatenate_groups(int64_t layer) {
   if (!options_.grouping || !config_.low_rank()) return;
-  concatenated_.resize(config_.n_layers);
   for (const Group& g : kGroups)
-    if (g.count > 1) concatenate_a(members(layer, g), compute_, concatenated_[layer][g.index]);
+    if (g.count > 1) concatenate_a(members(layer, g), compute_, concatenated_[g.index]);
+  concatenated_layer_ = layer;
 }
 
 const ConcatenatedA* Layout::concatenated(int64_t layer, const Group& g) const {
   if (!options_.grouping || g.count == 1) return nullptr;
-  return &concatenated_[layer][g.index];
+  BOOSTLM_ASSERT_MSG(concatenated_layer_ == layer, "the block did not concatenate its groups");
+  return &concatenated_[g.index];
 }
 
 GemmInput Layout::shared_input(const float* x, int64_t rows, int64_t cols,

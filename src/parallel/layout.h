@@ -17,6 +17,7 @@
 #include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/param_table.h"
+#include "core/workspace.h"
 #include "kernels/gemm.h"
 #include "kernels/rope.h"
 #include "model/config.h"
@@ -127,6 +128,11 @@ class Layout {
     rope_ = make_rope_table(T, config_.head_dim(), config_.rope_theta);
     allocate(B, T);
   }
+  // The work areas prepare() laid out (GEMM outputs, gradients between kernels: nothing that
+  // lives from one block to the next) take work_bytes(); the owner points them into memory it
+  // shares with phases that do not overlap the blocks (the LM head), after every prepare().
+  std::size_t work_bytes() const { return work_plan_.bytes(); }
+  void bind_work(std::byte* base) { work_plan_.bind(base); }
   // Runs block `layer`; x_in must stay alive until its backward (the model owns it). The block is
   // written once, here (layout.cpp): norm → q|k|v → RoPE → attention → o → residual → norm →
   // gate|up → SwiGLU → down → residual; a layout supplies its groups (group_forward/backward).
@@ -276,7 +282,10 @@ class Layout {
   std::vector<BlockWeights> blocks_;
   int64_t batch_ = 0, seq_len_ = 0;
   RopeTable rope_;
-  std::vector<std::array<ConcatenatedA, kGroupsPerBlock>> concatenated_;  // per layer
+  // The grouped A factors of the block running now (forward, replay or backward), concatenated
+  // as it starts: one block's worth, not a copy of every layer's kept from forward to backward.
+  std::array<ConcatenatedA, kGroupsPerBlock> concatenated_;
+  int64_t concatenated_layer_ = -1;
   Buffer<float> concatenated_da_;  // the gradient of a concatenation (scratch)
 
  private:
@@ -318,10 +327,12 @@ class Layout {
   BlockActs work_;
   int64_t work_layer_ = -1;  // the block (and micro-batch) whose intermediates work_ holds
   int work_micro_ = -1;
-  Buffer<float> partial_, d_qkv_, d_attn_, d_gate_up_, d_hidden_;
-  Buffer<float> hidden_, latent_;  // work areas
-  Buffer<bf16_t> hidden_bf16_;
-  Buffer<bf16_t> d_bf16_;  // bf16: the gate|up and then the q|k|v gradients, which only GEMMs read
+  WorkspacePlan work_plan_;
+  WorkArea<float> partial_, d_qkv_, d_attn_, d_gate_up_, d_hidden_, hidden_;
+  WorkArea<bf16_t> hidden_bf16_;
+  WorkArea<bf16_t>
+      d_bf16_;  // bf16: the gate|up and then the q|k|v gradients, which only GEMMs read
+  Buffer<float> latent_;
 };
 
 std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp);

@@ -69,8 +69,10 @@ int64_t recompute_area_elements(const MicroBatchShape& mb) {
 
 int64_t model_activation_elements(const MicroBatchShape& mb) {
   const int64_t N = mb.tokens(), d = mb.config.d_model;
-  // Residual stream at every block boundary, the gathered stream, the final norm and its rstd.
-  return (mb.config.n_layers + 1) * N * residual_columns(mb) + 2 * N * d + N +
+  // Residual stream at every block boundary, the final norm and its rstd, and with a
+  // hidden-sharded residual the gathered stream.
+  const int64_t rc = residual_columns(mb);
+  return (mb.config.n_layers + 1) * N * rc + (rc != d ? 2 : 1) * N * d + N +
          layout_activation_elements(mb);
 }
 
@@ -96,8 +98,9 @@ int64_t workspace_elements(const MicroBatchShape& mb) {
   const int64_t rows = head_chunk_rows(mb);
   // Head: logits chunk, input gradient, per-token loss statistics. Block backward: input, q, k,
   // v, attention and MLP gradients at the layout's local widths (≈ one slot's worth).
+  // The model holds the larger of the two in one workspace.
   const int64_t head = rows * (c.vocab_size / mb.tp) + N * d + 4 * N;
-  return head + N * residual_columns(mb) + block_slot_elements(mb);
+  return std::max(head, N * residual_columns(mb) + block_slot_elements(mb));
 }
 
 }  // namespace boostlm::plan

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/heap.h"
 #include "core/param_table.h"
+#include "core/workspace.h"
 
 namespace boostlm {
 namespace {
@@ -89,6 +90,33 @@ TEST(Buffer, FlatBuffersAreCountedBuffers) {
   FlatBuffer weights(1 << 20);
   EXPECT_TRUE(aligned(weights.data()));
   EXPECT_GE(heap_live_bytes() - before, int64_t{4} << 20);
+}
+
+// Work areas are laid out one after another on whole cache lines, an empty one takes nothing, and
+// bind() points each into the memory given; two plans bound to one block share it.
+TEST(WorkspacePlan, LaysOutAreasOnCacheLinesAndBindsThem) {
+  WorkspacePlan plan;
+  WorkArea<float> a, none, c;
+  WorkArea<bf16_t> b;
+  plan.add(a, 3);     // 12 bytes: one line
+  plan.add(none, 0);  // nothing
+  plan.add(b, 40);    // 80 bytes: two lines
+  plan.add(c, 16);    // 64 bytes: one line
+  EXPECT_EQ(plan.bytes(), 4 * kBufferAlignment);
+  EXPECT_EQ(a.size(), 3u);
+  EXPECT_EQ(a.data(), nullptr);  // not bound yet
+  Buffer<std::byte> memory(plan.bytes());
+  plan.bind(memory.data());
+  EXPECT_EQ(static_cast<void*>(a.data()), memory.data());
+  EXPECT_EQ(none.data(), nullptr);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(static_cast<void*>(b.data()), memory.data() + kBufferAlignment);
+  EXPECT_EQ(static_cast<void*>(c.data()), memory.data() + 3 * kBufferAlignment);
+  WorkspacePlan other;
+  WorkArea<float> shared;
+  other.add(shared, 8);
+  other.bind(memory.data());
+  EXPECT_EQ(shared.data(), a.data());
 }
 
 TEST(Buffer, ImpossibleSizesAreErrors) {
