@@ -107,6 +107,7 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   std::vector<double> step_s, gemm_s, probe_mfu;
   const ModelFlops flops = model_flops(config, B, T);
   float loss = 0;
+  int64_t peak_bytes = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     // This machine's GEMM rate just before the step (a shared virtual machine's speed drifts by up
     // to 2x over tens of seconds): MFU against it is the noise-normalised figure.
@@ -116,9 +117,11 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
       Profile::global().clear();
     }
     const GemmCounters before = gemm_counters();
+    heap_reset_peak();  // the probe's matrices are not the step's
     const double t0 = now_s();
     loss = training_step(pipeline, optimizer, batch, B, T, kBenchLr);
     const double dt = now_s() - t0;
+    peak_bytes = std::max(peak_bytes, heap_peak_bytes() - heap_before);
     if (s == o.warmup) gemm_record_shapes(false);
     if (s >= o.warmup) {
       probe_mfu.push_back(flops.training() / dt / (probe * 1e9));
@@ -128,7 +131,6 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   }
   const std::map<std::string, double> breakdown =
       phase_breakdown(std::accumulate(step_s.begin(), step_s.end(), 0.0), o.steps);
-  const int64_t peak_bytes = heap_peak_bytes() - heap_before;
   const std::string shapes = shape_table(peak);
   const double isolated = replay_gemms(gemm_recorded_shapes(), 3);
   gemm_clear_recorded_shapes();
