@@ -131,7 +131,7 @@ plan::Hardware calibrate(int ranks) {
     std::printf("probe did not run: measuring one device alone; the link is a default\n");
     plan::DeviceMeasurement d = plan::measure_device(threads, nullptr);
     h.device = d.device;
-    h.intra_node = {5e-6, 5e9, 1.0, false};
+    h.intra_node = {5e-6, 5e9, 1.0, false, {}};
     h.sources.push_back("device measured alone (no mpirun): optimistic when ranks share memory");
     h.sources.push_back("intra-node link NOT measured (no mpirun): alpha 5 us, 5 GB/s assumed");
   }
@@ -192,8 +192,8 @@ plan::Hardware calibrate_cluster(const CalibrateOptions& o, std::string& rate) {
       "; inter-node link: " + o.hostfile + " (rate " + rate + "), measured on " + today();
   h.devices_per_node = 1;
   h.solo_device.reset();  // the hosts share this machine's cores: no rank has them all
-  h.inter_node = {probe.at("alpha_s"), probe.at("bandwidth"), 1.0, false};
   const plan::Hardware measured = plan::Hardware::from_json(probe.at("hardware"));
+  h.inter_node = measured.inter_node;  // α–β and the measured points
   h.device = measured.device;
   for (const std::string& source : measured.sources)
     h.sources.push_back("device across the hosts: " + source);

@@ -271,11 +271,12 @@ Link measure_link(Communicator& comm, std::string& note) {
     seconds.push_back(reps[reps.size() / 2]);
   }
   double spread = 0;
-  const Link l = fit_link(bytes, seconds, factor * (1 << 20), spread);
+  Link l = fit_link(bytes, seconds, factor * (1 << 20), spread);
+  for (size_t i = 0; i < bytes.size(); ++i) l.measured.emplace_back(bytes[i], seconds[i]);
   std::ostringstream os;
   os << "MPI all-reduce over " << comm.size() << " ranks, 1 KiB..64 MiB, median of repetitions; "
      << "alpha from 1 KiB, beta the geometric mean over 1..64 MiB (spread " << percent(spread)
-     << "); us per call:";
+     << "), the planner prices calls from these points; us per call:";
   for (double s : seconds) os << " " << static_cast<int>(s * 1e6);
   note = os.str();
   return l;

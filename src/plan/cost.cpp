@@ -73,8 +73,11 @@ double ring_factor(Collective kind, int group) {
 double collective_seconds(const Link& link, Collective kind, int64_t calls, double bytes, int group,
                           int flows) {
   if (calls == 0 || group < 2) return 0;
-  const double bandwidth = link.bandwidth * link.efficiency / (link.shared_by_node ? flows : 1);
-  return calls * link.alpha_s + ring_factor(kind, group) * bytes / bandwidth;
+  // Each call at the step's mean size for its kind; `flows` devices sharing a per-node link
+  // take as long as one sending all their bytes.
+  const double share = link.shared_by_node ? flows : 1;
+  const double wire = ring_factor(kind, group) * bytes / static_cast<double>(calls) * share;
+  return static_cast<double>(calls) * link.call_seconds(wire);
 }
 
 double comm_seconds(const Link& link, const CommCounts& counts, int group, double element_bytes,

@@ -24,7 +24,8 @@ double attention_seconds(const Device& device, DType dtype, const Work& work, in
 // (t−1) for an all-gather (counted per rank), 1 for point-to-point and broadcast.
 double ring_factor(Collective kind, int group);
 // α per call + ring_factor · bytes / (bandwidth · efficiency / flows), where `flows` devices share
-// a per-node link (1 for a per-device link).
+// a per-node link (1 for a per-device link); on a measured link (Link::measured) each call costs
+// what the measurement gives for the calls' mean size on the wire.
 double collective_seconds(const Link& link, Collective kind, int64_t calls, double bytes, int group,
                           int flows = 1);
 // All kinds of `counts` (as the engine counts them, 4 bytes per element) sent at

@@ -1,5 +1,6 @@
 #include "plan/hardware.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -87,17 +88,54 @@ Link link_from_json(const json& j, const std::string& where) {
   l.bandwidth = positive(j, "gbytes_per_s", where) * 1e9;
   l.efficiency = fraction(j, "efficiency", where);
   l.shared_by_node = j.value("shared_by_node", false);
+  if (j.contains("measured")) {
+    // [[bytes on the wire per call, microseconds per call], ...], ascending in bytes.
+    const json& m = j.at("measured");
+    if (!m.is_array()) throw error("hardware: ", where, ".measured must be an array");
+    for (const json& point : m) {
+      if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
+          !point[1].is_number() || !(point[0].get<double>() > 0) || !(point[1].get<double>() > 0))
+        throw error("hardware: ", where,
+                    ".measured holds [bytes, microseconds] pairs of positive numbers, not ",
+                    point.dump());
+      const double bytes = point[0].get<double>();
+      if (!l.measured.empty() && bytes <= l.measured.back().first)
+        throw error("hardware: ", where, ".measured must ascend in bytes (", bytes, " after ",
+                    l.measured.back().first, ")");
+      l.measured.emplace_back(bytes, point[1].get<double>() * 1e-6);
+    }
+  }
   return l;
 }
 
 json link_to_json(const Link& l) {
-  return {{"alpha_us", l.alpha_s * 1e6},
-          {"gbytes_per_s", l.bandwidth / 1e9},
-          {"efficiency", l.efficiency},
-          {"shared_by_node", l.shared_by_node}};
+  json j = {{"alpha_us", l.alpha_s * 1e6},
+            {"gbytes_per_s", l.bandwidth / 1e9},
+            {"efficiency", l.efficiency},
+            {"shared_by_node", l.shared_by_node}};
+  if (!l.measured.empty()) {
+    json m = json::array();
+    for (const auto& [bytes, seconds] : l.measured) m.push_back({bytes, seconds * 1e6});
+    j["measured"] = m;
+  }
+  return j;
 }
 
 }  // namespace
+
+double Link::call_seconds(double wire_bytes) const {
+  if (measured.empty()) return alpha_s + wire_bytes / (bandwidth * efficiency);
+  const double bytes = wire_bytes / efficiency;
+  if (bytes <= measured.front().first) return measured.front().second;  // latency-bound
+  if (bytes >= measured.back().first)
+    return measured.back().second * bytes / measured.back().first;  // bandwidth-bound
+  size_t i = 1;
+  while (measured[i].first < bytes) ++i;
+  const auto [b0, t0] = measured[i - 1];
+  const auto [b1, t1] = measured[i];
+  const double f = std::log(bytes / b0) / std::log(b1 / b0);
+  return t0 * std::pow(t1 / t0, f);
+}
 
 const GemmCurve& Device::curve(DType dtype) const {
   const auto it = gemm.find(dtype);

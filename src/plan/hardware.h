@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -48,6 +49,13 @@ struct Link {
   double bandwidth = 0;  // bytes/s each way per device (per node when shared_by_node)
   double efficiency = 1;
   bool shared_by_node = false;  // one NIC budget for all the node's devices talking at once
+  // A measured link (boostlm calibrate): seconds per call against bytes on the wire per call
+  // (ring-scaled), ascending in bytes. When present it prices a call of any size (log-log
+  // between the points, in proportion past the last); α and bandwidth stay as its summary. A
+  // link's rate depends on the message size (slow start, eager and rendezvous protocols, a
+  // shaper's bucket), which one α–β fitted over all sizes misses at the sizes a step sends.
+  std::vector<std::pair<double, double>> measured;
+  double call_seconds(double wire_bytes) const;  // one call of that many bytes on the wire
 };
 
 struct Hardware {

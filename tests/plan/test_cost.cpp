@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "plan/cost.h"
 #include "plan/memory.h"
@@ -24,8 +26,8 @@ Hardware round_hardware() {
   h.device.memory_bandwidth = 1e12;
   h.device.elementwise_efficiency = 0.5;
   h.device.attention_max_efficiency = 0.5;
-  h.intra_node = {10e-6, 100e9, 0.5, false};
-  h.inter_node = {20e-6, 10e9, 1.0, true};
+  h.intra_node = {10e-6, 100e9, 0.5, false, {}};
+  h.inter_node = {20e-6, 10e9, 1.0, true, {}};
   return h;
 }
 
@@ -51,11 +53,11 @@ TEST(PlanCost, CollectivesAreAlphaBetaWithTheRingFactors) {
   EXPECT_DOUBLE_EQ(ring_factor(Collective::all_reduce, 4), 1.5);  // 2(t−1)/t
   EXPECT_DOUBLE_EQ(ring_factor(Collective::reduce_scatter, 4), 0.75);
   EXPECT_DOUBLE_EQ(ring_factor(Collective::all_gather, 4), 3.0);  // counted per rank
-  const Link link{10e-6, 100e9, 0.5, false};
+  const Link link{10e-6, 100e9, 0.5, false, {}};
   EXPECT_DOUBLE_EQ(collective_seconds(link, Collective::all_reduce, 3, 1e9, 8, 8),
                    3 * 10e-6 + 2.0 * 7 / 8 * 1e9 / 50e9);
   EXPECT_DOUBLE_EQ(collective_seconds(link, Collective::all_reduce, 3, 1e9, 1), 0.0);
-  const Link shared{0, 10e9, 1.0, true};  // one NIC for the node: four flows share it
+  const Link shared{0, 10e9, 1.0, true, {}};  // one NIC for the node: four flows share it
   EXPECT_DOUBLE_EQ(collective_seconds(shared, Collective::send, 1, 1e9, 2, 4), 0.4);
   // The engine counts 4 bytes per element; comm_seconds re-prices them at the element width.
   CommCounts counts;
@@ -63,6 +65,33 @@ TEST(PlanCost, CollectivesAreAlphaBetaWithTheRingFactors) {
   counts[Collective::recv] = {5, 1 << 20};  // the other end of a send: not timed twice
   EXPECT_DOUBLE_EQ(comm_seconds(link, counts, 2, 2.0),
                    collective_seconds(link, Collective::all_reduce, 2, 2000, 2));
+}
+
+// A measured link prices each call from its points: exact at a point, log-log between two, in
+// proportion to the bytes past the last, the first point's time below it; α–β is not used.
+TEST(PlanCost, MeasuredLinksPriceCallsFromTheirPoints) {
+  Link link{1.0, 1.0, 1.0, false, {}};  // α–β that would give absurd times
+  link.measured = {{1e3, 20e-6}, {1e6, 1e-3}, {1e7, 20e-3}};
+  EXPECT_DOUBLE_EQ(link.call_seconds(1e6), 1e-3);
+  EXPECT_DOUBLE_EQ(link.call_seconds(100), 20e-6);
+  EXPECT_DOUBLE_EQ(link.call_seconds(4e7), 80e-3);
+  EXPECT_NEAR(link.call_seconds(std::sqrt(1e6 * 1e7)), std::sqrt(1e-3 * 20e-3), 1e-12);
+  // Three all-reduces of 2 MB over 4 ranks: 3 MB on the wire each (2(t−1)/t).
+  EXPECT_NEAR(collective_seconds(link, Collective::all_reduce, 3, 6e6, 4),
+              3 * link.call_seconds(3e6), 1e-15);
+  // Four flows on a shared link: each call as long as one of 4× the bytes.
+  link.shared_by_node = true;
+  EXPECT_NEAR(collective_seconds(link, Collective::send, 1, 1e6, 2, 4), link.call_seconds(4e6),
+              1e-15);
+  // The hardware file keeps the points (microseconds), and rejects unordered ones.
+  Hardware h = round_hardware();
+  h.inter_node = link;
+  const Hardware back = Hardware::from_json(h.to_json());
+  ASSERT_EQ(back.inter_node.measured.size(), 3u);
+  EXPECT_NEAR(back.inter_node.measured[2].second, 20e-3, 1e-12);
+  nlohmann::json bad = h.to_json();
+  bad["links"]["inter_node"]["measured"] = {{1e6, 10.0}, {1e3, 5.0}};
+  EXPECT_THROW(Hardware::from_json(bad), Error);
 }
 
 TEST(PlanCost, ElementwiseAndAttentionUseBandwidthAndTheHeadDimCurve) {
