@@ -131,7 +131,7 @@ plan::Hardware calibrate(int ranks) {
     std::printf("probe did not run: measuring one device alone; the link is a default\n");
     plan::DeviceMeasurement d = plan::measure_device(threads, nullptr);
     h.device = d.device;
-    h.intra_node = {5e-6, 5e9, 1.0, false, {}};
+    h.intra_node = {5e-6, 5e9, 1.0, false, {}, 0};
     h.sources.push_back("device measured alone (no mpirun): optimistic when ranks share memory");
     h.sources.push_back("intra-node link NOT measured (no mpirun): alpha 5 us, 5 GB/s assumed");
   }
@@ -147,8 +147,10 @@ plan::Hardware calibrate(int ranks) {
 void run_link_probe(const std::string& path) {
   ProcessGrid grid(GridShape{mpi_world_size(), 1, 1});
   const plan::DeviceMeasurement device = plan::measure_device(omp_get_max_threads(), &grid.world());
-  std::string note;
-  const plan::Link link = plan::measure_link(grid.world(), note);
+  std::string note, overlap_note;
+  plan::Link link = plan::measure_link(grid.world(), note);
+  link.overlap_cost_s_per_byte = plan::measure_overlap_cost(grid.world(), link, overlap_note);
+  note += "; " + overlap_note;
   if (grid.world().rank() != 0) return;
   const char* rate = std::getenv("BOOSTLM_LINK_RATE");
   plan::Hardware carrier;  // the device in the hardware file's own format

@@ -56,4 +56,11 @@ Link fit_link(const std::vector<double>& bytes, const std::vector<double>& secon
 // α and β of all-reduce over `comm` (every rank calls it); also fills `note`.
 Link measure_link(Communicator& comm, std::string& note);
 
+// Link::overlap_cost_s_per_byte of `link` (measured over `comm` by measure_link), as --tp-overlap
+// meets it: two chunks on a CommOverlap, each alternating a GEMM and an all-reduce small enough to
+// hide behind the other chunk's GEMM, against the same GEMMs alone; the extra time, less the last
+// all-reduce (nothing to hide behind), per byte on the wire. Needs MPI_THREAD_MULTIPLE (0 and a
+// note saying so without it). Every rank calls it; fills `note`.
+double measure_overlap_cost(Communicator& comm, const Link& link, std::string& note);
+
 }  // namespace boostlm::plan

@@ -80,6 +80,17 @@ double collective_seconds(const Link& link, Collective kind, int64_t calls, doub
   return static_cast<double>(calls) * link.call_seconds(wire);
 }
 
+double wire_bytes(const CommCounts& counts, int group, double element_bytes) {
+  if (group < 2) return 0;
+  double bytes = 0;
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    const auto kind = static_cast<Collective>(k);
+    if (kind == Collective::recv) continue;  // the other end of a send
+    bytes += ring_factor(kind, group) * counts[kind].bytes / 4.0 * element_bytes;
+  }
+  return bytes;
+}
+
 double comm_seconds(const Link& link, const CommCounts& counts, int group, double element_bytes,
                     int flows) {
   double s = 0;

@@ -28,6 +28,9 @@ double ring_factor(Collective kind, int group);
 // what the measurement gives for the calls' mean size on the wire.
 double collective_seconds(const Link& link, Collective kind, int64_t calls, double bytes, int group,
                           int flows = 1);
+// Bytes on the wire per rank for all kinds of `counts` (ring factors applied) at `element_bytes`
+// per element.
+double wire_bytes(const CommCounts& counts, int group, double element_bytes);
 // All kinds of `counts` (as the engine counts them, 4 bytes per element) sent at
 // `element_bytes` per element.
 double comm_seconds(const Link& link, const CommCounts& counts, int group, double element_bytes,

@@ -88,6 +88,7 @@ Link link_from_json(const json& j, const std::string& where) {
   l.bandwidth = positive(j, "gbytes_per_s", where) * 1e9;
   l.efficiency = fraction(j, "efficiency", where);
   l.shared_by_node = j.value("shared_by_node", false);
+  l.overlap_cost_s_per_byte = non_negative(j, "overlap_cost_ns_per_byte", where) * 1e-9;
   if (j.contains("measured")) {
     // [[bytes on the wire per call, microseconds per call], ...], ascending in bytes.
     const json& m = j.at("measured");
@@ -113,6 +114,8 @@ json link_to_json(const Link& l) {
             {"gbytes_per_s", l.bandwidth / 1e9},
             {"efficiency", l.efficiency},
             {"shared_by_node", l.shared_by_node}};
+  if (l.overlap_cost_s_per_byte > 0)
+    j["overlap_cost_ns_per_byte"] = l.overlap_cost_s_per_byte * 1e9;
   if (!l.measured.empty()) {
     json m = json::array();
     for (const auto& [bytes, seconds] : l.measured) m.push_back({bytes, seconds * 1e6});

@@ -56,6 +56,11 @@ struct Link {
   // shaper's bucket), which one α–β fitted over all sizes misses at the sizes a step sends.
   std::vector<std::pair<double, double>> measured;
   double call_seconds(double wire_bytes) const;  // one call of that many bytes on the wire
+  // What a transfer in flight costs the computation beside it, per byte on the wire: 0 where the
+  // network moves data without the compute's cores (NVLink, RDMA); on TCP over the compute cores
+  // (the emulated hosts) the kernel's copies and the polling for progress. --tp-overlap pays it
+  // for what it hides; a blocking collective's transfer runs while the compute waits anyway.
+  double overlap_cost_s_per_byte = 0;
 };
 
 struct Hardware {

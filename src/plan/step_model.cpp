@@ -81,13 +81,18 @@ int64_t overlap_chunks(const StepConfig& c) {
 // alternates compute and collective segments; while one chunk's collective is in flight another
 // computes, so each segment costs the larger of the two, and the pass adds its fill: the first
 // chunk's first compute segment, with nothing to hide behind, or the last chunk's last collective,
-// whichever is shorter (the longer one is already counted). The seconds beyond compute are what the
-// overlap leaves exposed: `comm` of the result.
-WorkSeconds overlapped_pass(const WorkSeconds& w, int64_t calls, int64_t chunks, int64_t L) {
+// whichever is shorter (the longer one is already counted). What is hidden costs the compute
+// `cost_s` per chunk and block for a transfer wholly beside it (Link::overlap_cost_s_per_byte times
+// its bytes), in proportion to the part of the transfer the compute can cover. The seconds beyond
+// compute are what the overlap leaves exposed: `comm` of the result.
+WorkSeconds overlapped_pass(const WorkSeconds& w, int64_t calls, int64_t chunks, int64_t L,
+                            double cost_s) {
   WorkSeconds out = w * static_cast<double>(chunks * L);
   const double segments = static_cast<double>(std::max<int64_t>(calls, 1));
-  const double time = static_cast<double>(chunks * L) * std::max(w.compute(), w.comm) +
-                      std::min(w.compute(), w.comm) / segments;
+  const double covered = w.comm > 0 ? std::min(1.0, w.compute() / w.comm) : 0.0;
+  const double compute = w.compute() + cost_s * covered;
+  const double time = static_cast<double>(chunks * L) * std::max(compute, w.comm) +
+                      std::min(compute, w.comm) / segments;
   out.comm = std::max(0.0, time - out.compute());
   return out;
 }
@@ -118,9 +123,15 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
   } else {
     // Recomputation is spread over the backward pass's blocks.
     const WorkSeconds BR = B + R * (L ? static_cast<double>(recomputed) / L : 0.0);
-    const WorkSeconds fwd_pass = overlapped_pass(F, fwd.tp.total_calls(), chunks, L),
+    const double per_byte = ctx.tp_link ? ctx.tp_link->overlap_cost_s_per_byte : 0.0;
+    const double recomputed_share = L ? static_cast<double>(recomputed) / L : 0.0;
+    const double fwd_cost = per_byte * wire_bytes(fwd.tp, c.tp, ctx.activation_bytes),
+                 bwd_cost =
+                     per_byte * (wire_bytes(bwd.tp, c.tp, ctx.activation_bytes) +
+                                 recomputed_share * wire_bytes(re.tp, c.tp, ctx.activation_bytes));
+    const WorkSeconds fwd_pass = overlapped_pass(F, fwd.tp.total_calls(), chunks, L, fwd_cost),
                       bwd_pass = overlapped_pass(BR, bwd.tp.total_calls() + re.tp.total_calls(),
-                                                 chunks, L);
+                                                 chunks, L, bwd_cost);
     s.per_micro_batch = fwd_pass + bwd_pass;
     s.backward_s = bwd_pass.total();
   }

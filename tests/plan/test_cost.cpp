@@ -26,8 +26,8 @@ Hardware round_hardware() {
   h.device.memory_bandwidth = 1e12;
   h.device.elementwise_efficiency = 0.5;
   h.device.attention_max_efficiency = 0.5;
-  h.intra_node = {10e-6, 100e9, 0.5, false, {}};
-  h.inter_node = {20e-6, 10e9, 1.0, true, {}};
+  h.intra_node = {10e-6, 100e9, 0.5, false, {}, 0};
+  h.inter_node = {20e-6, 10e9, 1.0, true, {}, 0};
   return h;
 }
 
@@ -53,11 +53,11 @@ TEST(PlanCost, CollectivesAreAlphaBetaWithTheRingFactors) {
   EXPECT_DOUBLE_EQ(ring_factor(Collective::all_reduce, 4), 1.5);  // 2(t−1)/t
   EXPECT_DOUBLE_EQ(ring_factor(Collective::reduce_scatter, 4), 0.75);
   EXPECT_DOUBLE_EQ(ring_factor(Collective::all_gather, 4), 3.0);  // counted per rank
-  const Link link{10e-6, 100e9, 0.5, false, {}};
+  const Link link{10e-6, 100e9, 0.5, false, {}, 0};
   EXPECT_DOUBLE_EQ(collective_seconds(link, Collective::all_reduce, 3, 1e9, 8, 8),
                    3 * 10e-6 + 2.0 * 7 / 8 * 1e9 / 50e9);
   EXPECT_DOUBLE_EQ(collective_seconds(link, Collective::all_reduce, 3, 1e9, 1), 0.0);
-  const Link shared{0, 10e9, 1.0, true, {}};  // one NIC for the node: four flows share it
+  const Link shared{0, 10e9, 1.0, true, {}, 0};  // one NIC for the node: four flows share it
   EXPECT_DOUBLE_EQ(collective_seconds(shared, Collective::send, 1, 1e9, 2, 4), 0.4);
   // The engine counts 4 bytes per element; comm_seconds re-prices them at the element width.
   CommCounts counts;
@@ -70,7 +70,7 @@ TEST(PlanCost, CollectivesAreAlphaBetaWithTheRingFactors) {
 // A measured link prices each call from its points: exact at a point, log-log between two, in
 // proportion to the bytes past the last, the first point's time below it; α–β is not used.
 TEST(PlanCost, MeasuredLinksPriceCallsFromTheirPoints) {
-  Link link{1.0, 1.0, 1.0, false, {}};  // α–β that would give absurd times
+  Link link{1.0, 1.0, 1.0, false, {}, 0};  // α–β that would give absurd times
   link.measured = {{1e3, 20e-6}, {1e6, 1e-3}, {1e7, 20e-3}};
   EXPECT_DOUBLE_EQ(link.call_seconds(1e6), 1e-3);
   EXPECT_DOUBLE_EQ(link.call_seconds(100), 20e-6);
@@ -206,6 +206,31 @@ TEST(PlanStepModel, OverlapHidesCommunicationBehindTheOtherChunk) {
   // An odd micro-batch of 1 sequence cannot be split: the prediction is the plain one.
   plain.micro_batch = overlap.micro_batch = 1;
   EXPECT_DOUBLE_EQ(predict_step(h, overlap).step_s, predict_step(h, plain).step_s);
+}
+
+// A link whose transfers cost the compute beside them (TCP on the compute cores) makes hiding cost
+// that much: with communication shorter than compute (all of it covered), the overlapped step
+// grows by the cost per byte times the blocks' bytes on the wire, and never when nothing is
+// overlapped.
+TEST(PlanStepModel, OverlapPaysWhatInFlightTransfersCostTheCompute) {
+  Hardware h = round_hardware();
+  h.device.gemm[DType::bf16].peak_flops = 1e9;
+  h.device.memory_bandwidth = 1e10;
+  h.intra_node.bandwidth = 1e8;  // communication well below the compute: all of it covered
+  StepConfig plain = btp_step(2, 1, 1, 1), overlap = plain;
+  overlap.options.overlap_chunks = 2;
+  const StepPrediction free_on = predict_step(h, overlap), free_off = predict_step(h, plain);
+  h.intra_node.overlap_cost_s_per_byte = 1e-9;
+  const StepPrediction on = predict_step(h, overlap), off = predict_step(h, plain);
+  EXPECT_DOUBLE_EQ(off.step_s, free_off.step_s);
+  // The blocks' TP bytes on the wire per step (forward and backward, every layer, both chunks).
+  MicroBatchShape chunk{plain.layout,          plain.config,  plain.options,
+                        plain.micro_batch / 2, plain.seq_len, 2};
+  const double element = 2;  // round_hardware keeps activations in bf16
+  const double bytes = 2.0 * plain.config.n_layers *
+                       (wire_bytes(block_forward_work(chunk).tp, 2, element) +
+                        wire_bytes(block_backward_work(chunk).tp, 2, element));
+  EXPECT_NEAR(on.step_s - free_on.step_s, 1e-9 * bytes, 1e-6 * free_on.step_s);
 }
 
 TEST(PlanStepModel, RefusesWhatTheEngineCannotRun) {
