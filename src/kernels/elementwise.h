@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace boostlm {
 
 // out = a + b (out may alias a or b).
@@ -13,6 +15,8 @@ void scaled_copy(const float* x, float s, float* out, int64_t n);
 // dst[r, :cols] = src[r, :cols] for `rows` rows, each with its own row stride: a column block
 // out of (or into) a packed buffer.
 void copy_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                  int64_t ld_dst);
+void copy_columns(const bf16_t* src, int64_t ld_src, int64_t rows, int64_t cols, bf16_t* dst,
                   int64_t ld_dst);
 // dst[r, :cols] += src[r, :cols], the same strides: a member's gradient taken out of a packed one.
 void add_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,

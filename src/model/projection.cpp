@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 
 #include "core/buffer.h"
@@ -63,9 +62,7 @@ void concatenate_a(ProjectionGroup group, DType compute, ConcatenatedA& out) {
     int64_t c0 = 0;
     for (const ProjectionWeights& p : group) {
       BOOSTLM_ASSERT(p.d_in == rows);
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(out.a_bf16.data() + r * cols + c0, p.a_bf16 + r * p.rank,
-                    static_cast<size_t>(p.rank) * sizeof(bf16_t));
+      copy_columns(p.a_bf16, p.rank, rows, p.rank, out.a_bf16.data() + c0, cols);
       c0 += p.rank;
     }
     return;

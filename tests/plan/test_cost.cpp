@@ -92,6 +92,13 @@ TEST(PlanCost, MeasuredLinksPriceCallsFromTheirPoints) {
   nlohmann::json bad = h.to_json();
   bad["links"]["inter_node"]["measured"] = {{1e6, 10.0}, {1e3, 5.0}};
   EXPECT_THROW(Hardware::from_json(bad), Error);
+  bad["links"]["inter_node"]["measured"] = {{1e6}};  // not a [bytes, us] pair
+  EXPECT_THROW(Hardware::from_json(bad), Error);
+  bad["links"]["inter_node"]["measured"] = {{1e6, -1.0}};
+  EXPECT_THROW(Hardware::from_json(bad), Error);
+  bad = h.to_json();
+  bad["links"]["inter_node"]["overlap_cost_ns_per_byte"] = -1.0;
+  EXPECT_THROW(Hardware::from_json(bad), Error);
 }
 
 TEST(PlanCost, ElementwiseAndAttentionUseBandwidthAndTheHeadDimCurve) {

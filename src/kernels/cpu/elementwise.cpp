@@ -14,10 +14,21 @@ void scaled_copy(const float* x, float s, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s;
 }
 
-void copy_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
-                  int64_t ld_dst) {
+namespace {
+template <typename T>
+void copy_rows(const T* src, int64_t ld_src, int64_t rows, int64_t cols, T* dst, int64_t ld_dst) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * ld_src, cols, dst + r * ld_dst);
+}
+}  // namespace
+
+void copy_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                  int64_t ld_dst) {
+  copy_rows(src, ld_src, rows, cols, dst, ld_dst);
+}
+void copy_columns(const bf16_t* src, int64_t ld_src, int64_t rows, int64_t cols, bf16_t* dst,
+                  int64_t ld_dst) {
+  copy_rows(src, ld_src, rows, cols, dst, ld_dst);
 }
 
 void add_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
