@@ -83,13 +83,7 @@ void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, con
 #pragma omp simd reduction(max : tile_max)
               for (int64_t c = 0; c < valid; ++c) tile_max = std::max(tile_max, sr[c]);
               const float new_max = std::max(row_max[r], tile_max);
-              float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-              for (int64_t c = 0; c < cols; ++c) {
-                const float p = c < valid ? cpu::exp_vec(sr[c] - new_max) : 0.0f;
-                sr[c] = p;
-                sum += p;
-              }
+              const float sum = cpu::softmax_forward_row(sr, cols, valid, 1.0f, new_max);
               const float correction = valid > 0 ? cpu::exp_vec(row_max[r] - new_max) : 1.0f;
               if (correction != 1.0f) {
                 float* a = acc.data() + r * hd;

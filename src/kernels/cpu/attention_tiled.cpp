@@ -159,13 +159,7 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
 #pragma omp simd reduction(max : tile_max)
               for (int64_t c = 0; c < valid; ++c) tile_max = std::max(tile_max, sr[c] * scale);
               const float new_max = std::max(row_max[r], tile_max);
-              float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-              for (int64_t c = 0; c < cols16; ++c) {
-                const float p = c < valid ? exp_vec(sr[c] * scale - new_max) : 0.0f;
-                sr[c] = p;
-                sum += p;
-              }
+              const float sum = softmax_forward_row(sr, cols16, valid, scale, new_max);
               const float correction = valid > 0 ? exp_vec(row_max[r] - new_max) : 1.0f;
               if (correction != 1.0f) {
                 float* a = acc.data() + r * hd;
