@@ -56,24 +56,23 @@ void concatenate_a(ProjectionGroup group, DType compute, ConcatenatedA& out) {
   const bool from_bf16 =
       compute == DType::bf16 &&
       std::all_of(group.begin(), group.end(), [](const ProjectionWeights& p) { return p.a_bf16; });
-  if (from_bf16) {
-    out.a = Buffer<float>();
-    out.a_bf16.resize(rows * cols);
+  // Each member's [rows, rank] factor side by side in dst [rows, cols].
+  auto place = [&](auto member_a, auto* dst) {
     int64_t c0 = 0;
     for (const ProjectionWeights& p : group) {
       BOOSTLM_ASSERT(p.d_in == rows);
-      copy_columns(p.a_bf16, p.rank, rows, p.rank, out.a_bf16.data() + c0, cols);
+      copy_columns(member_a(p), p.rank, rows, p.rank, dst + c0, cols);
       c0 += p.rank;
     }
+  };
+  if (from_bf16) {
+    out.a = Buffer<float>();
+    out.a_bf16.resize(rows * cols);
+    place([](const ProjectionWeights& p) { return p.a_bf16; }, out.a_bf16.data());
     return;
   }
   out.a.resize(rows * cols);
-  int64_t c0 = 0;
-  for (const ProjectionWeights& p : group) {
-    BOOSTLM_ASSERT(p.d_in == rows);
-    copy_columns(p.a, p.rank, rows, p.rank, out.a.data() + c0, cols);
-    c0 += p.rank;
-  }
+  place([](const ProjectionWeights& p) { return p.a; }, out.a.data());
   if (compute == DType::bf16) {
     out.a_bf16.resize(out.a.size());
     round_to_bf16(out.a.data(), 1, out.a.size(), out.a.size(), out.a_bf16.data());

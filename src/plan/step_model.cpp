@@ -122,9 +122,9 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
     s.backward_s = (B.total() * L + R.total() * recomputed);
   } else {
     // Recomputation is spread over the backward pass's blocks.
-    const WorkSeconds BR = B + R * (L ? static_cast<double>(recomputed) / L : 0.0);
-    const double per_byte = ctx.tp_link ? ctx.tp_link->overlap_cost_s_per_byte : 0.0;
     const double recomputed_share = L ? static_cast<double>(recomputed) / L : 0.0;
+    const WorkSeconds BR = B + R * recomputed_share;
+    const double per_byte = ctx.tp_link ? ctx.tp_link->overlap_cost_s_per_byte : 0.0;
     const double fwd_cost = per_byte * wire_bytes(fwd.tp, c.tp, ctx.activation_bytes),
                  bwd_cost =
                      per_byte * (wire_bytes(bwd.tp, c.tp, ctx.activation_bytes) +
