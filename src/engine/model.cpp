@@ -104,6 +104,7 @@ void Model::set_compute(DType compute) {
 
 void Model::bind() {
   bf16_begin_ = 0;
+  bf16_copy_current_ = false;
   if (first_stage() && !config_.tied_embeddings) {
     const auto& entries = table_.entries();
     BOOSTLM_ASSERT(entries[0].name == "model.embed_tokens.weight");
@@ -202,10 +203,12 @@ const float* Model::stage_output() {
 
 void Model::stage_forward(const int32_t* tokens, bool round_weights) {
   BOOSTLM_ASSERT_MSG(batch_ > 0, "prepare(B, T) before stage_forward");
-  // The weights may have changed since the last call (optimizer step, checkpoint load).
-  if (compute_ == DType::bf16 && round_weights)
+  // The weights may have changed since the last call (optimizer step, checkpoint load), unless the
+  // optimizer step wrote the copy itself.
+  if (compute_ == DType::bf16 && round_weights && !bf16_copy_current_)
     round_to_bf16(weights_.data() + bf16_begin_, 1, weights_bf16_.size(), weights_bf16_.size(),
                   weights_bf16_.data());
+  if (round_weights) bf16_copy_current_ = false;
   const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = blocks().residual_columns();
   if (first_stage()) {
     // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum

@@ -20,6 +20,7 @@
 #include "core/dtype.h"
 #include "core/param_table.h"
 #include "core/workspace.h"
+#include "kernels/adamw.h"
 #include "model/config.h"
 #include "parallel/layout.h"
 
@@ -56,7 +57,11 @@ class Model {
   int64_t last_layer() const { return last_layer_; }
   const ParamTable& params() const { return table_; }            // this rank's shards
   const ParamTable& full_params() const { return full_table_; }  // SPEC §2, unsharded
-  FlatBuffer& weights() { return weights_; }
+  // Handing the weights out for writing makes bf16 training's copy stale (see bf16_copy()).
+  FlatBuffer& weights() {
+    bf16_copy_current_ = false;
+    return weights_;
+  }
   FlatBuffer& grads() { return grads_; }
   const FlatBuffer& weights() const { return weights_; }
 
@@ -74,6 +79,13 @@ class Model {
   // prepare(B, T) sizes every buffer first (a no-op when the shape is unchanged).
   void prepare(int64_t B, int64_t T);
   void set_micro(int micro);
+  // bf16 training's copy of the weights, for an optimizer step that writes it as it updates them
+  // (no data in fp32). bf16_copy_written() after such a step that updated every weight: the next
+  // stage_forward then uses the copy as it is instead of rounding the weights again.
+  Bf16Copy bf16_copy() {
+    return {weights_bf16_.empty() ? nullptr : weights_bf16_.data(), bf16_begin_};
+  }
+  void bf16_copy_written() { bf16_copy_current_ = !weights_bf16_.empty(); }
   // Where a later stage receives the previous stage's output [N, rc] before stage_forward.
   float* stage_input();
   // Runs this stage's blocks: the first stage from `tokens` (embedding), the others from
@@ -153,6 +165,7 @@ class Model {
   // embedding, first in the table, has no copy: its lookup reads fp32).
   Buffer<bf16_t> weights_bf16_;
   int64_t bf16_begin_ = 0;
+  bool bf16_copy_current_ = false;  // set by bf16_copy_written(), used up by the next stage_forward
   RoundedWeights rounded_weights() const {
     return {weights_bf16_.empty() ? nullptr : weights_bf16_.data(), bf16_begin_};
   }

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace boostlm {
 
 struct AdamWHyper {
@@ -12,9 +14,18 @@ struct AdamWHyper {
 };
 
 // p -= lr · (m̂ / (sqrt(v̂) + eps) + wd · p), with m, v updated from grad_scale · g first: one pass
-// over the parameters, the clipping folded in.
+// over the parameters, the clipping folded in. With params_bf16, the updated weights are also
+// written there rounded (bf16 training's copy, the same bits as rounding them afterwards), in the
+// same pass.
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
-                  const AdamWHyper& h);
+                  const AdamWHyper& h, bf16_t* params_bf16 = nullptr);
+
+// bf16 training's copy of a flat weight buffer from element `begin` on (data nullptr: none): an
+// optimizer step given it rounds the updated weights into it in the same pass.
+struct Bf16Copy {
+  bf16_t* data = nullptr;
+  int64_t begin = 0;
+};
 
 // Σ x² in double precision (for the global gradient norm).
 double sum_squares(const float* x, int64_t n);

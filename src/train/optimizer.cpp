@@ -23,7 +23,7 @@ float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr) {
               static_cast<float>(std::sqrt(sum_squares(grads.data() + begin_, end_ - begin_))));
 }
 
-float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm) {
+float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm, Bf16Copy copy) {
   if (!std::isfinite(norm)) return norm;
   ++step_;
   AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps, 0.0f, step_};
@@ -34,8 +34,15 @@ float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm) 
     const int64_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
     if (lo >= hi) continue;
     h.weight_decay = p.weight_decay ? config_.weight_decay : 0.0f;
-    adamw_update(weights.data() + lo, grads.data() + lo, m_.data() + (lo - begin_),
-                 v_.data() + (lo - begin_), hi - lo, h);
+    // [lo, mid) has no bf16 copy, [mid, hi) has one.
+    const int64_t mid = copy.data ? std::clamp(copy.begin, lo, hi) : hi;
+    auto update = [&](int64_t from, int64_t to, bf16_t* rounded) {
+      if (from < to)
+        adamw_update(weights.data() + from, grads.data() + from, m_.data() + (from - begin_),
+                     v_.data() + (from - begin_), to - from, h, rounded);
+    };
+    update(lo, mid, nullptr);
+    update(mid, hi, copy.data ? copy.data + (mid - copy.begin) : nullptr);
   }
   return norm;
 }

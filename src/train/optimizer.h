@@ -25,8 +25,9 @@ class AdamW {
   // One update with learning rate lr. Returns the global gradient norm before clipping; when it is
   // not finite nothing is updated (the caller decides what to do about the bad step).
   float step(FlatBuffer& weights, FlatBuffer& grads, float lr);
-  // The same with the global gradient norm computed by the caller (sharded or replicated models).
-  float step(FlatBuffer& weights, FlatBuffer& grads, float lr, float grad_norm);
+  // The same with the global gradient norm computed by the caller (sharded or replicated models),
+  // also writing the updated weights of the owned range into `copy` (rounded), if given.
+  float step(FlatBuffer& weights, FlatBuffer& grads, float lr, float grad_norm, Bf16Copy copy = {});
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t steps) { step_ = steps; }
   const ParamTable& table() const { return table_; }

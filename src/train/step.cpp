@@ -26,7 +26,13 @@ float apply_gradients(Model& model, AdamW& optimizer, float lr, double loss,
                                  : model.grad_sum_squares();
   const auto grad_norm = static_cast<float>(std::sqrt(sum_squares));
   if (std::isfinite(loss) && std::isfinite(grad_norm)) {
-    optimizer.step(model.weights(), model.grads(), lr, grad_norm);
+    // An update of every weight also refreshes bf16 training's copy (in its pass, instead of a
+    // rounding pass at the next forward). Under ZeRO the all-gather brings the other ranks'
+    // updates, and the next forward rounds.
+    const bool whole = !dp.zero && optimizer.whole();
+    optimizer.step(model.weights(), model.grads(), lr, grad_norm,
+                   whole ? model.bf16_copy() : Bf16Copy{});
+    if (whole) model.bf16_copy_written();
     if (dp.zero) dp.zero->all_gather(model.weights());
   }
   return grad_norm;

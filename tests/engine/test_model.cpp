@@ -6,11 +6,14 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "engine/model.h"
+#include "engine/pipeline.h"
 #include "kernels/gemm_counters.h"
 #include "kernels/grad_check.h"
 #include "model/flops.h"
-#include "engine/model.h"
 #include "test_util.h"
+#include "train/optimizer.h"
+#include "train/step.h"
 
 namespace boostlm {
 namespace {
@@ -166,6 +169,51 @@ TEST(Model, Bf16LossAndGradientsAgreeWithFp32) {
         std::sqrt(testing::dot(g32.data(), g32.data(), g32.size()) *
                   testing::dot(model.grads().data(), model.grads().data(), g32.size()));
     EXPECT_GT(cos, 0.999) << to_string(arch);
+  }
+}
+
+// bf16 training: the optimizer step writes the weights' bf16 copy as it updates them, and the next
+// forward uses it instead of rounding again. Losses and weights over three steps are the same bits
+// as with the step that leaves the copy to the forward, tied (the whole table copied) and untied
+// (the embedding without a copy, so the copy begins at the second tensor).
+TEST(Model, OptimizerWrittenBf16CopyEqualsRoundingAtTheForward) {
+  for (bool tied : {false, true}) {
+    const ModelConfig c = tiny(Arch::cola, tied);
+    Model fused(c, DType::bf16), plain(c, DType::bf16);
+    fused.init_weights(7);
+    plain.init_weights(7);
+    AdamW opt_fused(fused.params(), OptimizerConfig{}),
+        opt_plain(plain.params(), OptimizerConfig{});
+    Pipeline p_fused(fused), p_plain(plain);
+    for (int step = 0; step < 3; ++step) {
+      const auto tokens = random_tokens(14, 23, 10 + step),
+                 targets = random_tokens(14, 23, 20 + step);
+      const MicroBatch batch{tokens.data(), targets.data()};
+      const float l_fused = training_step(p_fused, opt_fused, batch, 2, 7, 1e-2f);
+      const double l_plain = accumulate_gradients(p_plain, {&batch, 1}, 2, 7);
+      opt_plain.step(plain.weights(), plain.grads(), 1e-2f,
+                     static_cast<float>(std::sqrt(plain.grad_sum_squares())));
+      EXPECT_EQ(l_fused, static_cast<float>(l_plain)) << step << (tied ? " tied" : " untied");
+    }
+    // Weights written after the step (here: by hand) are rounded again at the next forward.
+    const auto tokens = random_tokens(14, 23, 30), targets = random_tokens(14, 23, 31);
+    const int64_t at = fused.params().entries()[1].offset;
+    fused.weights().data()[at] += 0.5f;
+    plain.weights().data()[at] += 0.5f;
+    EXPECT_EQ(fused.forward(tokens.data(), targets.data(), 2, 7),
+              plain.forward(tokens.data(), targets.data(), 2, 7));
+    ASSERT_TRUE(std::equal(fused.weights().data(), fused.weights().data() + fused.weights().size(),
+                           plain.weights().data()));
+    const Bf16Copy copy = fused.bf16_copy();
+    ASSERT_NE(copy.data, nullptr);
+    EXPECT_EQ(copy.begin, tied ? 0 : fused.params().entries()[1].offset);
+    for (const ParamInfo& p : fused.params().entries()) {
+      if (p.offset < copy.begin) continue;
+      for (int64_t i = 0; i < p.numel; ++i)
+        ASSERT_EQ(copy.data[p.offset - copy.begin + i],
+                  float_to_bf16(fused.weights().data()[p.offset + i]))
+            << p.name << " " << i;
+    }
   }
 }
 

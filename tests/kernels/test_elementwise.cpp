@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/rng.h"
 #include "kernels/activation.h"
 #include "kernels/adamw.h"
 #include "kernels/cross_entropy.h"
@@ -347,6 +348,30 @@ TEST(AdamW, GradScaleIsTheUpdateOfScaledGradients) {
   EXPECT_EQ(m2, m);
   EXPECT_EQ(v2, v);
   EXPECT_EQ(g_in, g);
+}
+
+// The bf16 copy written by the update: the same bits as rounding the updated weights afterwards,
+// and p, m, v as without it (a length that is no multiple of the kernel's runs or of 16).
+TEST(AdamW, WritesTheRoundedWeightsInItsPass) {
+  const int64_t n = 5003;
+  std::vector<float> g(n), p0(n), m0(n), v0(n);
+  Rng rng(3);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = rng.normal();
+    p0[i] = rng.normal();
+    m0[i] = 0.1f * rng.normal();
+    v0[i] = 0.01f + 0.01f * std::abs(rng.normal());
+  }
+  AdamWHyper h{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 4};
+  h.grad_scale = 0.5f;
+  std::vector<float> p = p0, m = m0, v = v0, q = p0, m2 = m0, v2 = v0;
+  adamw_update(p.data(), g.data(), m.data(), v.data(), n, h);
+  std::vector<bf16_t> copy(n, 0);
+  adamw_update(q.data(), g.data(), m2.data(), v2.data(), n, h, copy.data());
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(m2, m);
+  EXPECT_EQ(v2, v);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(copy[i], float_to_bf16(p[i])) << i;
 }
 
 TEST(SumSquares, IsExactInDouble) {
