@@ -43,6 +43,68 @@ inline float sigmoid_vec(float x) {
   return 1.0f / (1.0f + exp_vec(-x));
 }
 
+// exp_vec and sigmoid_vec written on 512-bit registers, for the loops where exp is the work
+// (softmax rows, cross-entropy rows, SiLU and SwiGLU). GCC 12 tunes -march=native on Zen 5 as
+// znver3 and vectorises exp_vec's loops mostly on 256-bit registers, with its clamps and integer
+// exponent assembly; these run 1.6x faster on the same CPU (SwiGLU on bf16 inputs, 2048 x 1376:
+// 0.86 -> 0.53 ms). The same range reduction and polynomial; 2^n by vscalefps. Results agree with
+// exp_vec to an ulp or so (FMA contraction may differ), not bit for bit.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512BF16__)
+#define BOOSTLM_VEC16 1
+inline __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3365447504019f);
+  // max/min return their second operand when either is NaN: NaN goes through, as in exp_vec.
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(88.3762626647949f), _mm512_max_ps(lo, x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  // Below ln(FLT_MIN): exactly 0, as exp_vec (NaN is kept).
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), _mm512_scalef_ps(p, n));
+}
+
+inline __m512 sigmoid16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  return _mm512_div_ps(one, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+// The first lanes of `mask` loaded as fp32 (zeros in the others), and stored.
+inline __m512 load16(const float* p, __mmask16 mask) {
+  return _mm512_maskz_loadu_ps(mask, p);
+}
+inline __m512 load16(const bf16_t* p, __mmask16 mask) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+inline void store16(float* p, __m512 v, __mmask16 mask) {
+  _mm512_mask_storeu_ps(p, mask, v);
+}
+inline void store16(bf16_t* p, __m512 v, __mmask16 mask) {  // rounded to nearest even
+  _mm256_mask_storeu_epi16(p, mask, (__m256i)_mm512_cvtneps_pbh(v));
+}
+// v rounded to bf16 and widened back (exact): the value a bf16 copy of v holds.
+inline __m512 round16(__m512 v) {
+  const __m512i wide = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+// f(i, mask) for i = 0, 16, 32, ... < n: all 16 lanes, then the tail's first n − i.
+template <typename F>
+inline void for_each16(int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) f(i, static_cast<__mmask16>(0xFFFF));
+  if (i < n) f(i, static_cast<__mmask16>((1u << (n - i)) - 1u));
+}
+#endif
+
 // n values rounded to bf16 (to nearest even, as float_to_bf16): one instruction per 16 values on
 // CPUs with AVX512-BF16. Kernels that produce a GEMM's bf16 input call it on each row while the
 // row is still in cache, instead of a separate rounding pass over memory. `out` may be `in`'s own
