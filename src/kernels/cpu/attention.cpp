@@ -12,6 +12,10 @@
 #include "kernels/cpu/attention_tiled.h"
 #include "kernels/cpu/vec_math.h"
 
+// GCC 12's spurious -Wmaybe-uninitialized on inlined AVX-512 intrinsics (see vec_math.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace boostlm {
 
 namespace {
