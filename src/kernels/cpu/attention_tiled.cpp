@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/buffer.h"
 #include "core/error.h"
@@ -61,12 +62,20 @@ void pack_row_pairs(const T* src, int64_t rows, int64_t rows_pad, int64_t cols, 
 
 // The B operand srcᵀ, for src [rows, cols] (row stride ld, cols even): k runs over the columns in
 // pairs, n over the rows: dst[(c/2)·ld_dst + 2r + c%2] = src[r, c], rows from `rows` up to rows_pad
-// zero. Each row is rounded into `rounded` ([rows, cols]), whose 32-bit pairs are then
-// transposed.
+// zero. The rows' 32-bit pairs are transposed: a bf16 source's in place, an fp32 one's after
+// rounding each row into `rounded` ([rows, cols]).
 template <typename T>
 void pack_column_pairs(const T* src, int64_t rows, int64_t rows_pad, int64_t cols, int64_t ld,
                        bf16_t* dst, int64_t ld_dst, bf16_t* rounded) {
-  for (int64_t r = 0; r < rows; ++r) round_row_bf16(src + r * ld, cols, rounded + r * cols);
+  // The rows in bf16: src itself when it is bf16, else rounded into `rounded`.
+  const bf16_t* in = rounded;
+  int64_t ld_in = cols;
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    in = src;
+    ld_in = ld;
+  } else {
+    for (int64_t r = 0; r < rows; ++r) round_row_bf16(src + r * ld, cols, rounded + r * cols);
+  }
   const int64_t pairs = cols / 2;
   int64_t r0 = 0;
 #ifdef __AVX512BF16__
@@ -77,7 +86,7 @@ void pack_column_pairs(const T* src, int64_t rows, int64_t rows_pad, int64_t col
       for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
         __m512 v[16];
         for (int i = 0; i < 16; ++i)
-          v[i] = _mm512_castsi512_ps(_mm512_loadu_si512(rounded + (r0 + i) * cols + 2 * p0));
+          v[i] = _mm512_castsi512_ps(_mm512_loadu_si512(in + (r0 + i) * ld_in + 2 * p0));
         transpose16(v);
         for (int j = 0; j < 16; ++j)
           _mm512_storeu_si512(dst + (p0 + j) * ld_dst + 2 * r0, _mm512_castps_si512(v[j]));
@@ -86,7 +95,7 @@ void pack_column_pairs(const T* src, int64_t rows, int64_t rows_pad, int64_t col
 #endif
   for (int64_t p = 0; p < pairs; ++p) {
     bf16_t* out = dst + p * ld_dst;
-    for (int64_t r = r0; r < rows; ++r) std::memcpy(out + 2 * r, rounded + r * cols + 2 * p, 4);
+    for (int64_t r = r0; r < rows; ++r) std::memcpy(out + 2 * r, in + r * ld_in + 2 * p, 4);
     std::fill(out + 2 * rows, out + 2 * rows_pad, bf16_t{0});
   }
 }
@@ -146,15 +155,23 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
           const int64_t i0 = (query_tiles - 1 - tile) * kQueryTile;  // the big tiles first
           const int64_t rows = std::min(T, i0 + kQueryTile) - i0;
           const int64_t at = (b * s.n_kv_heads + h / group) * packed;
-          for (int64_t r = 0; r < rows; ++r)
-            round_row_bf16(q + (b * T + i0 + r) * ldq + h * hd, hd, qb.data() + r * hd);
+          // The tile's queries in bf16: q itself when it is bf16, else rounded into qb.
+          const bf16_t* qt = qb.data();
+          int64_t ldqt = hd;
+          if constexpr (std::is_same_v<In, bf16_t>) {
+            qt = q + (b * T + i0) * ldq + h * hd;
+            ldqt = ldq;
+          } else {
+            for (int64_t r = 0; r < rows; ++r)
+              round_row_bf16(q + (b * T + i0 + r) * ldq + h * hd, hd, qb.data() + r * hd);
+          }
           std::fill_n(acc.data(), rows * hd, 0.0f);
           std::fill_n(row_max.data(), rows, -INFINITY);
           std::fill_n(row_sum.data(), rows, 0.0f);
           for (int64_t j0 = 0; j0 < i0 + rows; j0 += kKeyTile) {
             const int64_t cols = std::min(i0 + rows, j0 + kKeyTile) - j0;
             const int64_t cols16 = round_up(cols, 16);  // padded keys score 0 and are masked
-            small_gemm_bf16(rows, cols16, hd, qb.data(), hd, kt.data() + at + 2 * j0, 2 * Tp,
+            small_gemm_bf16(rows, cols16, hd, qt, ldqt, kt.data() + at + 2 * j0, 2 * Tp,
                             scores.data(), kKeyTile, false);
             for (int64_t r = 0; r < rows; ++r) {
               float* sr = scores.data() + r * kKeyTile;
@@ -187,6 +204,14 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
       }
     }
   }
+}
+
+// Rows ahead that the backward's pass over O and dO prefetches: their rows are ld apart, and the
+// pass was bound by waiting for them (a quarter of the kernel's own time outside the products).
+constexpr int64_t kPrefetchRows = 8;
+inline void prefetch_row(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t at = 0; at < bytes; at += 64) _mm_prefetch(c + at, _MM_HINT_T0);
 }
 
 // Backward, per (sequence, kv head) as the fp32 kernel (FlashAttention-2's order), with the five
@@ -224,10 +249,6 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
         const auto* kb = k + b * T * ldk + kvh * hd;
         const auto* vb = v + b * T * ldv + kvh * hd;
-        for (int64_t j = 0; j < T; ++j) {
-          std::fill_n(dk + (b * T + j) * lddk + kvh * hd, hd, 0.0f);
-          std::fill_n(dv + (b * T + j) * lddv + kvh * hd, hd, 0.0f);
-        }
         pack_column_pairs(kb, T, Tp, hd, ldk, kt.data(), 2 * Tp, rounded.data());
         pack_column_pairs(vb, T, Tp, hd, ldv, vt.data(), 2 * Tp, rounded.data());
         pack_row_pairs(kb, T, Tp, hd, ldk, kp.data());
@@ -235,14 +256,25 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
           const float* lse_h = lse + (b * s.n_heads + h) * T;
           const auto* qh = q + b * T * ldq + h * hd;
           const float* doh = dout + b * T * lddo + h * hd;
+          // Q in bf16: q itself when it is bf16, else rounded into qb.
+          const bf16_t* qr = qb.data();
+          int64_t ldqr = hd;
+          if constexpr (std::is_same_v<In, bf16_t>) {
+            qr = qh;
+            ldqr = ldq;
+          }
           for (int64_t i = 0; i < T; ++i) {
             const auto* o_row = out + (b * T + i) * ldo + h * hd;
+            if (i + kPrefetchRows < T) {  // rows a head's width apart: ask for them early
+              prefetch_row(o_row + kPrefetchRows * ldo, hd * sizeof(*o_row));
+              prefetch_row(doh + (i + kPrefetchRows) * lddo, hd * sizeof(float));
+            }
             float d = 0.0f;
 #pragma omp simd reduction(+ : d)
             for (int64_t c = 0; c < hd; ++c) d += doh[i * lddo + c] * to_float(o_row[c]);
             delta[i] = d;
-            std::fill_n(dq + (b * T + i) * lddq + h * hd, hd, 0.0f);
-            round_row_bf16(qh + i * ldq, hd, qb.data() + i * hd);
+            if constexpr (!std::is_same_v<In, bf16_t>)
+              round_row_bf16(qh + i * ldq, hd, qb.data() + i * hd);
             round_row_bf16(doh + i * lddo, hd, dob.data() + i * hd);
           }
           pack_row_pairs(qh, T, Tp, hd, ldq, qp.data());
@@ -251,9 +283,10 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
             const int64_t cols = std::min(T, j0 + kKeyTile) - j0, cols16 = round_up(cols, 16);
             float* dk_tile = dk + (b * T + j0) * lddk + kvh * hd;
             float* dv_tile = dv + (b * T + j0) * lddv + kvh * hd;
-            for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < T; i0 += kQueryTile) {
+            const int64_t first_i0 = j0 / kQueryTile * kQueryTile;
+            for (int64_t i0 = first_i0; i0 < T; i0 += kQueryTile) {
               const int64_t rows = std::min(T, i0 + kQueryTile) - i0, rows2 = round_up(rows, 2);
-              small_gemm_bf16(rows, cols16, hd, qb.data() + i0 * hd, hd, kt.data() + 2 * j0, 2 * Tp,
+              small_gemm_bf16(rows, cols16, hd, qr + i0 * ldqr, ldqr, kt.data() + 2 * j0, 2 * Tp,
                               probs.data(), kKeyTile, false);
               small_gemm_bf16(rows, cols16, hd, dob.data() + i0 * hd, hd, vt.data() + 2 * j0,
                               2 * Tp, dprobs.data(), kKeyTile, false);
@@ -272,12 +305,15 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
                 transpose_round_columns(dprobs.data(), rows, rows2, c0, 16, kKeyTile, dst.data(),
                                         rows2);
               }
+              // The first contribution to a gradient row writes it (no zeroing pass): dQ's at the
+              // first key tile, dK's and dV's at the group's first head and their first query tile.
+              const bool kv_first = h == kvh * group && i0 == first_i0;
               small_gemm_bf16(cols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, 2 * hd,
-                              dv_tile, lddv, true);
+                              dv_tile, lddv, !kv_first);
               small_gemm_bf16(rows, hd, cols16, dsb.data(), cols16, kp.data() + j0 * hd, 2 * hd,
-                              dq + (b * T + i0) * lddq + h * hd, lddq, true);
+                              dq + (b * T + i0) * lddq + h * hd, lddq, j0 > 0);
               small_gemm_bf16(cols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, 2 * hd,
-                              dk_tile, lddk, true);
+                              dk_tile, lddk, !kv_first);
             }
           }
         }
