@@ -87,7 +87,7 @@ void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, con
 #pragma omp simd reduction(max : tile_max)
               for (int64_t c = 0; c < valid; ++c) tile_max = std::max(tile_max, sr[c]);
               const float new_max = std::max(row_max[r], tile_max);
-              const float sum = cpu::softmax_forward_row(sr, cols, valid, 1.0f, new_max);
+              const float sum = cpu::softmax_forward_row(sr, sr, cols, valid, 1.0f, new_max);
               const float correction = valid > 0 ? cpu::exp_vec(row_max[r] - new_max) : 1.0f;
               if (correction != 1.0f) {
                 float* a = acc.data() + r * hd;
@@ -164,7 +164,7 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
                 float* dpr = dprobs.data() + r * kKeyTile;
                 const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
                 // The scores came out of sgemm already scaled.
-                cpu::softmax_backward_row(pr, dpr, cols, valid, 1.0f, lse_h[i0 + r],
+                cpu::softmax_backward_row(pr, dpr, pr, dpr, cols, valid, 1.0f, lse_h[i0 + r],
                                           delta[i0 + r], scale);
               }
               sgemm('T', 'N', cols, hd, rows, 1.0f, probs.data(), kKeyTile, do_tile, lddo, 1.0f,

@@ -180,7 +180,8 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
 #pragma omp simd reduction(max : tile_max)
               for (int64_t c = 0; c < valid; ++c) tile_max = std::max(tile_max, sr[c] * scale);
               const float new_max = std::max(row_max[r], tile_max);
-              const float sum = softmax_forward_row(sr, cols16, valid, scale, new_max);
+              const float sum =
+                  softmax_forward_row(sr, pb.data() + r * cols16, cols16, valid, scale, new_max);
               const float correction = valid > 0 ? exp_vec(row_max[r] - new_max) : 1.0f;
               if (correction != 1.0f) {
                 float* a = acc.data() + r * hd;
@@ -188,7 +189,6 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
               }
               row_sum[r] = row_sum[r] * correction + sum;
               if (valid > 0) row_max[r] = new_max;
-              round_row_bf16(sr, cols16, pb.data() + r * cols16);
             }
             small_gemm_bf16(rows, hd, cols16, pb.data(), cols16, vp.data() + at + j0 * hd, 2 * hd,
                             acc.data(), hd, true);
@@ -294,16 +294,12 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
                 float* pr = probs.data() + r * kKeyTile;
                 float* dpr = dprobs.data() + r * kKeyTile;
                 const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
-                softmax_backward_row(pr, dpr, cols16, valid, scale, lse_h[i0 + r], delta[i0 + r],
-                                     scale);
-                round_row_bf16(pr, cols16, pb.data() + r * cols16);
-                round_row_bf16(dpr, cols16, dsb.data() + r * cols16);
+                softmax_backward_row(pr, dpr, pb.data() + r * cols16, dsb.data() + r * cols16,
+                                     cols16, valid, scale, lse_h[i0 + r], delta[i0 + r], scale);
               }
               for (int64_t c0 = 0; c0 < cols16; c0 += 16) {
-                transpose_round_columns(probs.data(), rows, rows2, c0, 16, kKeyTile, pt.data(),
-                                        rows2);
-                transpose_round_columns(dprobs.data(), rows, rows2, c0, 16, kKeyTile, dst.data(),
-                                        rows2);
+                transpose_round_columns(pb.data(), rows, rows2, c0, 16, cols16, pt.data(), rows2);
+                transpose_round_columns(dsb.data(), rows, rows2, c0, 16, cols16, dst.data(), rows2);
               }
               // The first contribution to a gradient row writes it (no zeroing pass): dQ's at the
               // first key tile, dK's and dV's at the group's first head and their first query tile.

@@ -26,9 +26,11 @@ inline __mmask16 causal_lanes(int64_t n) {
 }
 #endif
 
-// One query row of a forward tile, for both kernels: s becomes exp(s·score_scale − max) on the
-// causal columns, 0 beyond; returns their sum.
-inline float softmax_forward_row(float* s, int64_t cols, int64_t valid, float score_scale,
+// One query row of a forward tile, for both kernels: p = exp(s·score_scale − max) on the causal
+// columns, 0 beyond, into `out` (s itself, or the bf16 tile the P·V product reads); returns their
+// sum.
+template <typename Out>
+inline float softmax_forward_row(float* s, Out* out, int64_t cols, int64_t valid, float score_scale,
                                  float max) {
 #ifdef BOOSTLM_VEC16
   const __m512 ss = _mm512_set1_ps(score_scale), mx = _mm512_set1_ps(max);
@@ -37,7 +39,7 @@ inline float softmax_forward_row(float* s, int64_t cols, int64_t valid, float sc
     const __mmask16 causal = m & causal_lanes(valid - c);
     const __m512 x = load16(s + c, causal);
     const __m512 p = _mm512_maskz_mov_ps(causal, exp16(_mm512_fmsub_ps(x, ss, mx)));
-    store16(s + c, p, m);
+    store16(out + c, p, m);
     acc = _mm512_add_ps(acc, p);
   });
   return _mm512_reduce_add_ps(acc);
@@ -50,14 +52,18 @@ inline float softmax_forward_row(float* s, int64_t cols, int64_t valid, float sc
     sum += p;
   }
   std::fill(s + valid, s + cols, 0.0f);
+  if (static_cast<void*>(out) != static_cast<void*>(s)) store_row(s, cols, out);
   return sum;
 #endif
 }
 
 // One query row of a backward tile, for both kernels: p = exp(score·score_scale − lse) on the
-// causal columns, 0 beyond; dp becomes dS = p·(dp − delta)·scale.
-inline void softmax_backward_row(float* p, float* dp, int64_t cols, int64_t valid,
-                                 float score_scale, float lse, float delta, float scale) {
+// causal columns, 0 beyond, and dS = p·(dp − delta)·scale, into p_out and ds_out (p and dp
+// themselves, or the bf16 tiles the products read).
+template <typename Out>
+inline void softmax_backward_row(float* p, float* dp, Out* p_out, Out* ds_out, int64_t cols,
+                                 int64_t valid, float score_scale, float lse, float delta,
+                                 float scale) {
 #ifdef BOOSTLM_VEC16
   const __m512 ss = _mm512_set1_ps(score_scale), l = _mm512_set1_ps(lse);
   const __m512 dl = _mm512_set1_ps(delta), sc = _mm512_set1_ps(scale);
@@ -65,8 +71,8 @@ inline void softmax_backward_row(float* p, float* dp, int64_t cols, int64_t vali
     const __mmask16 causal = m & causal_lanes(valid - c);
     const __m512 x = load16(p + c, causal), d = load16(dp + c, causal);
     const __m512 pc = _mm512_maskz_mov_ps(causal, exp16(_mm512_fmsub_ps(x, ss, l)));
-    store16(p + c, pc, m);
-    store16(dp + c, _mm512_mul_ps(_mm512_mul_ps(pc, _mm512_sub_ps(d, dl)), sc), m);
+    store16(p_out + c, pc, m);
+    store16(ds_out + c, _mm512_mul_ps(_mm512_mul_ps(pc, _mm512_sub_ps(d, dl)), sc), m);
   });
 #else
 #pragma omp simd
@@ -77,6 +83,8 @@ inline void softmax_backward_row(float* p, float* dp, int64_t cols, int64_t vali
   }
   std::fill(p + valid, p + cols, 0.0f);
   std::fill(dp + valid, dp + cols, 0.0f);
+  if (static_cast<void*>(p_out) != static_cast<void*>(p)) store_row(p, cols, p_out);
+  if (static_cast<void*>(ds_out) != static_cast<void*>(dp)) store_row(dp, cols, ds_out);
 #endif
 }
 
