@@ -204,6 +204,11 @@ void transpose_round_columns(const T* src, int64_t rows, int64_t rows_pad, int64
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
   if (width == 16)
     for (; r + 16 <= rows; r += 16) {
+      // The rows are ld apart (a vocabulary row of dlogits: 64 KB): ask for the tile two ahead,
+      // which the hardware prefetchers do not (2.9-3.6 -> 2.4-2.5 ms for a 512 x 32000 bf16 chunk).
+      if (r + 48 <= rows)
+        for (int i = 0; i < 16; ++i)
+          _mm_prefetch(reinterpret_cast<const char*>(src + (r + 32 + i) * ld + c0), _MM_HINT_T0);
       __m512 v[16];
       for (int i = 0; i < 16; ++i) v[i] = load16(src + (r + i) * ld + c0);
       transpose16(v);
