@@ -280,35 +280,45 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
           pack_row_pairs(qh, T, Tp, hd, ldq, qp.data());
           pack_row_pairs(doh, T, Tp, hd, lddo, dop.data());
           for (int64_t j0 = 0; j0 < T; j0 += kKeyTile) {
-            const int64_t cols = std::min(T, j0 + kKeyTile) - j0, cols16 = round_up(cols, 16);
+            const int64_t cols = std::min(T, j0 + kKeyTile) - j0;
             float* dk_tile = dk + (b * T + j0) * lddk + kvh * hd;
             float* dv_tile = dv + (b * T + j0) * lddv + kvh * hd;
             const int64_t first_i0 = j0 / kQueryTile * kQueryTile;
             for (int64_t i0 = first_i0; i0 < T; i0 += kQueryTile) {
               const int64_t rows = std::min(T, i0 + kQueryTile) - i0, rows2 = round_up(rows, 2);
-              small_gemm_bf16(rows, cols16, hd, qr + i0 * ldqr, ldqr, kt.data() + 2 * j0, 2 * Tp,
+              // Keys past the tile's last query are masked on every row: the products stop before
+              // them (the diagonal tiles, half of the key tile's width at T = 256).
+              const int64_t kcols = std::min(cols, i0 + rows - j0), kcols16 = round_up(kcols, 16);
+              small_gemm_bf16(rows, kcols16, hd, qr + i0 * ldqr, ldqr, kt.data() + 2 * j0, 2 * Tp,
                               probs.data(), kKeyTile, false);
-              small_gemm_bf16(rows, cols16, hd, dob.data() + i0 * hd, hd, vt.data() + 2 * j0,
+              small_gemm_bf16(rows, kcols16, hd, dob.data() + i0 * hd, hd, vt.data() + 2 * j0,
                               2 * Tp, dprobs.data(), kKeyTile, false);
               for (int64_t r = 0; r < rows; ++r) {
                 float* pr = probs.data() + r * kKeyTile;
                 float* dpr = dprobs.data() + r * kKeyTile;
-                const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
-                softmax_backward_row(pr, dpr, pb.data() + r * cols16, dsb.data() + r * cols16,
-                                     cols16, valid, scale, lse_h[i0 + r], delta[i0 + r], scale);
+                const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, kcols);  // causal
+                softmax_backward_row(pr, dpr, pb.data() + r * kcols16, dsb.data() + r * kcols16,
+                                     kcols16, valid, scale, lse_h[i0 + r], delta[i0 + r], scale);
               }
-              for (int64_t c0 = 0; c0 < cols16; c0 += 16) {
-                transpose_round_columns(pb.data(), rows, rows2, c0, 16, cols16, pt.data(), rows2);
-                transpose_round_columns(dsb.data(), rows, rows2, c0, 16, cols16, dst.data(), rows2);
+              for (int64_t c0 = 0; c0 < kcols16; c0 += 16) {
+                transpose_round_columns(pb.data(), rows, rows2, c0, 16, kcols16, pt.data(), rows2);
+                transpose_round_columns(dsb.data(), rows, rows2, c0, 16, kcols16, dst.data(),
+                                        rows2);
               }
               // The first contribution to a gradient row writes it (no zeroing pass): dQ's at the
-              // first key tile, dK's and dV's at the group's first head and their first query tile.
+              // first key tile, dK's and dV's at the group's first head and their first query tile
+              // (which zeroes the rows of keys its queries do not reach).
               const bool kv_first = h == kvh * group && i0 == first_i0;
-              small_gemm_bf16(cols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, 2 * hd,
+              if (kv_first)
+                for (int64_t c = kcols; c < cols; ++c) {
+                  std::fill_n(dv_tile + c * lddv, hd, 0.0f);
+                  std::fill_n(dk_tile + c * lddk, hd, 0.0f);
+                }
+              small_gemm_bf16(kcols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, 2 * hd,
                               dv_tile, lddv, !kv_first);
-              small_gemm_bf16(rows, hd, cols16, dsb.data(), cols16, kp.data() + j0 * hd, 2 * hd,
+              small_gemm_bf16(rows, hd, kcols16, dsb.data(), kcols16, kp.data() + j0 * hd, 2 * hd,
                               dq + (b * T + i0) * lddq + h * hd, lddq, j0 > 0);
-              small_gemm_bf16(cols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, 2 * hd,
+              small_gemm_bf16(kcols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, 2 * hd,
                               dk_tile, lddk, !kv_first);
             }
           }
