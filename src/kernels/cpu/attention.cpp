@@ -152,26 +152,28 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
             float* dv_tile = dv + (b * T + j0) * lddv + kvh * hd;
             for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < T; i0 += kQueryTile) {
               const int64_t rows = std::min(T, i0 + kQueryTile) - i0;
+              // Keys past the tile's last query are masked on every row: the products stop there.
+              const int64_t kcols = std::min(cols, i0 + rows - j0);
               const float* q_tile = q + (b * T + i0) * ldq + h * hd;
               const float* do_tile = dout + (b * T + i0) * lddo + h * hd;
               float* dq_tile = dq + (b * T + i0) * lddq + h * hd;
-              sgemm('N', 'T', rows, cols, hd, scale, q_tile, ldq, k_tile, ldk, 0.0f, probs.data(),
+              sgemm('N', 'T', rows, kcols, hd, scale, q_tile, ldq, k_tile, ldk, 0.0f, probs.data(),
                     kKeyTile);
-              sgemm('N', 'T', rows, cols, hd, 1.0f, do_tile, lddo, v_tile, ldv, 0.0f, dprobs.data(),
-                    kKeyTile);
+              sgemm('N', 'T', rows, kcols, hd, 1.0f, do_tile, lddo, v_tile, ldv, 0.0f,
+                    dprobs.data(), kKeyTile);
               for (int64_t r = 0; r < rows; ++r) {
                 float* pr = probs.data() + r * kKeyTile;
                 float* dpr = dprobs.data() + r * kKeyTile;
-                const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
+                const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, kcols);  // causal
                 // The scores came out of sgemm already scaled.
-                cpu::softmax_backward_row(pr, dpr, pr, dpr, cols, valid, 1.0f, lse_h[i0 + r],
+                cpu::softmax_backward_row(pr, dpr, pr, dpr, kcols, valid, 1.0f, lse_h[i0 + r],
                                           delta[i0 + r], scale);
               }
-              sgemm('T', 'N', cols, hd, rows, 1.0f, probs.data(), kKeyTile, do_tile, lddo, 1.0f,
+              sgemm('T', 'N', kcols, hd, rows, 1.0f, probs.data(), kKeyTile, do_tile, lddo, 1.0f,
                     dv_tile, lddv);
-              sgemm('N', 'N', rows, hd, cols, 1.0f, dprobs.data(), kKeyTile, k_tile, ldk, 1.0f,
+              sgemm('N', 'N', rows, hd, kcols, 1.0f, dprobs.data(), kKeyTile, k_tile, ldk, 1.0f,
                     dq_tile, lddq);
-              sgemm('T', 'N', cols, hd, rows, 1.0f, dprobs.data(), kKeyTile, q_tile, ldq, 1.0f,
+              sgemm('T', 'N', kcols, hd, rows, 1.0f, dprobs.data(), kKeyTile, q_tile, ldq, 1.0f,
                     dk_tile, lddk);
             }
           }
