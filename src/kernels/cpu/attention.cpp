@@ -133,16 +133,11 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
-        for (int64_t j = 0; j < T; ++j) {
-          std::fill_n(dk + (b * T + j) * lddk + kvh * hd, hd, 0.0f);
-          std::fill_n(dv + (b * T + j) * lddv + kvh * hd, hd, 0.0f);
-        }
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
           const float* lse_h = lse + (b * s.n_heads + h) * T;
           for (int64_t i = 0; i < T; ++i) {
             delta[i] =
                 dot(dout + (b * T + i) * lddo + h * hd, out + (b * T + i) * ldo + h * hd, hd);
-            std::fill_n(dq + (b * T + i) * lddq + h * hd, hd, 0.0f);
           }
           for (int64_t j0 = 0; j0 < T; j0 += kKeyTile) {
             const int64_t cols = std::min(T, j0 + kKeyTile) - j0;
@@ -150,7 +145,8 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
             const float* v_tile = v + (b * T + j0) * ldv + kvh * hd;
             float* dk_tile = dk + (b * T + j0) * lddk + kvh * hd;
             float* dv_tile = dv + (b * T + j0) * lddv + kvh * hd;
-            for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < T; i0 += kQueryTile) {
+            const int64_t first_i0 = j0 / kQueryTile * kQueryTile;
+            for (int64_t i0 = first_i0; i0 < T; i0 += kQueryTile) {
               const int64_t rows = std::min(T, i0 + kQueryTile) - i0;
               // Keys past the tile's last query are masked on every row: the products stop there.
               const int64_t kcols = std::min(cols, i0 + rows - j0);
@@ -169,11 +165,21 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
                 cpu::softmax_backward_row(pr, dpr, pr, dpr, kcols, valid, 1.0f, lse_h[i0 + r],
                                           delta[i0 + r], scale);
               }
-              sgemm('T', 'N', kcols, hd, rows, 1.0f, probs.data(), kKeyTile, do_tile, lddo, 1.0f,
+              // The first contribution to a gradient row writes it (no zeroing pass): dQ's at the
+              // first key tile, dK's and dV's at the group's first head and their first query tile
+              // (which zeroes the rows of keys its queries do not reach).
+              const bool kv_first = h == kvh * group && i0 == first_i0;
+              if (kv_first)
+                for (int64_t c = kcols; c < cols; ++c) {
+                  std::fill_n(dv_tile + c * lddv, hd, 0.0f);
+                  std::fill_n(dk_tile + c * lddk, hd, 0.0f);
+                }
+              const float kv_beta = kv_first ? 0.0f : 1.0f;
+              sgemm('T', 'N', kcols, hd, rows, 1.0f, probs.data(), kKeyTile, do_tile, lddo, kv_beta,
                     dv_tile, lddv);
-              sgemm('N', 'N', rows, hd, kcols, 1.0f, dprobs.data(), kKeyTile, k_tile, ldk, 1.0f,
-                    dq_tile, lddq);
-              sgemm('T', 'N', kcols, hd, rows, 1.0f, dprobs.data(), kKeyTile, q_tile, ldq, 1.0f,
+              sgemm('N', 'N', rows, hd, kcols, 1.0f, dprobs.data(), kKeyTile, k_tile, ldk,
+                    j0 > 0 ? 1.0f : 0.0f, dq_tile, lddq);
+              sgemm('T', 'N', kcols, hd, rows, 1.0f, dprobs.data(), kKeyTile, q_tile, ldq, kv_beta,
                     dk_tile, lddk);
             }
           }
