@@ -12,6 +12,7 @@ namespace boostlm {
 
 namespace {
 
+using cpu::put;
 using cpu::sigmoid_vec;
 using cpu::to_float;
 
@@ -21,13 +22,6 @@ using cpu::to_float;
 // bf16 directly (a bf16 result is rounded in the register, not in a second pass); elsewhere they
 // are left to the compiler.
 constexpr int64_t kChunk = 4096;
-
-inline void put(float* p, float v) {
-  *p = v;
-}
-inline void put(bf16_t* p, float v) {
-  *p = float_to_bf16(v);
-}
 
 // y = silu(x) over one run.
 template <typename In, typename Out>

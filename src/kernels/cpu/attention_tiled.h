@@ -18,43 +18,13 @@ namespace boostlm::cpu {
 // part and left the masked tail, up to a whole tile on the diagonal, as a scalar loop: 15% of the
 // bf16 forward kernel's time).
 
-#ifdef BOOSTLM_VEC16
-// The lanes of a 16-column block whose column is causal: the first `n` (none when n <= 0).
-inline __mmask16 causal_lanes(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF)
-                 : static_cast<__mmask16>(n <= 0 ? 0u : (1u << n) - 1u);
-}
-#endif
-
 // One query row of a forward tile, for both kernels: p = exp(s·score_scale − max) on the causal
 // columns, 0 beyond, into `out` (s itself, or the bf16 tile the P·V product reads); returns their
 // sum.
 template <typename Out>
 inline float softmax_forward_row(float* s, Out* out, int64_t cols, int64_t valid, float score_scale,
                                  float max) {
-#ifdef BOOSTLM_VEC16
-  const __m512 ss = _mm512_set1_ps(score_scale), mx = _mm512_set1_ps(max);
-  __m512 acc = _mm512_setzero_ps();
-  for_each16(cols, [&](int64_t c, __mmask16 m) {
-    const __mmask16 causal = m & causal_lanes(valid - c);
-    const __m512 x = load16(s + c, causal);
-    const __m512 p = _mm512_maskz_mov_ps(causal, exp16(_mm512_fmsub_ps(x, ss, mx)));
-    store16(out + c, p, m);
-    acc = _mm512_add_ps(acc, p);
-  });
-  return _mm512_reduce_add_ps(acc);
-#else
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t c = 0; c < valid; ++c) {
-    const float p = exp_vec(s[c] * score_scale - max);
-    s[c] = p;
-    sum += p;
-  }
-  std::fill(s + valid, s + cols, 0.0f);
-  if (static_cast<void*>(out) != static_cast<void*>(s)) store_row(s, cols, out);
-  return sum;
-#endif
+  return exp_sum_row(s, cols, valid, score_scale, max, out);
 }
 
 // One query row of a backward tile, for both kernels: p = exp(score·score_scale − lse) on the
@@ -68,7 +38,7 @@ inline void softmax_backward_row(float* p, float* dp, Out* p_out, Out* ds_out, i
   const __m512 ss = _mm512_set1_ps(score_scale), l = _mm512_set1_ps(lse);
   const __m512 dl = _mm512_set1_ps(delta), sc = _mm512_set1_ps(scale);
   for_each16(cols, [&](int64_t c, __mmask16 m) {
-    const __mmask16 causal = m & causal_lanes(valid - c);
+    const __mmask16 causal = m & first_lanes(valid - c);
     const __m512 x = load16(p + c, causal), d = load16(dp + c, causal);
     const __m512 pc = _mm512_maskz_mov_ps(causal, exp16(_mm512_fmsub_ps(x, ss, l)));
     store16(p_out + c, pc, m);

@@ -35,25 +35,7 @@ float row_max(const float* x, int64_t n) {
 
 // Σ exp(x − shift); with `out`, also out[j] = exp(x[j] − shift) (out may be x).
 float sum_exp(const float* x, int64_t n, float shift, float* out = nullptr) {
-#ifdef BOOSTLM_VEC16
-  const __m512 s = _mm512_set1_ps(shift);
-  __m512 acc = _mm512_setzero_ps();
-  cpu::for_each16(n, [&](int64_t i, __mmask16 m) {
-    const __m512 e = _mm512_maskz_mov_ps(m, cpu::exp16(_mm512_sub_ps(cpu::load16(x + i, m), s)));
-    if (out) cpu::store16(out + i, e, m);
-    acc = _mm512_add_ps(acc, e);
-  });
-  return _mm512_reduce_add_ps(acc);
-#else
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < n; ++j) {
-    const float e = cpu::exp_vec(x[j] - shift);
-    if (out) out[j] = e;
-    sum += e;
-  }
-  return sum;
-#endif
+  return cpu::exp_sum_row(x, n, n, 1.0f, shift, out);
 }
 
 // y = factor·(exp(x − shift) when exp_first, else x), into fp32 `out` and/or bf16 `out16`. Either

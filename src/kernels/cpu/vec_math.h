@@ -103,7 +103,50 @@ inline void for_each16(int64_t n, F f) {
   for (; i + 16 <= n; i += 16) f(i, static_cast<__mmask16>(0xFFFF));
   if (i < n) f(i, static_cast<__mmask16>((1u << (n - i)) - 1u));
 }
+
+// The first n lanes of 16 (none when n <= 0, all when n >= 16).
+inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF)
+                 : static_cast<__mmask16>(n <= 0 ? 0u : (1u << n) - 1u);
+}
 #endif
+
+// A softmax row's exponentials: returns Σ exp(x[c]·scale − shift) over c < valid; with `out`,
+// also writes those values there (fp32 or rounded to bf16; out may be x) and 0 for valid <= c < n.
+// The cross-entropy's rows (valid = n, scale 1) and attention's tile rows (valid: the causal
+// columns) both run on it.
+template <typename Out>
+inline float exp_sum_row(const float* x, int64_t n, int64_t valid, float scale, float shift,
+                         Out* out) {
+#ifdef BOOSTLM_VEC16
+  const __m512 sc = _mm512_set1_ps(scale), sh = _mm512_set1_ps(shift);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= valid; c += 16) {  // whole blocks of live columns: no masks to compute
+    const __m512 e = exp16(_mm512_fmsub_ps(_mm512_loadu_ps(x + c), sc, sh));
+    if (out) store16(out + c, e, static_cast<__mmask16>(0xFFFF));
+    acc = _mm512_add_ps(acc, e);
+  }
+  for (; c < n; c += 16) {
+    const __mmask16 m = first_lanes(n - c), live = m & first_lanes(valid - c);
+    const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_fmsub_ps(load16(x + c, live), sc, sh)));
+    if (out) store16(out + c, e, m);
+    acc = _mm512_add_ps(acc, e);
+  }
+  return _mm512_reduce_add_ps(acc);
+#else
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < valid; ++c) {
+    const float e = exp_vec(x[c] * scale - shift);
+    if (out) put(out + c, e);
+    sum += e;
+  }
+  if (out)
+    for (int64_t c = valid; c < n; ++c) put(out + c, 0.0f);
+  return sum;
+#endif
+}
 
 // n values rounded to bf16 (to nearest even, as float_to_bf16): one instruction per 16 values on
 // CPUs with AVX512-BF16. Kernels that produce a GEMM's bf16 input call it on each row while the
@@ -129,6 +172,13 @@ inline void store_row(const float* in, int64_t n, float* out) {
 }
 inline void store_row(const float* in, int64_t n, bf16_t* out) {
   round_row_bf16(in, n, out);
+}
+// One value stored as fp32, or rounded to bf16.
+inline void put(float* p, float v) {
+  *p = v;
+}
+inline void put(bf16_t* p, float v) {
+  *p = float_to_bf16(v);
 }
 inline float to_float(float x) {
   return x;
