@@ -87,11 +87,15 @@ Operand bf16_operand(const GemmInput& in, int64_t rows, int64_t cols, const Gemm
 }
 
 // A transposed first operand (stored K x M), made plain in bf16 ([M, K] per member, contiguous in
-// scratch), rounding as it transposes. oneDNN 2.6's bf16 matmul runs a transposed source 35-40%
-// slower than a plain one on Zen 5 (the weight-gradient GEMMs Xᵀ·dY: 230-280 against 400-450
-// GFLOP/s, `bench step --breakdown`), far more than the copy costs. The copy is read from the
-// operand's bf16 copy when it has one (exact, and half the bytes), else rounded from its fp32
-// values.
+// scratch), rounding as it transposes. oneDNN 2.6's bf16 matmul runs a transposed source slower
+// than a plain one on Zen 5 when the reduction is long: the blocks' weight gradients Xᵀ·dY (K =
+// 2048 tokens) lose 10-35% (`bench step --breakdown`, copy against none, same minutes), more than
+// the copy costs. With K <= kTransposedInPlaceMaxK it does not: the LM head's ∂W slices (K = 512
+// rows of a logits chunk, the source 64 KB rows apart) ran as fast in place (149-155 against
+// 152-166 ms per step) and the copy's 12 ms went away, so those are read in place. The copy is
+// read from the operand's bf16 copy when it has one (exact, and half the bytes), else rounded from
+// its fp32 values.
+constexpr int64_t kTransposedInPlaceMaxK = 512;
 Operand plain_bf16_from_transposed(const GemmInput& in, int64_t M, int64_t K,
                                    const GemmBatch& batch, Buffer<bf16_t>& scratch) {
   const int64_t member = M * K;
@@ -172,12 +176,17 @@ double gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
                  const GemmBatch& batch) {
   MatmulEngine& e = matmul_engine();
   const double start = now_s();
+  // A transposed first operand that has a bf16 copy and a short reduction is read in place (see
+  // plain_bf16_from_transposed).
+  const bool direct_t = ta == Trans::T && A.bf16 && K <= kTransposedInPlaceMaxK;
   const Operand a = ta == Trans::N ? bf16_operand(A, M, K, batch, batch.stride_a, e.a_scratch)
+                    : direct_t     ? bf16_operand(A, K, M, batch, batch.stride_a, e.a_scratch)
                                    : plain_bf16_from_transposed(A, M, K, batch, e.a_scratch);
   const Operand b = tb == Trans::N ? bf16_operand(B, K, N, batch, batch.stride_b, e.b_scratch)
                                    : bf16_operand(B, N, K, batch, batch.stride_b, e.b_scratch);
   const double prepared = now_s() - start;
-  matmul(dnnl::memory::data_type::bf16, Trans::N, tb, M, N, K, alpha, a, b, beta, C, ldc, batch);
+  matmul(dnnl::memory::data_type::bf16, direct_t ? Trans::T : Trans::N, tb, M, N, K, alpha, a, b,
+         beta, C, ldc, batch);
   return prepared;
 }
 
