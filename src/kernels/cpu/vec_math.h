@@ -43,6 +43,14 @@ inline float sigmoid_vec(float x) {
   return 1.0f / (1.0f + exp_vec(-x));
 }
 
+// One value stored as fp32, or rounded to bf16.
+inline void put(float* p, float v) {
+  *p = v;
+}
+inline void put(bf16_t* p, float v) {
+  *p = float_to_bf16(v);
+}
+
 // exp_vec and sigmoid_vec written on 512-bit registers, for the loops where exp is the work
 // (softmax rows, cross-entropy rows, SiLU and SwiGLU). GCC 12 tunes -march=native on Zen 5 as
 // znver3 and vectorises exp_vec's loops mostly on 256-bit registers, with its clamps and integer
@@ -172,13 +180,6 @@ inline void store_row(const float* in, int64_t n, float* out) {
 }
 inline void store_row(const float* in, int64_t n, bf16_t* out) {
   round_row_bf16(in, n, out);
-}
-// One value stored as fp32, or rounded to bf16.
-inline void put(float* p, float v) {
-  *p = v;
-}
-inline void put(bf16_t* p, float v) {
-  *p = float_to_bf16(v);
 }
 inline float to_float(float x) {
   return x;
