@@ -87,7 +87,7 @@ void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, con
 #pragma omp simd reduction(max : tile_max)
               for (int64_t c = 0; c < valid; ++c) tile_max = std::max(tile_max, sr[c]);
               const float new_max = std::max(row_max[r], tile_max);
-              const float sum = cpu::softmax_forward_row(sr, sr, cols, valid, 1.0f, new_max);
+              const float sum = cpu::exp_sum_row(sr, cols, valid, 1.0f, new_max, sr);
               const float correction = valid > 0 ? cpu::exp_vec(row_max[r] - new_max) : 1.0f;
               if (correction != 1.0f) {
                 float* a = acc.data() + r * hd;
@@ -169,11 +169,7 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
               // first key tile, dK's and dV's at the group's first head and their first query tile
               // (which zeroes the rows of keys its queries do not reach).
               const bool kv_first = h == kvh * group && i0 == first_i0;
-              if (kv_first)
-                for (int64_t c = kcols; c < cols; ++c) {
-                  std::fill_n(dv_tile + c * lddv, hd, 0.0f);
-                  std::fill_n(dk_tile + c * lddk, hd, 0.0f);
-                }
+              if (kv_first) cpu::zero_unreached_rows(dv_tile, lddv, dk_tile, lddk, kcols, cols, hd);
               const float kv_beta = kv_first ? 0.0f : 1.0f;
               sgemm('T', 'N', kcols, hd, rows, 1.0f, probs.data(), kKeyTile, do_tile, lddo, kv_beta,
                     dv_tile, lddv);

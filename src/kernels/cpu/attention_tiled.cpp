@@ -181,7 +181,7 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
               for (int64_t c = 0; c < valid; ++c) tile_max = std::max(tile_max, sr[c] * scale);
               const float new_max = std::max(row_max[r], tile_max);
               const float sum =
-                  softmax_forward_row(sr, pb.data() + r * cols16, cols16, valid, scale, new_max);
+                  exp_sum_row(sr, cols16, valid, scale, new_max, pb.data() + r * cols16);
               const float correction = valid > 0 ? exp_vec(row_max[r] - new_max) : 1.0f;
               if (correction != 1.0f) {
                 float* a = acc.data() + r * hd;
@@ -309,11 +309,7 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
               // first key tile, dK's and dV's at the group's first head and their first query tile
               // (which zeroes the rows of keys its queries do not reach).
               const bool kv_first = h == kvh * group && i0 == first_i0;
-              if (kv_first)
-                for (int64_t c = kcols; c < cols; ++c) {
-                  std::fill_n(dv_tile + c * lddv, hd, 0.0f);
-                  std::fill_n(dk_tile + c * lddk, hd, 0.0f);
-                }
+              if (kv_first) zero_unreached_rows(dv_tile, lddv, dk_tile, lddk, kcols, cols, hd);
               small_gemm_bf16(kcols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, 2 * hd,
                               dv_tile, lddv, !kv_first);
               small_gemm_bf16(rows, hd, kcols16, dsb.data(), kcols16, kp.data() + j0 * hd, 2 * hd,

@@ -16,16 +16,8 @@ namespace boostlm::cpu {
 // 512-bit registers with exp16, 16 columns at a time under a mask of the causal ones, where the CPU
 // has them (vec_math.h); else in two loops (as one loop with a select, GCC 12 vectorised the valid
 // part and left the masked tail, up to a whole tile on the diagonal, as a scalar loop: 15% of the
-// bf16 forward kernel's time).
-
-// One query row of a forward tile, for both kernels: p = exp(s·score_scale − max) on the causal
-// columns, 0 beyond, into `out` (s itself, or the bf16 tile the P·V product reads); returns their
-// sum.
-template <typename Out>
-inline float softmax_forward_row(float* s, Out* out, int64_t cols, int64_t valid, float score_scale,
-                                 float max) {
-  return exp_sum_row(s, cols, valid, score_scale, max, out);
-}
+// bf16 forward kernel's time). A forward row is exp_sum_row (vec_math.h): p = exp(s·score_scale −
+// max) on the causal columns, 0 beyond, into s itself or the bf16 tile P·V reads, and their sum.
 
 // One query row of a backward tile, for both kernels: p = exp(score·score_scale − lse) on the
 // causal columns, 0 beyond, and dS = p·(dp − delta)·scale, into p_out and ds_out (p and dp
@@ -56,6 +48,16 @@ inline void softmax_backward_row(float* p, float* dp, Out* p_out, Out* ds_out, i
   if (static_cast<void*>(p_out) != static_cast<void*>(p)) store_row(p, cols, p_out);
   if (static_cast<void*>(ds_out) != static_cast<void*>(dp)) store_row(dp, cols, ds_out);
 #endif
+}
+
+// Rows [from, to) of a kv tile's dV and dK that its first query tile does not reach: zeroed, since
+// the first contribution writes the rest (no zeroing pass over the whole gradient).
+inline void zero_unreached_rows(float* dv_tile, int64_t lddv, float* dk_tile, int64_t lddk,
+                                int64_t from, int64_t to, int64_t hd) {
+  for (int64_t c = from; c < to; ++c) {
+    std::fill_n(dv_tile + c * lddv, hd, 0.0f);
+    std::fill_n(dk_tile + c * lddk, hd, 0.0f);
+  }
 }
 
 // bf16 asked for, the CPU has AVX512-BF16, and head_dim is a multiple of 16.

@@ -51,6 +51,13 @@ inline void put(bf16_t* p, float v) {
   *p = float_to_bf16(v);
 }
 
+#ifdef __AVX512F__
+// 16 bf16 values as fp32 (exact: a bf16 value is the top half of its fp32).
+inline __m512 widen16(__m256i bf16) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
+}
+#endif
+
 // exp_vec and sigmoid_vec written on 512-bit registers, for the loops where exp is the work
 // (softmax rows, cross-entropy rows, SiLU and SwiGLU). GCC 12 tunes -march=native on Zen 5 as
 // znver3 and vectorises exp_vec's loops mostly on 256-bit registers, with its clamps and integer
@@ -89,8 +96,7 @@ inline __m512 load16(const float* p, __mmask16 mask) {
   return _mm512_maskz_loadu_ps(mask, p);
 }
 inline __m512 load16(const bf16_t* p, __mmask16 mask) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  return widen16(_mm256_maskz_loadu_epi16(mask, p));
 }
 inline void store16(float* p, __m512 v, __mmask16 mask) {
   _mm512_mask_storeu_ps(p, mask, v);
@@ -100,8 +106,7 @@ inline void store16(bf16_t* p, __m512 v, __mmask16 mask) {  // rounded to neares
 }
 // v rounded to bf16 and widened back (exact): the value a bf16 copy of v holds.
 inline __m512 round16(__m512 v) {
-  const __m512i wide = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  return widen16((__m256i)_mm512_cvtneps_pbh(v));
 }
 
 // f(i, mask) for i = 0, 16, 32, ... < n: all 16 lanes, then the tail's first n − i.
@@ -195,10 +200,8 @@ inline float to_float(bf16_t x) {
 inline __m512 load16(const float* p) {
   return _mm512_loadu_ps(p);
 }
-inline __m512 load16(const bf16_t* p) {  // exact: a bf16 value is the top half of its fp32
-  const __m512i wide =
-      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+inline __m512 load16(const bf16_t* p) {
+  return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
 // In-register transpose of 16 rows of 16 floats (row i of the result is column i of the input):
