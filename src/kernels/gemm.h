@@ -2,14 +2,14 @@
 //
 //   C[M, N] = alpha * op(A)[M, K] · op(B)[K, N] + beta * C        (row-major, ld = row stride)
 //
-// `compute` picks the input precision: fp32 (oneDNN's sgemm; its matmul primitive for a batch),
-// or bf16 (inputs rounded to bf16, fp32 accumulation and output; oneDNN's matmul primitive on the
-// CPU's bf16 units). In bf16 an input can arrive already rounded (a GemmInput with a bf16 copy):
-// weights are rounded once per step, and an operand read by several GEMMs is rounded once, not at
-// every call. A transposed first operand is made plain as it is rounded (the backend's matmul runs
-// far below its rate on a transposed bf16 source); that preparation is not counted as GEMM time.
-// Every call is counted and can be recorded (kernels/gemm_counters.h); a machine's GEMM rate is
-// measured with kernels/gemm_measure.h.
+// `compute` picks the input precision: fp32 (oneDNN's sgemm; its matmul primitive for a batch and
+// for X·Wᵀ shapes, gemm.cpp), or bf16 (inputs rounded to bf16, fp32 accumulation and output;
+// oneDNN's matmul primitive on the CPU's bf16 units). In bf16 an input can arrive already rounded
+// (a GemmInput with a bf16 copy): weights are rounded once per step, and an operand read by several
+// GEMMs is rounded once, not at every call. A transposed first operand is made plain as it is
+// rounded (the backend's matmul runs far below its rate on a transposed bf16 source); that
+// preparation is not counted as GEMM time. Every call is counted and can be recorded
+// (kernels/gemm_counters.h); a machine's GEMM rate is measured with kernels/gemm_measure.h.
 #pragma once
 
 #include <cstdint>

@@ -32,13 +32,14 @@ void reference_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float a
 struct GemmCase {
   Trans ta, tb;
   float alpha, beta;
+  int64_t K = 53;
 };
 
 class GemmTest : public ::testing::TestWithParam<std::tuple<GemmCase, DType>> {};
 
 TEST_P(GemmTest, MatchesReferenceWithStridesAndScales) {
   const auto [c, dtype] = GetParam();
-  const int64_t M = 37, N = 29, K = 53;
+  const int64_t M = 37, N = 29, K = c.K;
   // Leading dimensions larger than the logical width, to exercise strides.
   const int64_t lda = (c.ta == Trans::N ? K : M) + 3, ldb = (c.tb == Trans::N ? N : K) + 5,
                 ldc = N + 2;
@@ -50,7 +51,7 @@ TEST_P(GemmTest, MatchesReferenceWithStridesAndScales) {
   gemm(c.ta, c.tb, M, N, K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc, dtype);
   reference_gemm(c.ta, c.tb, M, N, K, c.alpha, A.data(), lda, B.data(), ldb, c.beta,
                  expected.data(), ldc, dtype == DType::bf16);
-  // fp32: summation-order differences over K=53 terms of size ~1 stay below 1e-4.
+  // fp32: summation-order differences over K terms of size ~1 stay below 1e-4.
   // bf16: inputs are rounded identically in the reference; only fp32 accumulation order differs.
   const float tol = 1e-4f * std::sqrt(static_cast<float>(K));
   for (int64_t i = 0; i < M; ++i)
@@ -66,6 +67,15 @@ INSTANTIATE_TEST_SUITE_P(
                                          GemmCase{Trans::N, Trans::T, 1.0f, 1.0f},
                                          GemmCase{Trans::T, Trans::N, 0.5f, 1.0f},
                                          GemmCase{Trans::T, Trans::T, 2.0f, 0.0f}),
+                       ::testing::Values(DType::f32, DType::bf16)));
+
+// fp32 X·Wᵀ with K >= 256 runs on the matmul primitive instead of sgemm (gemm.cpp): the same
+// strides, scales and accumulation there.
+INSTANTIATE_TEST_SUITE_P(
+    LongReduction, GemmTest,
+    ::testing::Combine(::testing::Values(GemmCase{Trans::N, Trans::T, 0.5f, 1.0f, 300},
+                                         GemmCase{Trans::N, Trans::T, 1.0f, 0.0f, 256},
+                                         GemmCase{Trans::N, Trans::N, 1.0f, 1.0f, 300}),
                        ::testing::Values(DType::f32, DType::bf16)));
 
 TEST(Gemm, CountsCallsAndFlops) {
