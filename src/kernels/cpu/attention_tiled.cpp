@@ -171,8 +171,9 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
           for (int64_t j0 = 0; j0 < i0 + rows; j0 += kKeyTile) {
             const int64_t cols = std::min(i0 + rows, j0 + kKeyTile) - j0;
             const int64_t cols16 = round_up(cols, 16);  // padded keys score 0 and are masked
+            const int64_t offset = i0 - j0;
             small_gemm_bf16(rows, cols16, hd, qt, ldqt, kt.data() + at + 2 * j0, 2 * Tp,
-                            scores.data(), kKeyTile, false);
+                            scores.data(), kKeyTile, false, {CausalPart::cols, offset});
             for (int64_t r = 0; r < rows; ++r) {
               float* sr = scores.data() + r * kKeyTile;
               const int64_t valid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);  // causal
@@ -191,7 +192,7 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
               if (valid > 0) row_max[r] = new_max;
             }
             small_gemm_bf16(rows, hd, cols16, pb.data(), cols16, vp.data() + at + j0 * hd, 2 * hd,
-                            acc.data(), hd, true);
+                            acc.data(), hd, true, {CausalPart::k_upto, offset});
           }
           for (int64_t r = 0; r < rows; ++r) {
             const float inv = 1.0f / row_sum[r];
@@ -289,10 +290,13 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
               // Keys past the tile's last query are masked on every row: the products stop before
               // them (the diagonal tiles, half of the key tile's width at T = 256).
               const int64_t kcols = std::min(cols, i0 + rows - j0), kcols16 = round_up(kcols, 16);
+              // Within the tile, each block of rows stops at its own last key (CausalPart).
+              const CausalPart diagonal{CausalPart::cols, i0 - j0},
+                  upto{CausalPart::k_upto, i0 - j0}, from{CausalPart::k_from, i0 - j0};
               small_gemm_bf16(rows, kcols16, hd, qr + i0 * ldqr, ldqr, kt.data() + 2 * j0, 2 * Tp,
-                              probs.data(), kKeyTile, false);
+                              probs.data(), kKeyTile, false, diagonal);
               small_gemm_bf16(rows, kcols16, hd, dob.data() + i0 * hd, hd, vt.data() + 2 * j0,
-                              2 * Tp, dprobs.data(), kKeyTile, false);
+                              2 * Tp, dprobs.data(), kKeyTile, false, diagonal);
               for (int64_t r = 0; r < rows; ++r) {
                 float* pr = probs.data() + r * kKeyTile;
                 float* dpr = dprobs.data() + r * kKeyTile;
@@ -311,11 +315,11 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
               const bool kv_first = h == kvh * group && i0 == first_i0;
               if (kv_first) zero_unreached_rows(dv_tile, lddv, dk_tile, lddk, kcols, cols, hd);
               small_gemm_bf16(kcols, hd, rows2, pt.data(), rows2, dop.data() + i0 * hd, 2 * hd,
-                              dv_tile, lddv, !kv_first);
+                              dv_tile, lddv, !kv_first, from);
               small_gemm_bf16(rows, hd, kcols16, dsb.data(), kcols16, kp.data() + j0 * hd, 2 * hd,
-                              dq + (b * T + i0) * lddq + h * hd, lddq, j0 > 0);
+                              dq + (b * T + i0) * lddq + h * hd, lddq, j0 > 0, upto);
               small_gemm_bf16(kcols, hd, rows2, dst.data(), rows2, qp.data() + i0 * hd, 2 * hd,
-                              dk_tile, lddk, !kv_first);
+                              dk_tile, lddk, !kv_first, from);
             }
           }
         }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <immintrin.h>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -65,27 +66,54 @@ inline void small_gemm_rows(int vectors, int64_t pairs, const bf16_t* a, int64_t
 
 }  // namespace detail
 
+// The part of a causal attention tile a product needs, for a tile whose first query is `offset`
+// positions past its first key (query i sees keys j <= i + offset). Rows of C are run in blocks of
+// 4, and each block does only what its rows need; what it skips is either never read (masked
+// scores) or an exact zero term, so the results equal the whole product's bit for bit.
+//   all:     the whole of C.
+//   cols:    row i of C needs columns j <= i + offset only (Q·Kᵀ, dO·Vᵀ: scores past the diagonal
+//            are masked; the columns past each block's last are left unwritten).
+//   k_upto:  row i of A is zero past k = i + offset (P·V, dS·K): its reduction stops there.
+//   k_from:  row j of A (a key) is zero before k = j − offset (Pᵀ·dO, dSᵀ·Q): it starts there.
+struct CausalPart {
+  enum Kind { all, cols, k_upto, k_from } kind = all;
+  int64_t offset = 0;
+};
+
 inline void small_gemm_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* a, int64_t lda,
-                            const bf16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+                            const bf16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate,
+                            CausalPart part = {}) {
   const int64_t pairs = K / 2;
   for (int64_t i = 0; i < M; i += 4) {
-    for (int64_t n = 0; n < N; n += 64) {
-      const int vectors = static_cast<int>((N - n < 64 ? N - n : 64) / 16);
-      const bf16_t* ai = a + i * lda;
-      const bf16_t* bn = b + 2 * n;
+    const int rows = static_cast<int>(M - i < 4 ? M - i : 4);
+    // This block's columns and its range of pairs of k.
+    int64_t n_end = N, p_begin = 0, p_end = pairs;
+    const int64_t last = i + rows - 1 + part.offset;  // the block's last row's diagonal
+    if (part.kind == CausalPart::cols) {
+      n_end = std::clamp<int64_t>((last + 16) / 16 * 16, 0, N);
+    } else if (part.kind == CausalPart::k_upto) {
+      p_end = std::clamp<int64_t>((last + 2) / 2, 0, pairs);
+    } else if (part.kind == CausalPart::k_from) {
+      p_begin = std::clamp<int64_t>((i - part.offset) / 2, 0, pairs);
+    }
+    const bf16_t* ai = a + i * lda + 2 * p_begin;
+    for (int64_t n = 0; n < n_end; n += 64) {
+      const int vectors = static_cast<int>((n_end - n < 64 ? n_end - n : 64) / 16);
+      const bf16_t* bn = b + p_begin * ldb + 2 * n;
       float* ci = c + i * ldc + n;
-      switch (M - i < 4 ? M - i : 4) {
+      const int64_t p = p_end - p_begin;
+      switch (rows) {
         case 4:
-          detail::small_gemm_rows<4>(vectors, pairs, ai, lda, bn, ldb, ci, ldc, accumulate);
+          detail::small_gemm_rows<4>(vectors, p, ai, lda, bn, ldb, ci, ldc, accumulate);
           break;
         case 3:
-          detail::small_gemm_rows<3>(vectors, pairs, ai, lda, bn, ldb, ci, ldc, accumulate);
+          detail::small_gemm_rows<3>(vectors, p, ai, lda, bn, ldb, ci, ldc, accumulate);
           break;
         case 2:
-          detail::small_gemm_rows<2>(vectors, pairs, ai, lda, bn, ldb, ci, ldc, accumulate);
+          detail::small_gemm_rows<2>(vectors, p, ai, lda, bn, ldb, ci, ldc, accumulate);
           break;
         default:
-          detail::small_gemm_rows<1>(vectors, pairs, ai, lda, bn, ldb, ci, ldc, accumulate);
+          detail::small_gemm_rows<1>(vectors, p, ai, lda, bn, ldb, ci, ldc, accumulate);
       }
     }
   }
