@@ -22,7 +22,7 @@ namespace {
 constexpr int64_t kQueryTile = 64;
 constexpr int64_t kKeyTile = 128;
 
-int64_t round_up(int64_t x, int64_t m) {
+[[maybe_unused]] int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
 }
 
