@@ -4,6 +4,7 @@
 
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "core/fiber.h"
 #include "core/profile.h"
 #include "kernels/adamw.h"
 #include "kernels/cross_entropy.h"
@@ -32,9 +33,13 @@ void take_columns(const float* full, int64_t ld, int64_t N, int64_t c, int rank,
   copy_columns(full + rank * c, ld, N, c, local, c);
 }
 
-// Vocabulary rows per ∂W GEMM of the bf16 head: its plain copy of the transposed gradient is
-// this many rows of the chunk (4 MB at 512 rows), not the chunk's whole vocabulary.
+// Vocabulary rows per ∂W GEMM of the bf16 head (each reads its slice of the chunk's transposed
+// gradient in place).
 constexpr int64_t kHeadGradientSlice = 4096;
+// Vocabulary rows per slice of a deferred head ∂W (Model::deferred_head_gradient): 512 x 512 x 512
+// per logits chunk of 512 rows, about 2.5 ms on one core in fp32, so a chunk whose collective
+// has come back waits at most that long for its turn.
+constexpr int64_t kDeferredHeadSlice = 512;
 
 }  // namespace
 
@@ -147,16 +152,22 @@ void Model::prepare(int64_t B, int64_t T) {
   rstd_final_.resize(N);
   d_resid_.resize(N * rc);
   // The head's logit chunk and input gradient, and the blocks' work areas (each chunk's its own:
-  // they interleave), are never in use at once: one workspace holds the larger.
+  // they interleave), are never in use at once: one workspace holds the larger. A deferred head
+  // ∂W keeps every chunk's logit gradient through the blocks' backward: then they sit side by
+  // side.
   const int64_t chunk = logits_chunk_rows(vocab_rows_, N);
+  const bool defer = defers_head_gradient();
   WorkspacePlan head;
-  head.add(logits_, chunk * vocab_rows_);
+  head.add(logits_, (defer ? N : chunk) * vocab_rows_);
   head.add(d_full_, N * d);
   std::size_t block_bytes = 0;
   for (int c = 0; c < active_chunks_; ++c) block_bytes += chunks_[c]->work_bytes();
   workspace_ = Buffer<std::byte>();  // freed before the new one is allocated, not copied
-  workspace_.resize(std::max(head.bytes(), block_bytes));
-  head.bind(workspace_.data());
+  workspace_.resize(defer ? head.bytes() + block_bytes : std::max(head.bytes(), block_bytes));
+  head.bind(workspace_.data() + (defer ? block_bytes : 0));
+  d_norm_final_ = Buffer<float>();
+  if (defer && rc != d) d_norm_final_.resize(N * d);
+  head_gradient_pending_ = false;
   std::byte* at = workspace_.data();
   for (int c = 0; c < active_chunks_; ++c) {
     chunks_[c]->bind_work(at);
@@ -228,22 +239,56 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
   });
 }
 
-void Model::for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body) {
+void Model::for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body,
+                           const std::function<void()>& filler) {
   if (active_chunks_ == 1) {
     body(*chunks_[0], 0, 0);
+    if (filler) filler();
     return;
   }
   const int64_t rows = batch_ / active_chunks_ * seq_len_;
   std::vector<std::function<void()>> tasks;
   for (int c = 0; c < active_chunks_; ++c)
     tasks.emplace_back([&, c] { body(*chunks_[c], c, c * rows); });
+  if (filler) tasks.push_back(filler);
   overlap_->run(tasks);
+}
+
+// The LM head's ∂W = dlogitsᵀ·x deferred by head_and_loss, from the logit gradients it kept for
+// the whole micro-batch, chunk by chunk and slice by slice in the order head_and_loss would have
+// run them (the gradient sums in the same order). Inside a task each slice yields after it: the
+// chunks' turns come round between slices.
+void Model::deferred_head_gradient() {
+  BOOSTLM_ASSERT(head_gradient_pending_);
+  const int64_t N = batch_ * seq_len_, d = config_.d_model, V = vocab_rows_;
+  const int64_t chunk = logits_chunk_rows(V, N);
+  const ParamInfo& head =
+      table_.at(config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  const GemmInput x_all(norm_final_.data(),
+                        norm_final_bf16_.empty() ? nullptr : norm_final_bf16_.data(), d);
+  const bool bf16 = compute_ == DType::bf16;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    float* logits = logits_.data() + r0 * V;
+    const GemmInput dlogits =
+        bf16 ? GemmInput(nullptr, bf16_over(logits), 2 * V) : GemmInput(logits, V);
+    const GemmInput x = x_all.at(r0 * d);
+    for (int64_t v0 = 0; v0 < V; v0 += kDeferredHeadSlice) {
+      gemm(Trans::T, Trans::N, std::min(kDeferredHeadSlice, V - v0), d, rows, 1.0f, dlogits.at(v0),
+           x, 1.0f, grads_.view(head) + v0 * d, d, compute_);
+      Fibers::yield();
+    }
+  }
+  head_gradient_pending_ = false;
 }
 
 // Final norm, vocab-parallel LM head and parallel cross-entropy, in row chunks so the [N, V/t]
 // logits never exist whole. With backward, a chunk's logits become their gradient in place and
 // are consumed at once.
 float Model::head_and_loss(const int32_t* targets, bool backward, float grad_scale) {
+  // A ∂W still pending from the previous micro-batch reads the final norm's output and the
+  // logits' storage, which this one overwrites: it runs first.
+  if (head_gradient_pending_) deferred_head_gradient();
   const int64_t N = batch_ * seq_len_, d = config_.d_model, V = vocab_rows_;
   const int64_t rc = blocks().residual_columns();
   const int t = tp_->size();
@@ -259,56 +304,61 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   rmsnorm_forward(x_last, d, weights_.view(fnorm), N, d, config_.rms_eps, norm_final_.data(), d,
                   rstd_final_.data());
 
-  const int64_t chunk = logits_.size() / V;
+  const bool defer = backward && defers_head_gradient();
+  const int64_t chunk = logits_chunk_rows(V, N);
   const GemmInput x_all = rounded_input(compute_, norm_final_.data(), N, d, norm_final_bf16_);
   const GemmInput w_head(weights_.view(head), rounded_weights().at(head.offset), d);
   const float scale = grad_scale / static_cast<float>(N);
   // In bf16 the cross-entropy writes the gradient rounded over the chunk's own logits (row stride
   // 2V in bf16 values), which both GEMMs below read: no second [chunk, V] buffer.
   const bool bf16 = compute_ == DType::bf16;
-  bf16_t* dlogits_bf16 = bf16 ? bf16_over(logits_.data()) : nullptr;
   const int64_t ldg = 2 * V;
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
     const GemmInput x(x_all.f32 + r0 * d, x_all.bf16 ? x_all.bf16 + r0 * d : nullptr, d);
-    gemm(Trans::N, Trans::T, rows, V, d, 1.0f, x, w_head, 0.0f, logits_.data(), V, compute_);
+    // This chunk's logits: the chunk buffer, or their rows of the whole micro-batch's (deferred).
+    float* logits = logits_.data() + (logits_.size() >= static_cast<size_t>(N * V) ? r0 * V : 0);
+    bf16_t* dlogits_bf16 = bf16 ? bf16_over(logits) : nullptr;
+    gemm(Trans::N, Trans::T, rows, V, d, 1.0f, x, w_head, 0.0f, logits, V, compute_);
     if (t == 1) {
       if (backward) {
-        cross_entropy_forward_backward(logits_.data(), V, targets + r0, rows, V, scale,
-                                       losses_.data() + r0, dlogits_bf16, ldg);
+        cross_entropy_forward_backward(logits, V, targets + r0, rows, V, scale, losses_.data() + r0,
+                                       dlogits_bf16, ldg);
       } else {
-        cross_entropy_forward(logits_.data(), V, targets + r0, rows, V, losses_.data() + r0,
+        cross_entropy_forward(logits, V, targets + r0, rows, V, losses_.data() + r0,
                               ce_lse_.data() + r0);
       }
     } else {
       // Parallel cross-entropy: global max, then Σexp and the target logit, each all-reduced.
-      cross_entropy_shard_max(logits_.data(), V, rows, V, row_max_.data());
+      cross_entropy_shard_max(logits, V, rows, V, row_max_.data());
       tp_->all_reduce_max(row_max_.data(), rows);
-      cross_entropy_shard_stats(logits_.data(), V, targets + r0, rows, V, vocab_begin_,
-                                row_max_.data(), ce_stats_.data());
+      cross_entropy_shard_stats(logits, V, targets + r0, rows, V, vocab_begin_, row_max_.data(),
+                                ce_stats_.data());
       tp_->all_reduce(ce_stats_.data(), 2 * rows);
       cross_entropy_shard_loss(row_max_.data(), ce_stats_.data(), rows, ce_lse_.data() + r0,
                                losses_.data() + r0);
       if (backward)
-        cross_entropy_shard_backward(logits_.data(), V, targets + r0, rows, V, vocab_begin_,
+        cross_entropy_shard_backward(logits, V, targets + r0, rows, V, vocab_begin_,
                                      ce_lse_.data() + r0, scale, dlogits_bf16, ldg);
     }
     if (!backward) continue;
-    const GemmInput dlogits =
-        bf16 ? GemmInput(nullptr, dlogits_bf16, ldg) : GemmInput(logits_.data(), V);
-    // ∂W = dlogitsᵀ·x. In bf16 gemm() copies a transposed operand plain, so this runs in slices of
-    // the vocabulary, each copy a fraction of the chunk's.
-    const int64_t slice = bf16 ? kHeadGradientSlice : V;
-    for (int64_t v0 = 0; v0 < V; v0 += slice)
-      gemm(Trans::T, Trans::N, std::min(slice, V - v0), d, rows, 1.0f, dlogits.at(v0), x, 1.0f,
-           grads_.view(head) + v0 * d, d, compute_);
+    const GemmInput dlogits = bf16 ? GemmInput(nullptr, dlogits_bf16, ldg) : GemmInput(logits, V);
+    // ∂W = dlogitsᵀ·x, now or deferred into the blocks' backward.
+    if (!defer) {
+      const int64_t slice = bf16 ? kHeadGradientSlice : V;
+      for (int64_t v0 = 0; v0 < V; v0 += slice)
+        gemm(Trans::T, Trans::N, std::min(slice, V - v0), d, rows, 1.0f, dlogits.at(v0), x, 1.0f,
+             grads_.view(head) + v0 * d, d, compute_);
+    }
     gemm(Trans::N, Trans::N, rows, d, V, 1.0f, dlogits, w_head, 0.0f, d_full_.data() + r0 * d, d,
          compute_);
     tp_->all_reduce(d_full_.data() + r0 * d, rows * d);  // each rank's vocab slice contributes
   }
+  head_gradient_pending_ = defer;
   if (backward) {
-    // ∂L/∂x_last is replicated; a hidden-sharded residual keeps its own columns.
-    float* dx = rc == d ? d_resid_.data() : norm_final_.data();  // norm_final_ is no longer needed
+    // ∂L/∂x_last is replicated; a hidden-sharded residual keeps its own columns. norm_final_ is
+    // no longer needed, unless a deferred ∂W still reads it.
+    float* dx = rc == d ? d_resid_.data() : defer ? d_norm_final_.data() : norm_final_.data();
     rmsnorm_backward(d_full_.data(), d, x_last, d, weights_.view(fnorm), rstd_final_.data(), N, d,
                      dx, d, grads_.view(fnorm), false);
     if (rc != d) take_columns(dx, d, N, rc, tp_->rank(), d_resid_.data());
@@ -334,25 +384,50 @@ float Model::stage_loss(const int32_t* targets, bool backward, float grad_scale)
 }
 
 void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
-  if (last_stage() && observer) observer->head_done();
+  // With the head's ∂W deferred, the observer hears of the head when that has run, and of the
+  // blocks finished before it then, in order (data-parallel reduction starts buckets in the
+  // order it hears of them, the same on every rank).
+  std::vector<int64_t> held_back;
+  auto head_done = [&] {
+    if (!observer) return;
+    observer->head_done();
+    for (int64_t l : held_back) observer->block_done(l);
+  };
+  auto block_done = [&](int64_t l) {
+    if (!observer) return;
+    if (head_gradient_pending_)
+      held_back.push_back(l);
+    else
+      observer->block_done(l);
+  };
+  std::function<void()> filler;
+  if (head_gradient_pending_)
+    filler = [&] {
+      deferred_head_gradient();
+      head_done();
+    };
+  else if (last_stage())
+    head_done();
   const int64_t rc = blocks().residual_columns();
   std::vector<int> chunks_done(layers(), 0);  // per block: the chunks through its backward
   {
     BOOSTLM_PHASE("block_backward");
-    for_each_chunk([&](Layout& blocks, int c, int64_t row0) {
-      const int64_t at = row0 * rc;
-      for (int64_t l = last_layer_ - 1; l >= first_layer_; --l) {
-        // Whole-block recomputation: rerun the block's forward (collectives included) to rebuild
-        // its activations, unless they are the ones the forward pass left in the slot.
-        if (options().recompute == Recompute::block &&
-            (held_[c].layer != l || held_[c].micro != micro_)) {
-          blocks.block_forward(l, resid(l) + at, x_scratch_.data() + at);
-          held_[c] = {l, micro_};
-        }
-        blocks.block_backward(l, d_resid_.data() + at);
-        if (observer && ++chunks_done[l - first_layer_] == active_chunks_) observer->block_done(l);
-      }
-    });
+    for_each_chunk(
+        [&](Layout& blocks, int c, int64_t row0) {
+          const int64_t at = row0 * rc;
+          for (int64_t l = last_layer_ - 1; l >= first_layer_; --l) {
+            // Whole-block recomputation: rerun the block's forward (collectives included) to
+            // rebuild its activations, unless they are the ones the forward pass left in the slot.
+            if (options().recompute == Recompute::block &&
+                (held_[c].layer != l || held_[c].micro != micro_)) {
+              blocks.block_forward(l, resid(l) + at, x_scratch_.data() + at);
+              held_[c] = {l, micro_};
+            }
+            blocks.block_backward(l, d_resid_.data() + at);
+            if (++chunks_done[l - first_layer_] == active_chunks_) block_done(l);
+          }
+        },
+        filler);
   }
   if (first_stage()) embedding_backward(tokens);
 }

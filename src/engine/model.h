@@ -157,8 +157,20 @@ class Model {
   const Layout& blocks() const { return *chunks_[0]; }
   Layout& blocks() { return *chunks_[0]; }
   // Runs body(chunk, first row of the chunk) for every active chunk: interleaved with overlap, in
-  // turn without.
-  void for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body);
+  // turn without. `filler`, with overlap, runs as one more task beside the chunks: compute that
+  // yields between slices and issues no collective, so it takes the turns the chunks leave while
+  // their collectives are on the wire.
+  void for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body,
+                      const std::function<void()>& filler = {});
+  // With --tp-overlap the LM head's ∂W is deferred from head_and_loss into the blocks' backward,
+  // where the chunks wait on the link and the cores have time to spare (the head's compute has no
+  // collective to hide otherwise): its logit gradients are kept for the whole micro-batch
+  // (logits_ holds all N rows, [N, V/t], instead of one chunk) and head_gradient_pending_ says
+  // the ∂W has yet to run. deferred_head_gradient runs it, in slices of kDeferredHeadSlice
+  // vocabulary rows, yielding between them (in a task) or not (drained outside one).
+  bool defers_head_gradient() const { return active_chunks_ > 1 && last_stage(); }
+  void deferred_head_gradient();
+  bool head_gradient_pending_ = false;
   ParamTable table_, full_table_;
   FlatBuffer weights_, grads_;
   // bf16 training: the weights from element bf16_begin_ on, rounded once per forward (an untied
@@ -185,6 +197,9 @@ class Model {
   Buffer<std::byte> workspace_;
   WorkArea<float> logits_, d_full_;
   Buffer<bf16_t> norm_final_bf16_;
+  // btp with a deferred head ∂W: the final norm's input gradient, which otherwise overwrites
+  // norm_final_ (the ∂W's input until it has run).
+  Buffer<float> d_norm_final_;
 };
 
 }  // namespace boostlm

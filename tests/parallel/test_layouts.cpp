@@ -301,6 +301,51 @@ TEST(Grouping, RunsOneGemmCallPerGroupAndHalf) {
       }
 }
 
+// --tp-overlap defers the LM head's ∂W into the blocks' backward (Model::deferred_head_gradient),
+// keeping every logits chunk's gradient until then. With a vocabulary wide enough that a
+// micro-batch's logits come in several chunks (16M elements each), a step with overlap equals the
+// step without it, in fp32 and bf16; so does a second step (the first's ∂W long done, its kept
+// logits overwritten).
+TEST(TpOverlap, DeferredHeadGradientEqualsTheStepWithoutOverlap) {
+  const int world = mpi_world_size();
+  for (const DType dtype : {DType::f32, DType::bf16})
+    for (const auto& [layout, arch] :
+         {std::pair{LayoutKind::btp, Arch::cola}, std::pair{LayoutKind::dense_tp, Arch::dense}}) {
+      ModelConfig config = small_model(arch);
+      config.vocab_size = 40000;
+      config.max_seq_len = 512;
+      config.validate();
+      const int tp = world % 2 == 0 ? 2 : 1;
+      ProcessGrid grid(GridShape{tp, 1, world / tp});
+      const int64_t B = 2, T = 512, N = B * T;
+      const auto tokens = random_tokens(2 * N, config.vocab_size, 5),
+                 targets = random_tokens(2 * N, config.vocab_size, 6);
+      ASSERT_GT(N, logits_chunk_rows(config.vocab_size / tp, N));
+      auto run = [&](int chunks, std::vector<float>& losses) {
+        BlockOptions options;
+        options.overlap_chunks = chunks;
+        auto model = std::make_unique<Model>(config, dtype, layout, &grid.tp(), options);
+        model->init_weights(3);
+        for (int step = 0; step < 2; ++step) {
+          model->grads().zero();
+          losses.push_back(
+              model->forward_backward(tokens.data() + step * N, targets.data() + step * N, B, T));
+        }
+        return model;
+      };
+      std::vector<float> with, without;
+      const auto a = run(2, with), b = run(1, without);
+      const std::string name = to_string(layout) + (dtype == DType::bf16 ? " bf16" : " fp32");
+      // The chunks' GEMMs sum in another order (half the rows each); bf16 rounds the same values.
+      const double tol = dtype == DType::bf16 ? 1e-4 : 1e-5;
+      for (int step = 0; step < 2; ++step)
+        EXPECT_NEAR(with[step], without[step], tol * std::abs(without[step])) << name;
+      for (const auto& p : a->params().entries())
+        EXPECT_LT(relative_error(a->grads().view(p), b->grads().view(p), p.numel), tol)
+            << p.name << " " << name;
+    }
+}
+
 // In bf16 grouping rounds the same values (the concatenated A's rounding is each A's, the latent
 // is rounded once for all its readers as for each): grouped and ungrouped steps differ only in
 // the fp32 summation order inside oneDNN's kernels, far below bf16's own error (2^-9 relative).
