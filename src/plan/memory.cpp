@@ -98,9 +98,12 @@ int64_t workspace_elements(const MicroBatchShape& mb) {
   const int64_t rows = head_chunk_rows(mb);
   // Head: logits chunk, input gradient, per-token loss statistics. Block backward: input, q, k,
   // v, attention and MLP gradients at the layout's local widths (≈ one slot's worth).
-  // The model holds the larger of the two in one workspace.
-  const int64_t head = rows * (c.vocab_size / mb.tp) + N * d + 4 * N;
-  return std::max(head, N * residual_columns(mb) + block_slot_elements(mb));
+  // The model holds the larger of the two in one workspace; with --tp-overlap the head's ∂W
+  // runs in the blocks' backward from every row's logit gradient: both, side by side.
+  const bool deferred = mb.tp > 1 && overlap_chunks_for(mb.options.overlap_chunks, mb.batch) > 1;
+  const int64_t head = (deferred ? N : rows) * (c.vocab_size / mb.tp) + N * d + 4 * N;
+  const int64_t blocks = N * residual_columns(mb) + block_slot_elements(mb);
+  return deferred ? head + blocks : std::max(head, blocks);
 }
 
 }  // namespace boostlm::plan

@@ -121,9 +121,17 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
     s.per_micro_batch += R * static_cast<double>(recomputed);
     s.backward_s = (B.total() * L + R.total() * recomputed);
   } else {
-    // Recomputation is spread over the backward pass's blocks.
+    // Recomputation is spread over the backward pass's blocks, and on the last stage so is the
+    // LM head's ∂W, which the engine runs there beside the chunks (Model::deferred_head_gradient).
     const double recomputed_share = L ? static_cast<double>(recomputed) / L : 0.0;
-    const WorkSeconds BR = B + R * recomputed_share;
+    WorkSeconds BR = B + R * recomputed_share;
+    if (last && L > 0) {
+      MicroBatchShape whole = mb;
+      whole.batch = c.micro_batch;
+      whole.options = c.options;
+      BR += work_seconds(ctx, head_weight_gradient_work(whole), hd) *
+            (1.0 / static_cast<double>(chunks * L));
+    }
     const double per_byte = ctx.tp_link ? ctx.tp_link->overlap_cost_s_per_byte : 0.0;
     const double fwd_cost = per_byte * wire_bytes(fwd.tp, c.tp, ctx.activation_bytes),
                  bwd_cost =
@@ -139,7 +147,7 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
   mb.options = c.options;
   if (first) s.per_micro_batch += work_seconds(ctx, embedding_work(mb), hd);
   if (last) {
-    const WorkSeconds head = work_seconds(ctx, head_work(mb), hd);
+    const WorkSeconds head = work_seconds(ctx, head_work(mb, chunks == 1 || L == 0), hd);
     s.per_micro_batch += head;
     s.backward_s += head.total() / 2;  // about half the head's work is its backward
   }

@@ -7,7 +7,8 @@
 //                                + 2 point-to-point transfers of [b·T, residual columns] (PP > 1)
 //   with --tp-overlap (c chunks): the blocks run per chunk of b/c sequences, and each pass through
 //                                them costs c·L·max(compute, TP comm) of one chunk's block plus
-//                                its fill (step_model.cpp's overlapped_pass)
+//                                its fill (step_model.cpp's overlapped_pass); the LM head's ∂W
+//                                is compute of the backward pass, as the engine runs it
 //   pipeline (1F1B):             (m + p − 1) · max_s S_s — the bubble is (p−1)/(m+p−1) of it
 //   after the last backward:     DP gradient all-reduce, overlapped with the last micro-batch's
 //                                backward: exposed max(last bucket, all-reduce − backward);

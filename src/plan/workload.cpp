@@ -119,7 +119,14 @@ Work embedding_work(const MicroBatchShape& mb) {
   return b.w;
 }
 
-Work head_work(const MicroBatchShape& mb) {
+Work head_weight_gradient_work(const MicroBatchShape& mb) {
+  Builder b(mb);
+  const int64_t vocab = mb.config.vocab_size / mb.tp, chunk = head_chunk_rows(mb);
+  for (int64_t r0 = 0; r0 < b.N; r0 += chunk) b.gemm(vocab, b.d, std::min(chunk, b.N - r0));
+  return b.w;
+}
+
+Work head_work(const MicroBatchShape& mb, bool weight_gradient) {
   Builder b(mb);
   const double N = static_cast<double>(b.N);
   const int64_t vocab = mb.config.vocab_size / mb.tp, chunk = head_chunk_rows(mb);
@@ -130,7 +137,7 @@ Work head_work(const MicroBatchShape& mb) {
     b.gemm(rows, vocab, b.d);  // logits
     b.elementwise(static_cast<double>(rows) * vocab,
                   mb.tp > 1 ? 5 : 3);  // max, Σexp, gradient in place
-    b.gemm(vocab, b.d, rows);          // dW_head
+    if (weight_gradient) b.gemm(vocab, b.d, rows);  // dW_head
     b.gemm(rows, b.d, vocab);          // dx
   }
   // The head's collectives are outer_tp_comm's minus the embedding's.

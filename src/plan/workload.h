@@ -58,7 +58,10 @@ Work block_recompute_work(const MicroBatchShape& mb);
 // Embedding (first stage) and final norm, LM head and parallel cross-entropy (last stage), in the
 // engine's row chunks, forward and backward together, TP collectives included.
 Work embedding_work(const MicroBatchShape& mb);
-Work head_work(const MicroBatchShape& mb);
+// weight_gradient false: without the head's ∂W, which --tp-overlap runs inside the blocks'
+// backward (head_weight_gradient_work: that ∂W alone).
+Work head_work(const MicroBatchShape& mb, bool weight_gradient = true);
+Work head_weight_gradient_work(const MicroBatchShape& mb);
 // Rows of the logits the engine materialises at once (logits_chunk_rows, model/config.h).
 int64_t head_chunk_rows(const MicroBatchShape& mb);
 
