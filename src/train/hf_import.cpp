@@ -82,10 +82,20 @@ ModelConfig hf_config_to_model(const nlohmann::json& j, const std::string& where
   const std::string act = j.value("hidden_act", std::string("silu"));
   refuse_if(act != "silu", where, "hidden_act \"" + act + "\"", "boostlm's MLP uses SiLU");
   try {
-    const auto heads = j.at("num_attention_heads").get<int64_t>();
-    const auto hidden = j.at("hidden_size").get<int64_t>();
-    refuse_if(is_set(j, "head_dim") && heads > 0 && j["head_dim"].get<int64_t>() * heads != hidden,
-              where, "head_dim", "boostlm's head dimension is hidden_size / num_attention_heads");
+    // Whole numbers in a range whose products cannot overflow: nlohmann's get<int64_t> casts a
+    // float (1e300) or an out-of-range integer, undefined behaviour past int64's range.
+    auto whole = [&](const char* key) {
+      const nlohmann::json& v = j.at(key);
+      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > (1u << 30)) ||
+          (!v.is_number_unsigned() &&
+           (v.get<int64_t>() < -(1 << 30) || v.get<int64_t>() > (1 << 30))))
+        throw error(key, " must be a whole number up to 2^30 (found ", v.dump(), ")");
+      return v.get<int64_t>();
+    };
+    const int64_t heads = whole("num_attention_heads");
+    const int64_t hidden = whole("hidden_size");
+    refuse_if(is_set(j, "head_dim") && heads > 0 && whole("head_dim") * heads != hidden, where,
+              "head_dim", "boostlm's head dimension is hidden_size / num_attention_heads");
     nlohmann::json c = {{"arch", "dense"},
                         {"vocab_size", j.at("vocab_size")},
                         {"d_model", hidden},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -68,6 +69,26 @@ size_t dtype_bytes(const std::string& dtype) {
   return it == sizes.end() ? 0 : it->second;
 }
 
+// A JSON array of whole numbers as int64_t, or nothing: nlohmann's get<> converts a float (a
+// dimension written 1e75, or an integer too long for 64 bits, parses as one) by a C++ cast,
+// undefined behaviour outside the target's range, so every element is checked first.
+std::optional<std::vector<int64_t>> whole_numbers(const nlohmann::json& array) {
+  if (!array.is_array()) return std::nullopt;
+  std::vector<int64_t> out;
+  for (const auto& v : array) {
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return std::nullopt;
+      out.push_back(static_cast<int64_t>(v.get<uint64_t>()));
+    } else if (v.is_number_integer()) {
+      out.push_back(v.get<int64_t>());
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
 // shape's element count times `element` bytes, or nothing on a negative dimension or overflow.
 std::optional<size_t> byte_size(const std::vector<int64_t>& shape, size_t element) {
   size_t bytes = element;
@@ -121,21 +142,24 @@ void SafetensorsReader::parse_header() {
       }
       Entry e;
       e.dtype = value.at("dtype").get<std::string>();
-      e.shape = value.at("shape").get<std::vector<int64_t>>();
-      const auto offsets = value.at("data_offsets").get<std::vector<size_t>>();
+      const auto shape = whole_numbers(value.at("shape"));
+      if (!shape)
+        throw bad("tensor '" + name + "' has a shape that is not a list of whole numbers");
+      e.shape = *shape;
+      const auto offsets = whole_numbers(value.at("data_offsets"));
+      if (!offsets || offsets->size() != 2 || (*offsets)[0] < 0 || (*offsets)[0] > (*offsets)[1])
+        throw bad("tensor '" + name + "' has data_offsets that are not [begin, end]");
       const size_t element = dtype_bytes(e.dtype);
       if (!element)
         throw bad("tensor '" + name + "' has unknown dtype '" + e.dtype +
                   "' (safetensors defines BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, "
                   "I32, U32, F32, F64, I64, U64)");
-      if (offsets.size() != 2 || offsets[0] > offsets[1])
-        throw bad("tensor '" + name + "' has data_offsets that are not [begin, end]");
-      if (offsets[1] > data_size)
+      e.begin = static_cast<size_t>((*offsets)[0]);
+      e.end = static_cast<size_t>((*offsets)[1]);
+      if (e.end > data_size)
         throw bad("tensor '" + name + "' lies outside the file (truncated?): it ends at byte " +
-                  std::to_string(offsets[1]) + " of a " + std::to_string(data_size) +
+                  std::to_string(e.end) + " of a " + std::to_string(data_size) +
                   "-byte data section");
-      e.begin = offsets[0];
-      e.end = offsets[1];
       const auto expected = byte_size(e.shape, element);
       if (!expected)
         throw bad("tensor '" + name + "' has an impossible shape " + shape_string(e.shape));

@@ -93,6 +93,29 @@ TEST(Safetensors, RefusesNegativeOrOverflowingShapes) {
             std::string::npos);
 }
 
+// Dimensions and offsets that are not whole numbers within 64 bits are refused before any
+// conversion (found by fuzz_safetensors: a 75-digit dimension parses as a float, and converting it
+// to int64 was undefined behaviour).
+TEST(Safetensors, RefusesDimensionsAndOffsetsThatAreNotWholeNumbers) {
+  nlohmann::json w = tensor("F32", {1}, 0, 4);
+  w["shape"] = nlohmann::json::parse("[2444444444444444444444444444444444444444444444444400002]");
+  EXPECT_NE(error_of(image({{"w", w}}, 4))
+                .find("tensor 'w' has a shape that is not a list of whole numbers"),
+            std::string::npos);
+  w["shape"] = {1.5};
+  EXPECT_NE(error_of(image({{"w", w}}, 4)).find("not a list of whole numbers"), std::string::npos);
+  w["shape"] = {uint64_t{1} << 63};  // above int64's range
+  EXPECT_NE(error_of(image({{"w", w}}, 4)).find("not a list of whole numbers"), std::string::npos);
+  w = tensor("F32", {1}, 0, 4);
+  w["data_offsets"] = {-4, 0};
+  EXPECT_NE(
+      error_of(image({{"w", w}}, 4)).find("tensor 'w' has data_offsets that are not [begin, end]"),
+      std::string::npos);
+  w["data_offsets"] = {0.0, 4.0};
+  EXPECT_NE(error_of(image({{"w", w}}, 4)).find("data_offsets that are not [begin, end]"),
+            std::string::npos);
+}
+
 TEST(Safetensors, NamesAnUnknownDtypeAndItsTensor) {
   const std::string message = error_of(image({{"w", tensor("F33", {1}, 0, 4)}}, 4));
   EXPECT_NE(message.find("tensor 'w' has unknown dtype 'F33'"), std::string::npos) << message;
