@@ -268,18 +268,25 @@ void Model::deferred_head_gradient() {
                         norm_final_bf16_.empty() ? nullptr : norm_final_bf16_.data(), d);
   const bool bf16 = compute_ == DType::bf16;
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-    const int64_t rows = std::min(chunk, N - r0);
     float* logits = logits_.data() + r0 * V;
     const GemmInput dlogits =
         bf16 ? GemmInput(nullptr, bf16_over(logits), 2 * V) : GemmInput(logits, V);
-    const GemmInput x = x_all.at(r0 * d);
-    for (int64_t v0 = 0; v0 < V; v0 += kDeferredHeadSlice) {
-      gemm(Trans::T, Trans::N, std::min(kDeferredHeadSlice, V - v0), d, rows, 1.0f, dlogits.at(v0),
-           x, 1.0f, grads_.view(head) + v0 * d, d, compute_);
-      Fibers::yield();
-    }
+    head_weight_gradient(dlogits, x_all.at(r0 * d), std::min(chunk, N - r0), kDeferredHeadSlice,
+                         grads_.view(head), /*yield=*/true);
   }
   head_gradient_pending_ = false;
+}
+
+// ∂W_head += dlogitsᵀ·x over one logits chunk of `rows` rows, in GEMMs of `slice` vocabulary
+// rows; with `yield` (a deferred ∂W running as a task) the other tasks get a turn after each.
+void Model::head_weight_gradient(const GemmInput& dlogits, const GemmInput& x, int64_t rows,
+                                 int64_t slice, float* dw, bool yield) {
+  const int64_t d = config_.d_model, V = vocab_rows_;
+  for (int64_t v0 = 0; v0 < V; v0 += slice) {
+    gemm(Trans::T, Trans::N, std::min(slice, V - v0), d, rows, 1.0f, dlogits.at(v0), x, 1.0f,
+         dw + v0 * d, d, compute_);
+    if (yield) Fibers::yield();
+  }
 }
 
 // Final norm, vocab-parallel LM head and parallel cross-entropy, in row chunks so the [N, V/t]
@@ -317,7 +324,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
     const int64_t rows = std::min(chunk, N - r0);
     const GemmInput x(x_all.f32 + r0 * d, x_all.bf16 ? x_all.bf16 + r0 * d : nullptr, d);
     // This chunk's logits: the chunk buffer, or their rows of the whole micro-batch's (deferred).
-    float* logits = logits_.data() + (logits_.size() >= static_cast<size_t>(N * V) ? r0 * V : 0);
+    float* logits = logits_.data() + (defers_head_gradient() ? r0 * V : 0);
     bf16_t* dlogits_bf16 = bf16 ? bf16_over(logits) : nullptr;
     gemm(Trans::N, Trans::T, rows, V, d, 1.0f, x, w_head, 0.0f, logits, V, compute_);
     if (t == 1) {
@@ -344,12 +351,9 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
     if (!backward) continue;
     const GemmInput dlogits = bf16 ? GemmInput(nullptr, dlogits_bf16, ldg) : GemmInput(logits, V);
     // ∂W = dlogitsᵀ·x, now or deferred into the blocks' backward.
-    if (!defer) {
-      const int64_t slice = bf16 ? kHeadGradientSlice : V;
-      for (int64_t v0 = 0; v0 < V; v0 += slice)
-        gemm(Trans::T, Trans::N, std::min(slice, V - v0), d, rows, 1.0f, dlogits.at(v0), x, 1.0f,
-             grads_.view(head) + v0 * d, d, compute_);
-    }
+    if (!defer)
+      head_weight_gradient(dlogits, x, rows, bf16 ? kHeadGradientSlice : V, grads_.view(head),
+                           /*yield=*/false);
     gemm(Trans::N, Trans::N, rows, d, V, 1.0f, dlogits, w_head, 0.0f, d_full_.data() + r0 * d, d,
          compute_);
     tp_->all_reduce(d_full_.data() + r0 * d, rows * d);  // each rank's vocab slice contributes

@@ -26,6 +26,8 @@
 
 namespace boostlm {
 
+struct GemmInput;
+
 // Called during backward, so data-parallel gradient reduction can start on what is finished.
 class BackwardObserver {
  public:
@@ -170,6 +172,8 @@ class Model {
   // vocabulary rows, yielding between them (in a task) or not (drained outside one).
   bool defers_head_gradient() const { return active_chunks_ > 1 && last_stage(); }
   void deferred_head_gradient();
+  void head_weight_gradient(const GemmInput& dlogits, const GemmInput& x, int64_t rows,
+                            int64_t slice, float* dw, bool yield);
   bool head_gradient_pending_ = false;
   ParamTable table_, full_table_;
   FlatBuffer weights_, grads_;
