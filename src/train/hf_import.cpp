@@ -82,23 +82,12 @@ ModelConfig hf_config_to_model(const nlohmann::json& j, const std::string& where
   const std::string act = j.value("hidden_act", std::string("silu"));
   refuse_if(act != "silu", where, "hidden_act \"" + act + "\"", "boostlm's MLP uses SiLU");
   try {
-    // Whole numbers in a range whose products cannot overflow: nlohmann's get<int64_t> casts a
-    // float (1e300) or an out-of-range integer, undefined behaviour past int64's range.
-    auto whole = [&](const char* key) {
-      const nlohmann::json& v = j.at(key);
-      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > (1u << 30)) ||
-          (!v.is_number_unsigned() &&
-           (v.get<int64_t>() < -(1 << 30) || v.get<int64_t>() > (1 << 30))))
-        throw error(key, " must be a whole number up to 2^30 (found ", v.dump(), ")");
-      return v.get<int64_t>();
-    };
-    const int64_t heads = whole("num_attention_heads");
-    const int64_t hidden = whole("hidden_size");
-    refuse_if(is_set(j, "head_dim") && heads > 0 && whole("head_dim") * heads != hidden, where,
-              "head_dim", "boostlm's head dimension is hidden_size / num_attention_heads");
+    // ModelConfig::from_json checks every number's type and range (hidden_size a multiple of
+    // num_attention_heads among them); head_dim, which boostlm derives, is compared with it after.
+    const nlohmann::json& heads = j.at("num_attention_heads");
     nlohmann::json c = {{"arch", "dense"},
                         {"vocab_size", j.at("vocab_size")},
-                        {"d_model", hidden},
+                        {"d_model", j.at("hidden_size")},
                         {"n_layers", j.at("num_hidden_layers")},
                         {"n_heads", heads},
                         {"n_kv_heads", j.value("num_key_value_heads", heads)},
@@ -108,7 +97,10 @@ ModelConfig hf_config_to_model(const nlohmann::json& j, const std::string& where
                         {"max_seq_len", j.value("max_position_embeddings", 2048)},
                         {"tied_embeddings", j.value("tie_word_embeddings", false)},
                         {"mlp_gate_act", true}};
-    return ModelConfig::from_json(c);
+    const ModelConfig config = ModelConfig::from_json(c);
+    refuse_if(is_set(j, "head_dim") && j.at("head_dim") != config.head_dim(), where, "head_dim",
+              "boostlm's head dimension is hidden_size / num_attention_heads");
+    return config;
   } catch (const nlohmann::json::exception& e) {
     throw error(where, ": a required field is missing or has the wrong type: ", e.what());
   } catch (const Error& e) {

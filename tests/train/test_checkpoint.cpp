@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "train/checkpoint.h"
+#include "train/hf_import.h"
 #include "train/safetensors.h"
 #include "train_fixture.h"
 
@@ -213,6 +214,47 @@ TEST(Checksum, DoesNotDependOnHowTheBytesAreSplit) {
   EXPECT_EQ(pieces.digest(), Checksum64::of(text.data(), text.size()));
   text[500] ^= 1;
   EXPECT_NE(pieces.digest(), Checksum64::of(text.data(), text.size()));
+}
+
+}  // namespace
+}  // namespace boostlm
+
+namespace boostlm {
+namespace {
+
+// A Hugging Face LLaMA config's numbers go through ModelConfig's own checks: a float, a number
+// past int64 (which nlohmann parses as a float) or a head_dim other than hidden_size / heads is
+// refused, naming the file and the field.
+TEST(HfConfig, RefusesMalformedNumbersNamingTheField) {
+  const nlohmann::json good = {{"model_type", "llama"},    {"vocab_size", 64},
+                               {"hidden_size", 32},        {"num_hidden_layers", 2},
+                               {"num_attention_heads", 4}, {"intermediate_size", 48}};
+  EXPECT_EQ(hf_config_to_model(good, "config.json").head_dim(), 8);
+  auto error_of = [](const nlohmann::json& j) {
+    try {
+      hf_config_to_model(j, "config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json j = good;
+  j["num_attention_heads"] = nlohmann::json::parse("1e300");
+  std::string message = error_of(j);
+  EXPECT_NE(message.find("config.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("'n_heads' has the wrong type: it must be an integer"), std::string::npos)
+      << message;
+  j = good;
+  j["hidden_size"] = nlohmann::json::parse("244444444444444444444444444444444444444444");
+  message = error_of(j);
+  EXPECT_NE(message.find("'d_model' has the wrong type"), std::string::npos) << message;
+  j = good;
+  j["head_dim"] = 16;
+  message = error_of(j);
+  EXPECT_NE(message.find("head_dim"), std::string::npos) << message;
+  EXPECT_NE(message.find("hidden_size / num_attention_heads"), std::string::npos) << message;
+  j["head_dim"] = 8;
+  EXPECT_EQ(error_of(j), "");
 }
 
 }  // namespace
