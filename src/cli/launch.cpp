@@ -55,6 +55,7 @@
 #include "cli/commands.h"
 #include "cli/launch_restart.h"
 #include "comm/mpi_runtime.h"
+#include "comm/overlap.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/hostfile.h"
@@ -144,10 +145,11 @@ void add_hostfile_flags(const LaunchOptions& o, const Hostfile& file, const std:
   // behind its own bulk data on the same connection, so the two directions of an exchange run one
   // after the other; measured on the emulated cluster at 500mbit (60m btp, TP 2), a 788 KB
   // exchange took twice its wire time while --tp-overlap ran, and the overlapped step gained
-  // nothing. Eagerly, both directions flow at once and a progress call moves a whole message.
+  // nothing. Eagerly, both directions flow at once and a progress call moves a whole message;
+  // the overlap's exchanges (comm/overlap.cpp) come in messages of at most this size.
   for (const char* param : {"btl_tcp_eager_limit", "btl_tcp_rndv_eager_limit",
                             "btl_tcp_max_send_size", "btl_tcp_sndbuf", "btl_tcp_rcvbuf"})
-    a.insert(a.end(), {"--mca", param, "4194304"});
+    a.insert(a.end(), {"--mca", param, std::to_string(CommOverlap::kEagerBytes)});
   if (emulated) {
     // Open MPI splits the agent at spaces and appends the host and the daemon's command words.
     a.insert(a.end(), {"--mca", "plm_rsh_agent", exe + " netns-agent"});

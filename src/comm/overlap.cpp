@@ -40,13 +40,18 @@ struct Op {
 // The tag of the exchanges below on the TP communicator, which carries no other point-to-point
 // traffic (its collectives match separately from point-to-point in MPI).
 constexpr int kExchangeTag = 0x0b1;
+// The most floats of one message of an exchange.
+constexpr int kEagerFloats = static_cast<int>(CommOverlap::kEagerBytes / sizeof(float));
 
 // One all-reduce in flight on the progress thread. Between two ranks it is a single exchange of
 // the whole buffer, both directions at once, and an element-wise sum (or max), the same on both
 // ranks (a + b == b + a in IEEE arithmetic): Open MPI's MPI_Iallreduce (libnbc) runs an in-place
 // all-reduce as a binomial reduce and then a broadcast, two transfers one after the other, which
-// on a slow link takes twice as long. Larger groups use MPI_Iallreduce out of place (libnbc's ring
-// for large buffers), copied back when it is done.
+// on a slow link takes twice as long. The exchange goes in messages of at most kEagerBytes (the
+// launcher's eager limit, cli/launch.cpp), all posted at once: a larger message would go by
+// rendezvous, whose go-ahead queues behind the other direction's bulk data, so the two directions
+// would run one after the other. Larger groups use MPI_Iallreduce out of place (libnbc's ring for
+// large buffers), copied back when it is done.
 class InFlight {
  public:
   void start(Op& op) {
@@ -55,22 +60,31 @@ class InFlight {
     MPI_Comm_size(op.comm, &size);
     MPI_Comm_rank(op.comm, &rank);
     if (scratch_.size() < static_cast<size_t>(op.count)) scratch_.resize(op.count);
-    if (size == 2) {
+    requests_.clear();
+    pairs_ = size == 2;
+    if (pairs_) {
+      // Messages to one peer with one tag match in the order they were posted.
       const int peer = 1 - rank;
-      MPI_Irecv(scratch_.data(), op.count, MPI_FLOAT, peer, kExchangeTag, op.comm, &requests_[0]);
-      MPI_Isend(op.data, op.count, MPI_FLOAT, peer, kExchangeTag, op.comm, &requests_[1]);
-      pairs_ = true;
+      for (int at = 0; at < op.count; at += kEagerFloats) {
+        const int n = std::min(kEagerFloats, op.count - at);
+        requests_.emplace_back();
+        MPI_Irecv(scratch_.data() + at, n, MPI_FLOAT, peer, kExchangeTag, op.comm,
+                  &requests_.back());
+        requests_.emplace_back();
+        MPI_Isend(op.data + at, n, MPI_FLOAT, peer, kExchangeTag, op.comm, &requests_.back());
+      }
     } else {
-      MPI_Iallreduce(op.data, scratch_.data(), op.count, MPI_FLOAT, op.op, op.comm, &requests_[0]);
-      requests_[1] = MPI_REQUEST_NULL;
-      pairs_ = false;
+      requests_.emplace_back();
+      MPI_Iallreduce(op.data, scratch_.data(), op.count, MPI_FLOAT, op.op, op.comm,
+                     &requests_.back());
     }
   }
 
   // Lets MPI progress the transfer; true (and the result in place) once it is complete.
   bool test() {
     int finished = 0;
-    MPI_Testall(2, requests_, &finished, MPI_STATUSES_IGNORE);
+    MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &finished,
+                MPI_STATUSES_IGNORE);
     if (!finished) return false;
     float* x = op_->data;
     const float* other = scratch_.data();
@@ -86,7 +100,7 @@ class InFlight {
 
  private:
   Op* op_ = nullptr;
-  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::vector<MPI_Request> requests_;
   bool pairs_ = false;
   std::vector<float> scratch_;
 };

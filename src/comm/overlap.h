@@ -51,6 +51,10 @@ int overlap_poll_us(const char* text);
 class CommOverlap {
  public:
   static constexpr int kPollMicroseconds = 300;
+  // The largest message Open MPI sends eagerly between hosts under `boostlm launch` (its TCP
+  // settings, cli/launch.cpp); an overlapped exchange between two ranks is sent in messages of at
+  // most this size.
+  static constexpr int64_t kEagerBytes = int64_t{4} << 20;
 
   // Overlaps the collectives of `group` (a Communicator over MPI; its all_reduce and
   // all_reduce_max route here while run() is in progress).

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
+#include "comm/overlap.h"
 #include "comm_test_util.h"
 
 namespace boostlm {
@@ -271,6 +274,51 @@ TEST(Communicator, IAllReduceProgressesByTestPolling) {
   if (r == 0)
     std::printf("  iall_reduce of %lld floats finished after %lld polls\n",
                 static_cast<long long>(count), static_cast<long long>(polls));
+}
+
+// Overlapped collectives of several chunks (comm/overlap.h), among them buffers larger than the
+// eager limit, which two ranks exchange in several messages: every result is exact, and the
+// counts are those of the blocking calls.
+TEST(Communicator, OverlappedCollectivesLargerThanOneMessageAreExact) {
+  REQUIRE_MPI();
+  if (!mpi_thread_multiple()) GTEST_SKIP() << "needs MPI_THREAD_MULTIPLE";
+  Communicator world = world_communicator();
+  const int n = world.size(), r = world.rank();
+  const int64_t large = CommOverlap::kEagerBytes / 4 * 5 / 2 + 3;  // 2.5 messages and a bit
+  std::vector<std::vector<float>> sums(2), maxima(2);
+  for (int c = 0; c < 2; ++c) {
+    sums[c].resize(large);
+    maxima[c].resize(1000);
+    for (int64_t i = 0; i < large; ++i) sums[c][i] = static_cast<float>((r + c + i) % 11);
+    for (int64_t i = 0; i < 1000; ++i) maxima[c][i] = static_cast<float>((r * 7 + i + c) % 13);
+  }
+  CommOverlap overlap(world);
+  world.reset_counts();
+  std::vector<std::function<void()>> tasks;
+  for (int c = 0; c < 2; ++c)
+    tasks.emplace_back([&, c] {
+      world.all_reduce(sums[c].data(), large);
+      world.all_reduce_max(maxima[c].data(), 1000);
+    });
+  overlap.run(tasks);
+  for (int c = 0; c < 2; ++c) {
+    for (int64_t i = 0; i < large; ++i) {
+      float want = 0;
+      for (int q = 0; q < n; ++q) want += static_cast<float>((q + c + i) % 11);
+      ASSERT_EQ(sums[c][i], want) << "chunk " << c << " element " << i;
+    }
+    for (int64_t i = 0; i < 1000; ++i) {
+      float want = 0;
+      for (int q = 0; q < n; ++q) want = std::max(want, static_cast<float>((q * 7 + i + c) % 13));
+      ASSERT_EQ(maxima[c][i], want) << "chunk " << c << " element " << i;
+    }
+  }
+  const bool counted = n > 1;
+  EXPECT_EQ(world.counts()[Collective::all_reduce].calls, counted ? 2 : 0);
+  EXPECT_EQ(world.counts()[Collective::all_reduce].bytes, counted ? 2 * large * 4 : 0);
+  EXPECT_EQ(world.counts()[Collective::all_reduce_max].calls, counted ? 2 : 0);
+  EXPECT_EQ(world.counts()[Collective::all_reduce_max].bytes, counted ? 2 * 1000 * 4 : 0);
+  EXPECT_EQ(overlap.stats().collectives, counted ? 4 : 0);
 }
 
 TEST(Communicator, CommRequestDestructorWaits) {
