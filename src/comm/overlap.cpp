@@ -65,8 +65,8 @@ class InFlight {
     if (pairs_) {
       // Messages to one peer with one tag match in the order they were posted.
       const int peer = 1 - rank;
-      for (int at = 0; at < op.count; at += kEagerFloats) {
-        const int n = std::min(kEagerFloats, op.count - at);
+      for (int64_t at = 0; at < op.count; at += kEagerFloats) {
+        const int n = static_cast<int>(std::min<int64_t>(kEagerFloats, op.count - at));
         requests_.emplace_back();
         MPI_Irecv(scratch_.data() + at, n, MPI_FLOAT, peer, kExchangeTag, op.comm,
                   &requests_.back());
