@@ -24,4 +24,9 @@ void add_comm_timeout(CLI::App& cmd);
 // The exit code a subcommand asks main to return (default 0).
 int& exit_code();
 
+// A run stopped by the user (SIGINT or SIGTERM, directly or through `launch`) saves a checkpoint and
+// exits with this status, as a shell reports a command ended by Ctrl-C (128 + SIGINT), so that
+// `train && eval` does not go on as if the run had finished. `launch` returns it too.
+constexpr int kInterruptedExitCode = 130;
+
 }  // namespace boostlm::cli

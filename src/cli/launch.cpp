@@ -36,8 +36,11 @@
 //    killed by a signal end the job regardless.
 //  - As root, Open MPI refuses to start unless OMPI_ALLOW_RUN_AS_ROOT=1 and
 //    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set; they are set for mpirun when euid is 0.
-// mpirun replaces this process (execvp), so signals reach it directly and its exit code is ours.
-// With --max-restarts K > 0 it runs as a child instead, restarted when it fails (restart.cpp).
+//  - `--stdin none`: mpirun runs in a process group of its own (below), outside a terminal's
+//    foreground group, where reading the terminal would stop it; no boostlm command reads stdin.
+// mpirun runs as a supervised child in a process group of its own (launch_restart.cpp): a Ctrl-C or
+// SIGTERM reaches the launcher alone, which asks every rank to save and stop (SIGUSR1, forwarded by
+// mpirun) and exits 130; with --max-restarts K > 0 a failed job is run again.
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,7 +73,7 @@ struct LaunchOptions {
   bool dry_run = false;
   bool emulated = false;  // the hostfile's hosts are network namespaces (scripts/cluster.sh)
   std::string subnet;     // the hosts' network, for btl/oob_tcp_if_include
-  int max_restarts = 0;   // 0: mpirun replaces this process, as without restarts
+  int max_restarts = 0;   // 0: a failed job is not run again
   int min_ranks = 0;      // 0: as many as --ranks (never shrink)
 };
 
@@ -190,7 +193,7 @@ MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>
     add_hostfile_flags(o, file, exe, plan);
   }
   a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(threads)});
-  a.insert(a.end(), {"--mca", "orte_abort_on_non_zero_status", "1"});
+  a.insert(a.end(), {"--mca", "orte_abort_on_non_zero_status", "1", "--stdin", "none"});
   a.push_back(exe);
   a.insert(a.end(), command.begin(), command.end());
   return plan;
@@ -214,13 +217,6 @@ std::string to_shell(const MpirunCommand& plan) {
     line += (i ? " " : "") + shell_quote(plan.argv[i]);
   }
   return line;
-}
-
-[[noreturn]] void exec_mpirun(const MpirunCommand& plan) {
-  exec_plan(plan);
-  const int err = errno;
-  throw error("cannot run mpirun: ", std::strerror(err),
-              err == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "");
 }
 
 // `boostlm netns-agent HOST WORDS...`: Open MPI's rsh agent for an emulated cluster. mpirun calls
@@ -312,7 +308,6 @@ void add_launch(CLI::App& app) {
       std::printf("%s\n", to_shell(plan).c_str());
       return;
     }
-    if (o->max_restarts == 0) exec_mpirun(plan);
     // Restarts probe the hosts through the agent mpirun uses (launch_restart.cpp reads it from
     // Open MPI's environment variable): on an emulated cluster, the namespace agent.
     if (o->emulated || (!o->hostfile.empty() && describe_hostfile(o->hostfile).emulated))

@@ -3,6 +3,7 @@
 // host gone), and decides from mpirun's exit status alone.
 #include "cli/launch_restart.h"
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <string_view>
 #include <thread>
 
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/hostfile.h"
@@ -35,21 +37,35 @@ namespace fs = std::filesystem;
 constexpr int kExecFailed = 127;
 
 volatile sig_atomic_t g_child = 0;
-volatile sig_atomic_t g_stop_signal = 0;
+volatile sig_atomic_t g_stop_signal = 0;  // the first SIGINT or SIGTERM
+volatile sig_atomic_t g_stop_count = 0;
 
-// A Ctrl-C at a terminal goes to the whole foreground process group, mpirun included, and comes
-// from the kernel (si_code > 0); passing it on would make mpirun see it twice. A signal sent to
-// this process alone (kill PID, timeout(1), a batch system: si_code <= 0) is passed on. Either way
-// the user has stopped the job, and it is not restarted.
-extern "C" void forward_signal(int sig, siginfo_t* info, void*) {
-  g_stop_signal = sig;
-  if (g_child > 0 && info != nullptr && info->si_code <= 0) kill(g_child, sig);
+// mpirun runs in a process group of its own (run_child), so a Ctrl-C at a terminal or a signal to
+// the launcher's process group reaches this process alone, once, and is passed on from here only.
+// mpirun's own SIGINT/SIGTERM handling would not do: it sends the ranks SIGTERM and kills them one
+// second later (odls_base_sigkill_timeout), too soon for a checkpoint, and a second SIGINT (the
+// same signal reaching it directly and from here) kills them at once. SIGUSR1 is passed on to
+// every rank instead (Open MPI forwards it), and a train rank saves and stops on it. A second
+// stop signal gives up on the save: SIGTERM to mpirun, which ends the job.
+extern "C" void forward_signal(int sig) {
+  const bool first = g_stop_count == 0;
+  g_stop_count = g_stop_count + 1;
+  if (first) g_stop_signal = sig;
+  static const char kSaving[] =
+      "\nboostlm launch: stopping: the ranks save a checkpoint and stop (signal again to stop "
+      "without saving)\n";
+  static const char kAbort[] = "\nboostlm launch: stopping without saving\n";
+  if (first)
+    (void)!write(STDERR_FILENO, kSaving, sizeof kSaving - 1);
+  else
+    (void)!write(STDERR_FILENO, kAbort, sizeof kAbort - 1);
+  if (g_child > 0) kill(g_child, first ? SIGUSR1 : SIGTERM);
 }
 
 void install_forwarding() {
   struct sigaction action {};
-  action.sa_sigaction = forward_signal;
-  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  action.sa_handler = forward_signal;
+  action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
@@ -73,16 +89,23 @@ namespace {
 int run_child(const MpirunCommand& plan) {
   std::fflush(stdout);
   std::fflush(stderr);
+  const pid_t launcher = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw error("cannot start mpirun: fork failed: ", std::strerror(errno));
   if (pid == 0) {
+    setpgid(0, 0);  // out of the terminal's foreground group: stop signals come from the launcher
+    // A launcher killed outright (SIGKILL, timeout -k) cannot pass anything on: mpirun then gets
+    // SIGTERM from the kernel and ends the job, instead of running on unsupervised.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != launcher) _exit(kExecFailed);  // it died before the line above
     exec_plan(plan);
     std::fprintf(stderr, "boostlm launch: cannot run mpirun: %s%s\n", std::strerror(errno),
                  errno == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "");
     _exit(kExecFailed);
   }
+  setpgid(pid, pid);  // also here, so it holds before the first signal whichever runs first
   g_child = pid;
-  if (g_stop_signal) kill(pid, g_stop_signal);  // it arrived while mpirun was being started
+  if (g_stop_signal) kill(pid, SIGUSR1);  // it arrived while mpirun was being started
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -105,7 +128,8 @@ std::string describe(int status) {
   std::string why = "exit code " + std::to_string(code);
   if (code == 75) why += ": the communication watchdog ended it (a rank stalled or a link died)";
   if (code > 128 && code < 128 + 32) {  // a shell's convention for "killed by a signal"
-    why += ": a rank was killed by " + std::string(strsignal(code - 128));
+    why += ": a rank was killed by signal " + std::to_string(code - 128) + " (" +
+           strsignal(code - 128) + ")";
   }
   return why;
 }
@@ -350,10 +374,11 @@ int run_with_restarts(const RestartPolicy& policy, std::vector<std::string> comm
     if (g_stop_signal) {
       std::fprintf(stderr, "boostlm launch: stopped by %s: not restarting\n",
                    strsignal(g_stop_signal));
-      return code;
+      return kInterruptedExitCode;
     }
     if (code == kExecFailed) return code;
     if (restart == policy.max_restarts) {
+      if (policy.max_restarts == 0) return code;  // nothing to add to the job's own message
       std::fprintf(stderr, "boostlm launch: the job failed (%s); no restarts left (%d used)\n",
                    describe(status).c_str(), policy.max_restarts);
       return code;

@@ -1,5 +1,6 @@
-// `boostlm launch --max-restarts K [--min-ranks M]`: mpirun as a supervised child, restarted when
-// the job fails, in the manner of torchrun's elastic agent (a failed worker group is torn down
+// `boostlm launch`: mpirun as a supervised child in a process group of its own, which the launcher
+// stops on SIGINT/SIGTERM by asking the ranks to save (SIGUSR1); with --max-restarts K
+// [--min-ranks M] restarted when the job fails, in the manner of torchrun's elastic agent (a failed worker group is torn down
 // whole and started again, up to a restart budget, on the nodes that are still there).
 #pragma once
 
@@ -32,9 +33,12 @@ using PlanMpirun = std::function<MpirunCommand(int ranks, const std::string& hos
 
 // Runs the job; when it fails and restarts remain, says why on stderr and runs it again: a `train`
 // command resumes from its run's latest checkpoint, and where fewer slots answer than the job had,
-// it continues with fewer data-parallel replicas if at least min_ranks remain. SIGINT and SIGTERM
-// are passed to mpirun, and end the supervision (no restart after the user stopped the job).
-// Returns the exit code of the last attempt (128 + signal for mpirun killed by a signal).
+// it continues with fewer data-parallel replicas if at least min_ranks remain. The first SIGINT or
+// SIGTERM reaches every rank as SIGUSR1 (train saves a checkpoint and stops), a second one as
+// mpirun's SIGTERM (the job ends without saving); either ends the supervision (no restart after the
+// user stopped the job) and the launcher returns kInterruptedExitCode (130) unless the job had
+// finished. Otherwise returns the exit code of the last attempt (128 + signal for mpirun killed by
+// a signal).
 int run_with_restarts(const RestartPolicy& policy, std::vector<std::string> command,
                       const PlanMpirun& plan);
 

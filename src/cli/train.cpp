@@ -105,6 +105,7 @@ void add_train(CLI::App& app) {
     if (r.val_loss >= 0) summary["val_loss"] = r.val_loss;
     if (mpi_world_rank() == 0) std::printf("%s\n", summary.dump().c_str());
     if (r.diverged) exit_code() = 3;
+    if (r.interrupted) exit_code() = kInterruptedExitCode;
   });
 }
 

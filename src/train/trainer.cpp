@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -36,10 +37,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// SIGINT and SIGTERM stop a run in one process; under `boostlm launch` the launcher turns either
+// into SIGUSR1 to mpirun, which passes it on to every rank (mpirun's own SIGINT/SIGTERM handling
+// kills the ranks one second after asking them to stop: too soon to save a checkpoint).
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) {
   g_signal.store(sig);
 }
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
 
 double peak_rss_mb() {
   struct rusage usage;
@@ -542,8 +547,8 @@ TrainResult TrainingRun::run() {
                  to_string(model_->layout()).c_str(), grid_.shape().tp, grid_.shape().pp,
                  grid_.shape().dp, tokens_per_step_, state_.step, o_.steps);
   g_signal.store(0);
-  auto old_int = std::signal(SIGINT, on_signal);
-  auto old_term = std::signal(SIGTERM, on_signal);
+  std::vector<void (*)(int)> old_handlers;
+  for (int sig : kStopSignals) old_handlers.push_back(std::signal(sig, on_signal));
 
   TrainResult result;
   const double start = now_s();
@@ -583,8 +588,7 @@ TrainResult TrainingRun::run() {
   }
   if (!result.diverged && !result.interrupted) save("final");
   if (tty_) std::fprintf(stderr, "\n");
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) std::signal(kStopSignals[i], old_handlers[i]);
   result.checkpoint = last_checkpoint_;
   result.steps_done = state_.step;
   result.seconds = now_s() - start;

@@ -62,7 +62,8 @@ cp -r "$work/run/checkpoints/$ckpt" "$work/corrupt"
 printf '\x00\x01' | dd of="$work/corrupt/model.safetensors" bs=1 seek=200 conv=notrunc status=none
 expect_error "corrupt checkpoint" "checksum mismatch" "$boostlm" eval --checkpoint "$work/corrupt" --data "$work/data/val.bin" -b 2 -t 32
 
-# SIGTERM mid-run saves a checkpoint and exits cleanly; the run then resumes to the end.
+# SIGTERM mid-run saves a checkpoint and exits 130 (an interrupted run, whatever stopped it); the run
+# then resumes to the end.
 "$boostlm" train -c "$work/model.json" -d "$work/data" -o "$work/long" -b 2 -t 32 --steps 100000 > "$work/long.out" 2> "$work/long.err" &
 pid=$!
 for _ in $(seq 1 200); do
@@ -70,7 +71,8 @@ for _ in $(seq 1 200); do
   sleep 0.05
 done
 kill -TERM "$pid"
-wait "$pid" || fail "SIGTERM: exit $? ($(cat "$work/long.err"))"
+wait "$pid"; code=$?
+[ "$code" -eq 130 ] || fail "SIGTERM: exit $code, not 130 ($(cat "$work/long.err"))"
 grep -q '"interrupted":true' "$work/long.out" || fail "SIGTERM: summary says $(cat "$work/long.out")"
 steps_done=$(wc -l < "$work/long/metrics.jsonl")
 out=$("$boostlm" train -d "$work/data" -o "$work/long" --resume "$work/long" -b 2 -t 32 \

@@ -9,9 +9,12 @@
 #            --min-ranks 1 it continues on 1 rank (DP 1, twice the gradient accumulation).
 #  host gone with a hostfile, a host that does not answer through the rsh agent (ssh) is left out
 #            of the restart, which continues on the other host's slots (--min-ranks).
-#  interrupt SIGINT to a launcher with restarts reaches the ranks (they save and stop) and is
-#            not followed by a restart.
-#  no-restart --max-restarts 0 is today's launcher: mpirun replaces it, a killed rank ends the job.
+#  interrupt SIGINT to a launcher with restarts, or to its whole process group as Ctrl-C at a
+#            terminal sends it (issue 32: mpirun then killed the ranks before they saved), with and
+#            without --max-restarts, reaches every rank: they save and stop, the launcher exits 130
+#            and does not restart.
+#  no-restart --max-restarts 0: a killed rank ends the job, which is not run again; mpirun runs in
+#            a process group of its own under the launcher.
 # Usage: test_faults.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
@@ -148,19 +151,30 @@ fi
 [ "$(ls /tmp/boostlm_hosts.* 2> /dev/null)" = "$hostfiles_before" ] || fail "host gone: the launcher left its hostfile in /tmp"
 
 # --- interrupt: SIGINT reaches the ranks through the supervising launcher, no restart ----------
-run=$work/interrupt
-"$boostlm" launch -n 2 --max-restarts 2 -- "${train[@]}" -o "$run" --steps 100000 \
-  > "$run.out" 2> "$run.log" &
-launcher=$!
-wait_for steps_logged "$run" 20 || fail "interrupt: the run did not start"
-kill -INT "$launcher"
-wait "$launcher"
-if grep -q '"interrupted":true' "$run.out" && grep -q "not restarting" "$run.log" &&
-   ! grep -q "restart 1 of" "$run.log"; then
-  echo "ok   interrupt: $(grep 'checkpoint (interrupted)' "$run.log")"
-else
-  fail "interrupt: $(tail -3 "$run.log") $(cat "$run.out")"
-fi
+# interrupt NAME HOW LAUNCH_FLAGS...: starts a run, interrupts it by HOW (launcher: SIGINT to the
+# launcher alone; group: SIGINT to its process group, as a terminal's Ctrl-C), checks it saved.
+interrupt() {
+  local name=$1 how=$2; shift 2
+  local run=$work/$name
+  setsid "$boostlm" launch -n 2 "$@" -- "${train[@]}" -o "$run" --steps 100000 \
+    > "$run.out" 2> "$run.log" &
+  local launcher=$!
+  wait_for steps_logged "$run" 20 || fail "$name: the run did not start"
+  if [ "$how" = group ]; then kill -INT -- "-$launcher"; else kill -INT "$launcher"; fi
+  wait "$launcher"; local code=$?
+  local saved; saved=$(cat "$run/checkpoints/latest" 2> /dev/null)
+  if [ "$code" -eq 130 ] && grep -q '"interrupted":true' "$run.out" && [ -n "$saved" ] &&
+     [ -f "$run/checkpoints/$saved/model.safetensors" ] && grep -q "not restarting" "$run.log" &&
+     ! grep -q "restart 1 of" "$run.log"; then
+    echo "ok   $name: exit 130, $(grep 'checkpoint (interrupted)' "$run.log")"
+  else
+    fail "$name: exit $code, checkpoint '${saved}': $(grep -v '^step' "$run.log" | tail -5) $(cat "$run.out")"
+  fi
+  left_behind "$run" && fail "$name: processes left behind"
+}
+interrupt interrupt launcher --max-restarts 2
+interrupt interrupt-group group --max-restarts 2
+interrupt interrupt-group-norestart group
 
 # --- no-restart: --max-restarts 0 is today's launcher ----------------------------------------
 [ "$("$boostlm" launch -n 2 --dry-run -- "${train[@]}" -o x)" = \
@@ -173,11 +187,13 @@ grep -q "boostlm launch" "$work/norestart.log" && fail "no-restart: the launcher
   > /dev/null 2>&1 &
 launcher=$!
 wait_for steps_logged "$work/exec" 5
-if [ "$(cat /proc/$launcher/comm 2>/dev/null)" = mpirun ]; then
-  echo "ok   no-restart: exit code $code after the kill, mpirun replaces the launcher"
+mpirun_pid=$(pgrep -P "$launcher" mpirun)
+if [ -n "$mpirun_pid" ] && [ "$(ps -o pgid= -p "$mpirun_pid" | tr -d ' ')" = "$mpirun_pid" ]; then
+  echo "ok   no-restart: exit code $code after the kill, mpirun a child in its own process group"
 else
-  fail "no-restart: mpirun does not replace the launcher"
+  fail "no-restart: mpirun is not the launcher's child in a process group of its own"
 fi
-kill -TERM "$launcher"; wait "$launcher"
+kill -TERM "$launcher"; wait "$launcher"; code=$?
+[ "$code" -eq 130 ] || fail "no-restart: SIGTERM to the launcher gave exit $code, not 130"
 
 finish "faults: stall, restart, shrink, interrupt and no-restart behave"
