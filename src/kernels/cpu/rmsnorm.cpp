@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -31,7 +32,7 @@ void rounded_rows(int64_t rows, int64_t cols, bf16_t* y, int64_t ldy, Fill fill)
 
 void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int64_t D_local,
                                  float* sum_sq) {
-  BOOSTLM_PHASE("rmsnorm");
+  BOOSTLM_KERNEL("rmsnorm");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
@@ -43,13 +44,14 @@ void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int6
 }
 
 void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd) {
+  const DeviceAccess access("rmsnorm_rstd");
   for (int64_t r = 0; r < rows; ++r)
     rstd[r] = 1.0f / std::sqrt(sum_sq[r] / static_cast<float>(D_total) + eps);
 }
 
 void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
                    int64_t D_local, float* y, int64_t ldy) {
-  BOOSTLM_PHASE("rmsnorm");
+  BOOSTLM_KERNEL("rmsnorm");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
@@ -62,6 +64,7 @@ void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float*
 
 void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                      float eps, float* y, int64_t ldy, float* rstd) {
+  const DeviceAccess access("rmsnorm_forward");
   rmsnorm_partial_sum_squares(x, ldx, rows, D, rstd);  // rstd holds Σx² until the next line
   rmsnorm_rstd(rstd, rows, D, eps, rstd);
   rmsnorm_apply(x, ldx, gamma, rstd, rows, D, y, ldy);
@@ -71,7 +74,7 @@ void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64
                           float eps, bf16_t* y, int64_t ldy, float* rstd) {
   rmsnorm_partial_sum_squares(x, ldx, rows, D, rstd);
   rmsnorm_rstd(rstd, rows, D, eps, rstd);
-  BOOSTLM_PHASE("rmsnorm");
+  BOOSTLM_KERNEL("rmsnorm");
   rounded_rows(rows, D, y, ldy, [&](int64_t r, float* row) {
     const float* xr = x + r * ldx;
     const float s = rstd[r];
@@ -82,7 +85,7 @@ void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64
 
 void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                                   const float* gamma, int64_t rows, int64_t D_local, float* dot) {
-  BOOSTLM_PHASE("rmsnorm");
+  BOOSTLM_KERNEL("rmsnorm");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * lddy;
@@ -99,7 +102,7 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
                             const float* gamma, const float* rstd, const float* dot, int64_t rows,
                             int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
                             float* dgamma, bool accumulate) {
-  BOOSTLM_PHASE("rmsnorm");
+  BOOSTLM_KERNEL("rmsnorm");
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait
@@ -138,6 +141,7 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate) {
+  const DeviceAccess access("rmsnorm_backward");
   Buffer<float> dot(rows);
   rmsnorm_partial_backward_dot(dy, lddy, x, ldx, gamma, rows, D, dot.data());
   rmsnorm_backward_apply(dy, lddy, x, ldx, gamma, rstd, dot.data(), rows, D, D, dx, lddx, dgamma,
@@ -150,6 +154,7 @@ namespace boostlm {
 
 void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
                        int64_t D, float eps, float* out) {
+  const DeviceAccess access("online_norm_input");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float s = sum_sq ? 1.0f / std::sqrt(sum_sq[r] / D + eps) : 1.0f;
@@ -159,7 +164,7 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
 
 void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
                             int64_t D, float eps, bf16_t* out) {
-  BOOSTLM_PHASE("rmsnorm");
+  BOOSTLM_KERNEL("rmsnorm");
   rounded_rows(rows, D, out, D, [&](int64_t r, float* row) {
     const float* xr = x + r * D;
     float s = 1.0f;
@@ -176,6 +181,7 @@ void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, i
 
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
                       int64_t D, float eps, bool rescale, bool with_stat) {
+  const DeviceAccess access("online_norm_pack");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     if (rescale) {
@@ -188,12 +194,14 @@ void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const f
 
 void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
                       int64_t D_total, float eps, float* rstd) {
+  const DeviceAccess access("online_norm_rstd");
   for (int64_t r = 0; r < rows; ++r)
     rstd[r] = 1.0f / std::sqrt(summed[r * ld + stat_column] / D_total + eps);
 }
 
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, float* z, int64_t ldz) {
+  const DeviceAccess access("online_norm_unpack");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float s = rstd ? rstd[r] : 1.0f;
@@ -203,6 +211,7 @@ void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t w
 
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, bf16_t* z, int64_t ldz) {
+  const DeviceAccess access("online_norm_unpack");
   rounded_rows(rows, width, z, ldz, [&](int64_t r, float* row) {
     const float s = rstd ? rstd[r] : 1.0f;
     for (int64_t c = 0; c < width; ++c) row[c] = summed[r * ld + c] * s;
@@ -218,7 +227,10 @@ void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const f
     const Z* zr = z + r * width;
     float* dzr = dz + r * width;
     float dot = 0.0f;
-    for (int64_t c = 0; c < width; ++c) dot += dzr[c] * cpu::to_float(zr[c]);
+    // An explicit fma: left to the compiler, the float instantiation's multiplies were vectorised
+    // apart from its in-order sum (no fused multiply-add) on one CPU and the bf16 one's fused, so
+    // the two differed in the last bit (OnlineNorm.Bf16LatentsAreTheRoundedLatents, Xeon AVX512-FP16).
+    for (int64_t c = 0; c < width; ++c) dot = std::fma(dzr[c], cpu::to_float(zr[c]), dot);
     // rms = 1/rstd; drms = −dot·rstd; ds = drms / (2·D·rms) = −dot·rstd² / (2D).
     ds[r] = -dot * rstd[r] * rstd[r] / (2.0f * D_total);
     for (int64_t c = 0; c < width; ++c) dzr[c] *= rstd[r];
@@ -228,16 +240,19 @@ void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const f
 
 void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
                                  const float* rstd, int64_t D_total, float* ds) {
+  const DeviceAccess access("online_norm_latent_backward");
   latent_backward(z, dz, rows, width, rstd, D_total, ds);
 }
 
 void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64_t width,
                                  const float* rstd, int64_t D_total, float* ds) {
+  const DeviceAccess access("online_norm_latent_backward");
   latent_backward(z, dz, rows, width, rstd, D_total, ds);
 }
 
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma) {
+  const DeviceAccess access("online_norm_input_backward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float two_ds = 2.0f * ds[r];
