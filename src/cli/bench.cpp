@@ -63,6 +63,7 @@ std::string link_rate_label(const std::string& given) {
 void add_layout_command(CLI::App& bench, const std::string& name, const std::string& help,
                         bench::LayoutBenchOptions defaults, bool ablation_table) {
   auto* cmd = bench.add_subcommand(name, help);
+  add_device_option(*cmd);
   auto f = std::make_shared<LayoutFlags>();
   f->options = defaults;
   auto& o = f->options;
@@ -121,6 +122,7 @@ void add_gemm_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "gemm",
       "per-rank GEMM shapes of naive-tp and btp, fp32 and bf16, against this machine's peak");
+  add_device_option(*cmd);
   auto o = std::make_shared<bench::GemmBenchOptions>();
   auto arch = std::make_shared<std::string>("cola");
   auto tp = std::make_shared<int>(0);
@@ -152,6 +154,7 @@ void add_gemm_command(CLI::App& bench) {
 void add_step_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "step", "training steps in one process: each architecture and precision, MFU, GEMM share");
+  add_device_option(*cmd);
   auto o = std::make_shared<bench::StepBenchOptions>();
   auto json = std::make_shared<std::string>();
   cmd->add_option("--shape", o->shape, "preset (configs/<shape>-<arch>.json)")
@@ -187,6 +190,7 @@ void add_step_command(CLI::App& bench) {
 void add_pipeline_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "pipeline", "1F1B's bubble per micro-batch count against (p-1)/(m+p-1); PP = ranks / --tp");
+  add_device_option(*cmd);
   auto o = std::make_shared<bench::PipelineBenchOptions>();
   auto arch = std::make_shared<std::string>("cola");
   auto precision = std::make_shared<std::string>("fp32");

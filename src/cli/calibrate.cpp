@@ -234,6 +234,7 @@ void write_hardware(const std::string& out, nlohmann::json j) {
 void add_calibrate(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "calibrate", "measure this machine (GEMM curve, bandwidth, MPI alpha-beta) for `plan`");
+  add_device_option(*cmd);
   auto o = std::make_shared<CalibrateOptions>();
   cmd->add_option("--out,-o", o->out,
                   "hardware file to write (default hardware/this-machine.json)");

@@ -21,6 +21,10 @@ void add_bench(CLI::App& app);      // benchmarks: layouts, ablations, gemm, ste
 // and configures the communication watchdog (comm/watchdog.h) once the command line is parsed.
 void add_comm_timeout(CLI::App& cmd);
 
+// Adds `--device cpu|cpu-checked|cuda` (default cpu) to a command that computes; the device is
+// selected, or refused with the reason, as the command line is parsed (core/device.h).
+void add_device_option(CLI::App& cmd);
+
 // The exit code a subcommand asks main to return (default 0).
 int& exit_code();
 

@@ -63,6 +63,7 @@ void print_text_loss(Model& model, const std::string& dir, const TextEval& o) {
 
 void add_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "mean loss of a checkpoint over the first K windows");
+  add_device_option(*cmd);
   struct Args {
     std::string checkpoint, data, text, tokenizer, precision = "fp32";
     int64_t batch_size = 8, seq_len = 256, batches = 20;

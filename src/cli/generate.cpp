@@ -13,6 +13,7 @@ namespace boostlm::cli {
 
 void add_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "sample text from a checkpoint");
+  add_device_option(*cmd);
   struct Args {
     std::string checkpoint, prompt, tokenizer;
     SampleOptions sample;

@@ -11,6 +11,7 @@ namespace boostlm::cli {
 
 void add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model on prepared token shards");
+  add_device_option(*cmd);
   auto o = std::make_shared<TrainOptions>();
   auto precision = std::make_shared<std::string>("fp32");
   auto layout = std::make_shared<std::string>();

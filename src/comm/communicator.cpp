@@ -27,6 +27,7 @@
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/fiber.h"
+#include "core/device.h"
 #include "core/profile.h"
 
 namespace boostlm {
@@ -146,7 +147,7 @@ CommRequest::~CommRequest() {
 }
 
 bool CommRequest::test() {
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   if (!pending()) return true;
   int done = 0;
   MPI_Test(&impl_->request, &done, MPI_STATUS_IGNORE);  // sets the request to NULL when done
@@ -154,7 +155,7 @@ bool CommRequest::test() {
 }
 
 void CommRequest::wait() {
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   if (!pending()) return;
   WatchedExchange watch(impl_->group, impl_->operation, impl_->bytes);
   MPI_Wait(&impl_->request, MPI_STATUS_IGNORE);
@@ -256,7 +257,7 @@ void Communicator::all_reduce(float* data, int64_t count) {
     overlap_->all_reduce(comm_, data, count, /*max=*/false);
     return;
   }
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   WatchedExchange watch(watch_name_, "all_reduce", count * 4);
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_SUM, as_mpi(comm_));
   this->count(Collective::all_reduce, count);
@@ -269,14 +270,14 @@ void Communicator::all_reduce_max(float* data, int64_t count) {
     overlap_->all_reduce(comm_, data, count, /*max=*/true);
     return;
   }
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   WatchedExchange watch(watch_name_, "all_reduce_max", count * 4);
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_MAX, as_mpi(comm_));
   this->count(Collective::all_reduce_max, count);
 }
 
 void Communicator::all_reduce(double* data, int64_t count) {
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   if (size_ == 1) return;
   refuse_overlapped("all_reduce(double)");
   WatchedExchange watch(watch_name_, "all_reduce", count * 8);
@@ -286,7 +287,7 @@ void Communicator::all_reduce(double* data, int64_t count) {
 
 // `send` may be this rank's own slot of `recv` (recv + rank·count): that is MPI_IN_PLACE.
 void Communicator::all_gather(const float* send, int64_t count, float* recv) {
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   refuse_overlapped("all_gather");
   const int n = to_mpi_count(count);
   const bool in_place = send == recv + static_cast<int64_t>(rank_) * count;
@@ -305,7 +306,7 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
 
 void Communicator::reduce_scatter(const float* send, float* recv,
                                   const std::vector<int64_t>& counts) {
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   refuse_overlapped("reduce_scatter");
   BOOSTLM_ASSERT_MSG(static_cast<int>(counts.size()) == size_,
                      "reduce_scatter on " + name_ + ": " + std::to_string(counts.size()) +
@@ -326,7 +327,7 @@ void Communicator::reduce_scatter(const float* send, float* recv,
 }
 
 void Communicator::broadcast(float* data, int64_t count, int root) {
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   refuse_overlapped("broadcast");
   BOOSTLM_ASSERT_MSG(root >= 0 && root < size_, "broadcast: root out of range");
   if (size_ == 1) return;
@@ -343,7 +344,7 @@ void Communicator::broadcast_bytes(void* data, int64_t bytes, int root) {
 }
 
 void Communicator::send(const float* data, int64_t count, int dest, int tag) {
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   refuse_overlapped("send");
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "send on " + name_ + ": bad destination " + std::to_string(dest));
@@ -353,7 +354,7 @@ void Communicator::send(const float* data, int64_t count, int dest, int tag) {
 }
 
 void Communicator::recv(float* data, int64_t count, int source, int tag) {
-  BOOSTLM_PHASE("comm");
+  BOOSTLM_KERNEL("comm");
   refuse_overlapped("recv");
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "recv on " + name_ + ": bad source " + std::to_string(source));
@@ -371,6 +372,7 @@ void Communicator::recv(float* data, int64_t count, int source, int tag) {
 }
 
 CommRequest Communicator::iall_reduce(float* data, int64_t count) {
+  const DeviceAccess access("comm");  // the transfer itself runs inside test() and wait()
   CommRequest request;
   if (size_ == 1) return request;  // nothing in flight: test() is true at once
   request.impl_ = std::make_unique<CommRequest::Impl>(
@@ -382,6 +384,7 @@ CommRequest Communicator::iall_reduce(float* data, int64_t count) {
 }
 
 CommRequest Communicator::isend(const float* data, int64_t count, int dest, int tag) {
+  const DeviceAccess access("comm");  // the transfer itself runs inside test() and wait()
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "isend on " + name_ + ": bad destination " + std::to_string(dest));
   CommRequest request;
@@ -394,6 +397,7 @@ CommRequest Communicator::isend(const float* data, int64_t count, int dest, int 
 }
 
 CommRequest Communicator::irecv(float* data, int64_t count, int source, int tag) {
+  const DeviceAccess access("comm");  // the transfer itself runs inside test() and wait()
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "irecv on " + name_ + ": bad source " + std::to_string(source));
   CommRequest request;

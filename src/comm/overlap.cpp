@@ -14,10 +14,12 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/fiber.h"
 #include "core/profile.h"
@@ -56,6 +58,7 @@ class InFlight {
  public:
   void start(Op& op) {
     op_ = &op;
+    in_flight_.emplace("overlapped collective");  // MPI reads and writes op.data until test()
     int size = 0, rank = 0;
     MPI_Comm_size(op.comm, &size);
     MPI_Comm_rank(op.comm, &rank);
@@ -95,11 +98,13 @@ class InFlight {
       for (int i = 0; i < n; ++i) x[i] = std::max(x[i], other[i]);
     else
       for (int i = 0; i < n; ++i) x[i] += other[i];
+    in_flight_.reset();
     return true;
   }
 
  private:
   Op* op_ = nullptr;
+  std::optional<DeviceAccess> in_flight_;
   std::vector<MPI_Request> requests_;
   bool pairs_ = false;
   std::vector<float> scratch_;

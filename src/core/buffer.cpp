@@ -3,6 +3,7 @@
 #include <limits>
 #include <new>
 
+#include "core/device.h"
 #include "core/error.h"
 
 namespace boostlm {
@@ -26,6 +27,7 @@ std::size_t buffer_bytes(std::size_t elements, std::size_t element_bytes) {
 // benchmarks' peak includes weights, gradients and moments). A backend with memory of its own
 // replaces these two functions.
 void* allocate_buffer(std::size_t bytes) {
+  if (device_memory_checked()) return checked_allocate(bytes);
   void* block = ::operator new(bytes == 0 ? kBufferAlignment : bytes,
                                std::align_val_t{kBufferAlignment}, std::nothrow);
   if (!block)
@@ -35,6 +37,7 @@ void* allocate_buffer(std::size_t bytes) {
 }
 
 void free_buffer(void* block) noexcept {
+  if (block != nullptr && device_memory_checked() && checked_free(block)) return;
   ::operator delete(block, std::align_val_t{kBufferAlignment});
 }
 

@@ -3,8 +3,10 @@
 //
 // Every buffer is 64 bytes aligned (a cache line, a full AVX-512 vector), zero-initialised and
 // move-only (a copy of an activation buffer is always a mistake), and is allocated through one pair
-// of functions, allocate_buffer / free_buffer: a backend whose arrays must live elsewhere (pinned
-// host memory, device memory) changes those two and nothing else. The interface is std::vector's
+// of functions, allocate_buffer / free_buffer. Its contents are device memory (core/device.h): the
+// zeroing, filling and copying its own members do are backend operations (DeviceAccess scopes);
+// data(), [] and the iterators give pointers that only kernels, collectives and named copies may
+// dereference. The interface is std::vector's
 // where the engine uses it (data, size, empty, resize that keeps the values and zeroes new ones,
 // assign, [], begin/end), so a vector member becomes a Buffer without touching its call sites.
 #pragma once
@@ -14,6 +16,8 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+
+#include "core/device.h"
 
 namespace boostlm {
 
@@ -71,12 +75,14 @@ class Buffer {
   // Keeps the first min(size, n) values and zeroes the rest, as std::vector does; shrinking keeps
   // the memory, so a scratch buffer resized to each call's need allocates only when it grows.
   void resize(std::size_t n) {
+    const DeviceAccess access("Buffer::resize");  // a memset on the device (cudaMemsetAsync)
     if (n > capacity_) reallocate(n, size_);
     if (n > size_) std::memset(static_cast<void*>(data_ + size_), 0, (n - size_) * sizeof(T));
     size_ = n;
   }
   // n copies of value (the old values are not kept).
   void assign(std::size_t n, T value) {
+    const DeviceAccess access("Buffer::assign");  // a fill kernel on the device
     if (n > capacity_) reallocate(n, 0);
     std::fill_n(data_, n, value);
     size_ = n;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -65,10 +66,14 @@ int64_t ParamTable::parameter_count() const {
 }
 
 void FlatBuffer::zero() {
+  const DeviceAccess access("FlatBuffer::zero");  // a memset on the device
   if (!data_.empty()) std::memset(data_.data(), 0, data_.size() * sizeof(float));
 }
 
 void init_parameters(const ParamTable& table, FlatBuffer& weights, uint64_t seed) {
+  // A named copy: the values are drawn on the host (per-name RNG streams, identical whatever the
+  // device), so a GPU backend fills a host staging buffer and uploads it.
+  const DeviceAccess access("parameter initialisation");
   for (const auto& p : table.entries()) {
     float* out = weights.view(p);
     switch (p.init) {

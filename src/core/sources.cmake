@@ -5,6 +5,7 @@ add_library(boostlm_base STATIC
   ${CMAKE_CURRENT_LIST_DIR}/error.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dtype.cpp
   ${CMAKE_CURRENT_LIST_DIR}/buffer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/device.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rng.cpp
   ${CMAKE_CURRENT_LIST_DIR}/param_table.cpp
   ${CMAKE_CURRENT_LIST_DIR}/profile.cpp

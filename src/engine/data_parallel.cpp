@@ -92,23 +92,23 @@ void ZeroStage1::reduce_scatter(FlatBuffer& grads) {
 void ZeroStage1::all_gather(FlatBuffer& buffer) {
   if (dp_.size() == 1) return;
   Buffer<float> range(part_);  // equal contributions; the zero padding is dropped below
-  std::copy(buffer.data() + begin_, buffer.data() + end_, range.data());
+  copy_values(buffer.data() + begin_, end_ - begin_, range.data());
   scratch_.resize(part_ * dp_.size());
   dp_.all_gather(range.data(), part_, scratch_.data());
-  std::copy(scratch_.begin(), scratch_.begin() + elements_, buffer.data());
+  copy_values(scratch_.data(), elements_, buffer.data());
 }
 
 void ZeroStage1::all_gather_range(const FlatBuffer& range, FlatBuffer& full) {
   BOOSTLM_ASSERT(range.size() == end_ - begin_ && full.size() == elements_);
   Buffer<float> padded(part_);  // zero padding, as in all_gather
-  std::copy(range.data(), range.data() + range.size(), padded.data());
+  copy_values(range.data(), range.size(), padded.data());
   scratch_.resize(part_ * dp_.size());
   dp_.all_gather(padded.data(), part_, scratch_.data());
-  std::copy(scratch_.begin(), scratch_.begin() + elements_, full.data());
+  copy_values(scratch_.data(), elements_, full.data());
 }
 
 void ZeroStage1::take_range(const FlatBuffer& full, FlatBuffer& range) const {
-  std::copy(full.data() + begin_, full.data() + end_, range.data());
+  copy_values(full.data() + begin_, end_ - begin_, range.data());
 }
 
 }  // namespace boostlm

@@ -11,6 +11,8 @@ namespace boostlm {
 void add(const float* a, const float* b, float* out, int64_t n);
 // out = s · x (out may alias x).
 void scaled_copy(const float* x, float s, float* out, int64_t n);
+// dst[i] = src[i] for i < n (a device-to-device copy; the ranges do not overlap).
+void copy_values(const float* src, int64_t n, float* dst);
 
 // dst[r, :cols] = src[r, :cols] for `rows` rows, each with its own row stride: a column block
 // out of (or into) a packed buffer.

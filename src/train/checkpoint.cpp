@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "parallel/sharding.h"
@@ -112,6 +113,8 @@ nlohmann::json hf_config(const ModelConfig& c) {
 void gather_full_state(Model& model, AdamW& optimizer, ZeroStage1* zero, FlatBuffer& local_m,
                        FlatBuffer& local_v, FlatBuffer& full_weights, FlatBuffer& full_m,
                        FlatBuffer& full_v) {
+  // A named copy: the full tensors are assembled for the host to write (a download on a GPU).
+  const DeviceAccess access("checkpoint save");
   model.gather_full(model.weights(), full_weights);
   if (zero) {
     zero->all_gather_range(optimizer.first_moment(), local_m);
@@ -142,6 +145,7 @@ CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer,
 
 void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
   BOOSTLM_ASSERT(what.config && what.table && what.weights);
+  const DeviceAccess access("checkpoint save");  // the host writes the tensors to the files
   const fs::path final_dir = fs::absolute(dir).lexically_normal();
   const fs::path parent = final_dir.parent_path();
   fs::create_directories(parent);
@@ -233,6 +237,7 @@ ModelConfig read_checkpoint_config(const std::string& dir) {
 }
 
 void load_checkpoint_weights(const std::string& dir, Model& model) {
+  const DeviceAccess access("checkpoint load");  // tensors read into the weights (an upload)
   if (is_hf_directory(dir)) return load_hf_weights(dir, model.params(), model.weights());
   const std::string path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsReader reader(path);
@@ -254,6 +259,7 @@ bool has_training_state(const std::string& dir) {
 
 int64_t load_training_state(const std::string& dir, const ParamTable& table, FlatBuffer& exp_avg,
                             FlatBuffer& exp_avg_sq, TrainingState& state) {
+  const DeviceAccess access("checkpoint load");  // the moments read into place (an upload)
   if (!has_training_state(dir))
     throw error("checkpoint: '", dir, "' holds weights only (no optimizer or trainer state); ",
                 "it cannot be resumed, only used to initialise a new run");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -149,7 +150,7 @@ void for_each_chunk(int64_t n, Run run) {
 }  // namespace
 
 void silu_forward(const float* x, int64_t ldx, int64_t rows, int64_t cols, float* y, int64_t ldy) {
-  BOOSTLM_PHASE("activation");
+  BOOSTLM_KERNEL("activation");
   const bool contiguous = ldx == cols && ldy == cols;
   for_each_run(rows, cols, contiguous, [&](int64_t r, int64_t c, int64_t n) {
     silu_run(x + r * ldx + c, y + r * ldy + c, n);
@@ -158,7 +159,7 @@ void silu_forward(const float* x, int64_t ldx, int64_t rows, int64_t cols, float
 
 void silu_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows,
                    int64_t cols, float* dx, int64_t lddx) {
-  BOOSTLM_PHASE("activation");
+  BOOSTLM_KERNEL("activation");
   const bool contiguous = lddy == cols && ldx == cols && lddx == cols;
   for_each_run(rows, cols, contiguous, [&](int64_t r, int64_t c, int64_t n) {
     silu_grad_run(dy + r * lddy + c, x + r * ldx + c, dx + r * lddx + c, n);
@@ -166,14 +167,14 @@ void silu_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx, i
 }
 
 void swiglu_forward(const float* g, const float* u, int64_t n, bool gate_act, float* h) {
-  BOOSTLM_PHASE("activation");
+  BOOSTLM_KERNEL("activation");
   for_each_chunk(
       n, [&](int64_t i, int64_t count) { swiglu_run(g + i, u + i, count, gate_act, h + i); });
 }
 
 void swiglu_backward(const float* dh, const float* g, const float* u, int64_t n, bool gate_act,
                      float* dg, float* du) {
-  BOOSTLM_PHASE("activation");
+  BOOSTLM_KERNEL("activation");
   for_each_chunk(n, [&](int64_t i, int64_t count) {
     swiglu_grad_run(dh + i, g + i, u + i, count, gate_act, dg + i, du + i);
   });
@@ -181,21 +182,21 @@ void swiglu_backward(const float* dh, const float* g, const float* u, int64_t n,
 
 void swiglu_forward_bf16(const float* g, const float* u, int64_t n, bool gate_act, bf16_t* g_kept,
                          bf16_t* u_kept, bf16_t* h) {
-  BOOSTLM_PHASE("activation");
+  BOOSTLM_KERNEL("activation");
   for_each_chunk(n, [&](int64_t i, int64_t count) {
     swiglu_run(g + i, u + i, count, gate_act, h + i, g_kept + i, u_kept + i);
   });
 }
 
 void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act, bf16_t* h) {
-  BOOSTLM_PHASE("activation");
+  BOOSTLM_KERNEL("activation");
   for_each_chunk(
       n, [&](int64_t i, int64_t count) { swiglu_run(g + i, u + i, count, gate_act, h + i); });
 }
 
 void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n,
                           bool gate_act, bf16_t* dg, bf16_t* du) {
-  BOOSTLM_PHASE("activation");
+  BOOSTLM_KERNEL("activation");
   for_each_chunk(n, [&](int64_t i, int64_t count) {
     swiglu_grad_run(dh + i, g + i, u + i, count, gate_act, dg + i, du + i);
   });
@@ -204,22 +205,24 @@ void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int
 namespace {
 template <typename In>
 void silu_rounded(const In* x, int64_t n, bf16_t* y) {
-  BOOSTLM_PHASE("activation");
+  BOOSTLM_KERNEL("activation");
   for_each_chunk(n, [&](int64_t i, int64_t count) { silu_run(x + i, y + i, count); });
 }
 }  // namespace
 
 void silu_forward_bf16(const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y) {
+  const DeviceAccess access("silu_forward_bf16");
   silu_rounded(x, rows * cols, y);
 }
 
 void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols, float* dx) {
-  BOOSTLM_PHASE("activation");
+  BOOSTLM_KERNEL("activation");
   for_each_chunk(rows * cols,
                  [&](int64_t i, int64_t count) { silu_grad_run(dy + i, x + i, dx + i, count); });
 }
 
 void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y) {
+  const DeviceAccess access("silu_forward_bf16");
   silu_rounded(x, rows * cols, y);
 }
 

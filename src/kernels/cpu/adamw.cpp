@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -29,7 +30,7 @@ inline void adamw_run(float* p, const float* g, float* m, float* v, int64_t n, c
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                   bf16_t* p_bf16) {
-  BOOSTLM_PHASE("optimizer");
+  BOOSTLM_KERNEL("optimizer");
   const float c1 = 1.0f - static_cast<float>(std::pow(h.beta1, static_cast<double>(h.step)));
   const float c2 = 1.0f - static_cast<float>(std::pow(h.beta2, static_cast<double>(h.step)));
   // Runs small enough that the updated weights are still in L1 when they are rounded.
@@ -43,7 +44,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
 }
 
 double sum_squares(const float* x, int64_t n) {
-  BOOSTLM_PHASE("optimizer");
+  BOOSTLM_KERNEL("optimizer");
   double sum = 0.0;
 #pragma omp parallel for simd reduction(+ : sum) schedule(static)
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
@@ -51,7 +52,7 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 void scale_inplace(float* x, int64_t n, float s) {
-  BOOSTLM_PHASE("optimizer");
+  BOOSTLM_KERNEL("optimizer");
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }

@@ -8,6 +8,7 @@
 
 #include "core/buffer.h"
 #include "core/error.h"
+#include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/attention_tiled.h"
 #include "kernels/cpu/vec_math.h"
@@ -48,7 +49,7 @@ void check_shape(const AttentionShape& s) {
 void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
                        int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
                        float* lse) {
-  BOOSTLM_PHASE("attention");
+  BOOSTLM_KERNEL("attention");
   check_shape(s);
   if (cpu::attention_tiled_supported(s))
     return cpu::attention_forward_tiled(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
@@ -119,7 +120,7 @@ void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, co
                         int64_t ldk, const float* v, int64_t ldv, const float* out, int64_t ldo,
                         const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
                         float* dk, int64_t lddk, float* dv, int64_t lddv) {
-  BOOSTLM_PHASE("attention");
+  BOOSTLM_KERNEL("attention");
   check_shape(s);
   if (cpu::attention_tiled_supported(s))
     return cpu::attention_backward_tiled(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq,
@@ -200,8 +201,9 @@ std::vector<float> widen(const bf16_t* src, int64_t rows, int64_t cols, int64_t 
 void attention_forward(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
                        int64_t ldk, const bf16_t* v, int64_t ldv, bf16_t* out, int64_t ldo,
                        float* lse) {
+  const DeviceAccess access("attention");  // the fallback widens on the host side
   if (cpu::attention_tiled_supported(s)) {
-    BOOSTLM_PHASE("attention");
+    BOOSTLM_KERNEL("attention");
     check_shape(s);
     return cpu::attention_forward_tiled(s, q, ldq, k, ldk, v, ldv, out, ldo, lse);
   }
@@ -217,8 +219,9 @@ void attention_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq, c
                         int64_t ldk, const bf16_t* v, int64_t ldv, const bf16_t* out, int64_t ldo,
                         const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
                         float* dk, int64_t lddk, float* dv, int64_t lddv) {
+  const DeviceAccess access("attention");  // the fallback widens on the host side
   if (cpu::attention_tiled_supported(s)) {
-    BOOSTLM_PHASE("attention");
+    BOOSTLM_KERNEL("attention");
     check_shape(s);
     return cpu::attention_backward_tiled(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq,
                                          lddq, dk, lddk, dv, lddv);

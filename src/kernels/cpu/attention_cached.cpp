@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "core/buffer.h"
+#include "core/device.h"
 #include "core/profile.h"
 #include "kernels/attention.h"
 
@@ -13,7 +14,7 @@ namespace boostlm {
 void attention_cached_forward(int64_t n, int64_t first_pos, int64_t n_heads, int64_t n_kv_heads,
                               int64_t head_dim, const float* q, const float* k_cache,
                               const float* v_cache, float* out) {
-  BOOSTLM_PHASE("attention_cached");
+  BOOSTLM_KERNEL("attention_cached");
   const int64_t group = n_heads / n_kv_heads, ldq = n_heads * head_dim;
   const int64_t ldkv = n_kv_heads * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -76,7 +77,7 @@ void write_gradient_row(float* row, int64_t n, bool exp_first, float shift, floa
 
 void cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                            int64_t V, float* losses, float* lse) {
-  BOOSTLM_PHASE("cross_entropy");
+  BOOSTLM_KERNEL("cross_entropy");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * ld;
@@ -90,7 +91,7 @@ void cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targe
 void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targets,
                             const float* lse, int64_t rows, int64_t V, float scale, float* dlogits,
                             int64_t ldd) {
-  BOOSTLM_PHASE("cross_entropy");
+  BOOSTLM_KERNEL("cross_entropy");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * ld;
@@ -104,7 +105,7 @@ void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* ta
                                     int64_t V, float scale, float* losses, bf16_t* grad_bf16,
                                     int64_t ldg) {
   if (ldg == 0) ldg = V;
-  BOOSTLM_PHASE("cross_entropy");
+  BOOSTLM_KERNEL("cross_entropy");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* row = logits + r * ld;
@@ -122,7 +123,7 @@ void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* ta
 
 void cross_entropy_shard_max(const float* logits, int64_t ld, int64_t rows, int64_t V_local,
                              float* row_max_out) {
-  BOOSTLM_PHASE("cross_entropy");
+  BOOSTLM_KERNEL("cross_entropy");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) row_max_out[r] = row_max(logits + r * ld, V_local);
 }
@@ -130,7 +131,7 @@ void cross_entropy_shard_max(const float* logits, int64_t ld, int64_t rows, int6
 void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* targets,
                                int64_t rows, int64_t V_local, int64_t vocab_begin,
                                const float* row_max, float* stats) {
-  BOOSTLM_PHASE("cross_entropy");
+  BOOSTLM_KERNEL("cross_entropy");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * ld;
@@ -143,7 +144,7 @@ void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* t
 void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                                   int64_t V_local, int64_t vocab_begin, const float* lse,
                                   float scale, bf16_t* grad_bf16, int64_t ldg) {
-  BOOSTLM_PHASE("cross_entropy");
+  BOOSTLM_KERNEL("cross_entropy");
   if (ldg == 0) ldg = V_local;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -160,6 +161,7 @@ void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targ
 // Serial: a few hundred rows per chunk, not worth a parallel region.
 void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t rows, float* lse,
                               float* losses) {
+  const DeviceAccess access("cross_entropy_shard_loss");
   for (int64_t r = 0; r < rows; ++r) {
     lse[r] = row_max[r] + std::log(stats[2 * r]);
     losses[r] = lse[r] - stats[2 * r + 1];
@@ -167,6 +169,7 @@ void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t 
 }
 
 float mean_loss(const float* losses, int64_t n) {
+  const DeviceAccess access("mean_loss");
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i) total += losses[i];
   return static_cast<float>(total / static_cast<double>(n));

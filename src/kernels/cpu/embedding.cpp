@@ -4,24 +4,27 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/device.h"
 #include "core/profile.h"
 
 namespace boostlm {
 
 void embedding_forward(const int32_t* tokens, int64_t n, const float* weight, int64_t V, int64_t D,
                        float* out) {
+  const DeviceAccess access("embedding_forward");
   for (int64_t i = 0; i < n; ++i) BOOSTLM_ASSERT(tokens[i] >= 0 && tokens[i] < V);
   embedding_shard_forward(tokens, n, weight, 0, V, D, out);
 }
 
 void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t V, int64_t D,
                         float* dweight) {
+  const DeviceAccess access("embedding_backward");
   embedding_shard_backward(tokens, n, dout, 0, V, D, dweight);
 }
 
 void embedding_shard_forward(const int32_t* tokens, int64_t n, const float* weight,
                              int64_t vocab_begin, int64_t rows, int64_t D, float* out) {
-  BOOSTLM_PHASE("embedding");
+  BOOSTLM_KERNEL("embedding");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = static_cast<int64_t>(tokens[i]) - vocab_begin;
@@ -34,7 +37,7 @@ void embedding_shard_forward(const int32_t* tokens, int64_t n, const float* weig
 
 void embedding_shard_backward(const int32_t* tokens, int64_t n, const float* dout,
                               int64_t vocab_begin, int64_t rows, int64_t D, float* dweight) {
-  BOOSTLM_PHASE("embedding");
+  BOOSTLM_KERNEL("embedding");
   constexpr int64_t kCols = 64;
 #pragma omp parallel for schedule(static)
   for (int64_t j0 = 0; j0 < D; j0 += kCols) {

@@ -11,6 +11,7 @@
 
 #include "core/buffer.h"
 #include "core/error.h"
+#include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/gemm_counters.h"
@@ -61,7 +62,7 @@ void transpose_round(const T* src, int64_t rows, int64_t cols, int64_t ld, bf16_
 // The bf16_round phase; the rounding gemm() does itself for an operand without a copy is booked
 // as gemm_operands instead.
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst) {
-  BOOSTLM_PHASE("bf16_round");
+  BOOSTLM_KERNEL("bf16_round");
   round_rows(src, rows, cols, ld, dst);
 }
 
@@ -220,6 +221,7 @@ void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
                   DType compute) {
   BOOSTLM_ASSERT(M >= 0 && N >= 0 && K >= 0 && batch.count >= 1);
   if (M == 0 || N == 0) return;
+  const DeviceAccess access("gemm");
   const auto start = std::chrono::steady_clock::now();
   double operands = 0;  // bf16 rounding/transposition of operands that arrived without a copy
   if (K == 0) {

@@ -3,12 +3,14 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace boostlm {
 
 RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta) {
+  const DeviceAccess access("make_rope_table");
   BOOSTLM_ASSERT(head_dim % 2 == 0);
   RopeTable t;
   t.max_pos = max_pos;
@@ -62,11 +64,12 @@ void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const Rop
 }  // namespace
 
 void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
-  BOOSTLM_PHASE("rope");
+  BOOSTLM_KERNEL("rope");
   rotate<1>(x, ld, B, T, heads, t);
 }
 void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const RopeTable& t,
                      int64_t first_pos) {
+  const DeviceAccess access("rope_forward_at");
   BOOSTLM_ASSERT(first_pos >= 0 && first_pos + rows <= t.max_pos);
   const int64_t half = t.head_dim / 2;
   for (int64_t i = 0; i < rows; ++i) {
@@ -76,16 +79,16 @@ void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const Ro
 }
 void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
                        const RopeTable& t, bf16_t* out, int64_t ldo) {
-  BOOSTLM_PHASE("rope");
+  BOOSTLM_KERNEL("rope");
   rotate<1>(x, ld, B, T, heads, t, out, ldo);
 }
 void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                         const RopeTable& t, bf16_t* out, int64_t ldo) {
-  BOOSTLM_PHASE("rope");
+  BOOSTLM_KERNEL("rope");
   rotate<-1>(dx, ld, B, T, heads, t, out, ldo);
 }
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
-  BOOSTLM_PHASE("rope");
+  BOOSTLM_KERNEL("rope");
   rotate<-1>(dx, ld, B, T, heads, t);
 }
 

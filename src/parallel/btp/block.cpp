@@ -346,11 +346,9 @@ class Btp final : public Layout {
       return;
     }
     column_scratch_.resize(N * cols);
-    for (int64_t n = 0; n < N; ++n)
-      std::copy_n(buf + n * ld + c0, cols, column_scratch_.data() + n * cols);
+    copy_columns(buf + c0, ld, N, cols, column_scratch_.data(), cols);
     tp_.all_reduce(column_scratch_.data(), N * cols);
-    for (int64_t n = 0; n < N; ++n)
-      std::copy_n(column_scratch_.data() + n * cols, cols, buf + n * ld + c0);
+    copy_columns(column_scratch_.data(), cols, N, cols, buf + c0, ld);
   }
 
   std::vector<Kept> kept_;
