@@ -6,6 +6,11 @@ find_package(CUDAToolkit REQUIRED)
 add_library(boostlm_kernels_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/device.cpp
   ${CMAKE_CURRENT_LIST_DIR}/launch.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cu
+  ${CMAKE_CURRENT_LIST_DIR}/activation.cu
+  ${CMAKE_CURRENT_LIST_DIR}/adamw.cu
+  ${CMAKE_CURRENT_LIST_DIR}/embedding.cu
+  ${CMAKE_CURRENT_LIST_DIR}/rope.cu
 )
 target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart CUDA::cublasLt)
