@@ -9,6 +9,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/error.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/math.h"
@@ -35,6 +37,30 @@ TEST(CudaDevice, CountComesWithAReasonWhenZero) {
   EXPECT_EQ(cuda_visible_devices(&again), count);
   EXPECT_EQ(again, why);
   EXPECT_EQ(cuda_visible_devices(), count);  // the reason is optional
+}
+
+// The checks name the call, file:line and the library's own error name and string (lookups that
+// need no device).
+TEST(CudaChecks, ThrowErrorsNamingTheCallTheLineAndTheLibrarysMessage) {
+  try {
+    BOOSTLM_CHECK_CUDA(cudaErrorInvalidValue);
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("test_host.cpp:"), std::string::npos) << what;
+    EXPECT_NE(what.find("cudaErrorInvalidValue"), std::string::npos) << what;
+    EXPECT_NE(what.find(cudaGetErrorString(cudaErrorInvalidValue)), std::string::npos) << what;
+  }
+  try {
+    BOOSTLM_CHECK_CUBLAS(CUBLAS_STATUS_NOT_SUPPORTED);
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("test_host.cpp:"), std::string::npos) << what;
+    EXPECT_NE(what.find("CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(BOOSTLM_CHECK_CUDA(cudaSuccess));
+  EXPECT_NO_THROW(BOOSTLM_CHECK_CUBLAS(CUBLAS_STATUS_SUCCESS));
 }
 
 TEST(LaunchGeometry, RowsGetOneBlockEachSizedToTheRow) {
