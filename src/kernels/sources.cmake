@@ -9,3 +9,7 @@ set(BOOSTLM_KERNEL_COMMON_SOURCES
 )
 include(${CMAKE_CURRENT_LIST_DIR}/cpu/sources.cmake)
 add_library(boostlm_kernels ALIAS boostlm_kernels_cpu)
+# The CUDA backend beside it, built (and tested) when CUDA is enabled; not yet behind the alias.
+if(BOOSTLM_WITH_CUDA)
+  include(${CMAKE_CURRENT_LIST_DIR}/cuda/sources.cmake)
+endif()

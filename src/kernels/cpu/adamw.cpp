@@ -6,24 +6,20 @@
 #include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/math.h"
 
 namespace boostlm {
 
 namespace {
 
-// The update of elements [0, n) of one run (vectorised).
+// The update of elements [0, n) of one run (vectorised). The element's arithmetic is math.h's,
+// shared with the CUDA backend; its results are the same bits as when it was written out here.
 inline void adamw_run(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                       float c1, float c2) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = h.grad_scale * g[i];
-    const float mi = h.beta1 * m[i] + (1.0f - h.beta1) * gi;
-    const float vi = h.beta2 * v[i] + (1.0f - h.beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float update = (mi / c1) / (std::sqrt(vi / c2) + h.eps);
-    p[i] -= h.lr * (update + h.weight_decay * p[i]);
-  }
+  for (int64_t i = 0; i < n; ++i)
+    math::adamw_element(p[i], h.grad_scale * g[i], m[i], v[i], h.lr, h.beta1, h.beta2, h.eps,
+                        h.weight_decay, c1, c2);
 }
 
 }  // namespace
@@ -31,8 +27,8 @@ inline void adamw_run(float* p, const float* g, float* m, float* v, int64_t n, c
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                   bf16_t* p_bf16) {
   BOOSTLM_KERNEL("optimizer");
-  const float c1 = 1.0f - static_cast<float>(std::pow(h.beta1, static_cast<double>(h.step)));
-  const float c2 = 1.0f - static_cast<float>(std::pow(h.beta2, static_cast<double>(h.step)));
+  const float c1 = math::adamw_bias_correction(h.beta1, h.step);
+  const float c2 = math::adamw_bias_correction(h.beta2, h.step);
   // Runs small enough that the updated weights are still in L1 when they are rounded.
   constexpr int64_t kRun = 2048;
 #pragma omp parallel for schedule(static)

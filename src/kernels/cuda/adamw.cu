@@ -1,0 +1,93 @@
+// AdamW, the gradient norm's sum of squares, and the clipping scale (kernels/adamw.h).
+#include <cub/block/block_reduce.cuh>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/math.h"
+
+namespace boostlm::cuda {
+
+namespace {
+
+// One pass: g scaled as it is read, m, v and p updated, p's bf16 copy written when given.
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float c1, float c2, bf16_t* p_bf16) {
+  for (int64_t i = grid_index(); i < n; i += grid_stride()) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    math::adamw_element(pi, grad_scale * g[i], mi, vi, lr, beta1, beta2, eps, weight_decay, c1, c2);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    if (p_bf16) p_bf16[i] = math::round_to_bf16(pi);
+  }
+}
+
+// Σx² as two launches of CUB's BlockReduce rather than cub::DeviceReduce::TransformReduce: the
+// grid is a function of n alone (launch.h's reduce_launch), so the sum's order, and its bits, are
+// the same on every run and the workspace is known from n without asking CUB.
+// Stage 1: partial[block] = Σ x² over the block's grid-stride share, in double.
+template <int kBlock>
+__global__ void sum_squares_partial_kernel(const float* x, int64_t n, double* partial) {
+  using Reduce = cub::BlockReduce<double, kBlock>;
+  __shared__ typename Reduce::TempStorage temp;
+  double sum = 0.0;
+  for (int64_t i = grid_index(); i < n; i += grid_stride()) sum += static_cast<double>(x[i]) * x[i];
+  sum = Reduce(temp).Sum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// Stage 2, one block: *result = Σ partial, the same order for the same count.
+template <int kBlock>
+__global__ void sum_partials_kernel(const double* partial, int64_t count, double* result) {
+  using Reduce = cub::BlockReduce<double, kBlock>;
+  __shared__ typename Reduce::TempStorage temp;
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += kBlock) sum += partial[i];
+  sum = Reduce(temp).Sum(sum);
+  if (threadIdx.x == 0) *result = sum;
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  for (int64_t i = grid_index(); i < n; i += grid_stride()) x[i] *= s;
+}
+
+}  // namespace
+
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
+                  const AdamWHyper& h, bf16_t* params_bf16, cudaStream_t stream) {
+  const LaunchGeometry g = elements_launch(n);
+  if (g.grid == 0) return;
+  const float c1 = math::adamw_bias_correction(h.beta1, h.step);
+  const float c2 = math::adamw_bias_correction(h.beta2, h.step);
+  adamw_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(params, grads, m, v, n, h.lr, h.beta1,
+                                                        h.beta2, h.eps, h.weight_decay,
+                                                        h.grad_scale, c1, c2, params_bf16);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+size_t sum_squares_workspace_bytes(int64_t n) {
+  return reduce_workspace_bytes(n);
+}
+
+void sum_squares(const float* x, int64_t n, double* result, void* workspace, size_t workspace_bytes,
+                 cudaStream_t stream) {
+  BOOSTLM_ASSERT(workspace_bytes >= sum_squares_workspace_bytes(n));
+  const LaunchGeometry g = reduce_launch(n);  // at least one block: n = 0 writes 0
+  double* partial = static_cast<double*>(workspace);
+  sum_squares_partial_kernel<kReduceBlock>
+      <<<grid_of(g.grid), kReduceBlock, 0, stream>>>(x, n, partial);
+  BOOSTLM_CHECK_LAUNCH();
+  sum_partials_kernel<kReduceBlock><<<1, kReduceBlock, 0, stream>>>(partial, g.grid, result);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream) {
+  const LaunchGeometry g = elements_launch(n);
+  if (g.grid == 0) return;
+  scale_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(x, n, s);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+}  // namespace boostlm::cuda

@@ -1,0 +1,22 @@
+# The CUDA backend (issue 29, its first brick): the kernels of src/kernels/*.h on device pointers
+# with a stream argument, in namespace boostlm::cuda, as a library of its own. Included from
+# src/kernels/sources.cmake only when CUDA is enabled (BOOSTLM_CUDA); nothing links it but its
+# tests yet (the alias boostlm_kernels stays the CPU backend).
+find_package(CUDAToolkit REQUIRED)
+add_library(boostlm_kernels_cuda STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/device.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/launch.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cu
+  ${CMAKE_CURRENT_LIST_DIR}/activation.cu
+  ${CMAKE_CURRENT_LIST_DIR}/adamw.cu
+  ${CMAKE_CURRENT_LIST_DIR}/embedding.cu
+  ${CMAKE_CURRENT_LIST_DIR}/rope.cu
+)
+target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart CUDA::cublasLt)
+target_compile_definitions(boostlm_kernels_cuda PUBLIC BOOSTLM_HAVE_CUDA=1)
+# Warnings are errors in the .cu files (nvcc's own and its host compiler's); the .cpp files take
+# the project's C++ options.
+set(BOOSTLM_CUDA_WARNINGS -Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-Werror)
+target_compile_options(boostlm_kernels_cuda PRIVATE
+                       "$<$<COMPILE_LANGUAGE:CUDA>:${BOOSTLM_CUDA_WARNINGS}>")
