@@ -3,7 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+# BOOSTLM_CUDA=AUTO: the CUDA backend is compiled and linked wherever the toolkit is (its tests,
+# label cuda, skip without a GPU); given explicitly, as the quickstart may have turned it off.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=AUTO
 cmake --build build -j "$(nproc)"
 # The parsers' fuzz targets (tests/fuzz): a separate clang build of the parsers alone; CTest runs
 # each for ~10 s from its seed corpus (label "fuzz"; scripts/fuzz.sh runs them longer).

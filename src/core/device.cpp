@@ -86,6 +86,22 @@ void start_checking() {
   g_checked.store(true);
 }
 
+CudaProbe g_cuda_probe = nullptr;
+
+void refuse_cuda() {
+  if (g_cuda_probe == nullptr)
+    throw error(
+        "--device cuda: this build of boostlm has no CUDA backend (it was configured without the "
+        "CUDA toolkit, or with -DBOOSTLM_CUDA=OFF); rebuild with /usr/local/cuda present, or use "
+        "--device cpu");
+  std::string why;
+  const int gpus = g_cuda_probe(&why);
+  if (gpus == 0) throw error("--device cuda: no GPU is visible to this process: ", why);
+  throw error("--device cuda: ", gpus,
+              " GPU(s) visible and the CUDA kernels are built, but the engine does not run on "
+              "them yet (issue 29: the dispatch to src/kernels/cuda is not in); use --device cpu");
+}
+
 }  // namespace
 
 Device parse_device(const std::string& name) {
@@ -104,11 +120,10 @@ std::string to_string(Device device) {
   return "?";
 }
 
+void set_cuda_probe(CudaProbe probe) { g_cuda_probe = probe; }
+
 void select_device(Device device) {
-  if (device == Device::cuda)
-    throw error(
-        "--device cuda: this build of boostlm has no CUDA backend yet (issue 29: the kernels "
-        "are being written and have not run on a GPU); use --device cpu");
+  if (device == Device::cuda) refuse_cuda();
   if (device == Device::cpu_checked) start_checking();
   g_device.store(device);
 }

@@ -36,6 +36,11 @@ std::string to_string(Device device);
 void select_device(Device device);
 Device current_device();
 
+// How a build with the CUDA backend counts the GPUs this process sees (0 with the reason in
+// *why_none); the command line sets it (cli/device.cpp), as the core links no backend.
+using CudaProbe = int (*)(std::string* why_none);
+void set_cuda_probe(CudaProbe probe);
+
 // A backend call or a named copy: device memory is reachable while one is open. `what` names it in
 // the checking mode's messages. Costs one relaxed atomic load when the checking mode is off.
 class DeviceAccess {
