@@ -128,7 +128,12 @@ TEST_P(PipelineTest, MatchesOneProcessOnEveryGrid) {
       EXPECT_LT(times.bubble_fraction(), 1) << where;
 
       // Gradients gathered over TP and the stages match, tensor by tensor.
-      expect_gradients_match(model, reference, where);
+      // 5e-5: naive-tp sums its factorised projections in another order than the one-process
+      // reference, and a 16-token micro-batch's gradients cancel a lot; on a Xeon (AVX512-FP16,
+      // oneDNN's kernels for it) its tensors differed by up to 2.5e-5 relative at m = 1 (1e-5 held
+      // on Zen 5). The loss and Σg² below keep 1e-5; a dropped micro-batch or stage tensor moves
+      // a gradient by far more than 5e-5.
+      expect_gradients_match(model, reference, where, 5e-5);
       EXPECT_NEAR(model.grad_sum_squares(), reference.grad_sum_squares(),
                   1e-5 * reference.grad_sum_squares())
           << where;
