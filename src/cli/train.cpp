@@ -93,7 +93,11 @@ void add_train(CLI::App& app) {
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)")
       ->check(at_least(1));
   add_comm_timeout(*cmd);
-  cmd->callback([o, precision, layout, rmsnorm, grouping, recompute, overlap] {
+  cmd->callback([cmd, o, precision, layout, rmsnorm, grouping, recompute, overlap] {
+    // What the user typed, as opposed to a default: on --resume it overrides the checkpoint's.
+    for (const CLI::Option* option : cmd->get_options())
+      if (option->count() > 0 && !option->get_lnames().empty())
+        o->given.insert("--" + option->get_lnames().front());
     o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
     o->tp_overlap = parse_overlap_mode(*overlap);
     o->precision = parse_dtype(*precision);

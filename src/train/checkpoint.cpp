@@ -252,6 +252,13 @@ bool has_training_state(const std::string& dir) {
          fs::exists(fs::path(dir) / "optimizer.safetensors");
 }
 
+TrainingState read_trainer_state(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "trainer_state.json").string();
+  TrainingState state;
+  parse_trainer_state(read_text_file(path), path, state);
+  return state;
+}
+
 int64_t load_training_state(const std::string& dir, const ParamTable& table, FlatBuffer& exp_avg,
                             FlatBuffer& exp_avg_sq, TrainingState& state) {
   if (!has_training_state(dir))

@@ -70,6 +70,8 @@ ModelConfig read_checkpoint_config(const std::string& dir);
 void load_checkpoint_weights(const std::string& dir, Model& model);
 
 bool has_training_state(const std::string& dir);
+// trainer_state.json alone: step, tokens seen, loader position and the run's saved settings.
+TrainingState read_trainer_state(const std::string& dir);
 // The optimizer's moments (sliced like the weights) and the trainer's state.
 void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state);
 // The same into moment buffers laid out by `table` (this rank's shards, every element), for an

@@ -6,10 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
-
-#include <optional>
 
 #include "comm/grid.h"
 #include "comm/overlap.h"
@@ -58,6 +58,11 @@ struct TrainOptions {
   int64_t keep_checkpoints = 2;
   int64_t log_interval = 10;  // lines on a non-terminal stderr
   bool progress = true;
+
+  // The flags given on the command line, as the CLI spells them ("--lr"). On --resume these
+  // override the checkpoint's saved settings and every other saved setting is restored
+  // (train/run_settings.h); a caller that sets a field for a resume names its flag here.
+  std::set<std::string> given;
 };
 
 struct TrainResult {
