@@ -30,6 +30,9 @@ void add_train(CLI::App& app) {
                   "start from a checkpoint's weights, fresh optimizer");
   cmd->add_flag("--overwrite", o->overwrite,
                 "replace an earlier run in --out (deletes its metrics and checkpoints)");
+  cmd->add_flag("--allow-tokenizer-change", o->allow_tokenizer_change,
+                "with --resume/--init-from: train on data of another tokenizer than the "
+                "checkpoint's (a warning instead of a refusal)");
   cmd->add_option("--vocab-size", o->vocab_size, "override the preset's vocabulary size")
       ->check(at_least(1));
   cmd->add_option("--tp", o->grid.tp, "tensor-parallel size")->check(at_least(1));

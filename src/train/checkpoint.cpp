@@ -216,6 +216,10 @@ void verify_checkpoint(const std::string& dir) {
   }
 }
 
+TokenizerIdentity checkpoint_tokenizer(const std::string& dir) {
+  return tokenizer_identity((fs::path(dir) / "tokenizer.model").string());
+}
+
 ModelConfig read_checkpoint_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
   const std::string text = read_text_file(path);

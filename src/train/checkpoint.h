@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/tokenizer.h"
 #include "model/config.h"
 #include "engine/model.h"
 #include "engine/data_parallel.h"
@@ -61,6 +62,10 @@ std::string resolve_checkpoint(const std::string& path);
 
 // Checks that the directory is complete and that every file matches checksums.json.
 void verify_checkpoint(const std::string& dir);
+
+// The tokenizer a checkpoint's model was trained with: its tokenizer.model (whose hash checksums.json
+// holds); unknown when it has none (`boostlm init` without --tokenizer, data without one).
+TokenizerIdentity checkpoint_tokenizer(const std::string& dir);
 
 // The model configuration stored in config.json (boostlm's own, or converted from HF fields).
 ModelConfig read_checkpoint_config(const std::string& dir);

@@ -20,6 +20,7 @@
 #include "core/file_io.h"
 #include "core/profile.h"
 #include "data/loader.h"
+#include "data/prepare.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "engine/data_parallel.h"
@@ -129,6 +130,17 @@ DataFiles open_data(const std::string& dir, const ModelConfig& config, const Tra
     read_eval_shard(f.val, config.vocab_size, o.batch_size, o.seq_len);
   }
   return f;
+}
+
+// A checkpoint's weights about to train on the data's tokens: both must come from one tokenizer
+// (first, so that a resume on other data is refused for that, not for its token count).
+void check_data_tokenizer(const std::string& checkpoint, const TrainOptions& o) {
+  const TokenizerIdentity data = prepared_tokenizer(o.data_dir);  // also checks meta.json agrees
+  if (checkpoint.empty()) return;
+  const std::string action = (o.resume.empty() ? "--init-from " : "--resume ") + checkpoint;
+  const std::string warning = check_same_tokenizer(checkpoint_tokenizer(checkpoint), data,
+                                                   o.allow_tokenizer_change, action);
+  if (!warning.empty()) warn(warning + "; this run's checkpoints carry the data's tokenizer");
 }
 
 void check_range(bool ok, const char* option, double value, const char* allowed) {
@@ -328,6 +340,7 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   if (!init_dir_.empty()) verify_checkpoint(init_dir_);
   config_ = resolve_config(o, resume_dir_.empty() ? init_dir_ : resume_dir_);
   data_ = open_data(o.data_dir, config_, o);
+  check_data_tokenizer(resume_dir_.empty() ? init_dir_ : resume_dir_, o);
   check_memory_fits(estimate_rank_memory(o, config_, o.layout.value_or(default_layout(config_)),
                                          read_shard_header(data_.train).num_tokens),
                     ranks_on_this_machine(), available_memory_bytes(), o);

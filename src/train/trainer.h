@@ -27,6 +27,8 @@ struct TrainOptions {
   std::string resume;       // checkpoint or run directory to continue bit-exactly
   std::string init_from;    // checkpoint whose weights start a fresh run
   bool overwrite = false;   // replace an earlier run in out_dir (its metrics and checkpoints)
+  // Train a checkpoint (--resume, --init-from) on data of another tokenizer, with a warning.
+  bool allow_tokenizer_change = false;
   int64_t vocab_size = 0;   // overrides the preset's when > 0
 
   GridShape grid;                    // TP × PP × DP; the job must have grid.world() ranks
