@@ -41,6 +41,21 @@ python3 -c "import sys; lr = float(sys.argv[1]); assert abs(lr - 3.25e-4) < 1e-6
 expect_error "another batch size on resume" "--batch-size 8 differs from the checkpoint's 4" \
   "$boostlm" train -d "$work/data" -o "$work/parts" --resume "$work/parts" --steps 10 -b 8
 
+# The parallel sizes: kept when the job has the checkpoint's ranks, else the command line's, said.
+if command -v mpirun > /dev/null; then
+  "$boostlm" launch -n 2 -- train "${settings[@]}" -o "$work/tp2" --tp 2 --steps 2 \
+    --schedule-steps 4 > /dev/null 2>&1 || fail "TP 2 run"
+  out=$("$boostlm" launch -n 2 -- train -d "$work/data" -o "$work/tp2" --resume "$work/tp2" \
+        --steps 3 2>&1) || fail "resume under launch -n 2: $out"
+  grep -q "tp 2 x pp 1 x dp 1" <<< "$out" || fail "the resume on 2 ranks did not keep TP 2: $out"
+  out=$("$boostlm" train -d "$work/data" -o "$work/tp2" --resume "$work/tp2" --steps 4 2>&1) ||
+    fail "resume of a TP 2 run in one process: $out"
+  grep -qF "resume: --tp 2 -> 1 (the default: this job has 1 rank(s), the checkpoint's run had 2" \
+    <<< "$out" || fail "the resume in one process does not say it leaves TP 2: $out"
+else
+  echo "skipped the parallel sizes' part: no mpirun"
+fi
+
 # Another corpus prepared with its own tokenizer of the same vocabulary size (300).
 for i in $(seq 1 300); do
   echo "Verse $i: and the shepherd led $((i * 7)) sheep over the green hills toward the valley."
