@@ -44,7 +44,8 @@ T saved_as(const nlohmann::json& v) {
   else if constexpr (std::is_floating_point_v<T>)
     ok = v.is_number();
   else if constexpr (std::is_unsigned_v<T>)
-    ok = v.is_number_unsigned() && v.get<uint64_t>() <= std::numeric_limits<T>::max();
+    ok = v.is_number_integer() && (v.is_number_unsigned() || v.get<int64_t>() >= 0) &&
+         v.get<uint64_t>() <= std::numeric_limits<T>::max();
   else if constexpr (std::is_integral_v<T>)
     ok = v.is_number_integer() &&
          (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{std::numeric_limits<T>::max()}
