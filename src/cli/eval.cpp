@@ -67,6 +67,7 @@ void add_eval(CLI::App& app) {
   struct Args {
     std::string checkpoint, data, text, tokenizer, precision = "fp32";
     int64_t batch_size = 8, seq_len = 256, batches = 20;
+    bool allow_tokenizer_change = false;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint or run directory")->required();
@@ -85,6 +86,9 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--batches", a->batches, "windows from token 0")->check(at_least(1));
   cmd->add_option("--precision", a->precision, "fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_flag("--allow-tokenizer-change", a->allow_tokenizer_change,
+                "evaluate data (or --tokenizer) of another tokenizer than the checkpoint's (a "
+                "warning instead of a refusal)");
   cmd->callback([a] {
     if (mpi_world_size() > 1) throw error("eval runs in one process; start it without mpirun");
     const std::string dir = resolve_checkpoint(a->checkpoint);
@@ -95,6 +99,15 @@ void add_eval(CLI::App& app) {
       throw error("--seq-len ", a->seq_len,
                   " exceeds the model's max_seq_len=", model.config().max_seq_len);
     if (a->data.empty() == a->text.empty()) throw error("give --data SHARD or --text FILE");
+    // The tokens must come from the checkpoint's tokenizer: the shard's directory says which
+    // made it (data/prepare.h); --text is tokenized with --tokenizer when given.
+    const std::string warning = check_same_tokenizer(
+        checkpoint_tokenizer(dir),
+        !a->data.empty() ? prepared_tokenizer(std::filesystem::path(a->data).parent_path().string())
+                         : tokenizer_identity(a->tokenizer),
+        a->allow_tokenizer_change,
+        !a->data.empty() ? "eval --data " + a->data : "eval --tokenizer " + a->tokenizer);
+    if (!warning.empty()) warn(warning);
     if (!a->data.empty()) {
       const double loss = evaluate(model, a->data, a->batch_size, a->seq_len, a->batches);
       std::printf(

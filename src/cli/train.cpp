@@ -31,6 +31,9 @@ void add_train(CLI::App& app) {
                   "start from a checkpoint's weights, fresh optimizer");
   cmd->add_flag("--overwrite", o->overwrite,
                 "replace an earlier run in --out (deletes its metrics and checkpoints)");
+  cmd->add_flag("--allow-tokenizer-change", o->allow_tokenizer_change,
+                "with --resume/--init-from: train on data of another tokenizer than the "
+                "checkpoint's (a warning instead of a refusal)");
   cmd->add_option("--vocab-size", o->vocab_size, "override the preset's vocabulary size")
       ->check(at_least(1));
   cmd->add_option("--tp", o->grid.tp, "tensor-parallel size")->check(at_least(1));
@@ -94,7 +97,11 @@ void add_train(CLI::App& app) {
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)")
       ->check(at_least(1));
   add_comm_timeout(*cmd);
-  cmd->callback([o, precision, layout, rmsnorm, grouping, recompute, overlap] {
+  cmd->callback([cmd, o, precision, layout, rmsnorm, grouping, recompute, overlap] {
+    // What the user typed, as opposed to a default: on --resume it overrides the checkpoint's.
+    for (const CLI::Option* option : cmd->get_options())
+      if (option->count() > 0 && !option->get_lnames().empty())
+        o->given.insert("--" + option->get_lnames().front());
     o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
     o->tp_overlap = parse_overlap_mode(*overlap);
     o->precision = parse_dtype(*precision);

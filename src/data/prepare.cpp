@@ -193,6 +193,7 @@ void write_meta(const PrepareSummary& summary, const PrepareOptions& options, co
       {"bos_id", tokenizer.bos_id()},
       {"eos_id", tokenizer.eos_id()},
       {"tokenizer", fs::path(summary.tokenizer_path).filename().string()},
+      {"tokenizer_hash", tokenizer_identity(summary.tokenizer_path).hash},
       {"tokenizer_source",
        summary.trained_tokenizer ? "trained" : fs::absolute(options.tokenizer_path).string()},
       {"shard_version", summary.vocab_size <= 65536 ? kShardVersionU16 : kShardVersionU32},
@@ -207,6 +208,25 @@ void write_meta(const PrepareSummary& summary, const PrepareOptions& options, co
 }
 
 }  // namespace
+
+TokenizerIdentity prepared_tokenizer(const std::string& dir) {
+  const fs::path model = fs::path(dir) / "tokenizer.model", meta_path = fs::path(dir) / "meta.json";
+  TokenizerIdentity found = tokenizer_identity(model.string());
+  if (!fs::exists(meta_path)) return found;
+  const nlohmann::json meta = nlohmann::json::parse(read_text_file(meta_path.string()), nullptr,
+                                                    /*allow_exceptions=*/false);
+  if (!meta.is_object() || !meta.contains("tokenizer_hash") || !meta["tokenizer_hash"].is_string())
+    return found;  // prepared before the hash was recorded
+  TokenizerIdentity recorded{meta["tokenizer_hash"].get<std::string>(), found.name};
+  if (!found.known()) recorded.name = meta_path.string();
+  if (found.known() && found.hash != recorded.hash)
+    throw error(model.string(), " (hash ", found.hash.substr(0, 12),
+                ") is not the tokenizer the shards beside it were prepared with (",
+                meta_path.string(), " records hash ", recorded.hash.substr(0, 12),
+                "): it was replaced afterwards. Run boostlm prepare again, or put the right "
+                "tokenizer.model back");
+  return recorded;
+}
 
 std::vector<std::string> split_documents(std::string_view text) {
   std::vector<std::string> documents;

@@ -10,13 +10,17 @@
 // the input files, so a loader reading train.bin in order does not see one source at a time.
 //
 // Output in output_dir: tokenizer.model, train.bin, val.bin (absent when val_fraction is 0) and
-// meta.json, written last, so its presence marks a complete preparation.
+// meta.json, written last, so its presence marks a complete preparation. meta.json records the
+// tokenizer's identity (tokenizer_hash, data/tokenizer.h), which train and eval check against a
+// checkpoint's.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "data/tokenizer.h"
 
 namespace boostlm {
 
@@ -46,6 +50,12 @@ struct PrepareSummary {
 };
 
 PrepareSummary prepare_corpus(const PrepareOptions& options);
+
+// The tokenizer the shards of a prepared directory were made with: meta.json's tokenizer_hash, or,
+// for a preparation older than it (or shards from elsewhere), the directory's tokenizer.model;
+// unknown when there is neither. Throws Error when the directory's tokenizer.model is not the one
+// meta.json records (replaced after preparing: its checkpoints would carry the wrong one).
+TokenizerIdentity prepared_tokenizer(const std::string& dir);
 
 // The documents of one text, as defined above.
 std::vector<std::string> split_documents(std::string_view text);

@@ -90,6 +90,30 @@ std::unordered_map<std::string, std::string> trainer_arguments(int vocab_size,
 Tokenizer::Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor,
                      std::string path)
     : processor_(std::move(processor)), path_(std::move(path)) {}
+std::string TokenizerIdentity::describe() const {
+  return name + " (hash " + hash.substr(0, 12) + ")";
+}
+
+TokenizerIdentity tokenizer_identity(const std::string& model_path) {
+  if (!std::filesystem::exists(model_path)) return {};
+  const std::string bytes = read_text_file(model_path);
+  return {Checksum64::hex(Checksum64::of(bytes.data(), bytes.size())), model_path};
+}
+
+std::string check_same_tokenizer(const TokenizerIdentity& model, const TokenizerIdentity& data,
+                                 bool allow, const std::string& action) {
+  if (!model.known() || !data.known() || model.hash == data.hash) return "";
+  if (allow)
+    return "--allow-tokenizer-change: " + action + " uses tokens of " + data.describe() +
+           " with a model trained on tokens of " + model.describe() +
+           ", another tokenizer: the same ids stand for different text";
+  throw error(action, ": the model was trained on tokens of ", model.describe(),
+              " but the data was prepared with ", data.describe(),
+              ", another tokenizer: the same ids stand for different text. Prepare the data with "
+              "the model's tokenizer (boostlm prepare --tokenizer ",
+              model.name, "), or give --allow-tokenizer-change to go on deliberately");
+}
+
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;

@@ -53,4 +53,26 @@ class Tokenizer {
   std::string path_;
 };
 
+// Which tokenizer gave a set of token ids: the checksum of its model file's bytes (Checksum64, as
+// checkpoints' checksums.json records every file) and where it was found, for messages. Two
+// tokenizers of one vocabulary size give the same ids different meanings; nothing else about the
+// tokens tells them apart.
+struct TokenizerIdentity {
+  std::string hash;  // 16 hex digits; empty: not recorded (data or a checkpoint from before)
+  std::string name;  // the model file, or what the hash was read from
+
+  bool known() const { return !hash.empty(); }
+  std::string describe() const;  // "data/mine/tokenizer.model (hash 1a2b3c4d5e6f)"
+};
+
+// The identity of a model file; unknown (empty hash) when there is no such file.
+TokenizerIdentity tokenizer_identity(const std::string& model_path);
+
+// Tokens of `data` about to meet a model trained on tokens of `model` (`action` says how, as a
+// flag: "--init-from", "eval"). Throws Error naming both when both are known and differ, unless
+// `allow` (--allow-tokenizer-change), which returns the warning to print instead. Returns "" when
+// they agree or either is unknown.
+std::string check_same_tokenizer(const TokenizerIdentity& model, const TokenizerIdentity& data,
+                                 bool allow, const std::string& action);
+
 }  // namespace boostlm

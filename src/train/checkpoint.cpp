@@ -220,6 +220,10 @@ void verify_checkpoint(const std::string& dir) {
   }
 }
 
+TokenizerIdentity checkpoint_tokenizer(const std::string& dir) {
+  return tokenizer_identity((fs::path(dir) / "tokenizer.model").string());
+}
+
 ModelConfig read_checkpoint_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
   const std::string text = read_text_file(path);
@@ -255,6 +259,13 @@ void load_checkpoint_weights(const std::string& dir, Model& model) {
 bool has_training_state(const std::string& dir) {
   return fs::exists(fs::path(dir) / "trainer_state.json") &&
          fs::exists(fs::path(dir) / "optimizer.safetensors");
+}
+
+TrainingState read_trainer_state(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "trainer_state.json").string();
+  TrainingState state;
+  parse_trainer_state(read_text_file(path), path, state);
+  return state;
 }
 
 int64_t load_training_state(const std::string& dir, const ParamTable& table, FlatBuffer& exp_avg,

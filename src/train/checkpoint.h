@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/tokenizer.h"
 #include "model/config.h"
 #include "engine/model.h"
 #include "engine/data_parallel.h"
@@ -62,6 +63,10 @@ std::string resolve_checkpoint(const std::string& path);
 // Checks that the directory is complete and that every file matches checksums.json.
 void verify_checkpoint(const std::string& dir);
 
+// The tokenizer a checkpoint's model was trained with: its tokenizer.model (whose hash checksums.json
+// holds); unknown when it has none (`boostlm init` without --tokenizer, data without one).
+TokenizerIdentity checkpoint_tokenizer(const std::string& dir);
+
 // The model configuration stored in config.json (boostlm's own, or converted from HF fields).
 ModelConfig read_checkpoint_config(const std::string& dir);
 
@@ -70,6 +75,8 @@ ModelConfig read_checkpoint_config(const std::string& dir);
 void load_checkpoint_weights(const std::string& dir, Model& model);
 
 bool has_training_state(const std::string& dir);
+// trainer_state.json alone: step, tokens seen, loader position and the run's saved settings.
+TrainingState read_trainer_state(const std::string& dir);
 // The optimizer's moments (sliced like the weights) and the trainer's state.
 void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state);
 // The same into moment buffers laid out by `table` (this rank's shards, every element), for an

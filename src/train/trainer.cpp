@@ -14,11 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/mpi_runtime.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/profile.h"
 #include "data/loader.h"
+#include "data/prepare.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "engine/data_parallel.h"
@@ -29,6 +31,7 @@
 #include "train/checkpoint.h"
 #include "train/memory_check.h"
 #include "train/run_dir.h"
+#include "train/run_settings.h"
 #include "train/step.h"
 
 namespace boostlm {
@@ -129,6 +132,17 @@ DataFiles open_data(const std::string& dir, const ModelConfig& config, const Tra
   return f;
 }
 
+// A checkpoint's weights about to train on the data's tokens: both must come from one tokenizer
+// (first, so that a resume on other data is refused for that, not for its token count).
+void check_data_tokenizer(const std::string& checkpoint, const TrainOptions& o) {
+  const TokenizerIdentity data = prepared_tokenizer(o.data_dir);  // also checks meta.json agrees
+  if (checkpoint.empty()) return;
+  const std::string action = (o.resume.empty() ? "--init-from " : "--resume ") + checkpoint;
+  const std::string warning = check_same_tokenizer(checkpoint_tokenizer(checkpoint), data,
+                                                   o.allow_tokenizer_change, action);
+  if (!warning.empty()) warn(warning + "; this run's checkpoints carry the data's tokenizer");
+}
+
 void check_range(bool ok, const char* option, double value, const char* allowed) {
   if (!ok) throw error(option, " ", value, " is out of range: ", allowed);
 }
@@ -162,37 +176,41 @@ void check_options(const TrainOptions& o) {
   schedule.validate();
 }
 
-// The schedule's length is a setting of the run, saved in its checkpoints: a resumed run keeps
-// it unless --schedule-steps changes it, so N steps and then M more give the losses of N+M steps
-// in one run whenever both runs were given the same schedule.
-LrSchedule resolve_schedule(const TrainOptions& o, const TrainingState* resumed, bool root) {
+// The schedule's length is a setting of the run, saved and restored like the others
+// (train/run_settings.h): N steps and then M more give the losses of N+M steps in one run
+// whenever both parts ran on the same schedule.
+LrSchedule resolve_schedule(const TrainOptions& o) {
   LrSchedule schedule = o.schedule;
   schedule.total_steps = o.schedule_steps > 0 ? o.schedule_steps : o.steps;
-  if (resumed) {
-    const auto saved = resumed->extra.find("schedule_steps");
-    if (saved == resumed->extra.end()) {
-      if (root)
-        std::fprintf(stderr,
-                     "boostlm train: the checkpoint predates saved schedule lengths; the "
-                     "learning-rate schedule spans %ld steps\n",
-                     schedule.total_steps);
-    } else {
-      const int64_t saved_steps = saved->get<int64_t>();
-      if (o.schedule_steps == 0) schedule.total_steps = saved_steps;
-      if (root && schedule.total_steps != saved_steps)
-        std::fprintf(stderr,
-                     "boostlm train: --schedule-steps %ld re-lays the learning-rate schedule "
-                     "(the checkpoint's spans %ld steps)\n",
-                     schedule.total_steps, saved_steps);
-      else if (root && saved_steps != o.steps)
-        std::fprintf(stderr,
-                     "boostlm train: keeping the checkpoint's learning-rate schedule of %ld steps "
-                     "(--schedule-steps changes it)\n",
-                     saved_steps);
-    }
-  }
   schedule.validate();
   return schedule;
+}
+
+// The options a run really uses and the checkpoint it resumes (verified). On --resume that is the
+// checkpoint's saved settings but for the flags given again, each difference reported once.
+struct ResolvedOptions {
+  TrainOptions options;
+  std::string resume_dir;
+};
+
+// The options are checked once resolved: a --lr given alone is checked against the saved --min-lr.
+ResolvedOptions resolve_options(const TrainOptions& given) {
+  ResolvedOptions r{given, ""};
+  if (given.resume.empty() || !given.init_from.empty()) {
+    check_options(given);
+    return r;
+  }
+  r.resume_dir = resolve_checkpoint(given.resume);
+  verify_checkpoint(r.resume_dir);
+  if (has_training_state(r.resume_dir)) {  // else refused, saying why, when it is loaded
+    const std::vector<std::string> changes = restore_run_settings(
+        r.options, read_trainer_state(r.resume_dir), mpi_world_size(), r.resume_dir);
+    if (mpi_world_rank() == 0)
+      for (const std::string& line : changes)
+        std::fprintf(stderr, "boostlm train: %s\n", line.c_str());
+  }
+  check_options(r.options);
+  return r;
 }
 
 // Claims the run directory (world rank 0 only), clears what a crash left in it and opens its
@@ -281,7 +299,8 @@ class TrainingRun {
   std::string save(const char* why);
   void restore(const std::string& resume_dir, const std::string& init_dir);
 
-  const TrainOptions& o_;
+  ResolvedOptions resolved_;  // first: the other members are built from its options
+  const TrainOptions& o_;     // resolved_.options
   ProcessGrid grid_;
   bool root_;
   std::string resume_dir_, init_dir_;
@@ -311,15 +330,17 @@ class TrainingRun {
   }
 };
 
-// The options are checked before the grid starts (the comma operator runs check_options first).
-TrainingRun::TrainingRun(const TrainOptions& o) : o_(o), grid_((check_options(o), o.grid)) {
+// The options are checked and resolved before the grid starts: a resume may restore its sizes.
+TrainingRun::TrainingRun(const TrainOptions& given)
+    : resolved_(resolve_options(given)), o_(resolved_.options), grid_(o_.grid) {
+  const TrainOptions& o = o_;
   root_ = grid_.world_rank() == 0;
-  resume_dir_ = o.resume.empty() ? "" : resolve_checkpoint(o.resume);
+  resume_dir_ = resolved_.resume_dir;
   init_dir_ = o.init_from.empty() ? "" : resolve_checkpoint(o.init_from);
-  if (!resume_dir_.empty()) verify_checkpoint(resume_dir_);
   if (!init_dir_.empty()) verify_checkpoint(init_dir_);
   config_ = resolve_config(o, resume_dir_.empty() ? init_dir_ : resume_dir_);
   data_ = open_data(o.data_dir, config_, o);
+  check_data_tokenizer(resume_dir_.empty() ? init_dir_ : resume_dir_, o);
   check_memory_fits(estimate_rank_memory(o, config_, o.layout.value_or(default_layout(config_)),
                                          read_shard_header(data_.train).num_tokens),
                     ranks_on_this_machine(), available_memory_bytes(), o);
@@ -353,8 +374,9 @@ TrainingRun::TrainingRun(const TrainOptions& o) : o_(o), grid_((check_options(o)
   local_v_ = FlatBuffer(use_zero() ? elements : 0);
   restore(resume_dir_, init_dir_);
   if (state_.step >= o.steps)
-    throw error("the checkpoint is already at step ", state_.step, " of --steps ", o.steps);
-  schedule_ = resolve_schedule(o, resume_dir_.empty() ? nullptr : &state_, root_);
+    throw error("the checkpoint is already at step ", state_.step, " of --steps ", o.steps,
+                ": give a larger --steps to train on");
+  schedule_ = resolve_schedule(o);
 
   run_dir_ = o.out_dir;
   if (root_) {
@@ -502,14 +524,12 @@ std::string TrainingRun::save(const char* why) {
                     full_weights_, full_m_, full_v_);
   if (root_) {
     state_.loader = loader_->state();
-    state_.extra = {{"seed", o_.seed},
-                    {"arch", to_string(config_.arch)},
-                    {"layout", to_string(model_->layout())},
-                    {"tp", grid_.shape().tp},
-                    {"pp", grid_.shape().pp},
-                    {"dp", grid_.shape().dp},
-                    {"zero", o_.zero},
-                    {"schedule_steps", schedule_.total_steps}};
+    TrainOptions settings = o_;  // as resolved: a resume restores exactly what ran
+    settings.layout = model_->layout();
+    settings.schedule_steps = schedule_.total_steps;
+    settings.grid = grid_.shape();
+    state_.extra = saved_run_settings(settings);
+    state_.extra["arch"] = to_string(config_.arch);
     CheckpointWrite w;
     w.config = &config_;
     w.table = &model_->full_params();
@@ -588,7 +608,8 @@ TrainResult TrainingRun::run() {
   }
   if (!result.diverged && !result.interrupted) save("final");
   if (tty_) std::fprintf(stderr, "\n");
-  for (size_t i = 0; i < std::size(kStopSignals); ++i) std::signal(kStopSignals[i], old_handlers[i]);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i)
+    std::signal(kStopSignals[i], old_handlers[i]);
   result.checkpoint = last_checkpoint_;
   result.steps_done = state_.step;
   result.seconds = now_s() - start;

@@ -6,10 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
-
-#include <optional>
 
 #include "comm/grid.h"
 #include "comm/overlap.h"
@@ -27,6 +27,8 @@ struct TrainOptions {
   std::string resume;       // checkpoint or run directory to continue bit-exactly
   std::string init_from;    // checkpoint whose weights start a fresh run
   bool overwrite = false;   // replace an earlier run in out_dir (its metrics and checkpoints)
+  // Train a checkpoint (--resume, --init-from) on data of another tokenizer, with a warning.
+  bool allow_tokenizer_change = false;
   int64_t vocab_size = 0;   // overrides the preset's when > 0
 
   GridShape grid;                    // TP × PP × DP; the job must have grid.world() ranks
@@ -58,6 +60,11 @@ struct TrainOptions {
   int64_t keep_checkpoints = 2;
   int64_t log_interval = 10;  // lines on a non-terminal stderr
   bool progress = true;
+
+  // The flags given on the command line, as the CLI spells them ("--lr"). On --resume these
+  // override the checkpoint's saved settings and every other saved setting is restored
+  // (train/run_settings.h); a caller that sets a field for a resume names its flag here.
+  std::set<std::string> given;
 };
 
 struct TrainResult {

@@ -102,6 +102,43 @@ TEST(Prepare, IsDeterministicAndReusesAGivenTokenizer) {
             test::read_bytes(dir.file("one/train.bin")));
 }
 
+// meta.json records which tokenizer made the shards; another tokenizer of the same vocabulary size
+// (trained on other text) is told apart, whatever the directory, and check_same_tokenizer
+// refuses the pair naming both unless allowed.
+TEST(Prepare, RecordsTheTokenizersIdentity) {
+  TempDir dir;
+  PrepareOptions options = small_options(dir, "one");
+  prepare_corpus(options);
+  const auto meta = nlohmann::json::parse(test::read_bytes(dir.file("one/meta.json")));
+  const TokenizerIdentity one = prepared_tokenizer(dir.file("one"));
+  EXPECT_EQ(meta["tokenizer_hash"], one.hash);
+  EXPECT_EQ(one.hash, tokenizer_identity(dir.file("one/tokenizer.model")).hash);
+  EXPECT_EQ(one.hash.size(), 16u);
+
+  options.output_dir = dir.file("other");  // another text: another tokenizer of 350 tokens
+  options.input_files = {dir.file("third.txt")};
+  test::write_bytes(options.input_files[0], test::synthetic_text(31, 40, 8));
+  prepare_corpus(options);
+  const TokenizerIdentity other = prepared_tokenizer(dir.file("other"));
+  ASSERT_NE(other.hash, one.hash);
+  EXPECT_EQ(Tokenizer::load(dir.file("other/tokenizer.model")).vocab_size(), 350);
+  expect_error([&] { check_same_tokenizer(one, other, false, "eval"); },
+               {"eval", one.describe(), other.describe(), "--allow-tokenizer-change"});
+  EXPECT_NE(check_same_tokenizer(one, other, true, "eval").find("--allow-tokenizer-change"),
+            std::string::npos);
+  EXPECT_EQ(check_same_tokenizer(one, one, false, "eval"), "");
+  EXPECT_EQ(check_same_tokenizer(one, TokenizerIdentity{}, false, "eval"), "");  // unrecorded
+
+  // A tokenizer.model replaced after preparing contradicts meta.json.
+  test::write_bytes(dir.file("other/tokenizer.model"),
+                    test::read_bytes(dir.file("one/tokenizer.model")));
+  expect_error([&] { prepared_tokenizer(dir.file("other")); },
+               {"other/tokenizer.model", "is not the tokenizer", "meta.json"});
+  // Without meta.json (shards from elsewhere), the directory's tokenizer.model speaks for them.
+  std::filesystem::remove(dir.file("other/meta.json"));
+  EXPECT_EQ(prepared_tokenizer(dir.file("other")).hash, one.hash);
+}
+
 TEST(Prepare, SeedChangesTheSplit) {
   TempDir dir;
   PrepareOptions options = small_options(dir, "a");

@@ -81,6 +81,124 @@ TEST(Trainer, ResumeIsBitExact) {
   for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
 }
 
+// A run with settings unlike the defaults: learning rate, warm-up, schedule length, precision,
+// batch shape, accumulation, shuffling, seed and optimizer (options() sets some of them).
+TrainOptions unusual_run(const std::string& data, const std::string& out, const std::string& config,
+                         int64_t steps) {
+  TrainOptions o = options(data, out, config, steps);
+  o.schedule_steps = 6;
+  o.precision = DType::bf16;
+  o.seed = 7;
+  o.optimizer.weight_decay = 0.05f;
+  o.optimizer.grad_clip = 0.5f;
+  o.optimizer.beta2 = 0.99f;
+  return o;
+}
+
+// The README's resume, `--resume DIR --steps M` and nothing else repeated (the given flags are
+// the command line's), continues the run as it was started: every setting comes from the
+// checkpoint, and the losses are those of one uninterrupted run, bit for bit. Were any of them
+// the default instead (fp32, lr 1e-3, -b 8 -t 256 ...), the run would differ or be refused.
+TEST(Trainer, ResumeWithOnlyStepsKeepsEverySetting) {
+  const std::string data = make_data_dir("keep_data", 64);
+  const std::string config = write_config("keep");
+  const std::string straight = (fresh_dir("keep_straight") / "run").string();
+  const std::string split = (fresh_dir("keep_split") / "run").string();
+  train(unusual_run(data, straight, config, 6));
+  train(unusual_run(data, split, config, 3));
+  TrainOptions resume;
+  resume.data_dir = data;
+  resume.out_dir = split;
+  resume.resume = split;
+  resume.steps = 6;
+  resume.progress = false;
+  resume.given = {"--data", "--out", "--resume", "--steps"};
+  ::testing::internal::CaptureStderr();
+  const TrainResult r = train(resume);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.steps_done, 6);
+  EXPECT_NE(said.find("bf16"), std::string::npos) << said;  // the banner's precision
+  EXPECT_NE(said.find("keeping the checkpoint's --lr 0.003, --min-lr 0.0003, --warmup 2"),
+            std::string::npos)
+      << said;
+  const auto a = losses(straight), b = losses(split);
+  ASSERT_EQ(b.size(), 6u);
+  for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
+}
+
+// A flag given again on a resume overrides the saved setting, and the run says so; one that
+// would break the data position is refused, naming the flag.
+TEST(Trainer, ResumeAppliesAndReportsAGivenSetting) {
+  const std::string data = make_data_dir("override_data", 64);
+  const std::string run = (fresh_dir("override_run") / "run").string();
+  train(unusual_run(data, run, write_config("override"), 3));
+  TrainOptions resume;
+  resume.data_dir = data;
+  resume.out_dir = run;
+  resume.resume = run;
+  resume.steps = 6;
+  resume.schedule.max_lr = 1e-3f;
+  resume.progress = false;
+  resume.given = {"--steps", "--lr"};
+  ::testing::internal::CaptureStderr();
+  train(resume);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("resume: --lr 0.003 -> 0.001 (given on the command line)"), std::string::npos)
+      << said;
+  std::ifstream in(run + "/metrics.jsonl");
+  std::map<int64_t, float> lr;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    lr[j["step"]] = j["lr"].get<float>();
+  }
+  LrSchedule changed{"cosine", 1e-3f, 3e-4f, 2, 6};  // the saved schedule but for --lr
+  for (int64_t step = 4; step <= 6; ++step) EXPECT_EQ(lr.at(step), changed.at(step - 1)) << step;
+
+  resume.steps = 8;
+  resume.batch_size = 4;
+  resume.given = {"--steps", "--batch-size"};
+  try {
+    train(resume);
+    ADD_FAILURE() << "a resume with another batch size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--batch-size 4 differs from the checkpoint's 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A checkpoint written before the settings were saved (only the seed, layout, parallel sizes and
+// schedule length in its state) still resumes: the batch shape comes from the loader's state and
+// the rest from the command line, as it did.
+TEST(Trainer, ResumesACheckpointOlderThanItsSavedSettings) {
+  const std::string data = make_data_dir("old_data", 64);
+  const std::string run = (fresh_dir("old_run") / "run").string();
+  train(options(data, run, write_config("old"), 2));
+  const std::string dir = run + "/checkpoints/step_000002";
+  auto state = nlohmann::json::parse(read_text_file(dir + "/trainer_state.json"));
+  nlohmann::json old_extra;
+  for (const char* key : {"seed", "arch", "layout", "tp", "pp", "dp", "zero", "schedule_steps"})
+    old_extra[key] = state["extra"][key];
+  state["extra"] = old_extra;
+  const std::string text = state.dump(2) + "\n";
+  write_file_atomically(dir + "/trainer_state.json", text);
+  auto sums = nlohmann::json::parse(read_text_file(dir + "/checksums.json"));
+  sums["trainer_state.json"] = Checksum64::hex(Checksum64::of(text.data(), text.size()));
+  write_file_atomically(dir + "/checksums.json", sums.dump(2));
+  TrainOptions resume;
+  resume.data_dir = data;
+  resume.out_dir = run;
+  resume.resume = run;
+  resume.steps = 3;
+  resume.progress = false;
+  resume.given = {"--steps"};
+  ::testing::internal::CaptureStderr();
+  const TrainResult r = train(resume);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.steps_done, 3);
+  EXPECT_NE(said.find("the checkpoint predates saved --lr"), std::string::npos) << said;
+}
+
 TEST(Trainer, StopsOnANonFiniteLossAndKeepsTheLastCheckpoint) {
   const std::string data = make_data_dir("nan_data", 64);
   const std::string config = write_config("nan");
@@ -112,6 +230,7 @@ TEST(Trainer, StopsOnANonFiniteLossAndKeepsTheLastCheckpoint) {
   o.resume = good;
   o.schedule.max_lr = o.schedule.min_lr = 1e38f;
   o.schedule.warmup_steps = 0;
+  o.given = {"--steps", "--lr", "--min-lr", "--warmup"};
   const TrainResult r = train(o);
   EXPECT_TRUE(r.diverged);
   EXPECT_LE(r.steps_done, 3);  // at most one step beyond the checkpoint's
@@ -173,6 +292,7 @@ TEST(Trainer, ResumeKeepsTheSavedScheduleLength) {
   train(first);
   auto second = options(data, split, "", 8);
   second.resume = split;
+  second.given = {"--steps"};
   EXPECT_EQ(train(second).steps_done, 8);
   const auto a = losses(straight), b = losses(split);
   ASSERT_EQ(b.size(), 8u);
@@ -227,6 +347,7 @@ TEST(Trainer, AFailedSaveKeepsTheLastCheckpoint) {
   train(options(data, run, config, 2));
   auto o = options(data, run, "", 4);
   o.resume = run;
+  o.given = {"--steps"};
   struct rlimit old_limit;
   ::getrlimit(RLIMIT_FSIZE, &old_limit);
   auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
