@@ -32,6 +32,9 @@ done
 out=$("$boostlm" init -c tiny-cola --vocab-size 512 -o "$work/init-tiny" 2>&1) ||
   fail "init -c tiny-cola: $out"
 grep -q '"vocab_size": 512' "$work/init-tiny/config.json" || fail "init --vocab-size not applied"
+out=$("$boostlm" train -c tiny-cola --vocab-size 320 -d "$data" -o "$work/preset-run" -b 1 -t 16 \
+      --steps 1 --eval-batches 1 2>&1) || fail "train -c tiny-cola: $out"
+grep -q "boostlm train: cola .*configs/tiny-cola.json" <<< "$out" || fail "train -c tiny-cola: $out"
 "$boostlm" plan -m tiny-cola --gpus 2 > /dev/null 2>&1 || fail "plan -m tiny-cola"
 "$boostlm" plan -c 60m-cola --gpus 2 > /dev/null 2>&1 || fail "plan -c 60m-cola"
 expect_error "unknown preset" "tiny-cola, tiny-dense" "$boostlm" init -c tiny-nope -o "$work/x"
