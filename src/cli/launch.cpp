@@ -259,8 +259,8 @@ void add_launch(CLI::App& app) {
       "launch", "run a boostlm command on several ranks through mpirun: launch -n 4 -- train ...");
   auto o = std::make_shared<LaunchOptions>();
   computed_default(cmd->add_option("-n,--ranks", o->ranks,
-                                   "number of ranks (processes); with --hostfile, default: all "
-                                   "its slots"))
+                                   "number of ranks (processes); required without --hostfile, "
+                                   "with it the default is all its slots"))
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--hostfile", o->hostfile, "Open MPI hostfile, to run on several machines")
       ->check(CLI::ExistingFile);
