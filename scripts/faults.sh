@@ -78,7 +78,7 @@ latest_step() { local n; n=$(cat "$1/checkpoints/latest" 2> /dev/null) && echo "
 summary_loss() { grep '^{' "$1" | tail -1 | python3 -c "import json,sys; print(repr(json.load(sys.stdin)['train_loss']))" 2> /dev/null; }
 readable() {  # readable RUN: eval loads the checkpoint `latest` names
   timeout 60 "$boostlm" eval --checkpoint "$1" --data "$work/data/val.bin" -t 16 -b 1 \
-    --batches 1 > /dev/null 2>&1
+    --eval-batches 1 > /dev/null 2>&1
 }
 rank_pid() {  # rank_pid RUN RANK
   local p

@@ -54,9 +54,9 @@ phase "4/5 training configs/tiny-cola.json with BTP on $ranks ranks, $steps step
 
 phase "5/5 evaluation and a sample"
 echo "validation loss (first 20 windows of val.bin):"
-./build/boostlm eval --checkpoint "$run" --data data/prepared/val.bin -b 16 -t 256 --batches 20
+./build/boostlm eval --checkpoint "$run" -d data/prepared -b 16 -t 256 --eval-batches 20
 echo "sample:"
-./build/boostlm generate --checkpoint "$run" --prompt "And God said" -n 60 --temperature 0.8 --seed 7
+./build/boostlm generate --checkpoint "$run" --prompt "And God said" --max-new-tokens 60 --temperature 0.8 --seed 7
 
 latest=$(cat "$run/checkpoints/latest")
 cat <<DONE

@@ -132,7 +132,8 @@ void add_gemm_command(CLI::App& bench) {
   cmd->add_option("--arch", *arch, "low-rank architecture")
       ->check(CLI::IsMember({"cola", "svd"}))
       ->capture_default_str();
-  cmd->add_option("--tp", *tp, "TP size whose shapes to measure (default: the ranks, or 2)")
+  computed_default(
+      cmd->add_option("--tp", *tp, "TP size whose shapes to measure (default: the ranks, or 2)"))
       ->check(at_least(1));
   cmd->add_option("--tokens", o->tokens, "rows of the activations (micro-batch x sequence)")
       ->check(at_least(1))
@@ -207,8 +208,9 @@ void add_pipeline_command(CLI::App& bench) {
   cmd->add_option("--tp", *tp, "tensor-parallel size inside each stage")
       ->check(at_least(1))
       ->capture_default_str();
-  cmd->add_option("--vocab-size", o->vocab_size,
-                  "override the preset's (a small one keeps the last stage's head from dominating)")
+  computed_default(cmd->add_option("--vocab-size", o->vocab_size,
+                                   "vocabulary size (default: the preset's; a small one keeps the "
+                                   "last stage's head from dominating)"))
       ->check(at_least(1));
   cmd->add_option("--batch-size,-b", o->batch, "sequences per micro-batch")
       ->check(at_least(1))

@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/grid.h"
 #include "comm/mpi_runtime.h"
@@ -238,7 +239,8 @@ void add_calibrate(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
   cmd->add_option("--out,-o", o->out,
                   "hardware file to write (default hardware/this-machine.json)");
-  cmd->add_option("--ranks", o->ranks, "devices to split the cores into (default: one per core)")
+  computed_default(cmd->add_option("--ranks", o->ranks,
+                                   "devices to split the cores into (default: one per core)"))
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--probe", o->probe, "internal: the multi-rank measurement, under mpirun");
   cmd->add_option("--hostfile", o->hostfile,

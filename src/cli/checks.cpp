@@ -2,10 +2,13 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include "core/error.h"
+#include "model/presets.h"
 
 namespace boostlm::cli {
 
@@ -79,6 +82,49 @@ void check_command_name(const CLI::App& app, int argc, char** argv) {
 
 void show_defaults(CLI::App& app) {
   app.option_defaults()->always_capture_default();
+}
+
+void finish_help(CLI::App& app) {
+  // An empty list ("[]") is no default either: such options say what none means.
+  for (CLI::Option* option : app.get_options())
+    if (option->get_required() || option->get_default_str() == "[]") option->default_str("");
+  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) finish_help(*sub);
+}
+
+CLI::Option* computed_default(CLI::Option* option) {
+  return option->default_str("");
+}
+
+CLI::Validator model_config() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          text = resolve_config_path(text);
+          return "";
+        } catch (const Error& e) {
+          return e.what();
+        }
+      },
+      "FILE|PRESET");
+}
+
+std::string eval_shard_path(const std::string& data) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(data)) {
+    const std::string val = (fs::path(data) / "val.bin").string();
+    if (!fs::is_regular_file(val))
+      throw error("--data ", data, " has no val.bin (give a directory from `boostlm prepare` or a ",
+                  "token shard)");
+    return val;
+  }
+  if (!fs::is_regular_file(data)) throw error("--data ", data, ": no such file or directory");
+  return data;
+}
+
+void warn_deprecated(const std::string& command, const std::string& old_name,
+                     const std::string& new_name) {
+  std::fprintf(stderr, "boostlm %s: warning: %s is deprecated, use %s\n", command.c_str(),
+               old_name.c_str(), new_name.c_str());
 }
 
 }  // namespace boostlm::cli

@@ -1,11 +1,11 @@
 #include <cstdio>
-
 #include <filesystem>
+
 #include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
-
+#include "core/file_io.h"
 #include "engine/model.h"
 #include "train/checkpoint.h"
 #include "train/hf_export.h"
@@ -39,15 +39,19 @@ void convert_to_low_rank(Args& a) {
               static_cast<long long>(result.config.mlp_rank), a.to.c_str());
   Model low(result.config, DType::f32);
   std::copy_n(result.weights.data(), result.weights.size(), low.weights().data());
-  if (!a.eval_data.empty()) {
-    const double before = evaluate(dense, a.eval_data, a.batch_size, a.seq_len, a.batches);
-    const double after = evaluate(low, a.eval_data, a.batch_size, a.seq_len, a.batches);
+  if (!a.data.empty()) {
+    const std::string shard = eval_shard_path(a.data);
+    const int64_t windows = eval_windows(shard, a.batch_size, a.seq_len, a.eval_batches);
+    const double before = evaluate(dense, shard, a.batch_size, a.seq_len, windows);
+    const double after = evaluate(low, shard, a.batch_size, a.seq_len, windows);
     std::printf("convert: loss before %.6f, after %.6f (%s, %lld windows)\n", before, after,
-                a.eval_data.c_str(), static_cast<long long>(a.batches));
+                shard.c_str(), static_cast<long long>(windows));
   }
   const std::string tokenizer = (std::filesystem::path(dir) / "tokenizer.model").string();
-  save_checkpoint(a.out, checkpoint_of(low, nullptr, nullptr,
-                                       std::filesystem::exists(tokenizer) ? tokenizer : ""));
+  while_doing("writing the checkpoint --out " + a.out, [&] {
+    save_checkpoint(a.out, checkpoint_of(low, nullptr, nullptr,
+                                         std::filesystem::exists(tokenizer) ? tokenizer : ""));
+  });
   std::printf("convert: %s -> %s\n", dir.c_str(), a.out.c_str());
 }
 
@@ -57,10 +61,11 @@ void add_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "convert", "import or export Hugging Face LLaMA directories; dense to low rank");
   struct Args {
-    std::string from_hf, to_hf, out, to, checkpoint, eval_data;
+    std::string from_hf, to_hf, out, to, checkpoint, data;
     HfExportOptions hf;
     LowRankOptions low_rank;
-    int64_t batch_size = 4, seq_len = 256, batches = 5;
+    // The same defaults as train's validation and eval (README, "Flags").
+    int64_t batch_size = 8, seq_len = 256, eval_batches = 20;
   };
   auto a = std::make_shared<Args>();
   auto* from = cmd->add_option("--from-hf", a->from_hf,
@@ -72,21 +77,27 @@ void add_convert(CLI::App& app) {
   from->excludes(to);
   to_arch->excludes(from)->excludes(to);
   cmd->add_option("--checkpoint", a->checkpoint, "--to: the dense checkpoint (or run directory)");
-  cmd->add_option("--attn-rank", a->low_rank.attn_rank, "--to: rank of q/k/v/o")
+  computed_default(
+      cmd->add_option("--attn-rank", a->low_rank.attn_rank, "--to: rank of q/k/v/o (or --energy)"))
       ->check(at_least(1));
-  cmd->add_option("--mlp-rank", a->low_rank.mlp_rank, "--to: rank of gate/up/down")
+  computed_default(cmd->add_option("--mlp-rank", a->low_rank.mlp_rank,
+                                   "--to: rank of gate/up/down (or --energy)"))
       ->check(at_least(1));
-  cmd->add_option("--energy", a->low_rank.energy,
-                  "--to: pick ranks keeping this share of each projection's Σσ² (instead of ranks)")
+  computed_default(cmd->add_option("--energy", a->low_rank.energy,
+                                   "--to: pick ranks keeping this share of each projection's Σσ² "
+                                   "(instead of ranks)"))
       ->check(number_in(0.0, 1.0, true));
-  cmd->add_option("--eval-data", a->eval_data,
-                  "--to: token shard to report the loss on before and after")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--batch-size,-b", a->batch_size, "--eval-data: sequences per window")
+  cmd->add_option("--data,-d", a->data,
+                  "--to: directory from `boostlm prepare` (its val.bin) or token shard to report "
+                  "the loss on before and after")
+      ->check(CLI::ExistingPath);
+  add_deprecated(*cmd, "--eval-data", "--data", a->data)->check(CLI::ExistingPath);
+  cmd->add_option("--batch-size,-b", a->batch_size, "--data: sequences per window")
       ->check(at_least(1));
-  cmd->add_option("--seq-len,-t", a->seq_len, "--eval-data: tokens per sequence")
+  cmd->add_option("--seq-len,-t", a->seq_len, "--data: tokens per sequence")->check(at_least(1));
+  cmd->add_option("--eval-batches", a->eval_batches, "--data: windows from token 0")
       ->check(at_least(1));
-  cmd->add_option("--batches", a->batches, "--eval-data: windows")->check(at_least(1));
+  add_deprecated(*cmd, "--batches", "--eval-batches", a->eval_batches)->check(at_least(1));
   cmd->add_option("--out,-o", a->out, "directory to write")->required();
   cmd->add_option("--dtype", a->hf.dtype,
                   "--to-hf: tensor dtype (auto: the one the model was imported from, else float32)")
@@ -100,12 +111,14 @@ void add_convert(CLI::App& app) {
       if (!is_hf_directory(a->from_hf))
         throw error("--from-hf ", a->from_hf, ": not a Hugging Face model directory (it needs ",
                     "config.json and model.safetensors or model.safetensors.index.json)");
-      const ModelConfig config = convert_from_hf(a->from_hf, a->out);
+      const ModelConfig config = while_doing("importing " + a->from_hf + " into --out " + a->out,
+                                             [&] { return convert_from_hf(a->from_hf, a->out); });
       std::printf("convert: %s (llama, %lld layers, d=%lld) -> %s\n", a->from_hf.c_str(),
                   static_cast<long long>(config.n_layers), static_cast<long long>(config.d_model),
                   a->out.c_str());
     } else if (!a->to_hf.empty()) {
-      const std::string dtype = export_to_hf(a->to_hf, a->out, a->hf);
+      const std::string dtype = while_doing("exporting " + a->to_hf + " to --out " + a->out,
+                                            [&] { return export_to_hf(a->to_hf, a->out, a->hf); });
       std::printf("convert: %s -> %s (%s)\n", a->to_hf.c_str(), a->out.c_str(), dtype.c_str());
     } else if (!a->to.empty()) {
       convert_to_low_rank(*a);

@@ -22,7 +22,11 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint or run directory")->required();
   cmd->add_option("--prompt,-p", a->prompt, "text to continue")->required();
   cmd->add_option("--tokenizer", a->tokenizer, "sentencepiece model (default: the checkpoint's)");
-  cmd->add_option("--max-tokens,-n", a->sample.max_new_tokens, "tokens to generate")
+  cmd->add_option("--max-new-tokens", a->sample.max_new_tokens, "tokens to generate")
+      ->check(at_least(1));
+  // -n is the number of ranks in launch: one letter, one meaning (README, "Flags").
+  add_deprecated(*cmd, "-n", "--max-new-tokens", a->sample.max_new_tokens)->check(at_least(1));
+  add_deprecated(*cmd, "--max-tokens", "--max-new-tokens", a->sample.max_new_tokens)
       ->check(at_least(1));
   cmd->add_option("--temperature", a->sample.temperature, "sampling temperature (0: greedy)")
       ->check(non_negative());
@@ -32,9 +36,11 @@ void add_generate(CLI::App& app) {
                   "sample among the most likely tokens holding this much probability (1: all)")
       ->check(number_in(0.0, 1.0, true));
   cmd->add_option("--seed", a->sample.seed, "sampling seed");
-  cmd->add_flag("!--no-cache", a->sample.kv_cache,
+  auto no_cache = std::make_shared<bool>(false);
+  cmd->add_flag("--no-cache", *no_cache,
                 "rerun the whole context for every token (no KV cache; the reference)");
-  cmd->callback([a] {
+  cmd->callback([a, no_cache] {
+    a->sample.kv_cache = !*no_cache;
     if (mpi_world_size() > 1) throw error("generate runs in one process; start it without mpirun");
     const std::string dir = resolve_checkpoint(a->checkpoint);
     verify_checkpoint(dir);

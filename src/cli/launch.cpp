@@ -55,6 +55,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
 #include "cli/launch_restart.h"
 #include "comm/mpi_runtime.h"
@@ -257,8 +258,9 @@ void add_launch(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "launch", "run a boostlm command on several ranks through mpirun: launch -n 4 -- train ...");
   auto o = std::make_shared<LaunchOptions>();
-  cmd->add_option("-n,--ranks", o->ranks,
-                  "number of ranks (processes); with --hostfile, default: all its slots")
+  computed_default(cmd->add_option("-n,--ranks", o->ranks,
+                                   "number of ranks (processes); required without --hostfile, "
+                                   "with it the default is all its slots"))
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--hostfile", o->hostfile, "Open MPI hostfile, to run on several machines")
       ->check(CLI::ExistingFile);
@@ -268,8 +270,9 @@ void add_launch(CLI::App& app) {
   cmd->add_option("--subnet", o->subnet,
                   "the hosts' network (CIDR), for MPI's TCP traffic (default: the emulated "
                   "cluster's, else Open MPI's choice)");
-  cmd->add_option("--threads-per-rank", o->threads_per_rank,
-                  "OpenMP threads per rank (default: the cores divided among the ranks)")
+  computed_default(cmd->add_option("--threads-per-rank", o->threads_per_rank,
+                                   "OpenMP threads per rank (default: the cores divided among "
+                                   "the ranks)"))
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--dry-run", o->dry_run, "print the mpirun command instead of running it");
   cmd->add_option("--max-restarts", o->max_restarts,
@@ -277,9 +280,11 @@ void add_launch(CLI::App& app) {
                   "again up to this many times; train resumes from its latest checkpoint")
       ->default_val(0)
       ->check(CLI::Range(0, 1000));
-  cmd->add_option("--min-ranks", o->min_ranks,
-                  "with --max-restarts: when fewer slots answer on a restart, continue on as few "
-                  "as this many ranks (train: fewer data-parallel replicas; default: --ranks)")
+  computed_default(
+      cmd->add_option("--min-ranks", o->min_ranks,
+                      "with --max-restarts: when fewer slots answer on a restart, continue on as "
+                      "few as this many ranks (train: fewer data-parallel replicas; default: "
+                      "--ranks)"))
       ->check(CLI::Range(1, 1 << 20));
   // Everything after `--`, or from the first word that is not a launch option, is the command:
   // positionals_at_end stops option parsing at the first positional.

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   boostlm::cli::add_plan(app);
   boostlm::cli::add_calibrate(app);
   boostlm::cli::add_bench(app);
+  boostlm::cli::finish_help(app);
   int code = 0;
   try {
     boostlm::cli::check_command_name(app, argc, argv);

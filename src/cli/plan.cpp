@@ -1,6 +1,6 @@
 // `boostlm plan`: the performance model of plan/step_model.h, for a model on a cluster.
 //
-//   boostlm plan --model 7b --arch cola --hardware a100-80g --gpus 16 --global-batch 64
+//   boostlm plan --model 7b --arch cola --hardware a100-80g --gpus 16 [--global-batch 64]
 //       every (layout, TP, PP, DP, micro-batch, recomputation, ZeRO-1) that can run, ranked by
 //       predicted step time, with the breakdown and whether it fits in memory
 //   boostlm plan --paper [--hardware a100-80g]
@@ -32,11 +32,16 @@ struct PlanOptions {
   std::string model, arch = "cola", hardware, precision = "bf16", json_path, measured;
   std::vector<std::string> layouts, recompute;
   int gpus = 1, tp = 0, pp = 0, top = 20, overlap_chunks = 1;
-  int64_t global_batch = 0, seq_len = 4096, micro_batch = 0, paper_micro_batches = 1;
+  // 0: computed when the command runs (global batch 4 sequences per device, the paper's
+  // micro-batch; sequence length the model's max_seq_len).
+  int64_t global_batch = 0, seq_len = 0, micro_batch = 0, paper_micro_batches = 1;
   bool paper = false, with_dense = false, no_zero = false;
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// The default global batch per device: the paper's micro-batch (SPEC §5), one per DP rank at the
+// largest DP size, so that every split of the devices has a batch to divide.
+constexpr int64_t kSequencesPerDevice = 4;
 
 std::string options_text(const plan::StepConfig& c) {
   std::string s = to_string(c.options.recompute);
@@ -115,15 +120,14 @@ std::vector<LayoutKind> chosen_layouts(const PlanOptions& o, const ModelConfig& 
 
 void run_search(const PlanOptions& o) {
   if (o.model.empty()) throw error("plan: --model is required (or --paper, --measured)");
-  if (o.global_batch < 1) throw error("plan: --global-batch (sequences per step) is required");
   const plan::Hardware hw = plan::load_hardware(o.hardware.empty() ? "a100-80g" : o.hardware);
   plan::SearchSpace s;
   s.config = plan::find_model(o.model, parse_arch(o.arch));
   s.dense_config = plan::dense_counterpart(o.model, s.config);
   s.layouts = chosen_layouts(o, s.config);
   s.gpus = o.gpus;
-  s.global_batch = o.global_batch;
-  s.seq_len = o.seq_len;
+  s.global_batch = o.global_batch > 0 ? o.global_batch : kSequencesPerDevice * o.gpus;
+  s.seq_len = o.seq_len > 0 ? o.seq_len : s.config.max_seq_len;
   s.precision = parse_dtype(o.precision);
   s.tp = o.tp;
   s.pp = o.pp;
@@ -137,7 +141,7 @@ void run_search(const PlanOptions& o) {
   const auto found = plan::enumerate_plans(hw, s);
   std::printf("%s (%s) on %d x %s (%d per node): global batch %ld x %ld tokens, %s\n",
               o.model.c_str(), to_string(s.config.arch).c_str(), o.gpus, hw.name.c_str(),
-              hw.devices_per_node, o.global_batch, o.seq_len, o.precision.c_str());
+              hw.devices_per_node, s.global_batch, s.seq_len, o.precision.c_str());
   std::printf(
       "seconds per step; compute = GEMM + attention + element-wise of all micro-batches on "
       "the slowest stage; TP comm blocking, DP exp = DP reduction not hidden by backward\n\n");
@@ -277,25 +281,37 @@ void add_plan(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "plan", "predict step time and memory of every layout on a cluster, and rank them");
   auto o = std::make_shared<PlanOptions>();
-  cmd->add_option("--model,-m", o->model,
-                  "config file, preset (60m … 7b) or paper shape (1b, 3b, 7b, 13b, 30b)");
+  cmd->add_option("--model,-m,--config,-c", o->model,
+                  "config file, preset by shape (60m … 7b, with --arch) or whole name (60m-cola), "
+                  "or paper shape (1b, 3b, 7b, 13b, 30b)");
   cmd->add_option("--arch", o->arch, "dense, svd or cola")
       ->check(CLI::IsMember({"dense", "svd", "cola"}));
   cmd->add_option("--hardware", o->hardware,
                   "hardware name (hardware/<name>.json) or file; default a100-80g "
                   "(this-machine with --measured)");
   cmd->add_option("--gpus,-g", o->gpus, "devices in all")->check(at_least(1));
-  cmd->add_option("--global-batch,-B", o->global_batch, "sequences per step");
-  cmd->add_option("--seq-len,-t", o->seq_len, "tokens per sequence")->check(at_least(1));
-  cmd->add_option("--precision", o->precision, "bf16 or fp32")
+  computed_default(cmd->add_option("--global-batch,-B", o->global_batch,
+                                   "sequences per step (default: 4 per device, the paper's "
+                                   "micro-batch)"))
+      ->check(at_least(1));
+  computed_default(cmd->add_option("--seq-len,-t", o->seq_len,
+                                   "tokens per sequence (default: the model's max_seq_len)"))
+      ->check(at_least(1));
+  cmd->add_option("--precision", o->precision,
+                  "bf16 or fp32 (bf16: how GPU clusters train, as the paper's runs did; train's "
+                  "default is fp32, the reference on CPUs)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--layouts", o->layouts, "only these layouts")
       ->check(CLI::IsMember(layout_names()));
   cmd->add_flag("--with-dense", o->with_dense,
                 "also rank dense-tp on the dense model of this shape");
-  cmd->add_option("--tp", o->tp, "only this TP size");
-  cmd->add_option("--pp", o->pp, "only this PP size");
-  cmd->add_option("--micro-batch", o->micro_batch, "only this micro-batch size (sequences)");
+  computed_default(cmd->add_option("--tp", o->tp, "only this TP size (default: every size)"))
+      ->check(at_least(1));
+  computed_default(cmd->add_option("--pp", o->pp, "only this PP size (default: every size)"))
+      ->check(at_least(1));
+  computed_default(cmd->add_option("--micro-batch", o->micro_batch,
+                                   "only this micro-batch size in sequences (default: every size)"))
+      ->check(at_least(1));
   cmd->add_option("--recompute", o->recompute, "only these recomputation modes")
       ->check(CLI::IsMember({"none", "lowrank", "block"}));
   cmd->add_flag("--no-zero", o->no_zero, "do not consider ZeRO-1");

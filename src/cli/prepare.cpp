@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/prepare.h"
 
 namespace boostlm::cli {
@@ -29,7 +30,8 @@ void add_prepare(CLI::App& app) {
   cmd->add_option("--seed", options->seed, "split and tokenizer-sample seed");
   cmd->callback([options] {
     if (mpi_world_size() > 1) throw error("prepare runs in one process; start it without mpirun");
-    const PrepareSummary s = prepare_corpus(*options);
+    const PrepareSummary s = while_doing("preparing the corpus into --out " + options->output_dir,
+                                         [&] { return prepare_corpus(*options); });
     std::printf("prepare: %s tokenizer (vocab %ld) %s\n",
                 s.trained_tokenizer ? "trained" : "copied", s.vocab_size, s.tokenizer_path.c_str());
     std::printf("prepare: train %ld documents, %ld tokens -> %s\n", s.train_documents,

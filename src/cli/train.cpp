@@ -19,8 +19,9 @@ void add_train(CLI::App& app) {
   auto grouping = std::make_shared<std::string>("on");
   auto recompute = std::make_shared<std::string>("none");
   auto overlap = std::make_shared<std::string>("auto");
-  cmd->add_option("--config,-c", o->config_path, "model preset (configs/*.json)")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--config,-c", o->config_path,
+                  "model config: a file, or a preset of configs/ by name (tiny-cola, 60m-dense)")
+      ->transform(model_config());
   cmd->add_option("--data,-d", o->data_dir, "directory from `boostlm prepare`")
       ->required()
       ->check(CLI::ExistingDirectory);
@@ -34,7 +35,8 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--allow-tokenizer-change", o->allow_tokenizer_change,
                 "with --resume/--init-from: train on data of another tokenizer than the "
                 "checkpoint's (a warning instead of a refusal)");
-  cmd->add_option("--vocab-size", o->vocab_size, "override the preset's vocabulary size")
+  computed_default(
+      cmd->add_option("--vocab-size", o->vocab_size, "vocabulary size (default: the config's)"))
       ->check(at_least(1));
   cmd->add_option("--tp", o->grid.tp, "tensor-parallel size")->check(at_least(1));
   cmd->add_option("--pp", o->grid.pp, "pipeline-parallel size")->check(at_least(1));

@@ -1,6 +1,8 @@
 #include "core/dtype.h"
 
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -52,6 +54,14 @@ DType parse_dtype(const std::string& text) {
   if (text == "fp32" || text == "f32" || text == "float32") return DType::f32;
   if (text == "bf16" || text == "bfloat16") return DType::bf16;
   throw error("unknown precision '", text, "' (expected fp32 or bf16)");
+}
+
+double float_as_decimal(float value) {
+  if (!std::isfinite(value)) return value;
+  char text[64];
+  const auto result = std::to_chars(text, text + sizeof text - 1, value);  // shortest, as float
+  *result.ptr = '\0';
+  return std::strtod(text, nullptr);
 }
 
 }  // namespace boostlm

@@ -37,4 +37,9 @@ inline float bf16_to_float(bf16_t value) {
 float half_to_float(uint16_t half);
 uint16_t float_to_half(float value);
 
+// The double nearest the shortest decimal that reads back as `value` (1e-6f -> 1e-06, where the
+// float widened exactly is 9.999999974752427e-07): what a float field is written as in JSON, so
+// that a file says what was written in the config and reads back as the same float.
+double float_as_decimal(float value);
+
 }  // namespace boostlm

@@ -174,4 +174,15 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
 }
 
+std::string describe_filesystem_error(const std::string& doing,
+                                      const std::filesystem::filesystem_error& e) {
+  std::string where = e.path1().string();
+  if (!e.path2().empty()) where += ", " + e.path2().string();
+  return doing + ": " + e.code().message() + (where.empty() ? "" : " (" + where + ")");
+}
+
+void throw_filesystem_error(const std::string& doing, const std::filesystem::filesystem_error& e) {
+  throw Error(describe_filesystem_error(doing, e));
+}
+
 }  // namespace boostlm

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,27 @@ class AtomicFile {
   int fd_ = -1;
   Checksum64 checksum_;
 };
+
+// A std::filesystem error as a message a user can act on: what boostlm was doing, then the
+// system's reason and the path ("writing the checkpoint out/ckpt: Permission denied (out/ckpt)"),
+// instead of "filesystem error: cannot create directories: ...".
+std::string describe_filesystem_error(const std::string& doing,
+                                      const std::filesystem::filesystem_error& e);
+
+[[noreturn]] void throw_filesystem_error(const std::string& doing,
+                                         const std::filesystem::filesystem_error& e);
+
+// Runs `work`, rethrowing a std::filesystem error it throws as Error(describe_filesystem_error).
+// For the boundaries where a command writes where the user told it to (run directory, prepare's
+// and convert's output).
+template <class Work>
+decltype(auto) while_doing(const std::string& doing, Work&& work) {
+  try {
+    return work();
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw_filesystem_error(doing, e);
+  }
+}
 
 void write_file_atomically(const std::string& path, std::string_view contents);
 // Writes all `bytes` to `fd` (retrying short writes and EINTR); throws Error naming `path`.

@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <map>
 #include <utility>
 
 #include "core/error.h"
@@ -119,8 +120,14 @@ void DataLoader::load_state(const nlohmann::json& state) {
     if (key == "step" || key == "dp_size") continue;
     if (!state.contains(key)) throw error(source_, ": loader state lacks '", key, "'");
     if (state.at(key) != value) {
-      throw error(source_, ": loader state was saved with ", key, "=", state.at(key).dump(),
-                  " but this run has ", key, "=", value.dump());
+      // Named as the command line spells them, since that is where a user changes them.
+      static const std::map<std::string, std::string> flags = {{"batch_size", "--batch-size"},
+                                                               {"seq_len", "--seq-len"},
+                                                               {"shuffle", "--shuffle"},
+                                                               {"seed", "--seed"}};
+      const std::string name = flags.contains(key) ? flags.at(key) : key;
+      throw error(source_, ": the loader state was saved with ", name, " ", state.at(key).dump(),
+                  " but this run has ", name, " ", value.dump());
     }
   }
   if (!state.contains("step") || !state.at("step").is_number_integer()) {
@@ -136,9 +143,9 @@ void DataLoader::load_state(const nlohmann::json& state) {
   // (a restart on fewer ranks: `launch --min-ranks`).
   const int64_t windows_read = step * state.at("dp_size").get<int64_t>();
   if (windows_read % config_.dp_size != 0) {
-    throw error(source_, ": loader state was saved with dp_size=", state.at("dp_size").dump(),
+    throw error(source_, ": the loader state was saved with --dp ", state.at("dp_size").dump(),
                 " after ", windows_read, " windows, which ", config_.dp_size,
-                " data-parallel ranks cannot share evenly; resume at dp_size=",
+                " data-parallel ranks cannot share evenly; resume with --dp ",
                 state.at("dp_size").dump(), " or from another checkpoint");
   }
   set_position(windows_read / config_.dp_size);

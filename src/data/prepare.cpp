@@ -130,12 +130,12 @@ Tokenizer obtain_tokenizer(const PrepareOptions& options, const std::string& mod
 
 Split split_documents_by_seed(int64_t num_documents, double val_fraction, uint64_t seed) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
-    throw error("prepare: val_fraction=", val_fraction, " is outside [0, 1)");
+    throw error("prepare: --val-fraction ", val_fraction, " is outside [0, 1)");
   }
   if (val_fraction > 0.0 && num_documents < 2) {
     throw error("prepare: a validation split needs at least 2 documents (runs of non-blank lines)",
                 " but the inputs hold ", num_documents,
-                "; separate documents with blank lines or set val_fraction=0");
+                "; separate documents with blank lines or give --val-fraction 0");
   }
   Split split;
   Rng rng(seed);

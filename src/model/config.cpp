@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
+
 #include "core/error.h"
 
 namespace boostlm {
@@ -174,8 +176,8 @@ nlohmann::json ModelConfig::to_json() const {
                       {"max_seq_len", max_seq_len},
                       {"tied_embeddings", tied_embeddings},
                       {"mlp_gate_act", mlp_gate_act},
-                      {"rms_eps", rms_eps},
-                      {"rope_theta", rope_theta}};
+                      {"rms_eps", float_as_decimal(rms_eps)},
+                      {"rope_theta", float_as_decimal(rope_theta)}};
   if (low_rank()) {
     j["attn_rank"] = attn_rank;
     j["mlp_rank"] = mlp_rank;

@@ -12,7 +12,7 @@ namespace boostlm::plan {
 ModelConfig find_model(const std::string& name_or_path, Arch arch);
 // The dense model of the same shape (what dense-tp runs).
 ModelConfig dense_counterpart(const std::string& name_or_path, const ModelConfig& model);
-// Where presets are looked for: ./configs and the source tree's configs/.
+// The preset configs/<name>-<arch>.json (model/presets.h says where presets are looked for).
 std::string preset_path(const std::string& name, Arch arch);  // "" when there is none
 
 }  // namespace boostlm::plan

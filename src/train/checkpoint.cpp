@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "parallel/sharding.h"
@@ -94,8 +95,8 @@ nlohmann::json hf_config(const ModelConfig& c) {
                       {"num_key_value_heads", c.n_kv_heads},
                       {"num_hidden_layers", c.n_layers},
                       {"vocab_size", c.vocab_size},
-                      {"rms_norm_eps", c.rms_eps},
-                      {"rope_theta", c.rope_theta},
+                      {"rms_norm_eps", float_as_decimal(c.rms_eps)},
+                      {"rope_theta", float_as_decimal(c.rope_theta)},
                       {"max_position_embeddings", c.max_seq_len},
                       {"tie_word_embeddings", c.tied_embeddings},
                       {"hidden_act", "silu"},

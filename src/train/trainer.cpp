@@ -67,6 +67,26 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+// The fields in which two configs differ, each as "d_model 64 (checkpoint) vs 128 (--config x)";
+// "" when they are the same.
+std::string config_differences(const ModelConfig& checkpoint, const ModelConfig& given,
+                               const std::string& given_source) {
+  const nlohmann::json a = checkpoint.to_json(), b = given.to_json();
+  std::vector<std::string> fields;
+  for (auto it = a.begin(); it != a.end(); ++it) fields.push_back(it.key());
+  for (auto it = b.begin(); it != b.end(); ++it)
+    if (!a.contains(it.key())) fields.push_back(it.key());
+  std::string out;
+  for (const std::string& field : fields) {
+    const std::string left = a.contains(field) ? a.at(field).dump() : "(none)";
+    const std::string right = b.contains(field) ? b.at(field).dump() : "(none)";
+    if (left == right) continue;
+    out += (out.empty() ? "" : ", ") + field + " " + left + " (checkpoint) vs " + right + " (" +
+           given_source + ")";
+  }
+  return out;
+}
+
 ModelConfig resolve_config(const TrainOptions& o, const std::string& checkpoint) {
   ModelConfig config;
   if (!checkpoint.empty()) {
@@ -74,9 +94,11 @@ ModelConfig resolve_config(const TrainOptions& o, const std::string& checkpoint)
     if (!o.config_path.empty()) {
       ModelConfig given = ModelConfig::load(o.config_path);
       if (o.vocab_size > 0) given.vocab_size = o.vocab_size;
-      if (given.to_json() != config.to_json())
-        throw error("--config ", o.config_path, " does not match the checkpoint's config.json (",
-                    config.to_json().dump(), "); omit --config to use the checkpoint's");
+      const std::string source = "--config " + o.config_path;
+      const std::string differences = config_differences(config, given, source);
+      if (!differences.empty())
+        throw error("config: ", differences, ": ", source, " does not match the checkpoint ",
+                    checkpoint, " (omit --config to use the checkpoint's)");
     }
   } else {
     if (o.config_path.empty()) throw error("--config is required (a preset under configs/)");
@@ -128,6 +150,7 @@ DataFiles open_data(const std::string& dir, const ModelConfig& config, const Tra
   if (fs::exists(val)) {
     f.val = val.string();
     read_eval_shard(f.val, config.vocab_size, o.batch_size, o.seq_len);
+    eval_windows(f.val, o.batch_size, o.seq_len, o.eval_batches);  // warns when it holds fewer
   }
   return f;
 }
@@ -254,6 +277,46 @@ double evaluate_tokens(Model& model, const std::vector<int32_t>& tokens, int64_t
   return total / static_cast<double>(n);
 }
 
+int64_t eval_windows(const std::string& shard_path, int64_t batch_size, int64_t seq_len,
+                     int64_t asked) {
+  const int64_t tokens = read_shard_header(shard_path).num_tokens;
+  const int64_t held = DataLoader::full_windows(tokens, batch_size, seq_len);
+  if (held >= asked || held < 1) return asked;  // none: evaluate() refuses with the sizes
+  warn(shard_path + " holds " + std::to_string(tokens) + " tokens: " + std::to_string(held) +
+       " window(s) of " + std::to_string(batch_size) + "x" + std::to_string(seq_len) +
+       "+1, fewer than --eval-batches " + std::to_string(asked) + "; scoring those " +
+       std::to_string(held) + " (no window is scored twice)");
+  return held;
+}
+
+TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens,
+                                int64_t batch_size, int64_t seq_len) {
+  const auto targets = static_cast<int64_t>(tokens.size()) - 1;
+  BOOSTLM_ASSERT_MSG(targets >= 1 && batch_size >= 1 && seq_len >= 1,
+                     "evaluate_every_token needs 2 tokens and a window shape");
+  Pipeline pipeline(model);
+  TokenScore score;
+  double total = 0;
+  // Rows of `length` targets from token `start`: inputs tokens[start, ...), targets one later.
+  auto run = [&](int64_t start, int64_t rows, int64_t length) {
+    const float loss =
+        pipeline.forward({tokens.data() + start, tokens.data() + start + 1}, rows, length);
+    total += static_cast<double>(loss) * static_cast<double>(rows * length);
+    score.tokens += rows * length;
+    score.sequences += rows;
+  };
+  int64_t start = 0;
+  for (; targets - start >= batch_size * seq_len; start += batch_size * seq_len)
+    run(start, batch_size, seq_len);
+  if (const int64_t rows = (targets - start) / seq_len; rows > 0) {
+    run(start, rows, seq_len);
+    start += rows * seq_len;
+  }
+  if (start < targets) run(start, 1, targets - start);
+  score.loss = total / static_cast<double>(score.tokens);
+  return score;
+}
+
 namespace {
 
 // Per-step communication of one group, for the metrics line: {kind: {calls, bytes}}.
@@ -298,6 +361,11 @@ class TrainingRun {
            int64_t first_step);
   std::string save(const char* why);
   void restore(const std::string& resume_dir, const std::string& init_dir);
+  // Where the model's config came from, for the banner: --config, else the checkpoint's.
+  std::string model_source() const {
+    if (!o_.config_path.empty()) return o_.config_path;
+    return "(config of " + (resume_dir_.empty() ? init_dir_ : resume_dir_) + ")";
+  }
 
   ResolvedOptions resolved_;  // first: the other members are built from its options
   const TrainOptions& o_;     // resolved_.options
@@ -380,8 +448,10 @@ TrainingRun::TrainingRun(const TrainOptions& given)
 
   run_dir_ = o.out_dir;
   if (root_) {
-    lock_ = RunDirectoryLock(run_dir_);
-    metrics_ = open_run_directory(run_dir_, config_, resume_dir_, state_.step, o.overwrite);
+    while_doing("creating the run directory --out " + run_dir_.string(), [&] {
+      lock_ = RunDirectoryLock(run_dir_);
+      metrics_ = open_run_directory(run_dir_, config_, resume_dir_, state_.step, o.overwrite);
+    });
   }
   // Model FLOPs of the whole job's step (every DP replica), against every rank's GEMM peak.
   step_flops_ =
@@ -562,7 +632,7 @@ TrainResult TrainingRun::run() {
     std::fprintf(stderr,
                  "boostlm train: %s %s, %.2fM parameters, %s, layout %s, tp %d x pp %d x dp %d, "
                  "%ld tokens/step, steps %ld..%ld\n",
-                 to_string(config_.arch).c_str(), o_.config_path.c_str(),
+                 to_string(config_.arch).c_str(), model_source().c_str(),
                  model_->full_params().parameter_count() / 1e6, to_string(o_.precision).c_str(),
                  to_string(model_->layout()).c_str(), grid_.shape().tp, grid_.shape().pp,
                  grid_.shape().dp, tokens_per_step_, state_.step, o_.steps);

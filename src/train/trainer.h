@@ -87,4 +87,21 @@ double evaluate(Model& model, const std::string& shard_path, int64_t batch_size,
 double evaluate_tokens(Model& model, const std::vector<int32_t>& tokens, int64_t batch_size,
                        int64_t seq_len, int64_t batches);
 
+// The windows of batch_size·seq_len + 1 tokens the shard holds, at most `asked` (--eval-batches):
+// when it holds fewer, a warning on stderr says how many it holds and that those are scored, since
+// evaluate() never repeats a window.
+int64_t eval_windows(const std::string& shard_path, int64_t batch_size, int64_t seq_len,
+                     int64_t asked);
+
+// The mean loss over every token of `tokens` after the first (at least 2 tokens): consecutive,
+// non-overlapping sequences of seq_len, batch_size at a time, then the rest in shorter ones, so
+// that each token is predicted once, from the sequence it falls in (eval --text).
+struct TokenScore {
+  double loss = 0;        // mean over the scored tokens
+  int64_t tokens = 0;     // targets scored: every token but the first
+  int64_t sequences = 0;  // sequences they were scored in
+};
+TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens,
+                                int64_t batch_size, int64_t seq_len);
+
 }  // namespace boostlm

@@ -27,16 +27,18 @@ grep -q '"steps":5' <<< "$out" || fail "train summary: $out"
 [[ $(wc -l < "$work/run/metrics.jsonl") -eq 5 ]] || fail "metrics.jsonl should have 5 lines"
 grep -q '"tokens_per_s"' "$work/run/metrics.jsonl" || fail "metrics lack tokens_per_s"
 
-out=$("$boostlm" eval --checkpoint "$work/run" --data "$work/data/val.bin" -b 2 -t 32 --batches 2)
+out=$("$boostlm" eval --checkpoint "$work/run" --data "$work/data/val.bin" -b 2 -t 32 --eval-batches 2)
 tail -1 <<< "$out" | grep -q '"loss"' || fail "eval: last line is not JSON with loss: $out"
 
-out=$("$boostlm" generate --checkpoint "$work/run" -p "The quick" -n 5 2>&1) || fail "generate: $out"
+out=$("$boostlm" generate --checkpoint "$work/run" -p "The quick" --max-new-tokens 5 2>&1) ||
+  fail "generate: $out"
 
-# eval --text: raw text through the checkpoint's tokenizer; perplexity is exp(loss).
+# eval --text: raw text through the checkpoint's tokenizer, every token scored (all but the first,
+# which nothing predicts); perplexity is exp(loss).
 head -40 "$work/corpus.txt" > "$work/some.txt"
-out=$("$boostlm" eval --checkpoint "$work/run" --text "$work/some.txt" -b 2 -t 32 --batches 2) ||
+out=$("$boostlm" eval --checkpoint "$work/run" --text "$work/some.txt" -b 2 -t 32) ||
   fail "eval --text: $out"
-python3 -c "import json,math,sys; j=json.loads(sys.argv[1]); assert j['evaluated_tokens'] == 128 and abs(math.exp(j['loss']) - j['perplexity']) < 1e-6 * j['perplexity'], j" \
+python3 -c "import json,math,sys; j=json.loads(sys.argv[1]); assert j['evaluated_tokens'] == j['tokens'] - 1 > 128 and abs(math.exp(j['loss']) - j['perplexity']) < 1e-6 * j['perplexity'], j" \
   "$(tail -1 <<< "$out")" || fail "eval --text output: $out"
 echo "The fox." > "$work/short.txt"
 out=$("$boostlm" eval --checkpoint "$work/run" --text "$work/short.txt" -b 2 -t 32) ||

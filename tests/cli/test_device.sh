@@ -45,8 +45,8 @@ same dense-tp-overlap-bf16 2 dense.json --tp 2 --layout dense-tp --tp-overlap on
 # eval, generate and a resume of the first run, under each device: the same output.
 for dev in cpu cpu-checked; do
   "$boostlm" eval --device "$dev" --checkpoint one-process-cpu --data data/val.bin -b 2 -t 16 \
-    --batches 2 > "eval-$dev.out" 2> "eval-$dev.log" || fail "eval --device $dev: $(tail -2 "eval-$dev.log")"
-  "$boostlm" generate --device "$dev" --checkpoint one-process-cpu --prompt "Line 3 of" -n 8 \
+    --eval-batches 2 > "eval-$dev.out" 2> "eval-$dev.log" || fail "eval --device $dev: $(tail -2 "eval-$dev.log")"
+  "$boostlm" generate --device "$dev" --checkpoint one-process-cpu --prompt "Line 3 of" --max-new-tokens 8 \
     --seed 1 > "generate-$dev.out" 2> "generate-$dev.log" || fail "generate --device $dev: $(tail -2 "generate-$dev.log")"
   cp -r one-process-cpu "resume-$dev"
   "$boostlm" train --device "$dev" -d data -o "resume-$dev" --resume "resume-$dev" -c cola.json \

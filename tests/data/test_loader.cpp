@@ -182,7 +182,7 @@ TEST(Loader, LoadStateReshardsAcrossDataParallelSizes) {
   three.next();
   c.dp_size = 2;
   DataLoader two(iota_tokens(500), c, "train.bin");
-  expect_error([&] { two.load_state(three.state()); }, {"train.bin", "dp_size=3", "evenly"});
+  expect_error([&] { two.load_state(three.state()); }, {"train.bin", "--dp 3", "evenly"});
 }
 
 TEST(Loader, LoadStateRefusesADifferentConfiguration) {
@@ -190,7 +190,7 @@ TEST(Loader, LoadStateRefusesADifferentConfiguration) {
   DataLoader loader(iota_tokens(100), c, "train.bin");
   nlohmann::json state = loader.state();
   state["seq_len"] = 8;
-  expect_error([&] { loader.load_state(state); }, {"train.bin", "seq_len=8", "seq_len=4"});
+  expect_error([&] { loader.load_state(state); }, {"train.bin", "--seq-len 8", "--seq-len 4"});
   state = loader.state();
   state.erase("step");
   expect_error([&] { loader.load_state(state); }, {"train.bin", "step"});

@@ -175,7 +175,7 @@ TEST(Prepare, RefusesBadInputs) {
 
   options = small_options(dir, "out");
   options.val_fraction = 1.0;
-  expect_error([&] { prepare_corpus(options); }, {"val_fraction=1"});
+  expect_error([&] { prepare_corpus(options); }, {"--val-fraction 1"});
   options.val_fraction = 0.1;
   options.tokenizer_path = dir.file("first.txt");
   expect_error([&] { prepare_corpus(options); }, {"first.txt", "not a valid SentencePiece"});

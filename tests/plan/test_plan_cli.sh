@@ -43,7 +43,10 @@ grep -q "this-machine" <<< "$out" || fail "plan does not name the calibrated mac
 expect_error "unknown hardware" "no hardware named" "$boostlm" plan --model 7b --hardware nosuch \
   --gpus 8 --global-batch 8
 expect_error "unknown model" "no model named" "$boostlm" plan --model 5b --gpus 8 --global-batch 8
-expect_error "no batch" "--global-batch" "$boostlm" plan --model 7b --gpus 8
+# Without --global-batch or --seq-len: 4 sequences per device, the model's max_seq_len (issue 32).
+out=$("$boostlm" plan --model 7b --gpus 8 2>&1) || fail "plan without --global-batch: $out"
+grep -q "global batch 32 x 2048 tokens" <<< "$out" || fail "plan defaults: $(head -1 <<< "$out")"
+expect_error "zero batch" "--global-batch" "$boostlm" plan --model 7b --gpus 8 --global-batch 0
 echo '{"name": "x"}' > "$work/bad.json"
 expect_error "bad hardware file" "devices_per_node" "$boostlm" plan --model 7b \
   --hardware "$work/bad.json" --gpus 8 --global-batch 8

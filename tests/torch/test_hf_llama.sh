@@ -29,7 +29,7 @@ RTOL=1e-5 B=2 T=64
 "$python" "$tools/boostlm_torch.py" random-shard --out "$work/eval.bin" --vocab-size 320 \
   --tokens 4000 --seed 2 --repeat 24 > /dev/null || fail "random-shard"
 
-loss_of() { "$boostlm" eval --checkpoint "$1" --data "$work/eval.bin" -b $B -t $T --batches 2 |
+loss_of() { "$boostlm" eval --checkpoint "$1" --data "$work/eval.bin" -b $B -t $T --eval-batches 2 |
   tail -1 | "$python" -c 'import json, sys; print(json.load(sys.stdin)["loss"])'; }
 check_close() {  # WHAT THEIRS OURS
   "$python" - "$@" $RTOL <<'PY' || fail "$1: boostlm $3 vs torch $2"

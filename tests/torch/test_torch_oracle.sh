@@ -70,7 +70,7 @@ json_field() { "$python" -c 'import json, sys; print(json.loads(sys.argv[1])[sys
 # eval_both NAME CHECKPOINT: boostlm eval and torch loss over the same 3 windows.
 eval_both() {
   local name=$1 ckpt=$2 ours theirs
-  ours=$("$boostlm" eval --checkpoint "$ckpt" --data "$work/eval.bin" -b $B -t $T --batches 3 |
+  ours=$("$boostlm" eval --checkpoint "$ckpt" --data "$work/eval.bin" -b $B -t $T --eval-batches 3 |
     tail -1) || { fail "$name: boostlm eval"; return; }
   theirs=$(torch_cli loss --checkpoint "$ckpt" --data "$work/eval.bin" -b $B -t $T --batches 3 |
     tail -1) || { fail "$name: torch loss"; return; }
