@@ -23,11 +23,11 @@ namespace {
 
 struct TextEval {
   std::string text, tokenizer;
-  int64_t batch_size, seq_len;
+  int64_t batch_size, seq_len, stride;
 };
 
 // Loss and perplexity of raw text: tokenized as prepare tokenizes a corpus, then every token
-// after the first scored once (train/trainer.h, evaluate_every_token).
+// after the first scored once, in sliding windows (train/trainer.h, evaluate_every_token).
 void print_text_loss(Model& model, const std::string& dir, const TextEval& o) {
   std::string tokenizer_path = o.tokenizer;
   if (tokenizer_path.empty()) tokenizer_path = (std::filesystem::path(dir) / "tokenizer.model");
@@ -43,7 +43,7 @@ void print_text_loss(Model& model, const std::string& dir, const TextEval& o) {
   check_tokens_below(tokens, model.config().vocab_size, o.text);
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 2) throw error(o.text, " holds ", n, " token(s): at least 2 are needed for one target");
-  const TokenScore score = evaluate_every_token(model, tokens, o.batch_size, o.seq_len);
+  const TokenScore score = evaluate_every_token(model, tokens, o.batch_size, o.seq_len, o.stride);
   std::printf("%s\n", nlohmann::json({{"checkpoint", dir},
                                       {"text", o.text},
                                       {"tokens", n},
@@ -51,6 +51,7 @@ void print_text_loss(Model& model, const std::string& dir, const TextEval& o) {
                                       {"sequences", score.sequences},
                                       {"batch_size", o.batch_size},
                                       {"seq_len", o.seq_len},
+                                      {"stride", std::min(o.stride, o.seq_len)},
                                       {"loss", score.loss},
                                       {"perplexity", std::exp(score.loss)}})
                           .dump()
@@ -64,7 +65,7 @@ void add_eval(CLI::App& app) {
   add_device_option(*cmd);
   struct Args {
     std::string checkpoint, data, text, tokenizer, precision = "fp32";
-    int64_t batch_size = 8, seq_len = 256, eval_batches = 20;
+    int64_t batch_size = 8, seq_len = 256, eval_batches = 20, stride = 0;
     bool allow_tokenizer_change = false;
   };
   auto a = std::make_shared<Args>();
@@ -83,6 +84,12 @@ void add_eval(CLI::App& app) {
                   "with --text: sentencepiece model (default: the checkpoint's)");
   cmd->add_option("--batch-size,-b", a->batch_size, "sequences per window")->check(at_least(1));
   cmd->add_option("--seq-len,-t", a->seq_len, "tokens per sequence")->check(at_least(1));
+  computed_default(cmd->add_option(
+                       "--stride", a->stride,
+                       "--text: the windows of -t tokens advance by this many, each scoring only "
+                       "the tokens no earlier one did, with the rest as context (default: half of "
+                       "-t; -t itself: consecutive windows, batched)"))
+      ->check(at_least(1));
   auto* batches = cmd->add_option("--eval-batches", a->eval_batches,
                                   "--data: windows from token 0 (fewer when the shard holds "
                                   "fewer, with a warning)")
@@ -129,7 +136,8 @@ void add_eval(CLI::App& app) {
     }
     if (batches->count() + batches_alias->count() > 0)
       warn("eval --text scores every token of the text; --eval-batches is ignored");
-    print_text_loss(model, dir, {a->text, a->tokenizer, a->batch_size, a->seq_len});
+    const int64_t stride = a->stride > 0 ? a->stride : std::max<int64_t>(1, a->seq_len / 2);
+    print_text_loss(model, dir, {a->text, a->tokenizer, a->batch_size, a->seq_len, stride});
   });
 }
 

@@ -290,9 +290,9 @@ int64_t eval_windows(const std::string& shard_path, int64_t batch_size, int64_t 
 }
 
 TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens,
-                                int64_t batch_size, int64_t seq_len) {
+                                int64_t batch_size, int64_t seq_len, int64_t stride) {
   const auto targets = static_cast<int64_t>(tokens.size()) - 1;
-  BOOSTLM_ASSERT_MSG(targets >= 1 && batch_size >= 1 && seq_len >= 1,
+  BOOSTLM_ASSERT_MSG(targets >= 1 && batch_size >= 1 && seq_len >= 1 && stride >= 1,
                      "evaluate_every_token needs 2 tokens and a window shape");
   Pipeline pipeline(model);
   TokenScore score;
@@ -305,6 +305,27 @@ TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens
     score.tokens += rows * length;
     score.sequences += rows;
   };
+  if (stride < seq_len && targets > seq_len) {
+    // Sliding windows [start, end) of targets; [start, scored) was scored by the windows before.
+    int64_t scored = 0;
+    for (int64_t start = 0; scored < targets; start += stride) {
+      const int64_t end = std::min(start + seq_len, targets);
+      const int64_t context = scored - start;  // targets of this window already scored
+      const double whole = pipeline.forward({tokens.data() + start, tokens.data() + start + 1}, 1,
+                                            end - start);
+      double fresh = whole * static_cast<double>(end - start);
+      if (context > 0)
+        fresh -= static_cast<double>(pipeline.forward(
+                     {tokens.data() + start, tokens.data() + start + 1}, 1, context)) *
+                 static_cast<double>(context);
+      total += fresh;
+      score.tokens += end - scored;
+      score.sequences += 1;
+      scored = end;
+    }
+    score.loss = total / static_cast<double>(score.tokens);
+    return score;
+  }
   int64_t start = 0;
   for (; targets - start >= batch_size * seq_len; start += batch_size * seq_len)
     run(start, batch_size, seq_len);

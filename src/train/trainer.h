@@ -93,15 +93,21 @@ double evaluate_tokens(Model& model, const std::vector<int32_t>& tokens, int64_t
 int64_t eval_windows(const std::string& shard_path, int64_t batch_size, int64_t seq_len,
                      int64_t asked);
 
-// The mean loss over every token of `tokens` after the first (at least 2 tokens): consecutive,
-// non-overlapping sequences of seq_len, batch_size at a time, then the rest in shorter ones, so
-// that each token is predicted once, from the sequence it falls in (eval --text).
+// The mean loss over every token of `tokens` after the first (at least 2 tokens; eval --text).
 struct TokenScore {
   double loss = 0;        // mean over the scored tokens
   int64_t tokens = 0;     // targets scored: every token but the first
-  int64_t sequences = 0;  // sequences they were scored in
+  int64_t sequences = 0;  // sequences (windows) they were scored in
 };
+// Every target after the first is scored once. With stride >= seq_len, in consecutive sequences
+// of seq_len (batch_size at a time, then the rest in shorter ones), each token seeing only its
+// sequence's earlier tokens. With
+// stride < seq_len, in sliding windows of seq_len that advance by stride, one at a time: a window
+// scores only the targets no earlier window scored, each with at least seq_len - stride tokens of
+// context (Hugging Face's perplexity recipe). The loss has no per-token form, so a window's new
+// targets are its whole loss less that of its already-scored prefix, run alone: causal attention
+// gives those prefix targets the same values in both (up to rounding), two forwards a window.
 TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens,
-                                int64_t batch_size, int64_t seq_len);
+                                int64_t batch_size, int64_t seq_len, int64_t stride);
 
 }  // namespace boostlm

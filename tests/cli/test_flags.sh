@@ -94,15 +94,24 @@ grep -qF "$data/val.bin holds $val_tokens tokens: $held window(s) of 2x16+1, few
   <<< "$out" || fail "eval, too many windows: no warning: $out"
 grep -q "\"batches\":$held," <<< "$out" || fail "eval, too many windows: JSON: $out"
 
-# 7: eval --text scores every token (but the first), in sequences of -t.
+# 7: eval --text scores every token (but the first) once: by default in sliding windows of -t
+# advancing by half of it; --stride -t gives consecutive sequences of -t.
 head -60 "$work/text.txt" > "$work/some.txt"
 out=$("$boostlm" eval --checkpoint "$work/run" --text "$work/some.txt" -b 2 -t 16 2>&1) ||
   fail "eval --text: $out"
 python3 -c "
 import json, sys
 j = json.loads(sys.argv[1].splitlines()[-1])
-assert j['evaluated_tokens'] == j['tokens'] - 1 and j['tokens'] > 2 * 16 * 3, j
-assert j['sequences'] == -(-(j['tokens'] - 1) // 16), j" "$out" || fail "eval --text: $out"
+n = j['tokens'] - 1
+assert j['evaluated_tokens'] == n and n > 2 * 16 * 3 and j['stride'] == 8, j
+assert j['sequences'] == 1 + -(-(n - 16) // 8), j" "$out" || fail "eval --text: $out"
+out=$("$boostlm" eval --checkpoint "$work/run" --text "$work/some.txt" -b 2 -t 16 --stride 16 2>&1) ||
+  fail "eval --text --stride 16: $out"
+python3 -c "
+import json, sys
+j = json.loads(sys.argv[1].splitlines()[-1])
+assert j['evaluated_tokens'] == j['tokens'] - 1 and j['stride'] == 16, j
+assert j['sequences'] == -(-(j['tokens'] - 1) // 16), j" "$out" || fail "eval --text --stride 16: $out"
 
 # 8: eval -d takes the prepared directory (its val.bin) or a shard, with the same result.
 loss_of() { "$boostlm" eval --checkpoint "$work/run" "$@" "${small[@]}" --eval-batches 2 2> /dev/null |

@@ -3,11 +3,14 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "engine/model.h"
@@ -367,6 +370,50 @@ TEST(Trainer, AFailedSaveKeepsTheLastCheckpoint) {
   verify_checkpoint(run + "/checkpoints/step_000002");
   for (const auto& e : fs::directory_iterator(run + "/checkpoints"))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+}  // namespace
+}  // namespace boostlm
+
+namespace boostlm {
+namespace {
+
+// eval --text's sliding windows (evaluate_every_token with stride < seq_len): every target after
+// the first is scored once, in 1 + ceil((targets - T) / S) windows; one window when T covers the
+// text, the same as the consecutive path; and, in a model where attention is off (every o_proj
+// zero, so a token's prediction does not depend on its context), the same mean loss as
+// consecutive windows: a window that double-counted or skipped its already-scored prefix would
+// not be. With attention on, context changes the loss.
+TEST(Trainer, EvalTextSlidingWindowsScoreEveryTokenOnce) {
+  Model model(testing::tiny_config(), DType::f32);
+  model.init_weights(3);
+  std::vector<int32_t> tokens(101);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + i / 5) % 64);
+  const int64_t targets = 100, T = 16;
+  for (int64_t S : {1, 4, 8, 15}) {
+    const TokenScore sliding = evaluate_every_token(model, tokens, 2, T, S);
+    EXPECT_EQ(sliding.tokens, targets) << S;
+    EXPECT_EQ(sliding.sequences, 1 + (targets - T + S - 1) / S) << S;
+  }
+  const std::vector<int32_t> short_text(tokens.begin(), tokens.begin() + 30);
+  EXPECT_EQ(evaluate_every_token(model, short_text, 2, 32, 8).loss,
+            evaluate_every_token(model, short_text, 2, 32, 32).loss);
+  const TokenScore consecutive = evaluate_every_token(model, tokens, 2, T, T);
+  EXPECT_GT(std::abs(evaluate_every_token(model, tokens, 2, T, 4).loss - consecutive.loss), 1e-4)
+      << "context should change the loss of an untrained model with attention on";
+
+  {
+    const DeviceAccess access("test: zero the attention outputs");
+    for (const auto& p : model.params().entries())
+      if (p.name.find("o_proj.cola_b") != std::string::npos)
+        std::fill_n(model.weights().view(p), p.numel, 0.0f);
+  }
+  const double blind = evaluate_every_token(model, tokens, 2, T, T).loss;
+  for (int64_t S : {1, 4, 8, 15}) {
+    // Within fp32 rounding of sums of ~16 per-token losses (a double-counted or skipped token
+    // moves the mean by about 1/100 of a token's loss, ~4e-2).
+    EXPECT_NEAR(evaluate_every_token(model, tokens, 2, T, S).loss, blind, 1e-5 * blind) << S;
+  }
 }
 
 }  // namespace
