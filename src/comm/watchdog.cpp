@@ -1,5 +1,6 @@
 #include "comm/watchdog.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,6 +57,10 @@ struct Monitor {
 };
 Monitor g_monitor;
 
+// set_watchdog_log's path, read by fire() without a lock: written before the monitor can fire for
+// the step that uses it, and never freed (a leaked copy per call, a handful per process).
+std::atomic<const char*> g_log_path{nullptr};
+
 // Runs on the monitor thread, while the main thread is blocked in MPI: no MPI, no stdio locks
 // (the message goes out with one write), no destructors (_exit).
 [[noreturn]] void fire(const char* group, const char* operation, int64_t bytes, double timeout_s) {
@@ -75,8 +80,17 @@ Monitor g_monitor;
       g_rank.load(), operation ? operation : "?", static_cast<long long>(bytes),
       group ? group : "?", timeout_s, where, kWatchdogExitCode);
   if (n > 0) {
-    const ssize_t ignored = write(STDERR_FILENO, message, std::min<size_t>(n, sizeof message - 1));
+    const size_t length = std::min<size_t>(n, sizeof message - 1);
+    const ssize_t ignored = write(STDERR_FILENO, message, length);
     (void)ignored;
+    if (const char* path = g_log_path.load(); path != nullptr && *path != '\0') {
+      const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        const ssize_t written = write(fd, message, length);  // one write: lines do not interleave
+        (void)written;
+        close(fd);
+      }
+    }
   }
   _exit(kWatchdogExitCode);
 }
@@ -106,6 +120,10 @@ void monitor_loop() {
 }
 
 }  // namespace
+
+void set_watchdog_log(const std::string& path) {
+  g_log_path.store((new std::string(path))->c_str());
+}
 
 void configure_watchdog(double timeout_s) {
   g_timeout_ns.store(timeout_s > 0 ? static_cast<int64_t>(timeout_s * 1e9) : 0);

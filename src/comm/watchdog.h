@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace boostlm {
 
@@ -28,6 +29,11 @@ void configure_watchdog(double timeout_s);
 double watchdog_timeout_s();
 // The training step in progress, for the message (-1: not in the training loop).
 void set_watchdog_step(int64_t step);
+// Also appends the message, when it fires, to this file (a run's `watchdog.log`; "" for none):
+// mpirun forwards a rank's last words only if it is still listening, and a job that ends because a
+// link or host died can lose them (CTest cluster_train saw it). Opened only then, so the file needs
+// to exist by then, not now.
+void set_watchdog_log(const std::string& path);
 // Stops and joins the monitor thread (mpi_stop calls it; configure_watchdog starts it again).
 void stop_watchdog();
 

@@ -474,6 +474,7 @@ TrainingRun::TrainingRun(const TrainOptions& given)
       metrics_ = open_run_directory(run_dir_, config_, resume_dir_, state_.step, o.overwrite);
     });
   }
+  set_watchdog_log((run_dir_ / "watchdog.log").string());  // every rank: mpirun may lose stderr
   // Model FLOPs of the whole job's step (every DP replica), against every rank's GEMM peak.
   step_flops_ =
       model_flops(config_, o.batch_size, o.seq_len).training() * o.grad_accum * grid_.shape().dp;

@@ -136,15 +136,19 @@ cut_link() {
   ((took <= 10)) || fail "link cut: the ranks took ${took}s to end (watchdog 3 s)"
   # mpirun forwards the ranks' last words a moment after they end: wait for them (up to 5 s)
   # before ending it. Ended at once, it lost them in one CI run (and then crashed on the signal).
+  # The ranks also append it to the run's watchdog.log, which does not depend on mpirun.
   for _ in $(seq 1 50); do
-    grep -q "communication watchdog: " "$work/cut.log" && break
+    grep -q "communication watchdog: " "$work/cut.log" "$work/cut/watchdog.log" 2> /dev/null && break
     sleep 0.1
   done
   pkill -f "^mpirun .*-o $work/cut "
   wait "$pid"
   ip netns exec "$cluster_name-h1" ip link set eth0 up
-  grep -q "communication watchdog: .* on group tp has not completed within 3 s" "$work/cut.log" ||
+  grep -q "communication watchdog: .* on group tp has not completed within 3 s" "$work/cut.log" \
+    "$work/cut/watchdog.log" 2> /dev/null ||
     fail "link cut: no watchdog message naming the group: $(tail -3 "$work/cut.log")"
+  grep -q "communication watchdog: .* on group tp" "$work/cut/watchdog.log" ||
+    fail "link cut: the run's watchdog.log lacks the message"
   latest=$(cat "$work/cut/checkpoints/latest")
   timeout 60 "$boostlm" train -d "$work/data" -o "$work/cut" --resume "$work/cut" -t "$seq" -b 4 \
     --steps $((10#${latest#step_} + 1)) --eval-interval 0 --eval-batches 1 > "$work/cut_resume.log" 2>&1 ||
