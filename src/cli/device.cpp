@@ -19,7 +19,8 @@ void add_device_option(CLI::App& cmd) {
          "--device", [](const std::string& name) { select_device(parse_device(name)); },
          "where the arrays live and kernels run: cpu, cpu-checked (cpu, with any host access to "
          "the engine's buffers outside a kernel, collective or named copy crashing at its line: "
-         "the test that the engine is ready for a GPU) or cuda (refused, with the reason, until the engine dispatches to the CUDA kernels)")
+         "the test that the engine is ready for a GPU) or cuda (refused, with the reason, until "
+         "the engine dispatches to the CUDA kernels)")
       ->default_str("cpu")
       ->check(CLI::IsMember({"cpu", "cpu-checked", "cuda"}));
 }

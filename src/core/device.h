@@ -41,8 +41,9 @@ Device current_device();
 using CudaProbe = int (*)(std::string* why_none);
 void set_cuda_probe(CudaProbe probe);
 
-// A backend call or a named copy: device memory is reachable while one is open. `what` names it in
-// the checking mode's messages. Costs one relaxed atomic load when the checking mode is off.
+// A backend call or a named copy: device memory is reachable while one is open. `what` names it
+// for the reader of the call site (the fault handler cannot know which scope was missing). Costs
+// one relaxed atomic load when the checking mode is off.
 class DeviceAccess {
  public:
   explicit DeviceAccess(const char* what = nullptr);

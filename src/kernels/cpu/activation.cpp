@@ -211,7 +211,6 @@ void silu_rounded(const In* x, int64_t n, bf16_t* y) {
 }  // namespace
 
 void silu_forward_bf16(const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y) {
-  const DeviceAccess access("silu_forward_bf16");
   silu_rounded(x, rows * cols, y);
 }
 
@@ -222,7 +221,6 @@ void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols,
 }
 
 void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y) {
-  const DeviceAccess access("silu_forward_bf16");
   silu_rounded(x, rows * cols, y);
 }
 

@@ -11,14 +11,12 @@ namespace boostlm {
 
 void embedding_forward(const int32_t* tokens, int64_t n, const float* weight, int64_t V, int64_t D,
                        float* out) {
-  const DeviceAccess access("embedding_forward");
   for (int64_t i = 0; i < n; ++i) BOOSTLM_ASSERT(tokens[i] >= 0 && tokens[i] < V);
   embedding_shard_forward(tokens, n, weight, 0, V, D, out);
 }
 
 void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t V, int64_t D,
                         float* dweight) {
-  const DeviceAccess access("embedding_backward");
   embedding_shard_backward(tokens, n, dout, 0, V, D, dweight);
 }
 

@@ -64,7 +64,6 @@ void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float*
 
 void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                      float eps, float* y, int64_t ldy, float* rstd) {
-  const DeviceAccess access("rmsnorm_forward");
   rmsnorm_partial_sum_squares(x, ldx, rows, D, rstd);  // rstd holds Σx² until the next line
   rmsnorm_rstd(rstd, rows, D, eps, rstd);
   rmsnorm_apply(x, ldx, gamma, rstd, rows, D, y, ldy);
@@ -141,7 +140,6 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate) {
-  const DeviceAccess access("rmsnorm_backward");
   Buffer<float> dot(rows);
   rmsnorm_partial_backward_dot(dy, lddy, x, ldx, gamma, rows, D, dot.data());
   rmsnorm_backward_apply(dy, lddy, x, ldx, gamma, rstd, dot.data(), rows, D, D, dx, lddx, dgamma,

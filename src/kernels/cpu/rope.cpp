@@ -10,7 +10,6 @@
 namespace boostlm {
 
 RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta) {
-  const DeviceAccess access("make_rope_table");
   BOOSTLM_ASSERT(head_dim % 2 == 0);
   RopeTable t;
   t.max_pos = max_pos;
