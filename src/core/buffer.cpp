@@ -24,9 +24,10 @@ std::size_t buffer_bytes(std::size_t elements, std::size_t element_bytes) {
 }
 
 // The aligned operator new, so that core/heap counts buffers with the engine's other memory (the
-// benchmarks' peak includes weights, gradients and moments). A backend with memory of its own
-// replaces these two functions.
+// benchmarks' peak includes weights, gradients and moments); the checked arena under
+// --device cpu-checked; a backend's own allocation once it registered its DeviceMemory.
 void* allocate_buffer(std::size_t bytes) {
+  if (const DeviceMemory* memory = registered_device_memory()) return memory->allocate(bytes);
   if (device_memory_checked()) return checked_allocate(bytes);
   void* block = ::operator new(bytes == 0 ? kBufferAlignment : bytes,
                                std::align_val_t{kBufferAlignment}, std::nothrow);
@@ -37,6 +38,10 @@ void* allocate_buffer(std::size_t bytes) {
 }
 
 void free_buffer(void* block) noexcept {
+  if (const DeviceMemory* memory = registered_device_memory()) {
+    if (block != nullptr) memory->release(block);
+    return;
+  }
   if (block != nullptr && device_memory_checked() && checked_free(block)) return;
   ::operator delete(block, std::align_val_t{kBufferAlignment});
 }

@@ -4,7 +4,8 @@
 // Every buffer is 64 bytes aligned (a cache line, a full AVX-512 vector), zero-initialised and
 // move-only (a copy of an activation buffer is always a mistake), and is allocated through one pair
 // of functions, allocate_buffer / free_buffer. Its contents are device memory (core/device.h): the
-// zeroing, filling and copying its own members do are backend operations (DeviceAccess scopes);
+// zeroing, filling and copying its own members do are the device's operations (device_zero,
+// device_copy, device_upload: core/device.h);
 // data(), [] and the iterators give pointers that only kernels, collectives and named copies may
 // dereference. The interface is std::vector's
 // where the engine uses it (data, size, empty, resize that keeps the values and zeroes new ones,
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/device.h"
 
@@ -75,16 +77,20 @@ class Buffer {
   // Keeps the first min(size, n) values and zeroes the rest, as std::vector does; shrinking keeps
   // the memory, so a scratch buffer resized to each call's need allocates only when it grows.
   void resize(std::size_t n) {
-    const DeviceAccess access("Buffer::resize");  // a memset on the device (cudaMemsetAsync)
     if (n > capacity_) reallocate(n, size_);
-    if (n > size_) std::memset(static_cast<void*>(data_ + size_), 0, (n - size_) * sizeof(T));
+    if (n > size_) device_zero(data_ + size_, (n - size_) * sizeof(T));
     size_ = n;
   }
-  // n copies of value (the old values are not kept).
+  // n copies of value (the old values are not kept): staged on the host and uploaded unless zero.
   void assign(std::size_t n, T value) {
-    const DeviceAccess access("Buffer::assign");  // a fill kernel on the device
     if (n > capacity_) reallocate(n, 0);
-    std::fill_n(data_, n, value);
+    const T zero{};
+    if (std::memcmp(&value, &zero, sizeof(T)) == 0) {
+      device_zero(data_, n * sizeof(T));
+    } else {
+      const std::vector<T> values(n, value);
+      device_upload(data_, values.data(), n * sizeof(T));
+    }
     size_ = n;
   }
   void clear() { size_ = 0; }
@@ -93,7 +99,7 @@ class Buffer {
   // A block for n elements holding the first `keep` old ones.
   void reallocate(std::size_t n, std::size_t keep) {
     T* block = static_cast<T*>(allocate_buffer(buffer_bytes(n, sizeof(T))));
-    if (keep) std::memcpy(static_cast<void*>(block), data_, keep * sizeof(T));
+    if (keep) device_copy(block, data_, keep * sizeof(T));
     free_buffer(data_);
     data_ = block;
     capacity_ = n;

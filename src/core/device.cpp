@@ -27,10 +27,10 @@ constexpr std::size_t kArenaBytes = std::size_t{1} << 36;  // 64 GiB of address 
 struct Arena {
   std::mutex mutex;
   char* base = nullptr;
-  std::size_t high_water = 0;                // bytes ever handed out from base
-  std::map<std::size_t, std::size_t> free;   // offset -> bytes, coalesced
-  std::map<std::size_t, std::size_t> used;   // offset -> bytes
-  int open = 0;                              // DeviceAccess scopes open, all threads
+  std::size_t high_water = 0;               // bytes ever handed out from base
+  std::map<std::size_t, std::size_t> free;  // offset -> bytes, coalesced
+  std::map<std::size_t, std::size_t> used;  // offset -> bytes
+  int open = 0;                             // DeviceAccess scopes open, all threads
 };
 Arena& arena() {
   static Arena a;
@@ -72,8 +72,8 @@ void start_checking() {
   Arena& a = arena();
   std::lock_guard<std::mutex> lock(a.mutex);
   if (a.base != nullptr) return;
-  void* p = mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void* p =
+      mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     throw error("--device cpu-checked: cannot reserve ", kArenaBytes >> 30,
                 " GiB of address space for the checked arena: ", std::strerror(errno));
@@ -113,14 +113,19 @@ Device parse_device(const std::string& name) {
 
 std::string to_string(Device device) {
   switch (device) {
-    case Device::cpu: return "cpu";
-    case Device::cpu_checked: return "cpu-checked";
-    case Device::cuda: return "cuda";
+    case Device::cpu:
+      return "cpu";
+    case Device::cpu_checked:
+      return "cpu-checked";
+    case Device::cuda:
+      return "cuda";
   }
   return "?";
 }
 
-void set_cuda_probe(CudaProbe probe) { g_cuda_probe = probe; }
+void set_cuda_probe(CudaProbe probe) {
+  g_cuda_probe = probe;
+}
 
 void select_device(Device device) {
   if (device == Device::cuda) refuse_cuda();
@@ -128,9 +133,13 @@ void select_device(Device device) {
   g_device.store(device);
 }
 
-Device current_device() { return g_device.load(); }
+Device current_device() {
+  return g_device.load();
+}
 
-bool device_memory_checked() { return g_checked.load(std::memory_order_relaxed); }
+bool device_memory_checked() {
+  return g_checked.load(std::memory_order_relaxed);
+}
 
 DeviceAccess::DeviceAccess(const char*) : counted_(device_memory_checked()) {
   if (!counted_) return;
@@ -201,6 +210,53 @@ bool checked_free(void* block) {
   }
   a.free[offset] = bytes;
   return true;
+}
+
+}  // namespace boostlm
+
+namespace boostlm {
+
+namespace {
+const DeviceMemory* g_memory = nullptr;
+}  // namespace
+
+void use_device_memory(const DeviceMemory* memory) {
+  g_memory = memory;
+}
+const DeviceMemory* registered_device_memory() {
+  return g_memory;
+}
+
+bool device_memory_in_place() {
+  return g_memory == nullptr && !device_memory_checked();
+}
+
+void device_zero(void* dst, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (g_memory) return g_memory->zero(dst, bytes);
+  const DeviceAccess access("device_zero");
+  std::memset(dst, 0, bytes);
+}
+
+void device_copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (g_memory) return g_memory->copy(dst, src, bytes);
+  const DeviceAccess access("device_copy");
+  std::memmove(dst, src, bytes);
+}
+
+void device_download(void* host, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (g_memory) return g_memory->download(host, src, bytes);
+  const DeviceAccess access("device_download");
+  std::memcpy(host, src, bytes);
+}
+
+void device_upload(void* dst, const void* host, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (g_memory) return g_memory->upload(dst, host, bytes);
+  const DeviceAccess access("device_upload");
+  std::memcpy(dst, host, bytes);
 }
 
 }  // namespace boostlm

@@ -14,7 +14,10 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "core/profile.h"
 
@@ -55,6 +58,76 @@ class DeviceAccess {
   bool counted_;
 };
 
+// ---- The device's memory outside kernels: what a Buffer's own members and the named copies do.
+//
+// On --device cpu these are host calls on host memory (memset, memcpy), and a named copy uses the
+// memory in place. Everywhere else (cpu-checked, a GPU) a named copy stages the values through
+// host memory (HostView below), so the checking mode runs the path a GPU takes. A GPU backend
+// registers its operations (cudaMemsetAsync and cudaMemcpyAsync on the engine's stream, its pool's
+// allocation) with use_device_memory before the first Buffer is allocated.
+struct DeviceMemory {
+  const char* name = nullptr;
+  void* (*allocate)(std::size_t bytes) = nullptr;  // kBufferAlignment-aligned and zeroed
+  void (*release)(void* block) = nullptr;
+  void (*zero)(void* dst, std::size_t bytes) = nullptr;
+  void (*copy)(void* dst, const void* src, std::size_t bytes) = nullptr;  // within the device
+  // Between the device and host memory; they return when the host's side may be used.
+  void (*download)(void* host, const void* src, std::size_t bytes) = nullptr;
+  void (*upload)(void* dst, const void* host, std::size_t bytes) = nullptr;
+};
+// `memory` must outlive its use (a backend's static); null: host memory again (cpu, cpu-checked).
+void use_device_memory(const DeviceMemory* memory);
+const DeviceMemory* registered_device_memory();
+
+// Whether a named copy may use device memory in place: --device cpu alone.
+bool device_memory_in_place();
+void device_zero(void* dst, std::size_t bytes);
+void device_copy(void* dst, const void* src, std::size_t bytes);
+void device_download(void* host, const void* src, std::size_t bytes);
+void device_upload(void* dst, const void* host, std::size_t bytes);
+
+// A named copy: `n` elements of device memory as the host sees them, for checkpoint I/O,
+// parameter initialisation and metrics. In place on --device cpu (inside a DeviceAccess scope
+// held as long as the view); elsewhere a host copy, downloaded when the view is made (read,
+// read_write). A view that writes (write, read_write) takes effect on upload(), which a view of
+// device memory needs and one in place does without.
+enum class HostAccess { read, write, read_write };
+
+template <class T>
+class HostView {
+ public:
+  HostView(T* device, std::size_t n, HostAccess access, const char* what)
+      : device_(device), n_(n), access_(access), in_place_(device_memory_in_place()) {
+    if (in_place_) {
+      scope_.emplace(what);
+      host_ = device;
+      return;
+    }
+    staged_.resize(n);
+    if (access != HostAccess::write) device_download(staged_.data(), device, n * sizeof(T));
+    host_ = staged_.data();
+  }
+  HostView(const HostView&) = delete;
+  HostView& operator=(const HostView&) = delete;
+
+  void upload() {
+    if (!in_place_ && access_ != HostAccess::read)
+      device_upload(const_cast<std::remove_const_t<T>*>(device_), staged_.data(), n_ * sizeof(T));
+  }
+  T* data() const { return host_; }
+  std::size_t size() const { return n_; }
+  T& operator[](std::size_t i) const { return host_[i]; }
+
+ private:
+  T* device_;
+  std::size_t n_;
+  HostAccess access_;
+  bool in_place_;
+  std::optional<DeviceAccess> scope_;
+  std::vector<std::remove_const_t<T>> staged_;
+  T* host_ = nullptr;
+};
+
 // The checking mode's arena (core/buffer.cpp's allocator calls these when it is on).
 bool device_memory_checked();
 void* checked_allocate(std::size_t bytes);  // page-aligned, zeroed
@@ -62,6 +135,8 @@ bool checked_free(void* block);             // false: not from the arena
 }  // namespace boostlm
 
 // A kernel's entry: its time under `name` (core/profile.h) and access to device memory.
-#define BOOSTLM_KERNEL(name)                                                       \
-  BOOSTLM_PHASE(name);                                                             \
-  const ::boostlm::DeviceAccess BOOSTLM_CONCAT(device_access_, __LINE__) { name }
+#define BOOSTLM_KERNEL(name)                                               \
+  BOOSTLM_PHASE(name);                                                     \
+  const ::boostlm::DeviceAccess BOOSTLM_CONCAT(device_access_, __LINE__) { \
+    name                                                                   \
+  }

@@ -66,16 +66,16 @@ int64_t ParamTable::parameter_count() const {
 }
 
 void FlatBuffer::zero() {
-  const DeviceAccess access("FlatBuffer::zero");  // a memset on the device
-  if (!data_.empty()) std::memset(data_.data(), 0, data_.size() * sizeof(float));
+  device_zero(data_.data(), data_.size() * sizeof(float));
 }
 
 void init_parameters(const ParamTable& table, FlatBuffer& weights, uint64_t seed) {
   // A named copy: the values are drawn on the host (per-name RNG streams, identical whatever the
-  // device), so a GPU backend fills a host staging buffer and uploads it.
-  const DeviceAccess access("parameter initialisation");
+  // device) and uploaded.
+  HostView<float> host(weights.data(), weights.size(), HostAccess::write,
+                       "parameter initialisation");
   for (const auto& p : table.entries()) {
-    float* out = weights.view(p);
+    float* out = host.data() + p.offset;
     switch (p.init) {
       case Init::ones:
         std::fill(out, out + p.numel, 1.0f);
@@ -107,6 +107,7 @@ void init_parameters(const ParamTable& table, FlatBuffer& weights, uint64_t seed
       }
     }
   }
+  host.upload();
 }
 
 }  // namespace boostlm

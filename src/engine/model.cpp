@@ -497,7 +497,7 @@ void Model::gather_full(const FlatBuffer& local, FlatBuffer& full) {
   if (pp_->size() == 1) return;
   // Each stage holds its own tensors: zero the others and sum over the stages.
   for (const auto& p : full_table_.entries())
-    if (!table_.find(p.name)) std::fill_n(full.view(p), p.numel, 0.0f);
+    if (!table_.find(p.name)) device_zero(full.view(p), p.numel * sizeof(float));
   pp_->all_reduce(full.data(), full.size());
 }
 

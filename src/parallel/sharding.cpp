@@ -1,5 +1,6 @@
 #include "parallel/sharding.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/buffer.h"
@@ -28,7 +29,7 @@ Split split_of(const ParamInfo& info) {
 
 void gather_tensor(const ParamInfo& info, const float* local, float* full, Communicator& tp) {
   if (info.shard_axis < 0) {
-    std::memcpy(full, local, info.numel * sizeof(float));
+    copy_values(local, info.numel, full);
     return;
   }
   const Split s = split_of(info);
@@ -51,7 +52,9 @@ void slice_tensor(const ParamInfo& info, const float* full, float* local) {
   }
   const Split s = split_of(info);
   const int64_t run = s.local_axis * s.inner;
-  copy_columns(full + info.shard_begin * s.inner, s.full_axis * s.inner, s.outer, run, local, run);
+  for (int64_t o = 0; o < s.outer; ++o)
+    std::copy_n(full + o * s.full_axis * s.inner + info.shard_begin * s.inner, run,
+                local + o * run);
 }
 
 }  // namespace boostlm

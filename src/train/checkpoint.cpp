@@ -22,14 +22,20 @@ namespace {
 
 constexpr const char* kChecksums = "checksums.json";
 
-std::vector<TensorToWrite> tensors_of(const ParamTable& table, const FlatBuffer& buffer,
+// The tensors of `table` in a host copy of a flat buffer (HostView).
+std::vector<TensorToWrite> tensors_of(const ParamTable& table, const float* host,
                                       const std::string& suffix) {
   std::vector<TensorToWrite> out;
   for (const auto& p : table.entries()) {
     BOOSTLM_ASSERT_MSG(p.shard_axis < 0, "checkpoints hold full tensors; gather shards first");
-    out.push_back({p.name + suffix, p.shape, buffer.view(p)});
+    out.push_back({p.name + suffix, p.shape, host + p.offset});
   }
   return out;
+}
+
+// A named copy: the host's view of a flat buffer for writing it to a file (a download).
+HostView<const float> host_copy(const FlatBuffer& buffer) {
+  return HostView<const float>(buffer.data(), buffer.size(), HostAccess::read, "checkpoint save");
 }
 
 // Reads the full tensor `name` and keeps this rank's slice of it.
@@ -55,9 +61,12 @@ void write_json(const fs::path& path, const nlohmann::json& json, nlohmann::json
 // Every file of a checkpoint, written into `temp`, with checksums.json last.
 void write_checkpoint_files(const fs::path& temp, const CheckpointWrite& what) {
   nlohmann::json checksums = nlohmann::json::object();
-  checksums["model.safetensors"] = Checksum64::hex(write_safetensors(
-      (temp / "model.safetensors").string(), tensors_of(*what.table, *what.weights, ""),
-      {{"format", "pt"}, {"producer", "boostlm"}}));
+  {
+    const auto weights = host_copy(*what.weights);
+    checksums["model.safetensors"] = Checksum64::hex(write_safetensors(
+        (temp / "model.safetensors").string(), tensors_of(*what.table, weights.data(), ""),
+        {{"format", "pt"}, {"producer", "boostlm"}}));
+  }
   nlohmann::json config = hf_config(*what.config);
   if (what.config_extra.is_object()) config.update(what.config_extra);
   write_json(temp / "config.json", config, checksums);
@@ -69,8 +78,9 @@ void write_checkpoint_files(const fs::path& temp, const CheckpointWrite& what) {
     file.commit();
   }
   if (what.exp_avg && what.exp_avg_sq && what.state) {
-    std::vector<TensorToWrite> moments = tensors_of(*what.table, *what.exp_avg, ".exp_avg");
-    for (auto& t : tensors_of(*what.table, *what.exp_avg_sq, ".exp_avg_sq")) moments.push_back(t);
+    const auto m = host_copy(*what.exp_avg), v = host_copy(*what.exp_avg_sq);
+    std::vector<TensorToWrite> moments = tensors_of(*what.table, m.data(), ".exp_avg");
+    for (auto& t : tensors_of(*what.table, v.data(), ".exp_avg_sq")) moments.push_back(t);
     checksums["optimizer.safetensors"] =
         Checksum64::hex(write_safetensors((temp / "optimizer.safetensors").string(), moments));
     const nlohmann::json state = {{"step", what.state->step},
@@ -114,8 +124,6 @@ nlohmann::json hf_config(const ModelConfig& c) {
 void gather_full_state(Model& model, AdamW& optimizer, ZeroStage1* zero, FlatBuffer& local_m,
                        FlatBuffer& local_v, FlatBuffer& full_weights, FlatBuffer& full_m,
                        FlatBuffer& full_v) {
-  // A named copy: the full tensors are assembled for the host to write (a download on a GPU).
-  const DeviceAccess access("checkpoint save");
   model.gather_full(model.weights(), full_weights);
   if (zero) {
     zero->all_gather_range(optimizer.first_moment(), local_m);
@@ -146,7 +154,6 @@ CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer,
 
 void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
   BOOSTLM_ASSERT(what.config && what.table && what.weights);
-  const DeviceAccess access("checkpoint save");  // the host writes the tensors to the files
   const fs::path final_dir = fs::absolute(dir).lexically_normal();
   const fs::path parent = final_dir.parent_path();
   fs::create_directories(parent);
@@ -242,15 +249,18 @@ ModelConfig read_checkpoint_config(const std::string& dir) {
 }
 
 void load_checkpoint_weights(const std::string& dir, Model& model) {
-  const DeviceAccess access("checkpoint load");  // tensors read into the weights (an upload)
   if (is_hf_directory(dir)) return load_hf_weights(dir, model.params(), model.weights());
   const std::string path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsReader reader(path);
+  // A named copy: the tensors are read on the host and uploaded.
+  HostView<float> weights(model.weights().data(), model.weights().size(), HostAccess::write,
+                          "checkpoint load");
   std::vector<float> scratch;
   for (const auto& p : model.params().entries()) {
     if (!reader.has(p.name)) throw error("checkpoint: ", path, " is missing tensor '", p.name, "'");
-    read_slice(reader, p.name, p, model.weights().view(p), scratch);
+    read_slice(reader, p.name, p, weights.data() + p.offset, scratch);
   }
+  weights.upload();
   for (const auto& [name, entry] : reader.entries())
     if (!model.full_params().find(name))
       throw error("checkpoint: ", path, " has tensor '", name,
@@ -271,17 +281,21 @@ TrainingState read_trainer_state(const std::string& dir) {
 
 int64_t load_training_state(const std::string& dir, const ParamTable& table, FlatBuffer& exp_avg,
                             FlatBuffer& exp_avg_sq, TrainingState& state) {
-  const DeviceAccess access("checkpoint load");  // the moments read into place (an upload)
   if (!has_training_state(dir))
     throw error("checkpoint: '", dir, "' holds weights only (no optimizer or trainer state); ",
                 "it cannot be resumed, only used to initialise a new run");
   const std::string opt_path = (fs::path(dir) / "optimizer.safetensors").string();
   SafetensorsReader reader(opt_path);
+  // A named copy: the moments are read on the host and uploaded.
+  HostView<float> m(exp_avg.data(), exp_avg.size(), HostAccess::write, "checkpoint load");
+  HostView<float> v(exp_avg_sq.data(), exp_avg_sq.size(), HostAccess::write, "checkpoint load");
   std::vector<float> scratch;
   for (const auto& p : table.entries()) {
-    read_slice(reader, p.name + ".exp_avg", p, exp_avg.view(p), scratch);
-    read_slice(reader, p.name + ".exp_avg_sq", p, exp_avg_sq.view(p), scratch);
+    read_slice(reader, p.name + ".exp_avg", p, m.data() + p.offset, scratch);
+    read_slice(reader, p.name + ".exp_avg_sq", p, v.data() + p.offset, scratch);
   }
+  m.upload();
+  v.upload();
   const std::string state_path = (fs::path(dir) / "trainer_state.json").string();
   return parse_trainer_state(read_text_file(state_path), state_path, state);
 }

@@ -203,16 +203,19 @@ void load_hf_weights(const std::string& dir, const ParamTable& table, FlatBuffer
       throw error(dir, ": tensor '", name, "' is a bias; boostlm's LLaMA has none");
     throw error(dir, ": tensor '", name, "' is not a LLaMA parameter boostlm knows (SPEC §2)");
   }
+  // A named copy: the tensors are read on the host and uploaded.
+  HostView<float> host(weights.data(), weights.size(), HostAccess::write, "Hugging Face load");
   std::vector<float> scratch;
   for (const auto& p : table.entries()) {
     if (p.shard_axis < 0) {
-      tensors.read(p.name, p.shape, weights.view(p));
+      tensors.read(p.name, p.shape, host.data() + p.offset);
       continue;
     }
     scratch.resize(p.full_numel());
     tensors.read(p.name, p.shape, scratch.data());
-    slice_tensor(p, scratch.data(), weights.view(p));
+    slice_tensor(p, scratch.data(), host.data() + p.offset);
   }
+  host.upload();
 }
 
 ModelConfig convert_from_hf(const std::string& dir, const std::string& out) {

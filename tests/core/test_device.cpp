@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "core/buffer.h"
 #include "core/error.h"
+#include "core/param_table.h"
 #include "kernels/elementwise.h"
 
 namespace boostlm {
@@ -77,6 +81,88 @@ TEST(DeviceChecked, HostWriteOutsideABackendCallCrashes) {
 TEST(DeviceChecked, KernelsNamedCopiesAndBufferMembersReachTheMemory) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(use_checked_memory_properly(), ::testing::ExitedWithCode(0), "");
+}
+
+// A device whose memory is host memory but reached only through its registered operations, each
+// counted: Buffer's members and the named copies must use them (a GPU backend's are
+// cudaMemsetAsync, cudaMemcpyAsync and its pool's allocation).
+struct Counts {
+  int allocate = 0, release = 0, zero = 0, copy = 0, download = 0, upload = 0;
+};
+Counts g_counts;
+
+const DeviceMemory& counting_memory() {
+  static const DeviceMemory memory = [] {
+    DeviceMemory m;
+    m.name = "counting";
+    m.allocate = [](std::size_t bytes) {
+      ++g_counts.allocate;
+      void* p = ::operator new (bytes, std::align_val_t{kBufferAlignment});
+      std::memset(p, 0, bytes);
+      return p;
+    };
+    m.release = [](void* p) {
+      ++g_counts.release;
+      ::operator delete (p, std::align_val_t{kBufferAlignment});
+    };
+    m.zero = [](void* p, std::size_t bytes) {
+      ++g_counts.zero;
+      std::memset(p, 0, bytes);
+    };
+    m.copy = [](void* dst, const void* src, std::size_t bytes) {
+      ++g_counts.copy;
+      std::memmove(dst, src, bytes);
+    };
+    m.download = [](void* host, const void* src, std::size_t bytes) {
+      ++g_counts.download;
+      std::memcpy(host, src, bytes);
+    };
+    m.upload = [](void* dst, const void* host, std::size_t bytes) {
+      ++g_counts.upload;
+      std::memcpy(dst, host, bytes);
+    };
+    return m;
+  }();
+  return memory;
+}
+
+TEST(DeviceMemory, BufferMembersAndNamedCopiesUseTheRegisteredOperations) {
+  ParamTable table;
+  table.add("w", {4, 6}, Init::normal, 0.02f, true);
+  table.add("g", {6}, Init::ones, 0.0f, false);
+  FlatBuffer in_place(table.total_elements());
+  init_parameters(table, in_place, 7);
+  std::vector<float> expected(in_place.data(), in_place.data() + in_place.size());
+
+  g_counts = {};
+  use_device_memory(&counting_memory());
+  EXPECT_FALSE(device_memory_in_place());
+  {
+    Buffer<float> b(10);
+    EXPECT_EQ(g_counts.allocate, 1);
+    EXPECT_EQ(g_counts.zero, 1);
+    b.resize(40);  // a new block, the old values copied, the rest zeroed
+    EXPECT_EQ(g_counts.allocate, 2);
+    EXPECT_EQ(g_counts.copy, 1);
+    EXPECT_EQ(g_counts.zero, 2);
+    b.assign(40, 2.5f);  // not zero: staged and uploaded
+    EXPECT_EQ(g_counts.upload, 1);
+    {
+      const HostView<const float> view(b.data(), b.size(), HostAccess::read, "test");
+      EXPECT_EQ(g_counts.download, 1);
+      EXPECT_NE(view.data(), b.data());  // a host copy
+      EXPECT_EQ(view[39], 2.5f);
+    }
+    FlatBuffer staged(table.total_elements());
+    init_parameters(table, staged, 7);
+    EXPECT_EQ(g_counts.upload, 2);  // the whole buffer in one upload
+    EXPECT_EQ(std::vector<float>(staged.data(), staged.data() + staged.size()), expected);
+    staged.zero();
+    EXPECT_EQ(g_counts.zero, 4);  // FlatBuffer's construction and zero()
+  }
+  EXPECT_EQ(g_counts.release, g_counts.allocate);
+  use_device_memory(nullptr);
+  EXPECT_TRUE(device_memory_in_place());
 }
 
 TEST(Device, ParsesTheNamesAndRefusesCudaWithTheReason) {

@@ -1,4 +1,5 @@
 #include "kernels/activation.h"
+#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 
@@ -9,7 +10,7 @@
 // GCC 12's spurious -Wmaybe-uninitialized on inlined AVX-512 intrinsics (see vec_math.h).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 namespace {
 
@@ -224,4 +225,4 @@ void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y) {
   silu_rounded(x, rows * cols, y);
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

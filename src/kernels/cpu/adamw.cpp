@@ -1,4 +1,5 @@
 #include "kernels/adamw.h"
+#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +9,7 @@
 #include "kernels/cpu/vec_math.h"
 #include "kernels/math.h"
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 namespace {
 
@@ -53,4 +54,4 @@ void scale_inplace(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

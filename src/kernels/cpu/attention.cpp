@@ -1,4 +1,5 @@
 #include "kernels/attention.h"
+#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +18,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 namespace {
 
@@ -211,7 +212,7 @@ void attention_forward(const AttentionShape& s, const bf16_t* q, int64_t ldq, co
   const int64_t kvl = s.n_kv_heads * s.head_dim;
   const auto qf = widen(q, N, ql, ldq), kf = widen(k, N, kvl, ldk), vf = widen(v, N, kvl, ldv);
   std::vector<float> of(N * ql);
-  attention_forward(s, qf.data(), ql, kf.data(), kvl, vf.data(), kvl, of.data(), ql, lse);
+  cpu::attention_forward(s, qf.data(), ql, kf.data(), kvl, vf.data(), kvl, of.data(), ql, lse);
   for (int64_t n = 0; n < N; ++n) cpu::round_row_bf16(of.data() + n * ql, ql, out + n * ldo);
 }
 
@@ -230,8 +231,8 @@ void attention_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq, c
   const int64_t kvl = s.n_kv_heads * s.head_dim;
   const auto qf = widen(q, N, ql, ldq), kf = widen(k, N, kvl, ldk), vf = widen(v, N, kvl, ldv);
   const auto of = widen(out, N, ql, ldo);
-  attention_backward(s, qf.data(), ql, kf.data(), kvl, vf.data(), kvl, of.data(), ql, lse, dout,
-                     lddo, dq, lddq, dk, lddk, dv, lddv);
+  cpu::attention_backward(s, qf.data(), ql, kf.data(), kvl, vf.data(), kvl, of.data(), ql, lse, dout,
+                          lddo, dq, lddq, dk, lddk, dv, lddv);
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

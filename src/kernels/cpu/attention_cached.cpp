@@ -5,8 +5,9 @@
 #include "core/device.h"
 #include "core/profile.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/kernels.h"
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 // One (row, head) at a time: scores over the cached positions, softmax, weighted sum of values.
 // Decoding reads every cached key once per new token, so this is memory-bound and simple loops
@@ -50,4 +51,4 @@ void attention_cached_forward(int64_t n, int64_t first_pos, int64_t n_heads, int
   }
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

@@ -1,4 +1,5 @@
 #include "kernels/cross_entropy.h"
+#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 namespace {
 
@@ -175,4 +176,4 @@ float mean_loss(const float* losses, int64_t n) {
   return static_cast<float>(total / static_cast<double>(n));
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

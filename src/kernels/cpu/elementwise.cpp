@@ -1,10 +1,11 @@
 #include "kernels/elementwise.h"
+#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 
 #include "core/device.h"
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 void add(const float* a, const float* b, float* out, int64_t n) {
   const DeviceAccess access("elementwise");
@@ -59,4 +60,4 @@ void concat_columns(const float* blocks, int64_t count, int64_t rows, int64_t co
       std::copy_n(blocks + (b * rows + r) * cols, cols, out + (r * count + b) * cols);
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

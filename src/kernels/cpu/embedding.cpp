@@ -1,4 +1,5 @@
 #include "kernels/embedding.h"
+#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +8,7 @@
 #include "core/device.h"
 #include "core/profile.h"
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 void embedding_forward(const int32_t* tokens, int64_t n, const float* weight, int64_t V, int64_t D,
                        float* out) {
@@ -51,4 +52,4 @@ void embedding_shard_backward(const int32_t* tokens, int64_t n, const float* dou
   }
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

@@ -1,4 +1,5 @@
 #include "kernels/gemm.h"
+#include "kernels/cpu/kernels.h"
 
 #include <immintrin.h>
 #include <algorithm>
@@ -16,7 +17,7 @@
 #include "kernels/cpu/vec_math.h"
 #include "kernels/gemm_counters.h"
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 namespace {
 
@@ -244,7 +245,7 @@ void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
           GemmInput B, float beta, float* C, int64_t ldc, DType compute) {
-  gemm_batched(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, GemmBatch{}, compute);
+  cpu::gemm_batched(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, GemmBatch{}, compute);
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

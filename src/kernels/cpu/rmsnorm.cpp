@@ -1,4 +1,5 @@
 #include "kernels/rmsnorm.h"
+#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +10,7 @@
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 namespace {
 
@@ -146,9 +147,9 @@ void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx
                          accumulate);
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu
 
-namespace boostlm {
+namespace boostlm::cpu {
 
 void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
                        int64_t D, float eps, float* out) {
@@ -275,4 +276,4 @@ void online_norm_input_backward(const float* g, const float* x, const float* gam
   }
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

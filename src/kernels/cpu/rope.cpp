@@ -1,4 +1,5 @@
 #include "kernels/rope.h"
+#include "kernels/cpu/kernels.h"
 
 #include <cmath>
 
@@ -28,6 +29,10 @@ RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta) {
   }
   return t;
 }
+
+}  // namespace boostlm
+
+namespace boostlm::cpu {
 
 namespace {
 // One row of `heads` heads by the angles of one position (c, s: that position's table rows).
@@ -91,4 +96,4 @@ void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, c
   rotate<-1>(dx, ld, B, T, heads, t);
 }
 
-}  // namespace boostlm
+}  // namespace boostlm::cpu

@@ -1,0 +1,282 @@
+// The kernels' dispatch: one table of the interface's functions per backend, chosen at start.
+//
+// The engine calls the free functions of src/kernels/*.h (the interface, documented there). Each
+// of them forwards to the same entry of the active KernelTable (dispatch.cpp): the CPU backend's
+// (src/kernels/cpu/, for --device cpu and cpu-checked) unless another backend's table was made
+// active, which select_kernels does from the device chosen with select_device (core/device.h), once,
+// before any work. This is ggml's backend interface (a struct of function pointers per backend)
+// with the interface's function names kept, so no call site names a backend and a backend is a
+// folder that fills a table.
+//
+// BOOSTLM_KERNEL_LIST is the one list of the table's entries, X(return type, function, entry,
+// (parameters), (arguments)), in the order of the interface headers. An overloaded function has one
+// entry per overload, each with its own entry name. A dispatched function's parameter list must be
+// the header's (dispatch.cpp defines the header's function from it; a difference leaves the
+// header's declaration undefined and fails to link). Host algorithms (svd, the RoPE table's
+// construction, the GEMM counters) are not kernels and are not in it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
+#include "kernels/rope.h"
+
+// clang-format off
+#define BOOSTLM_KERNEL_LIST(X)                                                                   \
+  /* kernels/gemm.h */                                                                           \
+  X(void, gemm_batched, gemm_batched,                                                            \
+    (Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,    \
+     GemmInput B, float beta, float* C, int64_t ldc, const GemmBatch& batch, DType compute),     \
+    (trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc, batch, compute))                      \
+  X(void, gemm, gemm,                                                                            \
+    (Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,    \
+     GemmInput B, float beta, float* C, int64_t ldc, DType compute),                             \
+    (trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc, compute))                             \
+  X(void, round_to_bf16, round_to_bf16,                                                          \
+    (const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst),                     \
+    (src, rows, cols, ld, dst))                                                                  \
+  /* kernels/rmsnorm.h */                                                                        \
+  X(void, rmsnorm_forward, rmsnorm_forward,                                                      \
+    (const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D, float eps,        \
+     float* y, int64_t ldy, float* rstd),                                                        \
+    (x, ldx, gamma, rows, D, eps, y, ldy, rstd))                                                 \
+  X(void, rmsnorm_forward_bf16, rmsnorm_forward_bf16,                                            \
+    (const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D, float eps,        \
+     bf16_t* y, int64_t ldy, float* rstd),                                                       \
+    (x, ldx, gamma, rows, D, eps, y, ldy, rstd))                                                 \
+  X(void, rmsnorm_backward, rmsnorm_backward,                                                    \
+    (const float* dy, int64_t lddy, const float* x, int64_t ldx, const float* gamma,             \
+     const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx, float* dgamma,         \
+     bool accumulate),                                                                           \
+    (dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate))                      \
+  X(void, rmsnorm_partial_sum_squares, rmsnorm_partial_sum_squares,                              \
+    (const float* x, int64_t ldx, int64_t rows, int64_t D_local, float* sum_sq),                 \
+    (x, ldx, rows, D_local, sum_sq))                                                             \
+  X(void, rmsnorm_rstd, rmsnorm_rstd,                                                            \
+    (const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd),                \
+    (sum_sq, rows, D_total, eps, rstd))                                                          \
+  X(void, rmsnorm_apply, rmsnorm_apply,                                                          \
+    (const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,           \
+     int64_t D_local, float* y, int64_t ldy),                                                    \
+    (x, ldx, gamma, rstd, rows, D_local, y, ldy))                                                \
+  X(void, rmsnorm_partial_backward_dot, rmsnorm_partial_backward_dot,                            \
+    (const float* dy, int64_t lddy, const float* x, int64_t ldx, const float* gamma,             \
+     int64_t rows, int64_t D_local, float* dot),                                                 \
+    (dy, lddy, x, ldx, gamma, rows, D_local, dot))                                               \
+  X(void, rmsnorm_backward_apply, rmsnorm_backward_apply,                                        \
+    (const float* dy, int64_t lddy, const float* x, int64_t ldx, const float* gamma,             \
+     const float* rstd, const float* dot, int64_t rows, int64_t D_local, int64_t D_total,        \
+     float* dx, int64_t lddx, float* dgamma, bool accumulate),                                   \
+    (dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx, dgamma, accumulate))  \
+  X(void, online_norm_input, online_norm_input,                                                  \
+    (const float* x, const float* gamma, const float* sum_sq, int64_t rows, int64_t D,           \
+     float eps, float* out),                                                                     \
+    (x, gamma, sum_sq, rows, D, eps, out))                                                       \
+  X(void, online_norm_input_bf16, online_norm_input_bf16,                                        \
+    (const float* x, const float* gamma, float* sum_sq, int64_t rows, int64_t D, float eps,      \
+     bf16_t* out),                                                                               \
+    (x, gamma, sum_sq, rows, D, eps, out))                                                       \
+  X(void, online_norm_pack, online_norm_pack,                                                    \
+    (float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq, int64_t D,          \
+     float eps, bool rescale, bool with_stat),                                                   \
+    (p, ld, rows, width, sum_sq, D, eps, rescale, with_stat))                                    \
+  X(void, online_norm_rstd, online_norm_rstd,                                                    \
+    (const float* summed, int64_t ld, int64_t rows, int64_t stat_column, int64_t D_total,        \
+     float eps, float* rstd),                                                                    \
+    (summed, ld, rows, stat_column, D_total, eps, rstd))                                         \
+  X(void, online_norm_unpack, online_norm_unpack_f32,                                            \
+    (const float* summed, int64_t ld, int64_t rows, int64_t width, const float* rstd, float* z,  \
+     int64_t ldz),                                                                               \
+    (summed, ld, rows, width, rstd, z, ldz))                                                     \
+  X(void, online_norm_unpack, online_norm_unpack_bf16,                                           \
+    (const float* summed, int64_t ld, int64_t rows, int64_t width, const float* rstd,            \
+     bf16_t* z, int64_t ldz),                                                                    \
+    (summed, ld, rows, width, rstd, z, ldz))                                                     \
+  X(void, online_norm_latent_backward, online_norm_latent_backward_f32,                          \
+    (const float* z, float* dz, int64_t rows, int64_t width, const float* rstd,                  \
+     int64_t D_total, float* ds),                                                                \
+    (z, dz, rows, width, rstd, D_total, ds))                                                     \
+  X(void, online_norm_latent_backward, online_norm_latent_backward_bf16,                         \
+    (const bf16_t* z, float* dz, int64_t rows, int64_t width, const float* rstd,                 \
+     int64_t D_total, float* ds),                                                                \
+    (z, dz, rows, width, rstd, D_total, ds))                                                     \
+  X(void, online_norm_input_backward, online_norm_input_backward,                                \
+    (const float* g, const float* x, const float* gamma, const float* ds, int64_t rows,          \
+     int64_t D, float dx_beta, float* dx, float* dgamma),                                        \
+    (g, x, gamma, ds, rows, D, dx_beta, dx, dgamma))                                             \
+  /* kernels/rope.h */                                                                           \
+  X(void, rope_forward, rope_forward,                                                            \
+    (float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table),         \
+    (x, ld, B, T, heads, table))                                                                 \
+  X(void, rope_forward_at, rope_forward_at,                                                      \
+    (float* x, int64_t ld, int64_t rows, int64_t heads, const RopeTable& table,                  \
+     int64_t first_pos),                                                                         \
+    (x, ld, rows, heads, table, first_pos))                                                      \
+  X(void, rope_forward_bf16, rope_forward_bf16,                                                  \
+    (float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,          \
+     bf16_t* out, int64_t ldo),                                                                  \
+    (x, ld, B, T, heads, table, out, ldo))                                                       \
+  X(void, rope_backward, rope_backward,                                                          \
+    (float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table),        \
+    (dx, ld, B, T, heads, table))                                                                \
+  X(void, rope_backward_bf16, rope_backward_bf16,                                                \
+    (float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,         \
+     bf16_t* out, int64_t ldo),                                                                  \
+    (dx, ld, B, T, heads, table, out, ldo))                                                      \
+  /* kernels/attention.h */                                                                      \
+  X(void, attention_forward, attention_forward_f32,                                              \
+    (const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk,          \
+     const float* v, int64_t ldv, float* out, int64_t ldo, float* lse),                          \
+    (s, q, ldq, k, ldk, v, ldv, out, ldo, lse))                                                  \
+  X(void, attention_backward, attention_backward_f32,                                            \
+    (const AttentionShape& s, const float* q, int64_t ldq, const float* k, int64_t ldk,          \
+     const float* v, int64_t ldv, const float* out, int64_t ldo, const float* lse,               \
+     const float* dout, int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,          \
+     float* dv, int64_t lddv),                                                                   \
+    (s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv))        \
+  X(void, attention_forward, attention_forward_bf16,                                             \
+    (const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k, int64_t ldk,        \
+     const bf16_t* v, int64_t ldv, bf16_t* out, int64_t ldo, float* lse),                        \
+    (s, q, ldq, k, ldk, v, ldv, out, ldo, lse))                                                  \
+  X(void, attention_backward, attention_backward_bf16,                                           \
+    (const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k, int64_t ldk,        \
+     const bf16_t* v, int64_t ldv, const bf16_t* out, int64_t ldo, const float* lse,             \
+     const float* dout, int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,          \
+     float* dv, int64_t lddv),                                                                   \
+    (s, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv))        \
+  X(void, attention_cached_forward, attention_cached_forward,                                    \
+    (int64_t n, int64_t first_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,        \
+     const float* q, const float* k_cache, const float* v_cache, float* out),                    \
+    (n, first_pos, n_heads, n_kv_heads, head_dim, q, k_cache, v_cache, out))                     \
+  /* kernels/activation.h */                                                                     \
+  X(void, silu_forward, silu_forward,                                                            \
+    (const float* x, int64_t ldx, int64_t rows, int64_t cols, float* y, int64_t ldy),            \
+    (x, ldx, rows, cols, y, ldy))                                                                \
+  X(void, silu_backward, silu_backward,                                                          \
+    (const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int64_t cols,     \
+     float* dx, int64_t lddx),                                                                   \
+    (dy, lddy, x, ldx, rows, cols, dx, lddx))                                                    \
+  X(void, swiglu_forward, swiglu_forward,                                                        \
+    (const float* g, const float* u, int64_t n, bool gate_act, float* h),                        \
+    (g, u, n, gate_act, h))                                                                      \
+  X(void, swiglu_backward, swiglu_backward,                                                      \
+    (const float* dh, const float* g, const float* u, int64_t n, bool gate_act, float* dg,       \
+     float* du),                                                                                 \
+    (dh, g, u, n, gate_act, dg, du))                                                             \
+  X(void, swiglu_forward_bf16, swiglu_forward_bf16_keep,                                         \
+    (const float* g, const float* u, int64_t n, bool gate_act, bf16_t* g_kept, bf16_t* u_kept,   \
+     bf16_t* h),                                                                                 \
+    (g, u, n, gate_act, g_kept, u_kept, h))                                                      \
+  X(void, swiglu_forward_bf16, swiglu_forward_bf16,                                              \
+    (const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act, bf16_t* h),                     \
+    (g, u, n, gate_act, h))                                                                      \
+  X(void, swiglu_backward_bf16, swiglu_backward_bf16,                                            \
+    (const float* dh, const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act, bf16_t* dg,    \
+     bf16_t* du),                                                                                \
+    (dh, g, u, n, gate_act, dg, du))                                                             \
+  X(void, silu_forward_bf16, silu_forward_bf16_from_f32,                                         \
+    (const float* x, int64_t rows, int64_t cols, bf16_t* y), (x, rows, cols, y))                 \
+  X(void, silu_forward_bf16, silu_forward_bf16,                                                  \
+    (const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y), (x, rows, cols, y))                \
+  X(void, silu_backward, silu_backward_bf16,                                                     \
+    (const float* dy, const bf16_t* x, int64_t rows, int64_t cols, float* dx),                   \
+    (dy, x, rows, cols, dx))                                                                     \
+  /* kernels/embedding.h */                                                                      \
+  X(void, embedding_shard_forward, embedding_shard_forward,                                      \
+    (const int32_t* tokens, int64_t n, const float* weight, int64_t vocab_begin, int64_t rows,   \
+     int64_t D, float* out),                                                                     \
+    (tokens, n, weight, vocab_begin, rows, D, out))                                              \
+  X(void, embedding_shard_backward, embedding_shard_backward,                                    \
+    (const int32_t* tokens, int64_t n, const float* dout, int64_t vocab_begin, int64_t rows,     \
+     int64_t D, float* dweight),                                                                 \
+    (tokens, n, dout, vocab_begin, rows, D, dweight))                                            \
+  X(void, embedding_forward, embedding_forward,                                                  \
+    (const int32_t* tokens, int64_t n, const float* weight, int64_t V, int64_t D, float* out),   \
+    (tokens, n, weight, V, D, out))                                                              \
+  X(void, embedding_backward, embedding_backward,                                                \
+    (const int32_t* tokens, int64_t n, const float* dout, int64_t V, int64_t D, float* dweight), \
+    (tokens, n, dout, V, D, dweight))                                                            \
+  /* kernels/cross_entropy.h */                                                                  \
+  X(void, cross_entropy_forward, cross_entropy_forward,                                          \
+    (const float* logits, int64_t ld, const int32_t* targets, int64_t rows, int64_t V,           \
+     float* losses, float* lse),                                                                 \
+    (logits, ld, targets, rows, V, losses, lse))                                                 \
+  X(void, cross_entropy_backward, cross_entropy_backward,                                        \
+    (const float* logits, int64_t ld, const int32_t* targets, const float* lse, int64_t rows,    \
+     int64_t V, float scale, float* dlogits, int64_t ldd),                                       \
+    (logits, ld, targets, lse, rows, V, scale, dlogits, ldd))                                    \
+  X(void, cross_entropy_forward_backward, cross_entropy_forward_backward,                        \
+    (float* logits, int64_t ld, const int32_t* targets, int64_t rows, int64_t V, float scale,    \
+     float* losses, bf16_t* grad_bf16, int64_t ldg),                                             \
+    (logits, ld, targets, rows, V, scale, losses, grad_bf16, ldg))                               \
+  X(void, cross_entropy_shard_max, cross_entropy_shard_max,                                      \
+    (const float* logits, int64_t ld, int64_t rows, int64_t V_local, float* row_max),            \
+    (logits, ld, rows, V_local, row_max))                                                        \
+  X(void, cross_entropy_shard_stats, cross_entropy_shard_stats,                                  \
+    (const float* logits, int64_t ld, const int32_t* targets, int64_t rows, int64_t V_local,     \
+     int64_t vocab_begin, const float* row_max, float* stats),                                   \
+    (logits, ld, targets, rows, V_local, vocab_begin, row_max, stats))                           \
+  X(void, cross_entropy_shard_backward, cross_entropy_shard_backward,                            \
+    (float* logits, int64_t ld, const int32_t* targets, int64_t rows, int64_t V_local,           \
+     int64_t vocab_begin, const float* lse, float scale, bf16_t* grad_bf16, int64_t ldg),        \
+    (logits, ld, targets, rows, V_local, vocab_begin, lse, scale, grad_bf16, ldg))               \
+  X(void, cross_entropy_shard_loss, cross_entropy_shard_loss,                                    \
+    (const float* row_max, const float* stats, int64_t rows, float* lse, float* losses),         \
+    (row_max, stats, rows, lse, losses))                                                         \
+  X(float, mean_loss, mean_loss, (const float* losses, int64_t n), (losses, n))                  \
+  /* kernels/adamw.h */                                                                          \
+  X(void, adamw_update, adamw_update,                                                            \
+    (float* params, const float* grads, float* m, float* v, int64_t n, const AdamWHyper& h,      \
+     bf16_t* params_bf16),                                                                       \
+    (params, grads, m, v, n, h, params_bf16))                                                    \
+  X(double, sum_squares, sum_squares, (const float* x, int64_t n), (x, n))                       \
+  X(void, scale_inplace, scale_inplace, (float* x, int64_t n, float s), (x, n, s))               \
+  /* kernels/elementwise.h */                                                                    \
+  X(void, add, add, (const float* a, const float* b, float* out, int64_t n), (a, b, out, n))     \
+  X(void, scaled_copy, scaled_copy, (const float* x, float s, float* out, int64_t n),            \
+    (x, s, out, n))                                                                              \
+  X(void, copy_values, copy_values, (const float* src, int64_t n, float* dst), (src, n, dst))    \
+  X(void, copy_columns, copy_columns_f32,                                                        \
+    (const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst),  \
+    (src, ld_src, rows, cols, dst, ld_dst))                                                      \
+  X(void, copy_columns, copy_columns_bf16,                                                       \
+    (const bf16_t* src, int64_t ld_src, int64_t rows, int64_t cols, bf16_t* dst,                 \
+     int64_t ld_dst),                                                                            \
+    (src, ld_src, rows, cols, dst, ld_dst))                                                      \
+  X(void, add_columns, add_columns,                                                              \
+    (const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst),  \
+    (src, ld_src, rows, cols, dst, ld_dst))                                                      \
+  X(void, concat_columns, concat_columns,                                                        \
+    (const float* blocks, int64_t count, int64_t rows, int64_t cols, float* out),                \
+    (blocks, count, rows, cols, out))
+// clang-format on
+
+namespace boostlm {
+
+struct KernelTable {
+  const char* backend = nullptr;  // "cpu", "cuda": for messages
+#define BOOSTLM_KERNEL_ENTRY(ret, function, entry, params, args) ret(*entry) params = nullptr;
+  BOOSTLM_KERNEL_LIST(BOOSTLM_KERNEL_ENTRY)
+#undef BOOSTLM_KERNEL_ENTRY
+};
+
+// The CPU backend's table (src/kernels/cpu/table.cpp).
+const KernelTable& cpu_kernel_table();
+
+// The table the interface's functions forward to now.
+const KernelTable& active_kernels();
+
+// Makes `table` (which must outlive its use: a backend's static table) the active one for the rest
+// of the process (before any work: the table is read without synchronisation). Throws Error naming the backend and the first entry it leaves empty: a
+// backend must implement the whole interface.
+void use_kernels(const KernelTable& table);
+
+// How many of `table`'s entries are filled, and the name of the first that is not ("" when none).
+int kernel_table_filled(const KernelTable& table, const char** first_missing = nullptr);
+int kernel_table_size();
+
+}  // namespace boostlm

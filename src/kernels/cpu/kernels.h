@@ -1,0 +1,17 @@
+// The CPU backend's kernels: the interface of src/kernels/*.h (documented there) in namespace
+// boostlm::cpu, one declaration per entry of BOOSTLM_KERNEL_LIST (kernels/backend.h), so the
+// definitions in this folder are checked against the list. cpu_kernel_table() (table.cpp) points
+// the CPU table at them. Kernels of this backend call each other through these names, not through
+// the dispatch (qualified as cpu::name: the interface's function of the same name is also found by
+// argument-dependent lookup).
+#pragma once
+
+#include "kernels/backend.h"
+
+namespace boostlm::cpu {
+
+#define BOOSTLM_CPU_KERNEL_DECLARATION(ret, function, entry, params, args) ret function params;
+BOOSTLM_KERNEL_LIST(BOOSTLM_CPU_KERNEL_DECLARATION)
+#undef BOOSTLM_CPU_KERNEL_DECLARATION
+
+}  // namespace boostlm::cpu

@@ -1,0 +1,74 @@
+// The interface's functions (src/kernels/*.h), each forwarding to its entry of the active
+// KernelTable (kernels/backend.h).
+#include <atomic>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/activation.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/backend.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+
+namespace boostlm {
+
+namespace {
+// Null until use_kernels or the first call: the CPU table then.
+const KernelTable* g_active = nullptr;
+
+const KernelTable& active() {
+  if (g_active == nullptr) g_active = &cpu_kernel_table();
+  return *g_active;
+}
+}  // namespace
+
+const KernelTable& active_kernels() {
+  return active();
+}
+
+int kernel_table_size() {
+  int n = 0;
+#define BOOSTLM_COUNT_ENTRY(ret, function, entry, params, args) ++n;
+  BOOSTLM_KERNEL_LIST(BOOSTLM_COUNT_ENTRY)
+#undef BOOSTLM_COUNT_ENTRY
+  return n;
+}
+
+int kernel_table_filled(const KernelTable& table, const char** first_missing) {
+  int filled = 0;
+  const char* missing = "";
+#define BOOSTLM_CHECK_ENTRY(ret, function, entry, params, args) \
+  if (table.entry != nullptr)                                   \
+    ++filled;                                                   \
+  else if (*missing == '\0')                                    \
+    missing = #entry;
+  BOOSTLM_KERNEL_LIST(BOOSTLM_CHECK_ENTRY)
+#undef BOOSTLM_CHECK_ENTRY
+  if (first_missing != nullptr) *first_missing = missing;
+  return filled;
+}
+
+void use_kernels(const KernelTable& table) {
+  const char* missing = nullptr;
+  const int filled = kernel_table_filled(table, &missing);
+  if (filled != kernel_table_size())
+    throw Error(std::string("the ") + (table.backend ? table.backend : "unnamed") +
+                " backend implements " + std::to_string(filled) + " of the " +
+                std::to_string(kernel_table_size()) + " kernels (the first missing is " + missing +
+                "): it cannot run the engine");
+  g_active = &table;
+}
+
+#define BOOSTLM_DISPATCH(ret, function, entry, params, args) \
+  ret function params {                                      \
+    return active().entry args;                              \
+  }
+BOOSTLM_KERNEL_LIST(BOOSTLM_DISPATCH)
+#undef BOOSTLM_DISPATCH
+
+}  // namespace boostlm
