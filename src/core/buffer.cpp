@@ -1,7 +1,9 @@
 #include "core/buffer.h"
+#include "core/buffer_allocator.h"
 
 #include <limits>
 #include <new>
+#include <utility>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -23,10 +25,19 @@ std::size_t buffer_bytes(std::size_t elements, std::size_t element_bytes) {
   return (elements * element_bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
 }
 
+namespace {
+const BufferAllocator* g_allocator = nullptr;
+}  // namespace
+
+const BufferAllocator* set_buffer_allocator(const BufferAllocator* allocator) {
+  return std::exchange(g_allocator, allocator);
+}
+
 // The aligned operator new, so that core/heap counts buffers with the engine's other memory (the
-// benchmarks' peak includes weights, gradients and moments). A backend with memory of its own
-// replaces these two functions.
+// benchmarks' peak includes weights, gradients and moments), unless a backend with memory of its
+// own installed its allocator (core/buffer_allocator.h).
 void* allocate_buffer(std::size_t bytes) {
+  if (g_allocator) return g_allocator->allocate(bytes);
   if (device_memory_checked()) return checked_allocate(bytes);
   void* block = ::operator new(bytes == 0 ? kBufferAlignment : bytes,
                                std::align_val_t{kBufferAlignment}, std::nothrow);
@@ -37,6 +48,10 @@ void* allocate_buffer(std::size_t bytes) {
 }
 
 void free_buffer(void* block) noexcept {
+  if (g_allocator) {
+    g_allocator->free(block);
+    return;
+  }
   if (block != nullptr && device_memory_checked() && checked_free(block)) return;
   ::operator delete(block, std::align_val_t{kBufferAlignment});
 }
