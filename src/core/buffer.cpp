@@ -39,8 +39,8 @@ const BufferAllocator* set_buffer_allocator(const BufferAllocator* allocator) {
 void* allocate_buffer(std::size_t bytes) {
   if (g_allocator) return g_allocator->allocate(bytes);
   if (device_memory_checked()) return checked_allocate(bytes);
-  void* block = ::operator new(bytes == 0 ? kBufferAlignment : bytes,
-                               std::align_val_t{kBufferAlignment}, std::nothrow);
+  void* block = ::operator new (bytes == 0 ? kBufferAlignment : bytes,
+                                std::align_val_t{kBufferAlignment}, std::nothrow);
   if (!block)
     throw error("out of memory allocating ", gib(bytes),
                 " GiB (a smaller model, batch or more ranks would fit)");
@@ -53,7 +53,7 @@ void free_buffer(void* block) noexcept {
     return;
   }
   if (block != nullptr && device_memory_checked() && checked_free(block)) return;
-  ::operator delete(block, std::align_val_t{kBufferAlignment});
+  ::operator delete (block, std::align_val_t{kBufferAlignment});
 }
 
 }  // namespace boostlm

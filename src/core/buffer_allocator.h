@@ -1,17 +1,18 @@
-// The seam through which a backend with memory of its own gives Buffer its blocks: core/buffer.cpp's
-// allocate_buffer / free_buffer take them from the installed allocator (the CUDA backend's caching
-// allocator, kernels/cuda/device_allocator.h) instead of host memory. Kept out of core/buffer.h so
-// that the few files that install one are the only ones that see it.
+// The seam through which a backend with memory of its own gives Buffer its blocks:
+// core/buffer.cpp's allocate_buffer / free_buffer take them from the installed allocator (the CUDA
+// backend's caching allocator, kernels/cuda/device_allocator.h) instead of host memory. Kept out of
+// core/buffer.h so that the few files that install one are the only ones that see it.
 #pragma once
 
 #include <cstddef>
 
 namespace boostlm {
 
+// allocate: a kBufferAlignment-aligned block of `bytes`, or throws Error naming the size; free:
+// gives one back (nullptr: nothing).
 struct BufferAllocator {
-  void* (*allocate)(std::size_t bytes);  // a kBufferAlignment-aligned block (> 0 bytes), or throws
-                                         // Error naming the size
-  void (*free)(void* block) noexcept;    // nullptr: nothing
+  void* (*allocate)(std::size_t bytes);
+  void (*free)(void* block) noexcept;
 };
 
 // Installed once, at device selection, before the first Buffer is allocated (a block must go back

@@ -14,9 +14,8 @@ double gib(std::size_t bytes) {
 }  // namespace
 
 std::size_t size_class(std::size_t bytes) {
-  const std::size_t granule =
-      std::clamp(std::bit_floor(std::max<std::size_t>(bytes, 1)) / kGranuleFraction, kMinGranule,
-                 kMaxGranule);
+  const std::size_t granule = std::clamp(
+      std::bit_floor(std::max<std::size_t>(bytes, 1)) / kGranuleFraction, kMinGranule, kMaxGranule);
   if (bytes == 0) return granule;
   BOOSTLM_ASSERT_MSG(bytes <= SIZE_MAX - granule, "allocation size overflows");
   return (bytes + granule - 1) / granule * granule;

@@ -1,6 +1,6 @@
-// The caching device allocator's core: pure host code over an abstract backing allocator (cudaMalloc
-// on a GPU, device_allocator.h; a fake in the host tests), so every rule below is tested without a
-// GPU.
+// The caching device allocator's core: pure host code over an abstract backing allocator
+// (cudaMalloc on a GPU, device_allocator.h; a fake in the host tests), so every rule below is
+// tested without a GPU.
 //
 // cudaMalloc and cudaFree are slow and cudaFree synchronises the device, so a training step must
 // not call them: blocks freed by the engine are kept, per stream and size class, and handed out
@@ -59,8 +59,8 @@ struct AllocatorStats {
   std::size_t in_use_bytes = 0;     // the classes of the live blocks
   std::size_t requested_bytes = 0;  // what the live blocks were asked for
   std::size_t peak_in_use_bytes = 0;
-  std::size_t cached_bytes = 0;     // free blocks held for reuse
-  std::size_t reserved_bytes = 0;   // taken from the backing and not given back: in use + cached
+  std::size_t cached_bytes = 0;    // free blocks held for reuse
+  std::size_t reserved_bytes = 0;  // taken from the backing and not given back: in use + cached
   std::size_t peak_reserved_bytes = 0;
   int64_t allocations = 0;          // requests served
   int64_t reuses = 0;               // ... of which from the cache

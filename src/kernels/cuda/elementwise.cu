@@ -119,8 +119,7 @@ void add_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, f
                  int64_t ld_dst, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(rows * cols);
   if (g.grid == 0) return;
-  add_columns_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(src, ld_src, rows, cols, dst,
-                                                              ld_dst);
+  add_columns_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(src, ld_src, rows, cols, dst, ld_dst);
   BOOSTLM_CHECK_LAUNCH();
 }
 

@@ -25,8 +25,8 @@ class CudaEventApi final : public EventApi {
   double elapsed_s(Event start, Event stop) override {
     BOOSTLM_CHECK_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(stop)));
     float ms = 0;
-    BOOSTLM_CHECK_CUDA(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start),
-                                            static_cast<cudaEvent_t>(stop)));
+    BOOSTLM_CHECK_CUDA(
+        cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)));
     return ms * 1e-3;
   }
 };

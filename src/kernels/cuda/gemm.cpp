@@ -12,26 +12,19 @@ namespace boostlm::cuda {
 
 namespace {
 
-// A cuBLASLt call's failure, naming the call and the GEMM it was for.
-void check_lt(cublasStatus_t status, const char* call, const GemmKey& key) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw error(call, " failed for the ", describe(key), ": ", cublasLtGetStatusName(status), " (",
-              cublasLtGetStatusString(status), ")");
-}
-
 template <typename Value>
 void set_layout(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attribute,
                 Value value, const GemmKey& key) {
-  check_lt(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof value),
-           "cublasLtMatrixLayoutSetAttribute", key);
+  check_cublaslt(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof value),
+                 "cublasLtMatrixLayoutSetAttribute", key);
 }
 
 cublasLtMatrixLayout_t make_layout(cudaDataType_t type, const LtMatrix& m, int64_t batch,
                                    int64_t stride, const GemmKey& key) {
   cublasLtMatrixLayout_t layout = nullptr;
-  check_lt(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(m.rows),
-                                      static_cast<uint64_t>(m.cols), m.ld),
-           "cublasLtMatrixLayoutCreate", key);
+  check_cublaslt(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(m.rows),
+                                            static_cast<uint64_t>(m.cols), m.ld),
+                 "cublasLtMatrixLayoutCreate", key);
   if (batch > 1) {
     set_layout(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, static_cast<int32_t>(batch), key);
     set_layout(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride, key);
@@ -51,8 +44,8 @@ struct Preference {
   }
   template <typename Value>
   void set(cublasLtMatmulPreferenceAttributes_t attribute, Value value, const GemmKey& key) {
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof value),
-             "cublasLtMatmulPreferenceSetAttribute", key);
+    check_cublaslt(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof value),
+                   "cublasLtMatmulPreferenceSetAttribute", key);
   }
 };
 
@@ -62,19 +55,21 @@ GemmPlan build_plan(cublasLtHandle_t handle, const GemmKey& key, std::size_t wor
       key.precision == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cudaDataType_t input = key.precision == GemmPrecision::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   GemmPlan plan;
-  check_lt(cublasLtMatmulDescCreate(&plan.op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate",
-           key);
+  check_cublaslt(cublasLtMatmulDescCreate(&plan.op, compute, CUDA_R_32F),
+                 "cublasLtMatmulDescCreate", key);
   const cublasOperation_t ta = op_of(p.trans_a), tb = op_of(p.trans_b);
-  check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
-           "cublasLtMatmulDescSetAttribute(TRANSA)", key);
-  check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
-           "cublasLtMatmulDescSetAttribute(TRANSB)", key);
+  check_cublaslt(
+      cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+      "cublasLtMatmulDescSetAttribute(TRANSA)", key);
+  check_cublaslt(
+      cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+      "cublasLtMatmulDescSetAttribute(TRANSB)", key);
   plan.a = make_layout(input, p.a, p.batch, p.stride_a, key);
   plan.b = make_layout(input, p.b, p.batch, p.stride_b, key);
   plan.c = make_layout(CUDA_R_32F, p.c, p.batch, p.stride_c, key);
 
   Preference pref;
-  check_lt(cublasLtMatmulPreferenceCreate(&pref.pref), "cublasLtMatmulPreferenceCreate", key);
+  check_cublaslt(cublasLtMatmulPreferenceCreate(&pref.pref), "cublasLtMatmulPreferenceCreate", key);
   pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes), key);
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a, key);
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b, key);
@@ -82,9 +77,9 @@ GemmPlan build_plan(cublasLtHandle_t handle, const GemmKey& key, std::size_t wor
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c, key);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check_lt(cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.a, plan.b, plan.c, plan.c,
-                                          pref.pref, 1, &result, &found),
-           "cublasLtMatmulAlgoGetHeuristic", key);
+  check_cublaslt(cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.a, plan.b, plan.c, plan.c,
+                                                pref.pref, 1, &result, &found),
+                 "cublasLtMatmulAlgoGetHeuristic", key);
   if (found == 0)
     throw error("cublasLtMatmulAlgoGetHeuristic found no algorithm for the ", describe(key),
                 " within a ", workspace_bytes, "-byte workspace");
@@ -130,6 +125,12 @@ Bf16Operand bf16_operand(const GemmInput& in, int64_t rows, int64_t cols, int64_
 }
 
 }  // namespace
+
+void check_cublaslt(cublasStatus_t status, const char* call, const GemmKey& key) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw error(call, " failed for the ", describe(key), ": ", cublasLtGetStatusName(status), " (",
+              cublasLtGetStatusString(status), ")");
+}
 
 GemmPlan::GemmPlan(GemmPlan&& other) noexcept
     : op(std::exchange(other.op, nullptr)),
@@ -232,10 +233,10 @@ void gemm_batched(GemmContext& ctx, Trans ta, Trans tb, int64_t M, int64_t N, in
     key.align_c = pointer_alignment(C);
     const GemmPlan& plan = ctx.plan(key);
     if (timer) interval = timer->start(stream);
-    check_lt(cublasLtMatmul(ctx.handle(), plan.op, &alpha, b_data, plan.a, a_data, plan.b, &beta,
-                            C, plan.c, C, plan.c, &plan.algo, ctx.workspace(),
-                            ctx.workspace_bytes(), stream),
-             "cublasLtMatmul", key);
+    check_cublaslt(cublasLtMatmul(ctx.handle(), plan.op, &alpha, b_data, plan.a, a_data, plan.b,
+                                  &beta, C, plan.c, C, plan.c, &plan.algo, ctx.workspace(),
+                                  ctx.workspace_bytes(), stream),
+                   "cublasLtMatmul", key);
   }
   if (timer) timer->stop(interval, stream);
   ctx.count(shape, batch.count, interval);

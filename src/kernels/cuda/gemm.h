@@ -12,12 +12,13 @@
 //  - A GemmBatch is one strided-batched matmul (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT / STRIDED_BATCH_
 //    OFFSET): the grouped B factors of q, k, v in one launch.
 //  - Epilogues: none is used, because none pays here: cuBLASLt's fusions are bias, ReLU/GELU (and
-//    their gradients) and the bias gradient, and the model has no biases and uses SiLU/SwiGLU, which
-//    cuBLASLt does not offer. beta (the residual and gradient accumulation) is the one fusion the
-//    engine's GEMMs need, and it is in the matmul itself.
-//  - Plans (the matmul descriptor, the four layouts and the heuristic's algorithm) are built once per
-//    GemmKey (gemm_plan.h: shape, strides, batch, precision, beta ≠ 0, alignments) and cached in the
-//    context. The heuristic is asked once per key; the first algorithm it returns is kept.
+//    their gradients) and the bias gradient, and the model has no biases and uses SiLU/SwiGLU,
+//    which cuBLASLt does not offer. beta (the residual and gradient accumulation) is the one fusion
+//    the engine's GEMMs need, and it is in the matmul itself.
+//  - Plans (the matmul descriptor, the four layouts and the heuristic's algorithm) are built once
+//  per
+//    GemmKey (gemm_plan.h: shape, strides, batch, precision, beta ≠ 0, alignments) and cached in
+//    the context. The heuristic is asked once per key; the first algorithm it returns is kept.
 //  - Each call is counted in kernels/gemm_counters.h. With a timer (set_timer), its time is
 //    measured with events on the stream and counted when collect_timings() runs; without one, it is
 //    counted at once with 0 seconds (GEMM FLOPs still add up; the time is unknown).
@@ -101,6 +102,9 @@ class GemmContext {
   };
   std::vector<Timed> timed_;
 };
+
+// Throws Error naming `call`, the GEMM (describe(key)) and cuBLAS's status unless it is success.
+void check_cublaslt(cublasStatus_t status, const char* call, const GemmKey& key);
 
 // kernels/gemm.h's gemm / gemm_batched on device memory (every pointer of A, B and C is device
 // memory), enqueued on `stream`.

@@ -9,9 +9,12 @@ namespace boostlm::cuda {
 
 const char* to_string(GemmPrecision precision) {
   switch (precision) {
-    case GemmPrecision::f32: return "fp32";
-    case GemmPrecision::tf32: return "tf32";
-    case GemmPrecision::bf16: return "bf16";
+    case GemmPrecision::f32:
+      return "fp32";
+    case GemmPrecision::tf32:
+      return "tf32";
+    case GemmPrecision::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -59,7 +62,9 @@ uint32_t pointer_alignment(const void* p) {
 
 std::size_t GemmKeyHash::operator()(const GemmKey& key) const {
   std::size_t h = 0;
-  auto mix = [&h](uint64_t v) { h ^= std::hash<uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  auto mix = [&h](uint64_t v) {
+    h ^= std::hash<uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  };
   const LtProblem& p = key.problem;
   mix(static_cast<uint64_t>(key.precision));
   mix(static_cast<uint64_t>(p.trans_a) * 2 + static_cast<uint64_t>(p.trans_b));

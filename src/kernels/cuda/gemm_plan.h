@@ -5,9 +5,9 @@
 // Row-major without copies: a row-major matrix [rows, cols] with row stride ld is, read
 // column-major, its transpose [cols, rows] with the same ld. So C = op(A)·op(B) (row-major) is
 // Cᵀ = op(B)ᵀ·op(A)ᵀ (column-major): cuBLASLt gets the call's B as its A and the call's A as its B,
-// m = N and n = M, and the same transpose flags (llm.c and most row-major cuBLAS users do the same).
-// The layouts stay in cuBLASLt's default column order, for which every algorithm is available,
-// rather than CUBLASLT_ORDER_ROW.
+// m = N and n = M, and the same transpose flags (llm.c and most row-major cuBLAS users do the
+// same). The layouts stay in cuBLASLt's default column order, for which every algorithm is
+// available, rather than CUBLASLT_ORDER_ROW.
 #pragma once
 
 #include <cstddef>
@@ -70,8 +70,9 @@ struct GemmKeyHash {
 // row-major terms, for error messages.
 std::string describe(const GemmKey& key);
 
-// The workspace cuBLASLt is offered: NVIDIA's recommendation (cuBLAS documentation, "cublasSetWorkspace"):
-// 32 MiB on Hopper (sm_90) and later, where the largest kernels want it, 4 MiB before.
+// The workspace cuBLASLt is offered: NVIDIA's recommendation (cuBLAS documentation,
+// "cublasSetWorkspace"): 32 MiB on Hopper (sm_90) and later, where the largest kernels want it, 4
+// MiB before.
 std::size_t gemm_workspace_bytes(int sm_major);
 
 // Plans (cuBLASLt descriptors and the chosen algorithm) by key: find, or build once with `make`.
