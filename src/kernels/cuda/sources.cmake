@@ -17,6 +17,7 @@ add_library(boostlm_kernels_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/event_timer_cuda.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_measure.cpp
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
 )
 target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)

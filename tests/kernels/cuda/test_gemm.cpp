@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/event_timer.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_measure.h"
 #include "kernels/cuda/gemm_plan.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_counters.h"
@@ -436,6 +437,18 @@ TEST_F(CudaGemm, PlansAreCachedAndCallsCountedAndTimed) {
   ctx.collect_timings();
   EXPECT_EQ(timer.events_created(), events);  // pooled
   ctx.set_timer(nullptr);
+}
+
+// The rate measurement runs and reports a positive, plausible figure (below 10 PFLOP/s; an H200's
+// bf16 datasheet peak is 989 TFLOP/s dense), printed for the device-check log.
+TEST_F(CudaGemm, MeasuresTheGemmRate) {
+  cuda::GemmContext ctx;
+  for (DType compute : {DType::f32, DType::bf16}) {
+    const double gflops = cuda::measure_gemm_gflops(ctx, 2048, 2048, 2048, compute, 3, stream);
+    EXPECT_GT(gflops, 0.0);
+    EXPECT_LT(gflops, 1e7);
+    std::printf("%s GEMM 2048^3: %.0f GFLOP/s\n", compute == DType::bf16 ? "bf16" : "fp32", gflops);
+  }
 }
 
 }  // namespace
