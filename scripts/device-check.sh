@@ -105,6 +105,8 @@ run() {
     echo "| cuda tests (exit $code) | $passed passed, $failed failed, $skipped skipped |"
   } >> "$summary"
   grep -m1 "no GPU" "$out/cuda_tests.txt" | sed 's/^/  skip reason: /' >> "$out/notes.txt"
+  # The GPU's measured GEMM rates (CudaGemm.MeasuresTheGemmRate), what MFU is measured against.
+  grep -E '^(fp32|bf16) GEMM 2048\^3: ' "$out/cuda_tests.txt" | sed 's/^/| /; s/: / | /; s/$/ |/' >> "$summary"
 
   # 2. compute-sanitizer over the device tests: memcheck and racecheck, error counts.
   local sanitizer

@@ -100,3 +100,41 @@ void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t hea
                         cudaStream_t stream);
 
 }  // namespace boostlm::cuda
+
+// ==== Element-wise and copy helpers (kernels/elementwise.h), the bf16 rounding of GEMM operands
+// (kernels/gemm.h's round_to_bf16) and fills (Buffer's zeroing and assign on the device);
+// elementwise.cu. Plain copies are cudaMemcpyAsync / cudaMemcpy2DAsync (the copy engines, no
+// kernel); the rest are grid-stride kernels over rows x cols. Exact: each output element is one
+// operation on its inputs, the same operation as the CPU backend's.
+namespace boostlm::cuda {
+
+void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+void scaled_copy(const float* x, float s, float* out, int64_t n, cudaStream_t stream);
+void copy_values(const float* src, int64_t n, float* dst, cudaStream_t stream);
+void copy_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                  int64_t ld_dst, cudaStream_t stream);
+void copy_columns(const bf16_t* src, int64_t ld_src, int64_t rows, int64_t cols, bf16_t* dst,
+                  int64_t ld_dst, cudaStream_t stream);
+void add_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                 int64_t ld_dst, cudaStream_t stream);
+void concat_columns(const float* blocks, int64_t count, int64_t rows, int64_t cols, float* out,
+                    cudaStream_t stream);
+
+// dst [rows, cols] (contiguous) = src [rows, cols] (row stride ld) rounded to bf16 (nearest even,
+// math.h's round_to_bf16: the CPU's bits).
+void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst,
+                   cudaStream_t stream);
+// The same for `count` members src + i·stride, into dst + i·rows·cols (a GEMM batch's operand).
+void round_to_bf16_batched(const float* src, int64_t count, int64_t stride, int64_t rows,
+                           int64_t cols, int64_t ld, bf16_t* dst, cudaStream_t stream);
+
+// c[i, r, :cols] = s · c[i, r, :cols] for `count` members c + i·stride with row stride ld; s = 0
+// writes zeros (not 0·NaN): a GEMM with K = 0, C = beta·C.
+void scale_columns(float* c, int64_t count, int64_t stride, int64_t rows, int64_t cols, int64_t ld,
+                   float s, cudaStream_t stream);
+
+// dst[i] = value for i < n.
+void fill(float* dst, int64_t n, float value, cudaStream_t stream);
+void fill(bf16_t* dst, int64_t n, bf16_t value, cudaStream_t stream);
+
+}  // namespace boostlm::cuda

@@ -11,9 +11,20 @@ add_library(boostlm_kernels_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/adamw.cu
   ${CMAKE_CURRENT_LIST_DIR}/embedding.cu
   ${CMAKE_CURRENT_LIST_DIR}/rope.cu
+  ${CMAKE_CURRENT_LIST_DIR}/caching_allocator.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/device_allocator.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/event_timer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/event_timer_cuda.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_measure.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
 )
 target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart CUDA::cublasLt)
+# The backend-neutral kernel code (BOOSTLM_KERNEL_COMMON_SOURCES: the GEMM counters gemm.cpp books
+# into) is compiled once, into the CPU backend's library, until a common library holds it.
+target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_kernels_cpu)
 target_compile_definitions(boostlm_kernels_cuda PUBLIC BOOSTLM_HAVE_CUDA=1)
 # Warnings are errors in the .cu files (nvcc's own and its host compiler's); the .cpp files take
 # the project's C++ options.
