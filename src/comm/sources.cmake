@@ -11,6 +11,8 @@ target_sources(boostlm_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/grid.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mpi_runtime.cpp
   ${CMAKE_CURRENT_LIST_DIR}/overlap.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/staged_transport.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/transport.cpp
   ${CMAKE_CURRENT_LIST_DIR}/watchdog.cpp
 )
 target_compile_definitions(boostlm_core PUBLIC OMPI_SKIP_MPICXX MPICH_SKIP_MPICXX)
