@@ -1,6 +1,8 @@
 #include "comm/nccl_transport.h"
 
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <string>
 
 #include "comm/mpi_runtime.h"
@@ -20,7 +22,8 @@ void check_nccl(ncclResult_t status, ncclComm_t comm, const char* expr, const ch
   throw error(file, ":", line, ": ", expr, " failed: ", ncclGetErrorString(status),
               detail && *detail ? std::string(" (") + detail + ")" : std::string(),
               status == ncclInvalidUsage
-                  ? "; NCCL refuses two ranks on one GPU: ranks sharing one need BOOSTLM_NCCL=0"
+                  ? "; NCCL refuses two ranks of a group on one GPU: ranks sharing a GPU need "
+                    "BOOSTLM_NCCL=0 (the staged path)"
                   : "");
 }
 
@@ -30,47 +33,53 @@ ncclDataType_t nccl_type(ElementType type) {
   return type == ElementType::f64 ? ncclDouble : ncclFloat;
 }
 
-// An NCCL operation queued on a stream: done when the event recorded after it has completed.
+}  // namespace
+
+struct NcclTransport::Mark {
+  cudaEvent_t event = nullptr;  // recorded once the work it marks is queued
+  ~Mark() {
+    if (event) cudaEventDestroy(event);
+  }
+};
+
+// An NCCL operation on a stream: done when the event recorded after it has completed. A held
+// send or recv has no event yet: asking about it queues the held ones first.
 class NcclCompletion final : public DeviceCompletion {
  public:
-  NcclCompletion(ncclComm_t comm, cudaStream_t stream, const char* group, const char* operation,
-                 int64_t bytes)
-      : comm_(comm), group_(group), operation_(operation), bytes_(bytes) {
-    BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-    BOOSTLM_CHECK_CUDA(cudaEventRecord(event_, stream));
-  }
-  ~NcclCompletion() override { cudaEventDestroy(event_); }
+  NcclCompletion(NcclTransport& transport, std::shared_ptr<NcclTransport::Mark> mark,
+                 const char* operation, int64_t bytes)
+      : transport_(transport), mark_(std::move(mark)), operation_(operation), bytes_(bytes) {}
 
   bool ready() override {
-    const cudaError_t status = cudaEventQuery(event_);
+    if (!mark_->event) transport_.flush_p2p();
+    const cudaError_t status = cudaEventQuery(mark_->event);
     if (status == cudaSuccess) return true;
     if (status != cudaErrorNotReady) BOOSTLM_CHECK_CUDA(status);
+    ncclComm_t comm = transport_.comm_;
     ncclResult_t async = ncclSuccess;
-    BOOSTLM_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async), comm_);
+    BOOSTLM_CHECK_NCCL(ncclCommGetAsyncError(comm, &async), comm);
     if (async != ncclSuccess && async != ncclInProgress) {
-      const std::string detail = ncclGetLastError(comm_);
-      ncclCommAbort(comm_);
+      const std::string detail = ncclGetLastError(comm);
+      ncclCommAbort(comm);
       fail_job(std::string("NCCL ") + operation_ + " of " + std::to_string(bytes_) +
-               " bytes on group " + group_ + " failed: " + ncclGetErrorString(async) +
-               (detail.empty() ? "" : " (" + detail + ")"));
+               " bytes on group " + transport_.group_name_ + " failed: " +
+               ncclGetErrorString(async) + (detail.empty() ? "" : " (" + detail + ")"));
     }
     return false;
   }
 
   void wait() override {
     watched_poll(
-        group_, operation_, bytes_, [this] { return ready(); }, [this] { ncclCommAbort(comm_); });
+        transport_.group_name_, operation_, bytes_, [this] { return ready(); },
+        [this] { ncclCommAbort(transport_.comm_); });
   }
 
  private:
-  ncclComm_t comm_;
-  cudaEvent_t event_ = nullptr;
-  const char* group_;
+  NcclTransport& transport_;
+  std::shared_ptr<NcclTransport::Mark> mark_;
   const char* operation_;
   int64_t bytes_;
 };
-
-}  // namespace
 
 NcclTransport::NcclTransport(Communicator& group, cudaStream_t stream)
     : stream_(stream), rank_(group.rank()), group_name_(group.watch_name()) {
@@ -93,15 +102,48 @@ NcclTransport::NcclTransport(Communicator& group, cudaStream_t stream)
 }
 
 NcclTransport::~NcclTransport() {
+  try {
+    flush_p2p();  // a peer may be waiting for what is held
+  } catch (const std::exception&) {
+  }
   if (comm_) ncclCommDestroy(comm_);
 }
 
 DeviceTransport::Started NcclTransport::enqueued(const char* operation, int64_t bytes) {
-  return std::make_unique<NcclCompletion>(comm_, stream_, group_name_, operation, bytes);
+  auto mark = std::make_shared<Mark>();
+  BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming));
+  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, stream_));
+  return std::make_unique<NcclCompletion>(*this, std::move(mark), operation, bytes);
+}
+
+DeviceTransport::Started NcclTransport::held(Point point, const char* operation) {
+  held_.push_back(point);
+  if (!held_mark_) held_mark_ = std::make_shared<Mark>();
+  return std::make_unique<NcclCompletion>(*this, held_mark_, operation, point.count * 4);
+}
+
+void NcclTransport::flush_p2p() {
+  if (held_.empty()) return;
+  const std::vector<Point> points = std::move(held_);
+  held_.clear();
+  std::shared_ptr<Mark> mark = std::move(held_mark_);
+  BOOSTLM_CHECK_NCCL(ncclGroupStart(), comm_);
+  for (const Point& point : points) {
+    if (point.send)
+      BOOSTLM_CHECK_NCCL(ncclSend(point.data, point.count, ncclFloat, point.peer, comm_, stream_),
+                         comm_);
+    else
+      BOOSTLM_CHECK_NCCL(ncclRecv(point.data, point.count, ncclFloat, point.peer, comm_, stream_),
+                         comm_);
+  }
+  BOOSTLM_CHECK_NCCL(ncclGroupEnd(), comm_);
+  BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming));
+  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, stream_));
 }
 
 DeviceTransport::Started NcclTransport::all_reduce(void* data, int64_t count, ElementType type,
                                                    ReduceOp op) {
+  flush_p2p();
   BOOSTLM_CHECK_NCCL(ncclAllReduce(data, data, count, nccl_type(type),
                                    op == ReduceOp::max ? ncclMax : ncclSum, comm_, stream_),
                      comm_);
@@ -111,12 +153,14 @@ DeviceTransport::Started NcclTransport::all_reduce(void* data, int64_t count, El
 
 // In place when `send` is this rank's slot of `recv`, which NCCL supports as such.
 DeviceTransport::Started NcclTransport::all_gather(const float* send, int64_t count, float* recv) {
+  flush_p2p();
   BOOSTLM_CHECK_NCCL(ncclAllGather(send, recv, count, ncclFloat, comm_, stream_), comm_);
   return enqueued("all_gather", count * 4);
 }
 
 DeviceTransport::Started NcclTransport::reduce_scatter(const float* send, float* recv,
                                                        const std::vector<int64_t>& counts) {
+  flush_p2p();
   const ReduceScatterPlan plan = plan_reduce_scatter(counts);
   if (!plan.equal) return reduce_pieces(send, recv, plan.pieces);
   BOOSTLM_CHECK_NCCL(ncclReduceScatter(send, recv, plan.block, ncclFloat, ncclSum, comm_, stream_),
@@ -126,6 +170,7 @@ DeviceTransport::Started NcclTransport::reduce_scatter(const float* send, float*
 
 DeviceTransport::Started NcclTransport::reduce_pieces(const float* send, float* recv,
                                                       const std::vector<ReducePiece>& pieces) {
+  flush_p2p();
   int64_t total = 0;
   BOOSTLM_CHECK_NCCL(ncclGroupStart(), comm_);
   for (const ReducePiece& piece : pieces) {
@@ -140,19 +185,18 @@ DeviceTransport::Started NcclTransport::reduce_pieces(const float* send, float* 
 }
 
 DeviceTransport::Started NcclTransport::broadcast(float* data, int64_t count, int root) {
+  flush_p2p();
   BOOSTLM_CHECK_NCCL(ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_), comm_);
   return enqueued("broadcast", count * 4);
 }
 
 DeviceTransport::Started NcclTransport::send(const float* data, int64_t count, int peer,
                                              int /*tag*/) {
-  BOOSTLM_CHECK_NCCL(ncclSend(data, count, ncclFloat, peer, comm_, stream_), comm_);
-  return enqueued("send", count * 4);
+  return held({true, const_cast<float*>(data), count, peer}, "send");  // ncclSend reads only
 }
 
 DeviceTransport::Started NcclTransport::recv(float* data, int64_t count, int peer, int /*tag*/) {
-  BOOSTLM_CHECK_NCCL(ncclRecv(data, count, ncclFloat, peer, comm_, stream_), comm_);
-  return enqueued("recv", count * 4);
+  return held({false, data, count, peer}, "recv");
 }
 
 }  // namespace boostlm

@@ -9,13 +9,18 @@
 // asynchronous NCCL error also aborts and ends the job, naming it.
 //
 // Reduce-scatter with uneven counts follows plan_reduce_scatter (one grouped ncclReduce per rank).
-// Send/recv have no tags: between two ranks they match in the order they are queued, so both sides
-// must queue them in the same order (the pipeline does).
+//
+// Send and recv are held back and queued together, in one ncclGroupStart/End, when the first of
+// them is tested or waited for, or before the next collective: the pipeline posts irecv then isend
+// to the same neighbour on both sides, and queued one by one on a stream each rank's recv would
+// wait for a send queued behind the other's recv. They have no tags: between two ranks they match
+// in the order they are posted, which must therefore agree on both sides (the pipeline's does).
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -46,9 +51,23 @@ class NcclTransport final : public DeviceTransport {
 
   ncclComm_t nccl_comm() const { return comm_; }
 
+  // Queues the sends and receives held back, as one group, with an event after them.
+  void flush_p2p();
+
  private:
+  struct Point {  // a send or recv held back
+    bool send;
+    float* data;
+    int64_t count;
+    int peer;
+  };
+  friend class NcclCompletion;
+  struct Mark;  // an event recorded after queued work, shared by the completions it covers
   Started enqueued(const char* operation, int64_t bytes);  // an event after what was queued
+  Started held(Point point, const char* operation);
   ncclComm_t comm_ = nullptr;
+  std::vector<Point> held_;
+  std::shared_ptr<Mark> held_mark_;  // the event the held operations' completions will poll
   cudaStream_t stream_;
   int rank_ = 0;
   const char* group_name_;

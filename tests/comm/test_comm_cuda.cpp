@@ -165,6 +165,16 @@ TEST_F(CommCuda, NcclOnOneRank) {
                       }),
             piece);
   EXPECT_EQ(on_device(values, [&](float* d) { run(nccl.broadcast(d, 6, 0)); }), values);
+  // Send and recv to itself: held back, then queued as one group when the first is waited for
+  // (queued one by one, the recv would wait forever for the send behind it).
+  EXPECT_EQ(on_device(values,
+                      [&](float* d) {
+                        DeviceTransport::Started got = nccl.recv(d + 3, 3, 0, 1);
+                        DeviceTransport::Started sent = nccl.send(d, 3, 0, 1);
+                        got->wait();
+                        sent->wait();
+                      }),
+            copied);
   // Non-blocking: the completion reports ready once the stream has passed it.
   DeviceArray<float> data(values);
   DeviceTransport::Started started =
