@@ -5,6 +5,10 @@
 // (calls and payload bytes: the elements handed to the collective × their size, not the bytes a
 // particular algorithm puts on the wire), so any run can report exactly what it communicated and
 // tests can assert the closed forms of SPEC §3.
+//
+// The data pointers are host pointers, moved by MPI, unless a DeviceTransport is set
+// (comm/transport.h): then they are device pointers, moved by NCCL or staged through host memory,
+// and counted the same way.
 #pragma once
 
 #include <array>
