@@ -87,7 +87,7 @@ gtest_tally() {
 comm_tests() {
   local out=$1 summary=$2 bin=$bundle/bin/boostlm_comm_cuda_tests
   [ -x "$bin" ] || { echo "| comm cuda tests | not in the bundle |" >> "$summary"; return; }
-  timeout 120 "$bin" --gtest_filter='CommCuda.*' --gtest_color=no > "$out/comm_cuda_tests.txt" 2>&1
+  timeout 120 "$bin" --gtest_filter='CommCuda*' --gtest_color=no > "$out/comm_cuda_tests.txt" 2>&1
   echo "| comm cuda tests, 1 rank (exit $?) | $(gtest_tally "$out/comm_cuda_tests.txt") |" >> "$summary"
   local mpirun
   mpirun=$(command -v mpirun)
@@ -97,7 +97,7 @@ comm_tests() {
   fi
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "$mpirun" -n 2 \
     --oversubscribe --bind-to none --mca btl tcp,vader,self --mca orte_abort_on_non_zero_status 1 \
-    -x LD_LIBRARY_PATH -x OMP_NUM_THREADS=1 "$bin" --gtest_filter='CommCuda.*' --gtest_color=no \
+    -x LD_LIBRARY_PATH -x OMP_NUM_THREADS=1 "$bin" --gtest_filter='CommCuda*' --gtest_color=no \
     > "$out/comm_cuda_np2.txt" 2>&1
   echo "| comm cuda tests, 2 ranks (exit $?) | $(gtest_tally "$out/comm_cuda_np2.txt") (rank 0) |" >> "$summary"
 }

@@ -18,6 +18,7 @@
 #include "comm/cuda_transport.h"
 #include "comm/mpi_runtime.h"
 #include "comm/watchdog.h"
+#include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/device.h"
@@ -210,6 +211,27 @@ TEST_F(CommCuda, NcclWatchdogAbortsAHungCollective) {
       "0.3 s");
 }
 #endif
+
+// Which transport make_device_transport picks, without a GPU (nothing touches CUDA until data
+// moves): BOOSTLM_NCCL=0 the staged path, a malformed value an error naming the variable.
+TEST(CommCudaHost, TransportChoiceFollowsBoostlmNccl) {
+  const char* saved = std::getenv("BOOSTLM_NCCL");
+  const std::string kept = saved ? saved : "";
+  Communicator self;
+  setenv("BOOSTLM_NCCL", "0", 1);
+  EXPECT_STREQ(make_device_transport(self, nullptr)->kind(), "staged");
+  setenv("BOOSTLM_NCCL", "on", 1);
+  try {
+    make_device_transport(self, nullptr);
+    FAIL() << "BOOSTLM_NCCL=on must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("BOOSTLM_NCCL=on"), std::string::npos) << e.what();
+  }
+  if (saved)
+    setenv("BOOSTLM_NCCL", kept.c_str(), 1);
+  else
+    unsetenv("BOOSTLM_NCCL");
+}
 
 // The staged path's CUDA copies on one rank (host memory pinned, copies on the stream).
 TEST_F(CommCuda, StagedCopiesOnOneRank) {
