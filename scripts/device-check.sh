@@ -9,8 +9,9 @@
 #       BUNDLE (default device-bundle/, git-ignored; it must stay under 60 MB to travel).
 #   scripts/device-check.sh run [BUNDLE] [OUT]
 #       On the GPU machine: finds CUDA's libraries (a toolkit's, or those inside PyTorch's wheels:
-#       nvidia-cuda-runtime, nvidia-cublas), runs the `cuda` tests (each kernel against the CPU
-#       backend), compute-sanitizer's memcheck and racecheck over the device tests, and records what
+#       nvidia-cuda-runtime, nvidia-cublas, nvidia-nccl), runs the `cuda` tests (each kernel against
+#       the CPU backend; the device collectives on 1 rank, and on 2 under mpirun where the machine
+#       has one), compute-sanitizer's memcheck and racecheck over the device tests, and records what
 #       `--device cuda` says; writes small tables to OUT (default device-check-out/) and prints
 #       OUT/summary.md. Bounded to 8 minutes.
 #
@@ -26,10 +27,12 @@ bundle=${2:-device-bundle}
 prepare() {
   local build=${BUILD:-build}
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=ON > /dev/null || exit 1
-  cmake --build "$build" -j "$(nproc)" --target boostlm boostlm_cuda_tests || exit 1
+  cmake --build "$build" -j "$(nproc)" --target boostlm boostlm_cuda_tests boostlm_comm_cuda_tests \
+    || exit 1
   rm -rf "$bundle"
   mkdir -p "$bundle/bin" "$bundle/lib"
-  cp "$build/boostlm" "$build/tests/kernels/cuda/boostlm_cuda_tests" "$bundle/bin/"
+  cp "$build/boostlm" "$build/tests/kernels/cuda/boostlm_cuda_tests" \
+    "$build/tests/comm/boostlm_comm_cuda_tests" "$bundle/bin/"
   cp "$0" "$bundle/"
   # The libraries a GPU machine's image lacks: everything the binaries load but the C and C++
   # runtimes (a newer image has newer ones) and CUDA's (found there, in the toolkit or the wheels).
@@ -71,6 +74,34 @@ PY
   echo "${dirs[*]}"
 }
 
+# "P passed, F failed, S skipped" from a gtest output file (one line per test, ending in its time).
+gtest_tally() {
+  echo "$(grep -c '^\[       OK \] .* ms)$' "$1") passed, $(grep -c '^\[  FAILED  \] .* ms)$' "$1") failed, $(grep -c '^\[  SKIPPED \] .* ms)$' "$1") skipped"
+}
+
+# 1b. Device collectives (comm/cuda_transport.h): in one process NCCL on one rank, the watchdog's
+# ncclCommAbort on a hung collective, and the staged copies; then two ranks sharing the GPU over the
+# staged path (NCCL too where two GPUs are visible) under mpirun with the launcher's settings
+# (cli/launch.cpp), where this machine has an mpirun (Open MPI is not in the bundle: its plugins and
+# PMIx would not fit the 60 MB).
+comm_tests() {
+  local out=$1 summary=$2 bin=$bundle/bin/boostlm_comm_cuda_tests
+  [ -x "$bin" ] || { echo "| comm cuda tests | not in the bundle |" >> "$summary"; return; }
+  timeout 120 "$bin" --gtest_filter='CommCuda*' --gtest_color=no > "$out/comm_cuda_tests.txt" 2>&1
+  echo "| comm cuda tests, 1 rank (exit $?) | $(gtest_tally "$out/comm_cuda_tests.txt") |" >> "$summary"
+  local mpirun
+  mpirun=$(command -v mpirun)
+  if [ -z "$mpirun" ]; then
+    echo "| comm cuda tests, 2 ranks | not run: no mpirun on this machine |" >> "$summary"
+    return
+  fi
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "$mpirun" -n 2 \
+    --oversubscribe --bind-to none --mca btl tcp,vader,self --mca orte_abort_on_non_zero_status 1 \
+    -x LD_LIBRARY_PATH -x OMP_NUM_THREADS=1 "$bin" --gtest_filter='CommCuda*' --gtest_color=no \
+    > "$out/comm_cuda_np2.txt" 2>&1
+  echo "| comm cuda tests, 2 ranks (exit $?) | $(gtest_tally "$out/comm_cuda_np2.txt") (rank 0) |" >> "$summary"
+}
+
 run() {
   local out=${3:-device-check-out}
   local deadline=$((SECONDS + 480))
@@ -107,6 +138,8 @@ run() {
   grep -m1 "no GPU" "$out/cuda_tests.txt" | sed 's/^/  skip reason: /' >> "$out/notes.txt"
   # The GPU's measured GEMM rates (CudaGemm.MeasuresTheGemmRate), what MFU is measured against.
   grep -E '^(fp32|bf16) GEMM 2048\^3: ' "$out/cuda_tests.txt" | sed 's/^/| /; s/: / | /; s/$/ |/' >> "$summary"
+
+  comm_tests "$out" "$summary"
 
   # 2. compute-sanitizer over the device tests: memcheck and racecheck, error counts.
   local sanitizer

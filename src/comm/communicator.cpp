@@ -11,6 +11,8 @@
 //   iall_reduce, isend, irecv   as their blocking twins, counted when the operation is started
 // Not counted: broadcast_bytes (control data) and barrier. Groups of size 1 count nothing at all:
 // every operation on them is local (a no-op or a copy), whether or not MPI backs the group.
+// On device memory (set_device_transport) every call is checked and counted here, as above, and its
+// data moved by the transport: the counts do not depend on where the data lives.
 #include "comm/communicator.h"
 
 #include <mpi.h>
@@ -24,10 +26,11 @@
 #include <utility>
 
 #include "comm/overlap.h"
+#include "comm/transport.h"
 #include "comm/watchdog.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/fiber.h"
-#include "core/device.h"
 #include "core/profile.h"
 
 namespace boostlm {
@@ -125,6 +128,7 @@ struct CommRequest::Impl {
   const char* group = "?";  // for the watchdog's message
   const char* operation = "?";
   int64_t bytes = 0;
+  std::unique_ptr<DeviceCompletion> device;  // an operation on device memory, in flight
 };
 
 CommRequest::CommRequest() = default;
@@ -149,6 +153,11 @@ CommRequest::~CommRequest() {
 bool CommRequest::test() {
   BOOSTLM_KERNEL("comm");
   if (!pending()) return true;
+  if (impl_->device) {
+    if (!impl_->device->ready()) return false;
+    impl_->device.reset();
+    return true;
+  }
   int done = 0;
   MPI_Test(&impl_->request, &done, MPI_STATUS_IGNORE);  // sets the request to NULL when done
   return done != 0;
@@ -157,12 +166,17 @@ bool CommRequest::test() {
 void CommRequest::wait() {
   BOOSTLM_KERNEL("comm");
   if (!pending()) return;
+  if (impl_->device) {  // watched by the transport
+    impl_->device->wait();
+    impl_->device.reset();
+    return;
+  }
   WatchedExchange watch(impl_->group, impl_->operation, impl_->bytes);
   MPI_Wait(&impl_->request, MPI_STATUS_IGNORE);
 }
 
 bool CommRequest::pending() const {
-  return impl_ && impl_->request != MPI_REQUEST_NULL;
+  return impl_ && (impl_->request != MPI_REQUEST_NULL || impl_->device != nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,6 +205,7 @@ Communicator::Communicator(void* mpi_comm, std::string name)
 }
 
 Communicator::~Communicator() {
+  device_.reset();  // a staged transport's own communicator is freed before this one
   // After MPI_Finalize nothing may be freed (a Communicator that outlives mpi_stop just leaks).
   if (comm_ && !mpi_finalized()) {
     MPI_Comm comm = as_mpi(comm_);
@@ -204,7 +219,8 @@ Communicator::Communicator(Communicator&& other) noexcept
       size_(std::exchange(other.size_, 1)),
       name_(std::move(other.name_)),
       watch_name_(std::exchange(other.watch_name_, "self")),
-      counts_(std::exchange(other.counts_, {})) {}
+      counts_(std::exchange(other.counts_, {})),
+      device_(std::move(other.device_)) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
   if (this != &other) {
@@ -215,6 +231,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     name_ = std::move(other.name_);
     watch_name_ = std::exchange(other.watch_name_, "self");
     counts_ = std::exchange(other.counts_, {});
+    device_ = std::move(other.device_);
   }
   return *this;
 }
@@ -252,6 +269,13 @@ void Communicator::count(Collective kind, int64_t elements, int64_t element_byte
 
 void Communicator::all_reduce(float* data, int64_t count) {
   if (size_ == 1 || compute_only_) return;
+  if (device_) {
+    BOOSTLM_KERNEL("comm");
+    refuse_overlapped("all_reduce on device memory");
+    on_device(device_->all_reduce(data, count, ElementType::f32, ReduceOp::sum));
+    this->count(Collective::all_reduce, count);
+    return;
+  }
   if (overlapped()) {
     this->count(Collective::all_reduce, count);
     overlap_->all_reduce(comm_, data, count, /*max=*/false);
@@ -265,6 +289,13 @@ void Communicator::all_reduce(float* data, int64_t count) {
 
 void Communicator::all_reduce_max(float* data, int64_t count) {
   if (size_ == 1 || compute_only_) return;
+  if (device_) {
+    BOOSTLM_KERNEL("comm");
+    refuse_overlapped("all_reduce_max on device memory");
+    on_device(device_->all_reduce(data, count, ElementType::f32, ReduceOp::max));
+    this->count(Collective::all_reduce_max, count);
+    return;
+  }
   if (overlapped()) {
     this->count(Collective::all_reduce_max, count);
     overlap_->all_reduce(comm_, data, count, /*max=*/true);
@@ -280,6 +311,11 @@ void Communicator::all_reduce(double* data, int64_t count) {
   BOOSTLM_KERNEL("comm");
   if (size_ == 1) return;
   refuse_overlapped("all_reduce(double)");
+  if (device_) {
+    on_device(device_->all_reduce(data, count, ElementType::f64, ReduceOp::sum));
+    this->count(Collective::all_reduce, count, sizeof(double));
+    return;
+  }
   WatchedExchange watch(watch_name_, "all_reduce", count * 8);
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_DOUBLE, MPI_SUM, as_mpi(comm_));
   this->count(Collective::all_reduce, count, sizeof(double));
@@ -294,6 +330,11 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
   if (!in_place) {
     BOOSTLM_ASSERT_MSG(!overlaps(send, count * 4, recv, size_ * count * 4),
                        "all_gather: send overlaps recv other than at this rank's slot");
+  }
+  if (device_) {  // a group of one copies on the device, unless in place
+    if (size_ > 1 || !in_place) on_device(device_->all_gather(send, count, recv));
+    this->count(Collective::all_gather, count);
+    return;
   }
   if (size_ == 1) {
     if (!in_place) std::memcpy(recv, send, count * sizeof(float));
@@ -317,6 +358,11 @@ void Communicator::reduce_scatter(const float* send, float* recv,
   to_mpi_count(total);  // MPI reads the send buffer with int displacements
   BOOSTLM_ASSERT_MSG(!overlaps(send, total * 4, recv, counts[rank_] * 4),
                      "reduce_scatter: send and recv overlap");
+  if (device_) {  // a group of one copies on the device
+    on_device(device_->reduce_scatter(send, recv, counts));
+    this->count(Collective::reduce_scatter, total);
+    return;
+  }
   if (size_ == 1) {
     std::memcpy(recv, send, counts[0] * sizeof(float));
     return;
@@ -331,6 +377,11 @@ void Communicator::broadcast(float* data, int64_t count, int root) {
   refuse_overlapped("broadcast");
   BOOSTLM_ASSERT_MSG(root >= 0 && root < size_, "broadcast: root out of range");
   if (size_ == 1) return;
+  if (device_) {
+    on_device(device_->broadcast(data, count, root));
+    this->count(Collective::broadcast, count);
+    return;
+  }
   WatchedExchange watch(watch_name_, "broadcast", count * 4);
   MPI_Bcast(data, to_mpi_count(count), MPI_FLOAT, root, as_mpi(comm_));
   this->count(Collective::broadcast, count);
@@ -348,6 +399,11 @@ void Communicator::send(const float* data, int64_t count, int dest, int tag) {
   refuse_overlapped("send");
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "send on " + name_ + ": bad destination " + std::to_string(dest));
+  if (device_) {
+    on_device(device_->send(data, count, dest, tag));
+    this->count(Collective::send, count);
+    return;
+  }
   WatchedExchange watch(watch_name_, "send", count * 4);
   MPI_Send(data, to_mpi_count(count), MPI_FLOAT, dest, tag, as_mpi(comm_));
   this->count(Collective::send, count);
@@ -358,6 +414,11 @@ void Communicator::recv(float* data, int64_t count, int source, int tag) {
   refuse_overlapped("recv");
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "recv on " + name_ + ": bad source " + std::to_string(source));
+  if (device_) {
+    on_device(device_->recv(data, count, source, tag));
+    this->count(Collective::recv, count);
+    return;
+  }
   MPI_Status status;
   {
     WatchedExchange watch(watch_name_, "recv", count * 4);
@@ -375,8 +436,14 @@ CommRequest Communicator::iall_reduce(float* data, int64_t count) {
   const DeviceAccess access("comm");  // the transfer itself runs inside test() and wait()
   CommRequest request;
   if (size_ == 1) return request;  // nothing in flight: test() is true at once
+  if (device_) {
+    request = device_request(device_->all_reduce(data, count, ElementType::f32, ReduceOp::sum),
+                             "iall_reduce", count * 4);
+    this->count(Collective::all_reduce, count);
+    return request;
+  }
   request.impl_ = std::make_unique<CommRequest::Impl>(
-      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "iall_reduce", count * 4});
+      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "iall_reduce", count * 4, nullptr});
   MPI_Iallreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_SUM, as_mpi(comm_),
                  &request.impl_->request);
   this->count(Collective::all_reduce, count);
@@ -388,8 +455,13 @@ CommRequest Communicator::isend(const float* data, int64_t count, int dest, int 
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "isend on " + name_ + ": bad destination " + std::to_string(dest));
   CommRequest request;
+  if (device_) {
+    request = device_request(device_->send(data, count, dest, tag), "isend", count * 4);
+    this->count(Collective::send, count);
+    return request;
+  }
   request.impl_ = std::make_unique<CommRequest::Impl>(
-      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "isend", count * 4});
+      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "isend", count * 4, nullptr});
   MPI_Isend(data, to_mpi_count(count), MPI_FLOAT, dest, tag, as_mpi(comm_),
             &request.impl_->request);
   this->count(Collective::send, count);
@@ -401,11 +473,35 @@ CommRequest Communicator::irecv(float* data, int64_t count, int source, int tag)
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "irecv on " + name_ + ": bad source " + std::to_string(source));
   CommRequest request;
+  if (device_) {
+    request = device_request(device_->recv(data, count, source, tag), "irecv", count * 4);
+    this->count(Collective::recv, count);
+    return request;
+  }
   request.impl_ = std::make_unique<CommRequest::Impl>(
-      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "irecv", count * 4});
+      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "irecv", count * 4, nullptr});
   MPI_Irecv(data, to_mpi_count(count), MPI_FLOAT, source, tag, as_mpi(comm_),
             &request.impl_->request);
   this->count(Collective::recv, count);
+  return request;
+}
+
+void Communicator::set_device_transport(std::unique_ptr<DeviceTransport> transport) {
+  device_ = std::move(transport);
+}
+
+// A blocking call on device memory waits for what the transport started. (Overlapped tasks are
+// host-side machinery, comm/overlap.h, refused on device memory: there streams overlap instead.)
+void Communicator::on_device(std::unique_ptr<DeviceCompletion> started) {
+  if (started) started->wait();
+}
+
+CommRequest Communicator::device_request(std::unique_ptr<DeviceCompletion> started,
+                                         const char* operation, int64_t bytes) {
+  CommRequest request;
+  if (!started) return request;  // completed already
+  request.impl_ = std::make_unique<CommRequest::Impl>(
+      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, operation, bytes, std::move(started)});
   return request;
 }
 

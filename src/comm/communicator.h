@@ -5,6 +5,10 @@
 // (calls and payload bytes: the elements handed to the collective × their size, not the bytes a
 // particular algorithm puts on the wire), so any run can report exactly what it communicated and
 // tests can assert the closed forms of SPEC §3.
+//
+// The data pointers are host pointers, moved by MPI, unless a DeviceTransport is set
+// (comm/transport.h): then they are device pointers, moved by NCCL or staged through host memory,
+// and counted the same way.
 #pragma once
 
 #include <array>
@@ -63,6 +67,8 @@ class CommRequest {
 };
 
 class CommOverlap;
+class DeviceTransport;
+class DeviceCompletion;
 
 class Communicator {
  public:
@@ -99,6 +105,16 @@ class Communicator {
 
   void barrier();
 
+  // Device memory (comm/transport.h): from this call on, the data pointers of every collective and
+  // send/recv above are device pointers, moved by `transport` (NCCL, or staged through host memory)
+  // and counted exactly as on the host path. broadcast_bytes and barrier stay on MPI (control data
+  // lives on the host). nullptr returns to host memory.
+  void set_device_transport(std::unique_ptr<DeviceTransport> transport);
+  DeviceTransport* device_transport() const { return device_.get(); }
+  // The MPI_Comm this group owns (as void*; nullptr for the group of one process), for making
+  // another Communicator over the same group (a transport's own, see comm/staged_transport.h).
+  void* mpi_comm() const { return comm_; }
+
   const CommCounts& counts() const { return counts_; }
   void reset_counts() { counts_ = {}; }
 
@@ -117,6 +133,9 @@ class Communicator {
   bool overlapped() const;
   void refuse_overlapped(const char* operation) const;
   void count(Collective kind, int64_t elements, int64_t element_bytes = 4);
+  void on_device(std::unique_ptr<DeviceCompletion> started);
+  CommRequest device_request(std::unique_ptr<DeviceCompletion> started, const char* operation,
+                             int64_t bytes);
 
   void* comm_ = nullptr;  // MPI_Comm, or nullptr for the single-process group
   int rank_ = 0, size_ = 1;
@@ -125,6 +144,7 @@ class Communicator {
   CommCounts counts_;
   CommOverlap* overlap_ = nullptr;
   bool compute_only_ = false;
+  std::unique_ptr<DeviceTransport> device_;
 };
 
 }  // namespace boostlm

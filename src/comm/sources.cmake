@@ -11,7 +11,14 @@ target_sources(boostlm_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/grid.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mpi_runtime.cpp
   ${CMAKE_CURRENT_LIST_DIR}/overlap.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/staged_transport.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/transport.cpp
   ${CMAKE_CURRENT_LIST_DIR}/watchdog.cpp
 )
 target_compile_definitions(boostlm_core PUBLIC OMPI_SKIP_MPICXX MPICH_SKIP_MPICXX)
 target_link_libraries(boostlm_core PUBLIC MPI::MPI_C)
+
+# Device collectives on CUDA (comm/cuda_transport.h, comm/nccl_transport.h), with the CUDA backend.
+if(TARGET boostlm_kernels_cuda)
+  include(${CMAKE_CURRENT_LIST_DIR}/cuda_sources.cmake)
+endif()

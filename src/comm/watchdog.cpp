@@ -95,6 +95,11 @@ std::atomic<const char*> g_log_path{nullptr};
   _exit(kWatchdogExitCode);
 }
 
+// How long watched_poll sleeps between polls once the first ones found the operation still running:
+// short against a collective's time, long enough not to take a core from the host's other work.
+constexpr auto kPollSleep = std::chrono::microseconds(20);
+constexpr int kSpinPolls = 256;
+
 void check_once() {
   const int64_t timeout_ns = g_timeout_ns.load();
   const int64_t start = g_in_flight.start_ns.load(std::memory_order_acquire);
@@ -158,6 +163,23 @@ WatchedExchange::WatchedExchange(const char* group, const char* operation, int64
 
 WatchedExchange::~WatchedExchange() {
   g_in_flight.start_ns.store(0, std::memory_order_release);
+}
+
+void watched_poll(const char* group, const char* operation, int64_t bytes,
+                  const std::function<bool()>& poll, const std::function<void()>& abort) {
+  const int64_t start = now_ns();
+  for (int polls = 0;; ++polls) {
+    if (poll()) return;
+    const int64_t timeout_ns = g_timeout_ns.load();
+    if (timeout_ns > 0 && now_ns() - start >= timeout_ns) {
+      abort();
+      fire(group, operation, bytes, static_cast<double>(timeout_ns) * 1e-9);
+    }
+    if (polls < kSpinPolls)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(kPollSleep);
+  }
 }
 
 const char* intern_group_name(const char* name) {

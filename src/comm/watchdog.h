@@ -6,8 +6,8 @@
 // Cheap on the hot path: each exchange writes one per-process record (group, operation, bytes,
 // start time) into atomics before its MPI call and clears it after; one monitor thread reads the
 // record about once a second. The monitor never calls MPI (it may be stuck in the very call it
-// reports): it writes the message to stderr and exits the process with kWatchdogExitCode; mpirun (with
-// orte_abort_on_non_zero_status, as `boostlm launch` sets) then kills every other rank.
+// reports): it writes the message to stderr and exits the process with kWatchdogExitCode; mpirun
+// (with orte_abort_on_non_zero_status, as `boostlm launch` sets) then kills every other rank.
 //
 // Exchanges do not nest (the main thread records them; --tp-overlap's progress thread, which starts
 // and tests collectives for it, records none: the main thread's wait for them is what is watched),
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace boostlm {
@@ -46,6 +47,16 @@ class WatchedExchange {
   WatchedExchange(const WatchedExchange&) = delete;
   WatchedExchange& operator=(const WatchedExchange&) = delete;
 };
+
+// A wait that the waiting thread watches itself, by polling: an operation queued on a device (NCCL
+// on a CUDA stream) that the host can only ask about. `poll` says whether it has completed (and
+// throws on an error it finds, such as NCCL's asynchronous error). Once the wait has lasted the
+// timeout, `abort` runs (ncclCommAbort, so this rank's kernels stop and peers see the failure, as
+// PyTorch's NCCL watchdog does) and the process ends with the watchdog's message and exit code.
+// With the watchdog off it polls until completion. The monitor thread plays no part: it cannot
+// abort a device communicator.
+void watched_poll(const char* group, const char* operation, int64_t bytes,
+                  const std::function<bool()>& poll, const std::function<void()>& abort);
 
 // A copy of `name` that lives as long as the process: the monitor may read a group's name after the
 // Communicator that owns it has gone. Equal names share one copy.

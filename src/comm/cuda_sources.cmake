@@ -1,0 +1,19 @@
+# boostlm_comm_cuda: device collectives behind Communicator on a CUDA GPU (issue 29). The staged
+# path's CUDA copies always; NCCL where its header and library are found (the CUDA toolkit here
+# ships them in its include/ and lib/; GPU machines have libnccl.so.2 in PyTorch's wheels). Without
+# NCCL the library builds with the staged path alone. Nothing in the engine links it yet.
+find_path(BOOSTLM_NCCL_INCLUDE_DIR nccl.h
+          HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
+find_library(BOOSTLM_NCCL_LIBRARY nccl
+             HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib)
+add_library(boostlm_comm_cuda STATIC ${CMAKE_CURRENT_LIST_DIR}/cuda_transport.cpp)
+target_link_libraries(boostlm_comm_cuda PUBLIC boostlm_core boostlm_kernels_cuda CUDA::cudart)
+if(BOOSTLM_NCCL_INCLUDE_DIR AND BOOSTLM_NCCL_LIBRARY)
+  target_sources(boostlm_comm_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/nccl_transport.cpp)
+  target_include_directories(boostlm_comm_cuda PUBLIC ${BOOSTLM_NCCL_INCLUDE_DIR})
+  target_link_libraries(boostlm_comm_cuda PUBLIC ${BOOSTLM_NCCL_LIBRARY})
+  target_compile_definitions(boostlm_comm_cuda PUBLIC BOOSTLM_HAVE_NCCL=1)
+  message(STATUS "NCCL: ${BOOSTLM_NCCL_LIBRARY} (device collectives over NCCL)")
+else()
+  message(STATUS "NCCL: not found (device collectives staged through host memory over MPI)")
+endif()
