@@ -27,11 +27,12 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# |mean log-prob difference| allowed per exported dtype, and why (README, "Export to GGUF"):
-# f32 as the issue asks (measured ~1e-6: summation order only); the others from measurement, with
-# headroom (each rounds every weight; f16 and q8_0 also round activations in llama.cpp's dot
-# products).
-TOLERANCES = {"f32": 1e-3, "f16": 1e-2, "bf16": 3e-2, "q8_0": 3e-2}
+# |mean log-prob difference| allowed per exported dtype. f32: the issue's 1e-3 (measured: at most
+# 6e-8, summation order only). The others round every weight, and llama.cpp's CPU dot products round
+# the activations to the same type; measured on tiny-dense trained 30 steps, it converted
+# to svd, and a random HF LLaMA (GQA, tied), the largest differences were f16 1.2e-5, bf16 5.6e-4,
+# q8_0 7.5e-3 (tools/llama_cpp/README.md); the tolerances leave 4-80x room.
+TOLERANCES = {"f32": 1e-3, "f16": 1e-3, "bf16": 5e-3, "q8_0": 3e-2}
 
 
 def run(cmd, **kw):

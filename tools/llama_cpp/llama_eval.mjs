@@ -40,7 +40,7 @@ const seqLen = scored.seq_len;
 const ids = scored.token_ids;
 const context = await model.createContext({
   contextSize: Math.max(seqLen, 64) + Number(args["max-new-tokens"] ?? 0) + 64,
-  batchSize: 512, sequences: 1, flashAttention: false,
+  batchSize: 512, sequences: 1, flashAttention: false, threads: Number(args.threads ?? 1),
   experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
 const sequence = context.getSequence();
 
