@@ -261,6 +261,8 @@ GgufExportSummary export_to_gguf(const std::string& checkpoint, const std::strin
   add_tensor(writer, plan, "output_norm.weight", 0, c.d_model, stored(m, "model.norm.weight"));
   if (!c.tied_embeddings)  // else llama.cpp reads the head from token_embd
     add_tensor(writer, plan, "output.weight", c.vocab_size, c.d_model, stored(m, "lm_head.weight"));
+  const fs::path parent = fs::absolute(out).parent_path();
+  fs::create_directories(parent);
   summary.bytes = writer.write(out);
   return summary;
 }

@@ -28,10 +28,10 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # |mean log-prob difference| allowed per exported dtype. f32: the 1e-3 (measured: at most
-# 6e-8, summation order only). The others round every weight, and llama.cpp's CPU dot products round
-# the activations to the same type; measured on tiny-dense trained 30 steps, it converted
-# to svd, and a random HF LLaMA (GQA, tied), the largest differences were f16 1.2e-5, bf16 5.6e-4,
-# q8_0 7.5e-3 (tools/llama_cpp/README.md); the tolerances leave 4-80x room.
+# 6e-8, summation order only). The others round every weight, and llama.cpp's CPU dot products
+# round the activations to the same type; the largest differences measured (the llama_cpp test's
+# three models, and a tiny-dense trained 30 steps on another text) were f16 1.2e-5, bf16 5.6e-4,
+# q8_0 7.5e-3: the tolerances leave 4-80x room (README, "Export to GGUF").
 TOLERANCES = {"f32": 1e-3, "f16": 1e-3, "bf16": 5e-3, "q8_0": 3e-2}
 
 
