@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace boostlm {
@@ -22,19 +23,24 @@ enum class PieceType : int32_t {
 struct SentencePieceVocab {
   std::vector<std::string> pieces;
   std::vector<float> scores;
-  std::vector<int32_t> types;                                  // PieceType values
-  int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;  // -1: none
-  bool add_dummy_prefix = true;                                // NormalizerSpec defaults
+  std::vector<int32_t> types;                               // PieceType values
+  int32_t unk_id = 0, bos_id = 1, eos_id = 2, pad_id = -1;  // TrainerSpec defaults; -1: none
+  bool add_dummy_prefix = true;                             // NormalizerSpec defaults
   bool remove_extra_whitespaces = true;
   std::string model_type = "unigram";  // TrainerSpec.model_type: unigram, bpe, word, char
 };
 
-// Reads `path` (a tokenizer.model): pieces, scores, special ids through the sentencepiece
-// library; piece types, the normalizer's switches and the model type from the file's protobuf
-// (sentencepiece_model.proto: ModelProto.pieces = 1 {piece = 1, score = 2, type = 3},
-// trainer_spec = 2 {model_type = 3}, normalizer_spec = 3 {add_dummy_prefix = 3,
-// remove_extra_whitespaces = 4}), checked against the library's view. Throws Error naming the
-// file when it is not a SentencePiece model.
+// The protobuf of a SentencePiece model file (sentencepiece_model.proto): ModelProto.pieces = 1
+// {piece = 1, score = 2, type = 3}, trainer_spec = 2 {model_type = 3, unk_id = 40, bos_id = 41,
+// eos_id = 42, pad_id = 43}, normalizer_spec = 3 {add_dummy_prefix = 3,
+// remove_extra_whitespaces = 4}; every other field skipped. Throws Error naming `source` when the
+// bytes break off mid-field.
+SentencePieceVocab parse_sentencepiece_model(std::string_view bytes, const std::string& source);
+
+// Reads `path` (a tokenizer.model): loaded by the sentencepiece library (which refuses anything
+// that is not a model), read by parse_sentencepiece_model, and the two readings checked to agree
+// on every piece, score, special id and (where the library says) type. Throws Error naming the
+// file.
 SentencePieceVocab read_sentencepiece_vocab(const std::string& path);
 
 }  // namespace boostlm
