@@ -80,6 +80,7 @@ def main():
     work = args.out or tempfile.mkdtemp(prefix="boostlm_llama_cpp.")
     os.makedirs(work, exist_ok=True)
     tokenizer = os.path.join(checkpoint_dir(args.checkpoint), "tokenizer.model")
+    pieces = len(run(["spm_export_vocab", f"--model={tokenizer}"]).splitlines())
 
     ours = per_token(args, args.text, args.seq_len)
     ours_file = os.path.join(work, "boostlm_text.json")
@@ -105,6 +106,7 @@ def main():
         theirs = json.loads(run(["node", os.path.join(HERE, "llama_eval.mjs"), "--deps", deps,
                                  "--model", gguf, "--tokens", ours_file, "--prompt",
                                  prompt_json, "--max-new-tokens", str(args.max_new_tokens),
+                                 "--vocab-limit", str(pieces),
                                  "--text", args.text]).strip().splitlines()[-1])
         lp = theirs["log_probs"]
         diffs = [abs(a - b) for a, b in zip(lp, ours["log_probs"])]

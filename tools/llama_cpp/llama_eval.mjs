@@ -9,7 +9,7 @@
 //   tokenized        llama.cpp's own tokenization of `--text` (a file), for the tokenizer check
 //
 // Usage: node llama_eval.mjs --deps DIR --model FILE.gguf --tokens EVAL.json [--prompt EVAL.json
-//        --max-new-tokens N] [--text FILE]
+//        --max-new-tokens N --vocab-limit V] [--text FILE]
 // The context computes in fp32 where it can: fp32 KV cache, no flash attention, one sequence.
 import {readFileSync} from "node:fs";
 import {join} from "node:path";
@@ -64,11 +64,16 @@ if (args.prompt) {
   await sequence.clearHistory();
   const greedy = [];
   let next = promptIds;
+  // Greedy over the ids the tokenizer can decode (`--vocab-limit`, as boostlm generate samples
+  // only those of a padded vocabulary): the most probable such id of the full distribution.
+  const limit = Number(args["vocab-limit"] ?? Infinity);
   for (let n = 0; n < Number(args["max-new-tokens"] ?? 16); ++n) {
     const results = await sequence.controlledEvaluate(
-      next.map((id, i) => i + 1 < next.length ? id : [id, {generateNext: {token: true,
-                                                                       options: {temperature: 0}}}]));
-    const token = results.at(-1).next.token;
+      next.map((id, i) => i + 1 < next.length ? id : [id, {generateNext: {probabilities: true}}]));
+    let token = null;
+    for (const [id] of results.at(-1).next.probabilities) {  // sorted, most probable first
+      if (id < limit) { token = id; break; }
+    }
     greedy.push(token);
     if (token === model.tokens.eos) break;
     next = [token];
