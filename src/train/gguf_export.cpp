@@ -166,6 +166,49 @@ void add_tokenizer(GgufWriter& w, const std::string& tokenizer_path, int64_t voc
   w.add_bool("tokenizer.ggml.remove_extra_whitespaces", v.remove_extra_whitespaces);
 }
 
+// Every tensor, in llama.cpp's names and order: the embedding, per block its norms and
+// projections (q and k reordered for llama.cpp's RoPE), the final norm and the head.
+void add_model_tensors(GgufWriter& writer, TensorPlan& plan, const Model& m) {
+  const ModelConfig& c = m.config();
+  add_tensor(writer, plan, "token_embd.weight", c.vocab_size, c.d_model,
+             stored(m, "model.embed_tokens.weight"));
+  struct Projection {
+    const char *hf, *gguf;
+    int64_t d_out, d_in;
+    int64_t rope_heads;  // > 0: q or k, reordered for llama.cpp's RoPE
+  };
+  const Projection attention[] = {
+      {"self_attn.q_proj", "attn_q", c.d_model, c.d_model, c.n_heads},
+      {"self_attn.k_proj", "attn_k", c.kv_dim(), c.d_model, c.n_kv_heads},
+      {"self_attn.v_proj", "attn_v", c.kv_dim(), c.d_model, 0},
+      {"self_attn.o_proj", "attn_output", c.d_model, c.d_model, 0}};
+  const Projection mlp[] = {{"mlp.gate_proj", "ffn_gate", c.d_ff, c.d_model, 0},
+                            {"mlp.up_proj", "ffn_up", c.d_ff, c.d_model, 0},
+                            {"mlp.down_proj", "ffn_down", c.d_model, c.d_ff, 0}};
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string hf = "model.layers." + std::to_string(l) + ".";
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    auto add_projection = [&](const Projection& p) {
+      const std::string prefix = hf + p.hf;
+      const int64_t heads = p.rope_heads, hd = c.head_dim(), d_in = p.d_in;
+      add_tensor(writer, plan, blk + p.gguf + ".weight", p.d_out, p.d_in,
+                 [&m, prefix, heads, hd, d_in] {
+                   std::vector<float> w = projection_matrix(m, prefix);
+                   return heads > 0 ? to_adjacent_rope_pairs(w, heads, hd, d_in) : w;
+                 });
+    };
+    add_tensor(writer, plan, blk + "attn_norm.weight", 0, c.d_model,
+               stored(m, hf + "input_layernorm.weight"));
+    for (const Projection& p : attention) add_projection(p);
+    add_tensor(writer, plan, blk + "ffn_norm.weight", 0, c.d_model,
+               stored(m, hf + "post_attention_layernorm.weight"));
+    for (const Projection& p : mlp) add_projection(p);
+  }
+  add_tensor(writer, plan, "output_norm.weight", 0, c.d_model, stored(m, "model.norm.weight"));
+  if (!c.tied_embeddings)  // else llama.cpp reads the head from token_embd
+    add_tensor(writer, plan, "output.weight", c.vocab_size, c.d_model, stored(m, "lm_head.weight"));
+}
+
 std::string tokenizer_of(const std::string& dir) {
   const fs::path model = fs::path(dir) / "tokenizer.model";
   if (fs::exists(model)) return model.string();
@@ -220,47 +263,9 @@ GgufExportSummary export_to_gguf(const std::string& checkpoint, const std::strin
   GgufWriter writer;
   add_hyperparameters(writer, config, name, type);
   add_tokenizer(writer, tokenizer, config.vocab_size, summary);
-
-  const Model& m = *model;
-  const ModelConfig& c = config;
   TensorPlan plan{type, &summary};
-  add_tensor(writer, plan, "token_embd.weight", c.vocab_size, c.d_model,
-             stored(m, "model.embed_tokens.weight"));
-  struct Projection {
-    const char *hf, *gguf;
-    int64_t d_out, d_in;
-    int64_t rope_heads;  // > 0: q or k, reordered for llama.cpp's RoPE
-  };
-  const Projection attention[] = {
-      {"self_attn.q_proj", "attn_q", c.d_model, c.d_model, c.n_heads},
-      {"self_attn.k_proj", "attn_k", c.kv_dim(), c.d_model, c.n_kv_heads},
-      {"self_attn.v_proj", "attn_v", c.kv_dim(), c.d_model, 0},
-      {"self_attn.o_proj", "attn_output", c.d_model, c.d_model, 0}};
-  const Projection mlp[] = {{"mlp.gate_proj", "ffn_gate", c.d_ff, c.d_model, 0},
-                            {"mlp.up_proj", "ffn_up", c.d_ff, c.d_model, 0},
-                            {"mlp.down_proj", "ffn_down", c.d_model, c.d_ff, 0}};
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string hf = "model.layers." + std::to_string(l) + ".";
-    const std::string blk = "blk." + std::to_string(l) + ".";
-    auto add_projection = [&](const Projection& p) {
-      const std::string prefix = hf + p.hf;
-      const int64_t heads = p.rope_heads, hd = c.head_dim(), d_in = p.d_in;
-      add_tensor(writer, plan, blk + p.gguf + ".weight", p.d_out, p.d_in,
-                 [&m, prefix, heads, hd, d_in] {
-                   std::vector<float> w = projection_matrix(m, prefix);
-                   return heads > 0 ? to_adjacent_rope_pairs(w, heads, hd, d_in) : w;
-                 });
-    };
-    add_tensor(writer, plan, blk + "attn_norm.weight", 0, c.d_model,
-               stored(m, hf + "input_layernorm.weight"));
-    for (const Projection& p : attention) add_projection(p);
-    add_tensor(writer, plan, blk + "ffn_norm.weight", 0, c.d_model,
-               stored(m, hf + "post_attention_layernorm.weight"));
-    for (const Projection& p : mlp) add_projection(p);
-  }
-  add_tensor(writer, plan, "output_norm.weight", 0, c.d_model, stored(m, "model.norm.weight"));
-  if (!c.tied_embeddings)  // else llama.cpp reads the head from token_embd
-    add_tensor(writer, plan, "output.weight", c.vocab_size, c.d_model, stored(m, "lm_head.weight"));
+
+  add_model_tensors(writer, plan, *model);
   const fs::path parent = fs::absolute(out).parent_path();
   fs::create_directories(parent);
   summary.bytes = writer.write(out);
