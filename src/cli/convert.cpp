@@ -8,6 +8,7 @@
 #include "core/file_io.h"
 #include "engine/model.h"
 #include "train/checkpoint.h"
+#include "train/gguf_export.h"
 #include "train/hf_export.h"
 #include "train/hf_import.h"
 #include "train/lowrank_convert.h"
@@ -55,13 +56,38 @@ void convert_to_low_rank(Args& a) {
   std::printf("convert: %s -> %s\n", dir.c_str(), a.out.c_str());
 }
 
+// --dtype's spellings (f32, fp32, float32 ...) as one name per type, for --to-hf or --to-gguf.
+std::string canonical_dtype(const std::string& dtype, bool gguf) {
+  if (dtype == "f32" || dtype == "fp32" || dtype == "float32") return gguf ? "f32" : "float32";
+  if (dtype == "f16" || dtype == "fp16" || dtype == "float16") return gguf ? "f16" : "float16";
+  if (dtype == "bf16" || dtype == "bfloat16") return gguf ? "bf16" : "bfloat16";
+  if (dtype == "auto") return gguf ? "f32" : "auto";  // boostlm holds fp32
+  if (dtype == "q8_0" && gguf) return "q8_0";
+  throw error("--dtype ", dtype, ": --to-hf writes float32, bfloat16 or float16 (q8_0 is for ",
+              "--to-gguf)");
+}
+
+template <class Args>
+void convert_to_gguf(const Args& a) {
+  GgufExportOptions options;
+  options.dtype = canonical_dtype(a.hf.dtype, true);
+  const GgufExportSummary summary =
+      while_doing("exporting " + a.to_gguf + " to --out " + a.out,
+                  [&] { return export_to_gguf(a.to_gguf, a.out, options); });
+  for (const std::string& note : summary.notes) std::printf("convert: %s\n", note.c_str());
+  std::printf("convert: %s -> %s (GGUF v3, llama, %s, %lld tensors, %llu bytes)\n",
+              a.to_gguf.c_str(), a.out.c_str(), summary.file_type.c_str(),
+              static_cast<long long>(summary.tensors),
+              static_cast<unsigned long long>(summary.bytes));
+}
+
 }  // namespace
 
 void add_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "convert", "import or export Hugging Face LLaMA directories; dense to low rank");
+      "convert", "import or export Hugging Face LLaMA directories; export GGUF; dense to low rank");
   struct Args {
-    std::string from_hf, to_hf, out, to, checkpoint, data;
+    std::string from_hf, to_hf, to_gguf, out, to, checkpoint, data;
     HfExportOptions hf;
     LowRankOptions low_rank;
     // The same defaults as train's validation and eval (README, "Flags").
@@ -72,10 +98,16 @@ void add_convert(CLI::App& app) {
                                "Hugging Face LLaMA directory to import as a boostlm checkpoint");
   auto* to = cmd->add_option("--to-hf", a->to_hf,
                              "checkpoint (or run directory) to export as a Hugging Face directory");
+  auto* to_gguf = cmd->add_option(
+      "--to-gguf", a->to_gguf,
+      "checkpoint (or run directory) to export as a GGUF file for llama.cpp (`llama` "
+      "architecture, tokenizer embedded); svd models are multiplied out (W = A·B, exact up to "
+      "rounding), cola models cannot be");
   auto* to_arch = cmd->add_option("--to", a->to, "convert a dense checkpoint to low rank (SVD)")
                       ->check(CLI::IsMember({"svd", "cola"}));
-  from->excludes(to);
-  to_arch->excludes(from)->excludes(to);
+  from->excludes(to)->excludes(to_gguf);
+  to->excludes(to_gguf);
+  to_arch->excludes(from)->excludes(to)->excludes(to_gguf);
   cmd->add_option("--checkpoint", a->checkpoint, "--to: the dense checkpoint (or run directory)");
   computed_default(
       cmd->add_option("--attn-rank", a->low_rank.attn_rank, "--to: rank of q/k/v/o (or --energy)"))
@@ -98,10 +130,13 @@ void add_convert(CLI::App& app) {
   cmd->add_option("--eval-batches", a->eval_batches, "--data: windows from token 0")
       ->check(at_least(1));
   add_deprecated(*cmd, "--batches", "--eval-batches", a->eval_batches)->check(at_least(1));
-  cmd->add_option("--out,-o", a->out, "directory to write")->required();
+  cmd->add_option("--out,-o", a->out, "directory to write (--to-gguf: the .gguf file)")->required();
   cmd->add_option("--dtype", a->hf.dtype,
-                  "--to-hf: tensor dtype (auto: the one the model was imported from, else float32)")
-      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"}));
+                  "--to-hf: tensor dtype (auto: the one the model was imported from, else "
+                  "float32); --to-gguf: f32 (auto), f16, bf16 or q8_0 for the matrices (norms stay "
+                  "f32)")
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16",
+                             "f32", "f16", "q8_0"}));
   cmd->add_option("--shard-size", a->hf.shard_bytes,
                   "--to-hf: bytes per safetensors shard (larger models are sharded)")
       ->check(at_least(1));
@@ -116,14 +151,18 @@ void add_convert(CLI::App& app) {
       std::printf("convert: %s (llama, %lld layers, d=%lld) -> %s\n", a->from_hf.c_str(),
                   static_cast<long long>(config.n_layers), static_cast<long long>(config.d_model),
                   a->out.c_str());
+    } else if (!a->to_gguf.empty()) {
+      convert_to_gguf(*a);
     } else if (!a->to_hf.empty()) {
+      a->hf.dtype = canonical_dtype(a->hf.dtype, false);
       const std::string dtype = while_doing("exporting " + a->to_hf + " to --out " + a->out,
                                             [&] { return export_to_hf(a->to_hf, a->out, a->hf); });
       std::printf("convert: %s -> %s (%s)\n", a->to_hf.c_str(), a->out.c_str(), dtype.c_str());
     } else if (!a->to.empty()) {
       convert_to_low_rank(*a);
     } else {
-      throw error("convert: give --from-hf DIR, --to-hf CHECKPOINT or --to svd|cola");
+      throw error("convert: give --from-hf DIR, --to-hf CHECKPOINT, --to-gguf CHECKPOINT or --to ",
+                  "svd|cola");
     }
   });
 }

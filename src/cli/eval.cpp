@@ -15,6 +15,7 @@
 #include "data/tokenizer.h"
 #include "engine/model.h"
 #include "train/checkpoint.h"
+#include "train/token_log_probs.h"
 #include "train/trainer.h"
 
 namespace boostlm::cli {
@@ -24,6 +25,7 @@ namespace {
 struct TextEval {
   std::string text, tokenizer;
   int64_t batch_size, seq_len, stride;
+  bool per_token;
 };
 
 // Loss and perplexity of raw text: tokenized as prepare tokenizes a corpus, then every token
@@ -44,18 +46,21 @@ void print_text_loss(Model& model, const std::string& dir, const TextEval& o) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 2) throw error(o.text, " holds ", n, " token(s): at least 2 are needed for one target");
   const TokenScore score = evaluate_every_token(model, tokens, o.batch_size, o.seq_len, o.stride);
-  std::printf("%s\n", nlohmann::json({{"checkpoint", dir},
-                                      {"text", o.text},
-                                      {"tokens", n},
-                                      {"evaluated_tokens", score.tokens},
-                                      {"sequences", score.sequences},
-                                      {"batch_size", o.batch_size},
-                                      {"seq_len", o.seq_len},
-                                      {"stride", std::min(o.stride, o.seq_len)},
-                                      {"loss", score.loss},
-                                      {"perplexity", std::exp(score.loss)}})
-                          .dump()
-                          .c_str());
+  nlohmann::json out = {{"checkpoint", dir},
+                        {"text", o.text},
+                        {"tokens", n},
+                        {"evaluated_tokens", score.tokens},
+                        {"sequences", score.sequences},
+                        {"batch_size", o.batch_size},
+                        {"seq_len", o.seq_len},
+                        {"stride", std::min(o.stride, o.seq_len)},
+                        {"loss", score.loss},
+                        {"perplexity", std::exp(score.loss)}};
+  if (o.per_token) {
+    out["token_ids"] = tokens;
+    out["log_probs"] = token_log_probs(model, tokens, o.seq_len);
+  }
+  std::printf("%s\n", out.dump().c_str());
 }
 
 }  // namespace
@@ -66,7 +71,7 @@ void add_eval(CLI::App& app) {
   struct Args {
     std::string checkpoint, data, text, tokenizer, precision = "fp32";
     int64_t batch_size = 8, seq_len = 256, eval_batches = 20, stride = 0;
-    bool allow_tokenizer_change = false;
+    bool allow_tokenizer_change = false, per_token = false;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint or run directory")->required();
@@ -98,12 +103,19 @@ void add_eval(CLI::App& app) {
       add_deprecated(*cmd, "--batches", "--eval-batches", a->eval_batches)->check(at_least(1));
   cmd->add_option("--precision", a->precision, "fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  auto* per_token =
+      cmd->add_flag("--per-token", a->per_token,
+                    "--text: also print the token ids and every target's log-probability "
+                    "(token_ids, log_probs), in consecutive windows of -t (--stride -t)");
   cmd->add_flag("--allow-tokenizer-change", a->allow_tokenizer_change,
                 "evaluate data (or --tokenizer) of another tokenizer than the checkpoint's (a "
                 "warning instead of a refusal)");
-  cmd->callback([a, batches, batches_alias] {
+  cmd->callback([a, batches, batches_alias, per_token] {
     if (mpi_world_size() > 1) throw error("eval runs in one process; start it without mpirun");
     if (a->data.empty() == a->text.empty()) throw error("give --data DIR|SHARD or --text FILE");
+    if (per_token->count() > 0 && a->text.empty()) throw error("--per-token needs --text FILE");
+    if (a->per_token && a->precision != "fp32")
+      throw error("--per-token scores in fp32 (the KV decoder); drop --precision ", a->precision);
     const std::string dir = resolve_checkpoint(a->checkpoint);
     verify_checkpoint(dir);
     Model model(read_checkpoint_config(dir), parse_dtype(a->precision));
@@ -136,8 +148,14 @@ void add_eval(CLI::App& app) {
     }
     if (batches->count() + batches_alias->count() > 0)
       warn("eval --text scores every token of the text; --eval-batches is ignored");
-    const int64_t stride = a->stride > 0 ? a->stride : std::max<int64_t>(1, a->seq_len / 2);
-    print_text_loss(model, dir, {a->text, a->tokenizer, a->batch_size, a->seq_len, stride});
+    if (a->per_token && a->stride > 0 && a->stride < a->seq_len)
+      throw error("--per-token scores consecutive windows of -t; drop --stride or give --stride ",
+                  a->seq_len);
+    const int64_t stride = a->per_token    ? a->seq_len
+                           : a->stride > 0 ? a->stride
+                                           : std::max<int64_t>(1, a->seq_len / 2);
+    print_text_loss(model, dir,
+                    {a->text, a->tokenizer, a->batch_size, a->seq_len, stride, a->per_token});
   });
 }
 

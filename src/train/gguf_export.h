@@ -1,0 +1,44 @@
+// Checkpoints as GGUF files for llama.cpp (`boostlm convert --to-gguf`), written against the GGUF
+// v3 specification (train/gguf_writer.h) with llama.cpp's names for the `llama` architecture:
+//
+//   token_embd.weight  blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
+//   ffn_up, ffn_down}.weight  output_norm.weight  output.weight (absent when tied)
+//
+// with every hyperparameter llama.cpp reads (llama.*) and the SentencePiece tokenizer embedded
+// (tokenizer.ggml.*, model "llama"). q and k are written with the rows of each head reordered from
+// boostlm's rotate-half RoPE pairs (i, i + hd/2) to the adjacent pairs (2i, 2i + 1) that
+// llama.cpp's `llama` RoPE rotates, as llama.cpp's own converter does for Hugging Face checkpoints;
+// the model then computes the same function.
+//
+// A `svd` model is written dense: every projection W = (A·B)ᵀ, multiplied out in fp32, which equals
+// the factored model up to rounding. A `cola` model cannot be: σ sits between its factors
+// (y = σ(x A) B), so no single matrix computes it, and it is refused.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace boostlm {
+
+struct GgufExportOptions {
+  // The tensors' type: "f32", "f16", "bf16" or "q8_0". 1-D tensors (the norms) stay f32 whatever
+  // it is, and a q8_0 matrix whose rows are not a multiple of 32 values is written f16, as
+  // llama.cpp's converter does.
+  std::string dtype = "f32";
+  std::string name;  // general.name; empty: the checkpoint directory's name
+};
+
+struct GgufExportSummary {
+  std::string file_type;  // what general.file_type says: f32, f16, bf16, q8_0
+  int64_t tensors = 0;
+  uint64_t bytes = 0;
+  std::vector<std::string> notes;  // svd multiplied out, vocabulary padded, f16 fallbacks...
+};
+
+// Writes `out` (a file that must not exist yet) from the checkpoint (or run directory, or Hugging
+// Face directory) `checkpoint`. Throws Error naming what cannot be exported and why.
+GgufExportSummary export_to_gguf(const std::string& checkpoint, const std::string& out,
+                                 const GgufExportOptions& options);
+
+}  // namespace boostlm

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A real llama.cpp (node-llama-cpp 3.21.1's prebuilt CPU binary, installed from npm by
+# tools/llama_cpp/install.sh) loads the GGUF files boostlm writes and computes what boostlm
+# computes (tools/llama_cpp/compare.py): on the same token ids of a held-out text, the mean
+# log-probability within 1e-3 in f32 (and within the tolerances compare.py states for f16, bf16 and
+# q8_0), the same greedy continuation of a prompt in f32, and llama.cpp's own tokenization of the
+# text equal to boostlm's. For tiny-dense trained a few steps, that model converted to svd at
+# tiny-svd's ranks (written multiplied out), and a random Hugging Face LLaMA with GQA and tied
+# embeddings imported by `convert --from-hf` (skipped without PyTorch, which writes it).
+# Usage: test_llama_cpp.sh path/to/boostlm   (exit 77 without Node.js >= 20 and npm)
+set -uo pipefail
+boostlm=$1
+here=$(cd "$(dirname "$0")" && pwd)
+tools=$here/../../tools
+export PYTHONDONTWRITEBYTECODE=1
+deps=$(bash "$tools/llama_cpp/install.sh")
+status=$?
+((status == 77)) && { echo "skipped: Node.js >= 20 and npm are needed (see above)"; exit 77; }
+((status != 0)) && { echo "FAIL: tools/llama_cpp/install.sh"; exit 1; }
+source "$here/../cli/lib.sh" llama_cpp
+echo "node-llama-cpp in $deps"
+
+tiny_corpus "$boostlm" "$work"
+head -c 1500 "$work/text.txt" | tr '\n' ' ' | sed 's/ *$//' > "$work/heldout.txt"  # one document
+prompt="Line 12 of the text, with"
+compare() {  # NAME CHECKPOINT
+  echo "== $1"
+  python3 "$tools/llama_cpp/compare.py" --boostlm "$boostlm" --checkpoint "$2" \
+    --text "$work/heldout.txt" --prompt "$prompt" -t 128 --out "$work/compare_$1" ||
+    fail "$1: llama.cpp disagrees with boostlm"
+}
+
+"$boostlm" train -c tiny-dense --vocab-size 320 -d "$work/data" -o "$work/dense" -b 4 -t 64 \
+  --steps 20 --lr 3e-3 --eval-interval 0 --log-interval 20 > /dev/null ||
+  { echo "FAIL: training tiny-dense"; exit 1; }
+compare tiny-dense "$work/dense"
+"$boostlm" convert --to svd --checkpoint "$work/dense" --attn-rank 32 --mlp-rank 32 \
+  --out "$work/svd" > /dev/null || fail "convert --to svd"
+compare tiny-svd "$work/svd"
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  /usr/bin/python3 "$tools/torch/hf_llama.py" write-hf --out "$work/hf" --vocab 320 --hidden 64 \
+    --heads 4 --kv-heads 2 --ffn 96 --layers 2 --tied --shards 1 --dtype bf16 &&
+    cp "$work/data/tokenizer.model" "$work/hf/" &&
+    "$boostlm" convert --from-hf "$work/hf" --out "$work/hf_ckpt" > /dev/null ||
+    fail "making and importing the Hugging Face model"
+  compare hf-llama-gqa-tied "$work/hf_ckpt"
+else
+  echo "== hf-llama-gqa-tied: skipped (/usr/bin/python3 cannot import torch to write it)"
+fi
+finish "llama.cpp agrees with boostlm"
