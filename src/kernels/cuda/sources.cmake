@@ -11,6 +11,11 @@ add_library(boostlm_kernels_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/adamw.cu
   ${CMAKE_CURRENT_LIST_DIR}/embedding.cu
   ${CMAKE_CURRENT_LIST_DIR}/rope.cu
+  ${CMAKE_CURRENT_LIST_DIR}/rmsnorm_split.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cu
+  ${CMAKE_CURRENT_LIST_DIR}/attention.cu
+  ${CMAKE_CURRENT_LIST_DIR}/attention_reference.cu
+  ${CMAKE_CURRENT_LIST_DIR}/plans.cpp
 )
 target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart CUDA::cublasLt)
