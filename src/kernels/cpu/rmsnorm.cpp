@@ -46,8 +46,7 @@ void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int6
 
 void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd) {
   const DeviceAccess access("rmsnorm_rstd");
-  for (int64_t r = 0; r < rows; ++r)
-    rstd[r] = math::rms_rstd(sum_sq[r], D_total, eps);
+  for (int64_t r = 0; r < rows; ++r) rstd[r] = math::rms_rstd(sum_sq[r], D_total, eps);
 }
 
 void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
@@ -230,7 +229,8 @@ void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const f
     float dot = 0.0f;
     // An explicit fma: left to the compiler, the float instantiation's multiplies were vectorised
     // apart from its in-order sum (no fused multiply-add) on one CPU and the bf16 one's fused, so
-    // the two differed in the last bit (OnlineNorm.Bf16LatentsAreTheRoundedLatents, Xeon AVX512-FP16).
+    // the two differed in the last bit (OnlineNorm.Bf16LatentsAreTheRoundedLatents, Xeon
+    // AVX512-FP16).
     for (int64_t c = 0; c < width; ++c) dot = std::fma(dzr[c], cpu::to_float(zr[c]), dot);
     // rms = 1/rstd; drms = −dot·rstd; ds = drms / (2·D·rms) = −dot·rstd² / (2D).
     ds[r] = math::online_norm_stat_grad(dot, rstd[r], D_total);

@@ -61,8 +61,8 @@ __device__ inline float tile_value(float x) {
 // rows × hd values at src (row stride ld) into dst (row stride ld_dst), rounded as the tiles
 // are; rows past `valid` are zeros.
 template <bool kRound, typename T>
-__device__ void load_tile(const T* src, int64_t ld, int rows, int64_t valid, int64_t hd,
-                          float* dst, int64_t ld_dst) {
+__device__ void load_tile(const T* src, int64_t ld, int rows, int64_t valid, int64_t hd, float* dst,
+                          int64_t ld_dst) {
   for (int64_t e = threadIdx.x; e < rows * hd; e += kAttnThreads) {
     const int64_t r = e / hd, c = e - r * hd;
     dst[r * ld_dst + c] = r < valid ? tile_value<kRound>(math::to_float(src[r * ld + c])) : 0.0f;
@@ -110,10 +110,10 @@ __global__ void __launch_bounds__(kAttnThreads)
   extern __shared__ float smem[];
   __shared__ WarpReduce::TempStorage reduce_temp[kAttnWarps];
   const int64_t hd = d.hd, T = d.T, ldt = attention_kv_tile_stride(hd);
-  float* Qs = smem;             // [Br, hd]
-  float* Ks = Qs + Br * hd;     // [Bc, hd + 1]
-  float* Vs = Ks + Bc * ldt;    // [Bc, hd + 1]
-  float* Ps = Vs + Bc * ldt;    // [Br, Bc]
+  float* Qs = smem;           // [Br, hd]
+  float* Ks = Qs + Br * hd;   // [Bc, hd + 1]
+  float* Vs = Ks + Bc * ldt;  // [Bc, hd + 1]
+  float* Ps = Vs + Bc * ldt;  // [Br, Bc]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t i0 = (gridDim.x - 1 - blockIdx.x) * static_cast<int64_t>(Br);
   const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / d.group;
@@ -205,8 +205,8 @@ __global__ void attention_delta_kernel(AttnDims d, int64_t batch, const In* out,
 // Ps (when given) and dSs, [Br, Bc] each, rounded as the tiles are.
 template <bool kRound>
 __device__ void backward_scores(const AttnDims& d, int64_t i0, int64_t j0, const float* Qs,
-                                const float* dOs, const float* Ks, const float* Vs,
-                                const float* Ls, const float* Ds, float* Ps, float* dSs) {
+                                const float* dOs, const float* Ks, const float* Vs, const float* Ls,
+                                const float* Ds, float* Ps, float* dSs) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float scores[kRows], dps[kRows];
   row_key_dots(Qs, Ks, d.hd, warp, lane, scores);
@@ -243,19 +243,19 @@ __device__ void load_query_side(const AttnDims& d, int64_t b, int64_t h, int64_t
 // query tiles from the key tile's diagonal on, in order.
 template <typename In, bool kRound, int kChunks>
 __global__ void __launch_bounds__(kAttnThreads)
-    flash_backward_dkdv_kernel(AttnDims d, const In* q, const In* k, const In* v,
-                               const float* lse, const float* delta, const float* dout,
-                               int64_t lddo, float* dk, int64_t lddk, float* dv, int64_t lddv) {
+    flash_backward_dkdv_kernel(AttnDims d, const In* q, const In* k, const In* v, const float* lse,
+                               const float* delta, const float* dout, int64_t lddo, float* dk,
+                               int64_t lddk, float* dv, int64_t lddv) {
   extern __shared__ float smem[];
   const int64_t hd = d.hd, T = d.T, ldt = attention_kv_tile_stride(hd);
-  float* Qs = smem;             // [Br, hd]
-  float* dOs = Qs + Br * hd;    // [Br, hd]
-  float* Ks = dOs + Br * hd;    // [Bc, hd + 1]
-  float* Vs = Ks + Bc * ldt;    // [Bc, hd + 1]
-  float* Ps = Vs + Bc * ldt;    // [Br, Bc]
-  float* dSs = Ps + Br * Bc;    // [Br, Bc]
-  float* Ls = dSs + Br * Bc;    // [Br]
-  float* Ds = Ls + Br;          // [Br]
+  float* Qs = smem;           // [Br, hd]
+  float* dOs = Qs + Br * hd;  // [Br, hd]
+  float* Ks = dOs + Br * hd;  // [Bc, hd + 1]
+  float* Vs = Ks + Bc * ldt;  // [Bc, hd + 1]
+  float* Ps = Vs + Bc * ldt;  // [Br, Bc]
+  float* dSs = Ps + Br * Bc;  // [Br, Bc]
+  float* Ls = dSs + Br * Bc;  // [Br]
+  float* Ds = Ls + Br;        // [Br]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * Bc;
   const int64_t kvh = blockIdx.y, b = blockIdx.z;
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       __syncthreads();
       backward_scores<kRound>(d, i0, j0, Qs, dOs, Ks, Vs, Ls, Ds, Ps, dSs);
       __syncthreads();  // the product phase reads every warp's rows
-      // dV[j] += Σ_i P[i, j] · dO[i];  dK[j] += Σ_i dS[i, j] · Q[i].
+                        // dV[j] += Σ_i P[i, j] · dO[i];  dK[j] += Σ_i dS[i, j] · Q[i].
 #pragma unroll
       for (int m = 0; m < kKeysPerWarp; ++m) {
         const int j = warp + m * kAttnWarps;
@@ -320,13 +320,13 @@ __global__ void __launch_bounds__(kAttnThreads)
                              int64_t lddq) {
   extern __shared__ float smem[];
   const int64_t hd = d.hd, T = d.T, ldt = attention_kv_tile_stride(hd);
-  float* Qs = smem;             // [Br, hd]
-  float* dOs = Qs + Br * hd;    // [Br, hd]
-  float* Ks = dOs + Br * hd;    // [Bc, hd + 1]
-  float* Vs = Ks + Bc * ldt;    // [Bc, hd + 1]
-  float* dSs = Vs + Bc * ldt;   // [Br, Bc]
-  float* Ls = dSs + Br * Bc;    // [Br]
-  float* Ds = Ls + Br;          // [Br]
+  float* Qs = smem;            // [Br, hd]
+  float* dOs = Qs + Br * hd;   // [Br, hd]
+  float* Ks = dOs + Br * hd;   // [Bc, hd + 1]
+  float* Vs = Ks + Bc * ldt;   // [Bc, hd + 1]
+  float* dSs = Vs + Bc * ldt;  // [Br, Bc]
+  float* Ls = dSs + Br * Bc;   // [Br]
+  float* Ds = Ls + Br;         // [Br]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t i0 = (gridDim.x - 1 - blockIdx.x) * static_cast<int64_t>(Br);
   const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / d.group;
@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     __syncthreads();
     backward_scores<kRound>(d, i0, j0, Qs, dOs, Ks, Vs, Ls, Ds, nullptr, dSs);
     __syncwarp();  // this warp reads only the dS rows it wrote
-    // dQ[i] += Σ_j dS[i, j] · K[j].
+                   // dQ[i] += Σ_j dS[i, j] · K[j].
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const float* dsr = dSs + (warp + m * kAttnWarps) * Bc;
@@ -427,8 +427,8 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
   const AttnDims d = dims_of(s, ldq, ldk, ldv);
   with_rounding(rounds<In>(s), [&](auto round) {
     with_head_chunks(g.head_chunks, [&](auto chunks) {
-      launch_attention(flash_forward_kernel<In, round(), chunks()>, g, stream, d, q, k, v, out,
-                       ldo, lse);
+      launch_attention(flash_forward_kernel<In, round(), chunks()>, g, stream, d, q, k, v, out, ldo,
+                       lse);
     });
   });
 }
@@ -445,15 +445,16 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
   const AttnDims d = dims_of(s, ldq, ldk, ldv);
   float* delta = static_cast<float*>(workspace);
   const int64_t items = s.batch * s.seq_len * s.n_heads;
-  attention_delta_kernel<In><<<grid_of((items + kAttnWarps - 1) / kAttnWarps), kAttnThreads, 0,
-                               stream>>>(d, s.batch, out, ldo, dout, lddo, delta);
+  attention_delta_kernel<In>
+      <<<grid_of((items + kAttnWarps - 1) / kAttnWarps), kAttnThreads, 0, stream>>>(
+          d, s.batch, out, ldo, dout, lddo, delta);
   BOOSTLM_CHECK_LAUNCH();
   with_rounding(rounds<In>(s), [&](auto round) {
     with_head_chunks(gkv.head_chunks, [&](auto chunks) {
       launch_attention(flash_backward_dkdv_kernel<In, round(), chunks()>, gkv, stream, d, q, k, v,
                        lse, static_cast<const float*>(delta), dout, lddo, dk, lddk, dv, lddv);
-      launch_attention(flash_backward_dq_kernel<In, round(), chunks()>, gq, stream, d, q, k, v,
-                       lse, static_cast<const float*>(delta), dout, lddo, dq, lddq);
+      launch_attention(flash_backward_dq_kernel<In, round(), chunks()>, gq, stream, d, q, k, v, lse,
+                       static_cast<const float*>(delta), dout, lddo, dq, lddq);
     });
   });
 }

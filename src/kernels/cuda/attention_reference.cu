@@ -41,7 +41,7 @@ __device__ float ref_dot(const A* a, const B* b, int64_t hd) {
 // The scaled score of query row (b, i, h) against key (b, j, kv head h / group).
 template <bool kRound, typename In>
 __device__ float ref_score(const RefDims& d, const In* q, const In* k, int64_t b, int64_t i,
-                          int64_t j, int64_t h) {
+                           int64_t j, int64_t h) {
   return ref_dot<kRound>(q + (b * d.T + i) * d.ldq + h * d.hd,
                          k + (b * d.T + j) * d.ldk + (h / d.group) * d.hd, d.hd) *
          d.scale;
@@ -61,7 +61,8 @@ __global__ void reference_forward_kernel(RefDims d, const In* q, const In* k, co
     for (int64_t j = 0; j <= i; ++j) {
       const float p = expf(ref_score<kRound>(d, q, k, b, i, j, h) - max);
       sum += p;
-      acc += ref_value<kRound>(p) * ref_at<kRound>(v + (b * d.T + j) * d.ldv + (h / d.group) * d.hd + c);
+      acc += ref_value<kRound>(p) *
+             ref_at<kRound>(v + (b * d.T + j) * d.ldv + (h / d.group) * d.hd + c);
     }
     math::store(out + n * ldo + h * d.hd + c, acc / sum);
     if (c == 0) lse[(b * d.H + h) * d.T + i] = max + logf(sum);
@@ -70,9 +71,9 @@ __global__ void reference_forward_kernel(RefDims d, const In* q, const In* k, co
 
 // p and dS of query row i (head h) against key j, from the saved lse and the row's delta.
 template <bool kRound, typename In>
-__device__ void ref_p_ds(const RefDims& d, const In* q, const In* k, const In* v,
-                         const float* lse, float delta, const float* dout, int64_t lddo,
-                         int64_t b, int64_t i, int64_t j, int64_t h, float& p, float& ds) {
+__device__ void ref_p_ds(const RefDims& d, const In* q, const In* k, const In* v, const float* lse,
+                         float delta, const float* dout, int64_t lddo, int64_t b, int64_t i,
+                         int64_t j, int64_t h, float& p, float& ds) {
   const float s = ref_score<kRound>(d, q, k, b, i, j, h);
   p = math::attention_probability(s, lse[(b * d.H + h) * d.T + i]);
   const float dp = ref_dot<kRound>(dout + (b * d.T + i) * lddo + h * d.hd,
@@ -93,9 +94,9 @@ __device__ float ref_delta(const RefDims& d, const In* out, int64_t ldo, const f
 
 // Thread per (token, head, column) of dQ = Σ_j dS · K.
 template <typename In, bool kRound>
-__global__ void reference_dq_kernel(RefDims d, const In* q, const In* k, const In* v,
-                                    const In* out, int64_t ldo, const float* lse,
-                                    const float* dout, int64_t lddo, float* dq, int64_t lddq) {
+__global__ void reference_dq_kernel(RefDims d, const In* q, const In* k, const In* v, const In* out,
+                                    int64_t ldo, const float* lse, const float* dout, int64_t lddo,
+                                    float* dq, int64_t lddq) {
   const int64_t total = d.B * d.T * d.H * d.hd;
   for (int64_t e = grid_index(); e < total; e += grid_stride()) {
     const int64_t c = e % d.hd, h = (e / d.hd) % d.H, n = e / (d.hd * d.H);
@@ -139,7 +140,14 @@ __global__ void reference_dkdv_kernel(RefDims d, const In* q, const In* k, const
 
 RefDims ref_dims(const AttentionShape& s, int64_t ldq, int64_t ldk, int64_t ldv) {
   BOOSTLM_ASSERT(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0 && s.head_dim > 0);
-  return {s.batch, s.seq_len, s.n_heads, s.n_heads / s.n_kv_heads, s.head_dim, ldq, ldk, ldv,
+  return {s.batch,
+          s.seq_len,
+          s.n_heads,
+          s.n_heads / s.n_kv_heads,
+          s.head_dim,
+          ldq,
+          ldk,
+          ldv,
           1.0f / std::sqrt(static_cast<float>(s.head_dim))};
 }
 
@@ -165,10 +173,10 @@ void reference_forward(const AttentionShape& s, const In* q, int64_t ldq, const 
 }
 
 template <typename In>
-void reference_backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k,
-                        int64_t ldk, const In* v, int64_t ldv, const In* out, int64_t ldo,
-                        const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
-                        float* dk, int64_t lddk, float* dv, int64_t lddv, cudaStream_t stream) {
+void reference_backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int64_t ldk,
+                        const In* v, int64_t ldv, const In* out, int64_t ldo, const float* lse,
+                        const float* dout, int64_t lddo, float* dq, int64_t lddq, float* dk,
+                        int64_t lddk, float* dv, int64_t lddv, cudaStream_t stream) {
   const RefDims d = ref_dims(s, ldq, ldk, ldv);
   const LaunchGeometry gq = elements_launch(s.batch * s.seq_len * s.n_heads * s.head_dim);
   const LaunchGeometry gkv = elements_launch(s.batch * s.seq_len * s.n_kv_heads * s.head_dim);

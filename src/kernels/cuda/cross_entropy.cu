@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cassert>
 
+#include "kernels/cross_entropy.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
-#include "kernels/cross_entropy.h"
 #include "kernels/cuda/plans.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/math.h"
@@ -100,8 +100,8 @@ __global__ void xent_shard_max_kernel(const float* logits, int64_t ld, int64_t V
 
 template <int kBlock>
 __global__ void xent_shard_stats_kernel(const float* logits, int64_t ld, const int32_t* targets,
-                                        int64_t V_local, int64_t vocab_begin,
-                                        const float* row_max, float* stats) {
+                                        int64_t V_local, int64_t vocab_begin, const float* row_max,
+                                        float* stats) {
   const int64_t r = blockIdx.x;
   const float* row = logits + r * ld;
   const float m = row_max[r];
@@ -198,8 +198,8 @@ void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* t
                                int64_t rows, int64_t V_local, int64_t vocab_begin,
                                const float* row_max, float* stats, cudaStream_t stream) {
   per_row(rows, V_local, [&](auto block, dim3 grid) {
-    xent_shard_stats_kernel<block()><<<grid, block(), 0, stream>>>(
-        logits, ld, targets, V_local, vocab_begin, row_max, stats);
+    xent_shard_stats_kernel<block()>
+        <<<grid, block(), 0, stream>>>(logits, ld, targets, V_local, vocab_begin, row_max, stats);
   });
 }
 
@@ -260,11 +260,14 @@ void linear_cross_entropy(const LinearCrossEntropyShape& s, const GemmInput& x, 
     bf16_t* dlogits16 = bf16 ? bf16_over(logits) : nullptr;
     cross_entropy_forward_backward(logits, s.V, targets + c.begin, c.rows, s.V, scale,
                                    losses + c.begin, dlogits16, 2 * s.V, stream);
-    const GemmInput dlogits = bf16 ? GemmInput(nullptr, dlogits16, 2 * s.V) : GemmInput(logits, s.V);
-    if (dw) gemm(Trans::T, Trans::N, s.V, s.d, c.rows, 1.0f, dlogits, xc, 1.0f, dw, s.d, s.compute,
-                 stream);
-    if (dx) gemm(Trans::N, Trans::N, c.rows, s.d, s.V, 1.0f, dlogits, w, 0.0f, dx + c.begin * s.d,
-                 s.d, s.compute, stream);
+    const GemmInput dlogits =
+        bf16 ? GemmInput(nullptr, dlogits16, 2 * s.V) : GemmInput(logits, s.V);
+    if (dw)
+      gemm(Trans::T, Trans::N, s.V, s.d, c.rows, 1.0f, dlogits, xc, 1.0f, dw, s.d, s.compute,
+           stream);
+    if (dx)
+      gemm(Trans::N, Trans::N, c.rows, s.d, s.V, 1.0f, dlogits, w, 0.0f, dx + c.begin * s.d, s.d,
+           s.compute, stream);
   }
 }
 

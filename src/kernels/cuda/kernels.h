@@ -121,8 +121,8 @@ size_t rmsnorm_backward_apply_workspace_bytes(int64_t rows, int64_t D_local);
 void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                             const float* gamma, const float* rstd, const float* dot, int64_t rows,
                             int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
-                            float* dgamma, bool accumulate, void* workspace,
-                            size_t workspace_bytes, cudaStream_t stream);
+                            float* dgamma, bool accumulate, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream);
 
 void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
                        int64_t D, float eps, float* out, cudaStream_t stream);
@@ -143,10 +143,9 @@ void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64
                                  const float* rstd, int64_t D_total, float* ds,
                                  cudaStream_t stream);
 size_t online_norm_input_backward_workspace_bytes(int64_t rows, int64_t D);
-void online_norm_input_backward(const float* g, const float* x, const float* gamma,
-                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
-                                float* dgamma, void* workspace, size_t workspace_bytes,
-                                cudaStream_t stream);
+void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
+                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
+                                void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- Softmax cross-entropy (kernels/cross_entropy.h) on a chunk of logit rows: one block per
 // row, the max and Σexp in one online pass. grad_bf16 may lie over the logits (bf16_over) as on
@@ -166,8 +165,7 @@ void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* t
                                const float* row_max, float* stats, cudaStream_t stream);
 void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                                   int64_t V_local, int64_t vocab_begin, const float* lse,
-                                  float scale, bf16_t* grad_bf16, int64_t ldg,
-                                  cudaStream_t stream);
+                                  float scale, bf16_t* grad_bf16, int64_t ldg, cudaStream_t stream);
 void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t rows, float* lse,
                               float* losses, cudaStream_t stream);
 void mean_loss(const float* losses, int64_t n, float* result, cudaStream_t stream);
@@ -182,15 +180,19 @@ void mean_loss(const float* losses, int64_t n, float* result, cudaStream_t strea
 // DeviceGemm is the seam to the cuBLASLt GEMM: kernels/gemm.h's gemm on device pointers plus the
 // stream. TODO(cudagemm): bind it to the cuBLASLt wrapper when it lands; the tests bind a naive
 // GEMM kernel.
-using DeviceGemm =
-    std::function<void(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                       const GemmInput& A, const GemmInput& B, float beta, float* C, int64_t ldc,
-                       DType compute, cudaStream_t stream)>;
+using DeviceGemm = std::function<void(
+    Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
+    const GemmInput& B, float beta, float* C, int64_t ldc, DType compute, cudaStream_t stream)>;
 struct LinearCrossEntropyShape {
   int64_t rows = 0, d = 0, V = 0, chunk_rows = 0;
   DType compute = DType::f32;
 };
 size_t linear_cross_entropy_workspace_bytes(const LinearCrossEntropyShape& s);
+// A plain GEMM kernel with DeviceGemm's signature (reference_gemm.cu), one thread per output
+// element: for the tests, not for training.
+void reference_gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const GemmInput& A, const GemmInput& B, float beta, float* C, int64_t ldc,
+                    DType compute, cudaStream_t stream);
 // losses: [rows]; dx: [rows, d] overwritten, or null; dw: [V, d] accumulated, or null (neither:
 // the loss alone). scale multiplies the gradient (1/N for a mean loss).
 void linear_cross_entropy(const LinearCrossEntropyShape& s, const GemmInput& x, const GemmInput& w,

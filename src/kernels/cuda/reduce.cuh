@@ -51,8 +51,7 @@ __device__ float block_max(int64_t n, const Value& value) {
 }
 
 struct MergeMaxSumExp {
-  __device__ math::MaxSumExp operator()(const math::MaxSumExp& a,
-                                        const math::MaxSumExp& b) const {
+  __device__ math::MaxSumExp operator()(const math::MaxSumExp& a, const math::MaxSumExp& b) const {
     return math::merge_max_sum_exp(a, b);
   }
 };
@@ -90,7 +89,7 @@ __global__ void column_partial_kernel(int64_t rows, int64_t cols, int64_t rows_p
 // file including this header may define it.)
 template <int = 0>
 __global__ void column_partial_add_kernel(const float* partial, int64_t chunks, int64_t cols,
-                                                 float* out) {
+                                          float* out) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnBlock + threadIdx.x;
   if (j >= cols) return;
   float acc = 0.0f;
@@ -111,8 +110,8 @@ void column_sum_add(int64_t rows, int64_t cols, const Term& term, float* out, vo
                                static_cast<unsigned>(cg.row_chunks)),
                           cg.block, 0, stream>>>(rows, cols, cg.rows_per_chunk, term, partial);
   BOOSTLM_CHECK_LAUNCH();
-  column_partial_add_kernel<><<<grid_of(cg.column_blocks), cg.block, 0, stream>>>(
-      partial, cg.row_chunks, cols, out);
+  column_partial_add_kernel<>
+      <<<grid_of(cg.column_blocks), cg.block, 0, stream>>>(partial, cg.row_chunks, cols, out);
   BOOSTLM_CHECK_LAUNCH();
 }
 

@@ -92,7 +92,8 @@ struct BackwardApplyRows {  // dx (=|+=) rstd·γ⊙dy − x·rstd³·dot/D_tota
   __device__ void operator()(int64_t r, int64_t j) const {
     const float s = rstd[r];
     const float c = math::rms_backward_coefficient(dot[r], s, D_total);
-    const float value = math::rms_backward_element(dy[r * lddy + j], x[r * ldx + j], gamma[j], s, c);
+    const float value =
+        math::rms_backward_element(dy[r * lddy + j], x[r * ldx + j], gamma[j], s, c);
     float* out = dx + r * lddx + j;
     *out = accumulate ? *out + value : value;
   }
@@ -236,15 +237,14 @@ size_t rmsnorm_backward_apply_workspace_bytes(int64_t rows, int64_t D_local) {
 void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                             const float* gamma, const float* rstd, const float* dot, int64_t rows,
                             int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
-                            float* dgamma, bool accumulate, void* workspace,
-                            size_t workspace_bytes, cudaStream_t stream) {
+                            float* dgamma, bool accumulate, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream) {
   // dγ first: it reads dy and x, which dx may alias (as rmsnorm_backward's).
   column_sum_add(rows, D_local, DgammaTerm{dy, x, rstd, lddy, ldx}, dgamma, workspace,
                  workspace_bytes, stream);
-  for_each_element(rows, D_local,
-                   BackwardApplyRows{dy, x, gamma, rstd, dot, lddy, ldx, D_total, dx, lddx,
-                                     accumulate},
-                   stream);
+  for_each_element(
+      rows, D_local,
+      BackwardApplyRows{dy, x, gamma, rstd, dot, lddy, ldx, D_total, dx, lddx, accumulate}, stream);
 }
 
 void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
@@ -301,10 +301,9 @@ size_t online_norm_input_backward_workspace_bytes(int64_t rows, int64_t D) {
   return column_reduce_workspace_bytes(rows, D);
 }
 
-void online_norm_input_backward(const float* g, const float* x, const float* gamma,
-                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
-                                float* dgamma, void* workspace, size_t workspace_bytes,
-                                cudaStream_t stream) {
+void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
+                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
+                                void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   column_sum_add(rows, D, ProductTerm{x, g, D}, dgamma, workspace, workspace_bytes, stream);
   for_each_element(rows, D, OnlineInputBackward{g, x, gamma, ds, D, dx_beta, dx}, stream);
 }

@@ -15,6 +15,7 @@ add_library(boostlm_kernels_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cu
   ${CMAKE_CURRENT_LIST_DIR}/attention.cu
   ${CMAKE_CURRENT_LIST_DIR}/attention_reference.cu
+  ${CMAKE_CURRENT_LIST_DIR}/reference_gemm.cu
   ${CMAKE_CURRENT_LIST_DIR}/plans.cpp
 )
 target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
