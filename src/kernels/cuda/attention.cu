@@ -277,8 +277,9 @@ __global__ void __launch_bounds__(kAttnThreads)
       load_query_side<kRound>(d, b, h, i0, q, dout, lddo, lse, delta, Qs, dOs, Ls, Ds);
       __syncthreads();
       backward_scores<kRound>(d, i0, j0, Qs, dOs, Ks, Vs, Ls, Ds, Ps, dSs);
-      __syncthreads();  // the product phase reads every warp's rows
-                        // dV[j] += Σ_i P[i, j] · dO[i];  dK[j] += Σ_i dS[i, j] · Q[i].
+      // The product phase reads every warp's rows: dV[j] += Σ_i P[i, j] · dO[i] and
+      // dK[j] += Σ_i dS[i, j] · Q[i].
+      __syncthreads();
 #pragma unroll
       for (int m = 0; m < kKeysPerWarp; ++m) {
         const int j = warp + m * kAttnWarps;
@@ -346,8 +347,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     load_tile<kRound>(v + (b * T + j0) * d.ldv + kvh * hd, d.ldv, Bc, keys, hd, Vs, ldt);
     __syncthreads();
     backward_scores<kRound>(d, i0, j0, Qs, dOs, Ks, Vs, Ls, Ds, nullptr, dSs);
-    __syncwarp();  // this warp reads only the dS rows it wrote
-                   // dQ[i] += Σ_j dS[i, j] · K[j].
+    // dQ[i] += Σ_j dS[i, j] · K[j]; this warp reads only the dS rows it wrote.
+    __syncwarp();
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const float* dsr = dSs + (warp + m * kAttnWarps) * Bc;

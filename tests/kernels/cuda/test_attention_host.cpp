@@ -5,11 +5,13 @@
 // replayed here on the host with the same functions and compared to the two-pass softmax.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/attention.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/plans.h"
 #include "kernels/math.h"
@@ -278,6 +280,134 @@ TEST(SharedMath, OnlineNormStatisticGradientMatchesFiniteDifferences) {
             0.5f * 2.0f + -0.25f * 4.0f);
   EXPECT_EQ(math::online_norm_dx(1.0f, 1.0f, 0.5f, 2.0f, -0.25f, 4.0f),
             1.0f + 0.5f * 2.0f + -0.25f * 4.0f);
+}
+
+// The flash kernels' decomposition replayed on the host with their tiles, loop bounds, masks and
+// shared per-score functions (not their threads): the forward over key tiles j0 < i0 + rows of
+// each query tile; dK/dV per key tile, summing the group's heads over the query tiles from
+// j0 / 32 · 32 on; dQ per query tile over its key tiles. Against the CPU backend's fused attention
+// on ragged lengths with GQA: a wrong tile range, mask or head mapping shows as a gradient off by
+// whole terms (fp32 sums in other orders: 1e-4 absolute plus 1e-4 relative).
+TEST(AttentionPlan, TheKernelsTileDecompositionIsTheCpuAttention) {
+  for (const AttentionShape s : {AttentionShape{2, 70, 4, 2, 8}, AttentionShape{1, 33, 3, 1, 5},
+                                 AttentionShape{1, 1, 2, 2, 4}}) {
+    SCOPED_TRACE(::testing::Message() << s.seq_len << " " << s.n_heads << "/" << s.n_kv_heads);
+    const int64_t T = s.seq_len, hd = s.head_dim, H = s.n_heads, group = H / s.n_kv_heads;
+    const int64_t qd = H * hd, kd = s.n_kv_heads * hd, N = s.batch * T;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const auto q = normals(N * qd, 41), k = normals(N * kd, 42), v = normals(N * kd, 43),
+               dout = normals(N * qd, 44);
+    auto dot = [&](const float* a, const float* b) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < hd; ++c) acc += a[c] * b[c];
+      return acc;
+    };
+    auto qrow = [&](int64_t b, int64_t i, int64_t h) {
+      return q.data() + (b * T + i) * qd + h * hd;
+    };
+    auto krow = [&](int64_t b, int64_t j, int64_t h) {
+      return k.data() + (b * T + j) * kd + (h / group) * hd;
+    };
+    auto vrow = [&](int64_t b, int64_t j, int64_t h) {
+      return v.data() + (b * T + j) * kd + (h / group) * hd;
+    };
+    auto dorow = [&](int64_t b, int64_t i, int64_t h) {
+      return dout.data() + (b * T + i) * qd + h * hd;
+    };
+    std::vector<float> out(N * qd), lse(s.batch * H * T), delta(s.batch * H * T);
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i0 = 0; i0 < T; i0 += kAttnQueryTile) {
+          const int64_t rows = std::min<int64_t>(kAttnQueryTile, T - i0);
+          for (int64_t i = i0; i < i0 + rows; ++i) {
+            float run_max = -INFINITY, run_sum = 0.0f;
+            std::vector<float> acc(hd, 0.0f);
+            for (int64_t j0 = 0; j0 < i0 + rows; j0 += kAttnKeyTile) {
+              std::vector<float> sc(kAttnKeyTile, -INFINITY);
+              float tile_max = -INFINITY;
+              for (int64_t j = j0; j < j0 + kAttnKeyTile; ++j)
+                if (j <= i) {
+                  sc[j - j0] = dot(qrow(b, i, h), krow(b, j, h)) * scale;
+                  tile_max = std::max(tile_max, sc[j - j0]);
+                }
+              const float new_max = math::attention_new_max(run_max, tile_max);
+              const float corr = math::attention_correction(run_max, new_max);
+              float sum = 0.0f;
+              for (auto& a : acc) a *= corr;
+              for (int64_t j = j0; j < j0 + kAttnKeyTile; ++j) {
+                if (j > i) continue;
+                const float p = std::exp(sc[j - j0] - new_max);
+                sum += p;
+                for (int64_t c = 0; c < hd; ++c) acc[c] += p * vrow(b, j, h)[c];
+              }
+              run_sum = run_sum * corr + sum;
+              run_max = new_max;
+            }
+            for (int64_t c = 0; c < hd; ++c) out[(b * T + i) * qd + h * hd + c] = acc[c] / run_sum;
+            lse[(b * H + h) * T + i] = run_max + std::log(run_sum);
+            delta[(b * H + h) * T + i] =
+                dot(dorow(b, i, h), out.data() + (b * T + i) * qd + h * hd);
+          }
+        }
+    auto p_ds = [&](int64_t b, int64_t i, int64_t j, int64_t h, float& p, float& ds) {
+      const int64_t stat = (b * H + h) * T + i;
+      p = math::attention_probability(dot(qrow(b, i, h), krow(b, j, h)) * scale, lse[stat]);
+      ds = math::attention_dscore(p, dot(dorow(b, i, h), vrow(b, j, h)), delta[stat], scale);
+    };
+    std::vector<float> dq(N * qd, 9.0f), dk(N * kd, 9.0f), dv(N * kd, 9.0f);
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh)
+        for (int64_t j0 = 0; j0 < T; j0 += kAttnKeyTile)
+          for (int64_t j = j0; j < std::min<int64_t>(T, j0 + kAttnKeyTile); ++j) {
+            std::vector<float> ak(hd, 0.0f), av(hd, 0.0f);
+            for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+              for (int64_t i0 = j0 / kAttnQueryTile * kAttnQueryTile; i0 < T; i0 += kAttnQueryTile)
+                for (int64_t i = i0; i < std::min<int64_t>(T, i0 + kAttnQueryTile); ++i) {
+                  if (j > i) continue;
+                  float p, ds;
+                  p_ds(b, i, j, h, p, ds);
+                  for (int64_t c = 0; c < hd; ++c) {
+                    av[c] += p * dorow(b, i, h)[c];
+                    ak[c] += ds * qrow(b, i, h)[c];
+                  }
+                }
+            std::copy(ak.begin(), ak.end(), dk.begin() + (b * T + j) * kd + kvh * hd);
+            std::copy(av.begin(), av.end(), dv.begin() + (b * T + j) * kd + kvh * hd);
+          }
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i0 = 0; i0 < T; i0 += kAttnQueryTile) {
+          const int64_t rows = std::min<int64_t>(kAttnQueryTile, T - i0);
+          for (int64_t i = i0; i < i0 + rows; ++i) {
+            std::vector<float> acc(hd, 0.0f);
+            for (int64_t j0 = 0; j0 < i0 + rows; j0 += kAttnKeyTile)
+              for (int64_t j = j0; j < std::min<int64_t>(T, j0 + kAttnKeyTile); ++j) {
+                if (j > i) continue;
+                float p, ds;
+                p_ds(b, i, j, h, p, ds);
+                for (int64_t c = 0; c < hd; ++c) acc[c] += ds * krow(b, j, h)[c];
+              }
+            std::copy(acc.begin(), acc.end(), dq.begin() + (b * T + i) * qd + h * hd);
+          }
+        }
+
+    std::vector<float> cpu_out(N * qd), clse(s.batch * H * T), cdq(N * qd), cdk(N * kd),
+        cdv(N * kd);
+    boostlm::attention_forward(s, q.data(), qd, k.data(), kd, v.data(), kd, cpu_out.data(), qd,
+                               clse.data());
+    boostlm::attention_backward(s, q.data(), qd, k.data(), kd, v.data(), kd, cpu_out.data(), qd,
+                                clse.data(), dout.data(), qd, cdq.data(), qd, cdk.data(), kd,
+                                cdv.data(), kd);
+    auto near = [](const std::vector<float>& a, const std::vector<float>& e, const char* what) {
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], e[i], 1e-4 + 1e-4 * std::fabs(e[i])) << what << " at " << i;
+    };
+    near(out, cpu_out, "out");
+    near(lse, clse, "lse");
+    near(dq, cdq, "dq");
+    near(dk, cdk, "dk");
+    near(dv, cdv, "dv");
+  }
 }
 
 }  // namespace
