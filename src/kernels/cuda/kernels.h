@@ -178,8 +178,9 @@ void mean_loss(const float* losses, int64_t n, float* result, cudaStream_t strea
 // shard kernels above with the caller's all-reduces between them.
 //
 // DeviceGemm is the seam to the cuBLASLt GEMM: kernels/gemm.h's gemm on device pointers plus the
-// stream. TODO(cudagemm): bind it to the cuBLASLt wrapper when it lands; the tests bind a naive
-// GEMM kernel.
+// stream. TODO(cudagemm): bind it to the cuBLASLt wrapper when it lands (its cuda::gemm takes a
+// GemmContext first and the same arguments after: [&ctx](auto&&... a) { gemm(ctx, a...); });
+// the tests bind reference_gemm.
 using DeviceGemm = std::function<void(
     Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
     const GemmInput& B, float beta, float* C, int64_t ldc, DType compute, cudaStream_t stream)>;
