@@ -90,6 +90,76 @@ BOOSTLM_HD inline float rms_backward_coefficient(float dot, float rstd, int64_t 
   return dot * rstd * rstd * rstd / static_cast<float>(D);
 }
 
+// 1/rstd = sqrt(Σx² / D + eps): Online-RMSNorm's undoing of a unit-scale input (SPEC §3.4).
+BOOSTLM_HD inline float rms_of(float sum_squares, int64_t D, float eps) {
+  return sqrtf(sum_squares / static_cast<float>(D) + eps);
+}
+// One column of RMSNorm's dx on a (possibly split) row: rstd·γ·dy − coefficient·x.
+BOOSTLM_HD inline float rms_backward_element(float dy, float x, float gamma, float rstd,
+                                             float coefficient) {
+  return rstd * gamma * dy - coefficient * x;
+}
+// Online-RMSNorm's gradient of the summed statistic, from dot = Σ dz ⊙ z over the latent row:
+// rms = 1/rstd, d rms = −dot·rstd, ds = d rms / (2·D·rms) = −dot·rstd² / (2·D) (SPEC §3.4).
+BOOSTLM_HD inline float online_norm_stat_grad(float dot, float rstd, int64_t D_total) {
+  return -dot * rstd * rstd / (2.0f * static_cast<float>(D_total));
+}
+// Online-RMSNorm's dx column: beta·dx + g·γ + 2·ds·x (two_ds = 2·ds, once per row).
+BOOSTLM_HD inline float online_norm_dx(float dx, float dx_beta, float g, float gamma, float two_ds,
+                                       float x) {
+  return dx_beta * dx + g * gamma + two_ds * x;
+}
+
+// Softmax cross-entropy (kernels/cross_entropy.h) from a row's max and Σ exp(logit − max):
+// log-sum-exp, and the loss lse − target logit.
+BOOSTLM_HD inline float xent_lse(float row_max, float sum_exp) {
+  return row_max + logf(sum_exp);
+}
+BOOSTLM_HD inline float xent_loss(float row_max, float sum_exp, float target_logit) {
+  return row_max + logf(sum_exp) - target_logit;
+}
+
+// An online (max, Σ exp(x − max)) pair over a stream of values (the chunked cross-entropy's and
+// flash attention's softmax statistics): merging two partial pairs rescales the smaller-max sum.
+// An empty pair is (−inf, 0); merging with it changes nothing.
+struct MaxSumExp {
+  float max;
+  float sum;
+};
+BOOSTLM_HD inline MaxSumExp merge_max_sum_exp(MaxSumExp a, MaxSumExp b) {
+  if (a.max < b.max) {
+    const MaxSumExp t = a;
+    a = b;
+    b = t;
+  }
+  if (b.max == -INFINITY) return a;  // also a.max == −inf: both empty
+  return {a.max, a.sum + b.sum * expf(b.max - a.max)};
+}
+// Adds one value x to the pair.
+BOOSTLM_HD inline MaxSumExp add_to_max_sum_exp(MaxSumExp a, float x) {
+  if (x > a.max) return {x, a.sum * expf(a.max - x) + 1.0f};
+  return {a.max, a.sum + expf(x - a.max)};
+}
+
+// Causal attention (kernels/attention.h, SPEC §2). One online-softmax step of a query row over a
+// key tile whose scores have maximum tile_max: the new running max and the factor exp(old − new)
+// that rescales what was accumulated so far. A row with no key yet (both −inf) keeps factor 1.
+BOOSTLM_HD inline float attention_new_max(float running_max, float tile_max) {
+  return running_max > tile_max ? running_max : tile_max;
+}
+BOOSTLM_HD inline float attention_correction(float running_max, float new_max) {
+  return new_max == -INFINITY ? 1.0f : expf(running_max - new_max);
+}
+// Backward, per score: the probability recomputed from the saved log-sum-exp, p = exp(s − lse)
+// (s already scaled by 1/sqrt(head_dim)), and dS = p · (dP − delta) · scale, delta = Σ dO ⊙ O
+// over the row.
+BOOSTLM_HD inline float attention_probability(float score, float lse) {
+  return expf(score - lse);
+}
+BOOSTLM_HD inline float attention_dscore(float p, float dp, float delta, float scale) {
+  return p * (dp - delta) * scale;
+}
+
 // RoPE (SPEC §2, rotate-half): the pair (a, b) = (x[i], x[i + hd/2]) rotated by +angle
 // (sign = 1, forward) or −angle (sign = −1, backward, the adjoint); c, s: cos, sin of the angle.
 BOOSTLM_HD inline void rope_rotate_pair(float& a, float& b, float c, float s, float sign) {

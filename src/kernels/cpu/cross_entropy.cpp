@@ -8,6 +8,7 @@
 #include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/math.h"
 
 // GCC 12's spurious -Wmaybe-uninitialized on inlined AVX-512 intrinsics (see vec_math.h).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -84,7 +85,7 @@ void cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targe
     const float* row = logits + r * ld;
     BOOSTLM_ASSERT(targets[r] >= 0 && targets[r] < V);
     const float max = row_max(row, V);
-    lse[r] = max + std::log(sum_exp(row, V, max));
+    lse[r] = math::xent_lse(max, sum_exp(row, V, max));
     losses[r] = lse[r] - row[targets[r]];
   }
 }
@@ -115,7 +116,7 @@ void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* ta
     const float target_logit = row[t];
     const float max = row_max(row, V);
     const float sum = sum_exp(row, V, max, row);  // row: exp(logit − max)
-    losses[r] = max + std::log(sum) - target_logit;
+    losses[r] = math::xent_loss(max, sum, target_logit);
     const float factor = scale / sum;
     write_gradient_row(row, V, false, 0.0f, factor, grad_bf16 ? grad_bf16 + r * ldg : nullptr, t,
                        row[t] * factor - scale);
@@ -164,7 +165,7 @@ void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t 
                               float* losses) {
   const DeviceAccess access("cross_entropy_shard_loss");
   for (int64_t r = 0; r < rows; ++r) {
-    lse[r] = row_max[r] + std::log(stats[2 * r]);
+    lse[r] = math::xent_lse(row_max[r], stats[2 * r]);
     losses[r] = lse[r] - stats[2 * r + 1];
   }
 }

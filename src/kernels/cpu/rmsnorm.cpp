@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/math.h"
 
 namespace boostlm::cpu {
 
@@ -46,8 +47,7 @@ void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int6
 
 void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd) {
   const DeviceAccess access("rmsnorm_rstd");
-  for (int64_t r = 0; r < rows; ++r)
-    rstd[r] = 1.0f / std::sqrt(sum_sq[r] / static_cast<float>(D_total) + eps);
+  for (int64_t r = 0; r < rows; ++r) rstd[r] = math::rms_rstd(sum_sq[r], D_total, eps);
 }
 
 void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
@@ -111,13 +111,15 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
       const float* xr = x + r * ldx;
       float* dxr = dx + r * lddx;
       const float s = rstd[r];
-      const float c = dot[r] * s * s * s / static_cast<float>(D_total);
+      const float c = math::rms_backward_coefficient(dot[r], s, D_total);
       if (accumulate) {
 #pragma omp simd
-        for (int64_t j = 0; j < D_local; ++j) dxr[j] += s * gamma[j] * dyr[j] - c * xr[j];
+        for (int64_t j = 0; j < D_local; ++j)
+          dxr[j] += math::rms_backward_element(dyr[j], xr[j], gamma[j], s, c);
       } else {
 #pragma omp simd
-        for (int64_t j = 0; j < D_local; ++j) dxr[j] = s * gamma[j] * dyr[j] - c * xr[j];
+        for (int64_t j = 0; j < D_local; ++j)
+          dxr[j] = math::rms_backward_element(dyr[j], xr[j], gamma[j], s, c);
       }
     }
     // dγ: columns are split among threads so no two threads write the same element.
@@ -156,7 +158,7 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
   const DeviceAccess access("online_norm_input");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const float s = sum_sq ? 1.0f / std::sqrt(sum_sq[r] / D + eps) : 1.0f;
+    const float s = sum_sq ? math::rms_rstd(sum_sq[r], D, eps) : 1.0f;
     for (int64_t j = 0; j < D; ++j) out[r * D + j] = x[r * D + j] * gamma[j] * s;
   }
 }
@@ -172,7 +174,7 @@ void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, i
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < D; ++j) sum += xr[j] * xr[j];
       sum_sq[r] = sum;
-      s = 1.0f / std::sqrt(sum / D + eps);
+      s = math::rms_rstd(sum, D, eps);
     }
     for (int64_t j = 0; j < D; ++j) row[j] = xr[j] * gamma[j] * s;
   });
@@ -184,7 +186,7 @@ void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const f
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     if (rescale) {
-      const float s = std::sqrt(sum_sq[r] / D + eps);
+      const float s = math::rms_of(sum_sq[r], D, eps);
       for (int64_t c = 0; c < width; ++c) p[r * ld + c] *= s;
     }
     if (with_stat) p[r * ld + width] = sum_sq[r];
@@ -195,7 +197,7 @@ void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t sta
                       int64_t D_total, float eps, float* rstd) {
   const DeviceAccess access("online_norm_rstd");
   for (int64_t r = 0; r < rows; ++r)
-    rstd[r] = 1.0f / std::sqrt(summed[r * ld + stat_column] / D_total + eps);
+    rstd[r] = math::rms_rstd(summed[r * ld + stat_column], D_total, eps);
 }
 
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
@@ -228,10 +230,11 @@ void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const f
     float dot = 0.0f;
     // An explicit fma: left to the compiler, the float instantiation's multiplies were vectorised
     // apart from its in-order sum (no fused multiply-add) on one CPU and the bf16 one's fused, so
-    // the two differed in the last bit (OnlineNorm.Bf16LatentsAreTheRoundedLatents, Xeon AVX512-FP16).
+    // the two differed in the last bit (OnlineNorm.Bf16LatentsAreTheRoundedLatents, Xeon
+    // AVX512-FP16).
     for (int64_t c = 0; c < width; ++c) dot = std::fma(dzr[c], cpu::to_float(zr[c]), dot);
     // rms = 1/rstd; drms = −dot·rstd; ds = drms / (2·D·rms) = −dot·rstd² / (2D).
-    ds[r] = -dot * rstd[r] * rstd[r] / (2.0f * D_total);
+    ds[r] = math::online_norm_stat_grad(dot, rstd[r], D_total);
     for (int64_t c = 0; c < width; ++c) dzr[c] *= rstd[r];
   }
 }
@@ -258,7 +261,8 @@ void online_norm_input_backward(const float* g, const float* x, const float* gam
     const float* gr = g + r * D;
     const float* xr = x + r * D;
     float* dxr = dx + r * D;
-    for (int64_t j = 0; j < D; ++j) dxr[j] = dx_beta * dxr[j] + gr[j] * gamma[j] + two_ds * xr[j];
+    for (int64_t j = 0; j < D; ++j)
+      dxr[j] = math::online_norm_dx(dxr[j], dx_beta, gr[j], gamma[j], two_ds, xr[j]);
   }
   // Column blocks per thread, rows inner: contiguous reads, no two threads on one element.
   constexpr int64_t kCols = 64;

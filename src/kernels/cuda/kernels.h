@@ -13,9 +13,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "core/dtype.h"
 #include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
 
 namespace boostlm::cuda {
 
@@ -98,6 +101,149 @@ void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
 void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                         const DeviceRopeTable& table, bf16_t* out, int64_t ldo,
                         cudaStream_t stream);
+
+// ==== Split-row RMSNorm, Online-RMSNorm, the chunked cross-entropy and attention (helper
+// cudaattn; rmsnorm_split.cu, cross_entropy.cu, attention.cu). All deterministic unless said.
+
+// ---- RMSNorm on rows split over ranks, and Online-RMSNorm (kernels/rmsnorm.h, SPEC §3.4). Row
+// statistics are one block per row (CUB BlockReduce); dγ is the two-stage column sum, through a
+// workspace of the stated size.
+void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int64_t D_local,
+                                 float* sum_sq, cudaStream_t stream);
+void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd,
+                  cudaStream_t stream);
+void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
+                   int64_t D_local, float* y, int64_t ldy, cudaStream_t stream);
+void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                                  const float* gamma, int64_t rows, int64_t D_local, float* dot,
+                                  cudaStream_t stream);
+size_t rmsnorm_backward_apply_workspace_bytes(int64_t rows, int64_t D_local);
+void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                            const float* gamma, const float* rstd, const float* dot, int64_t rows,
+                            int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
+                            float* dgamma, bool accumulate, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream);
+
+void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
+                       int64_t D, float eps, float* out, cudaStream_t stream);
+void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
+                            int64_t D, float eps, bf16_t* out, cudaStream_t stream);
+void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
+                      int64_t D, float eps, bool rescale, bool with_stat, cudaStream_t stream);
+void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
+                      int64_t D_total, float eps, float* rstd, cudaStream_t stream);
+void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, float* z, int64_t ldz, cudaStream_t stream);
+void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, bf16_t* z, int64_t ldz, cudaStream_t stream);
+void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
+                                 const float* rstd, int64_t D_total, float* ds,
+                                 cudaStream_t stream);
+void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64_t width,
+                                 const float* rstd, int64_t D_total, float* ds,
+                                 cudaStream_t stream);
+size_t online_norm_input_backward_workspace_bytes(int64_t rows, int64_t D);
+void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
+                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
+                                void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// ---- Softmax cross-entropy (kernels/cross_entropy.h) on a chunk of logit rows: one block per
+// row, the max and Σexp in one online pass. grad_bf16 may lie over the logits (bf16_over) as on
+// the CPU. mean_loss writes the mean to *result (device memory), summed in double in a fixed order.
+void cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targets, int64_t rows,
+                           int64_t V, float* losses, float* lse, cudaStream_t stream);
+void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targets,
+                            const float* lse, int64_t rows, int64_t V, float scale, float* dlogits,
+                            int64_t ldd, cudaStream_t stream);
+void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
+                                    int64_t V, float scale, float* losses, bf16_t* grad_bf16,
+                                    int64_t ldg, cudaStream_t stream);
+void cross_entropy_shard_max(const float* logits, int64_t ld, int64_t rows, int64_t V_local,
+                             float* row_max, cudaStream_t stream);
+void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* targets,
+                               int64_t rows, int64_t V_local, int64_t vocab_begin,
+                               const float* row_max, float* stats, cudaStream_t stream);
+void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targets, int64_t rows,
+                                  int64_t V_local, int64_t vocab_begin, const float* lse,
+                                  float scale, bf16_t* grad_bf16, int64_t ldg, cudaStream_t stream);
+void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t rows, float* lse,
+                              float* losses, cudaStream_t stream);
+void mean_loss(const float* losses, int64_t n, float* result, cudaStream_t stream);
+
+// The fused chunked linear cross-entropy: for each chunk of chunk_rows rows of x [rows, d],
+// logits = x·Wᵀ ([chunk, V], in the workspace), the loss and (with dx or dw) the gradient in place,
+// then dW += dlogitsᵀ·x and dx = dlogits·W, so [rows, V] never exists. In bf16 the gradient is
+// written rounded over the chunk's logits and both GEMMs read it there (as engine/model.cpp). W is
+// [V, d] (the head, or the tied embedding). Single-rank vocabulary; the vocab-parallel form is the
+// shard kernels above with the caller's all-reduces between them.
+//
+// DeviceGemm is the seam to the cuBLASLt GEMM: kernels/gemm.h's gemm on device pointers plus the
+// stream. TODO(cudagemm): bind it to the cuBLASLt wrapper when it lands (its cuda::gemm takes a
+// GemmContext first and the same arguments after: [&ctx](auto&&... a) { gemm(ctx, a...); });
+// the tests bind reference_gemm.
+using DeviceGemm = std::function<void(
+    Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
+    const GemmInput& B, float beta, float* C, int64_t ldc, DType compute, cudaStream_t stream)>;
+struct LinearCrossEntropyShape {
+  int64_t rows = 0, d = 0, V = 0, chunk_rows = 0;
+  DType compute = DType::f32;
+};
+size_t linear_cross_entropy_workspace_bytes(const LinearCrossEntropyShape& s);
+// A plain GEMM kernel with DeviceGemm's signature (reference_gemm.cu), one thread per output
+// element: for the tests, not for training.
+void reference_gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const GemmInput& A, const GemmInput& B, float beta, float* C, int64_t ldc,
+                    DType compute, cudaStream_t stream);
+// losses: [rows]; dx: [rows, d] overwritten, or null; dw: [V, d] accumulated, or null (neither:
+// the loss alone). scale multiplies the gradient (1/N for a mean loss).
+void linear_cross_entropy(const LinearCrossEntropyShape& s, const GemmInput& x, const GemmInput& w,
+                          const int32_t* targets, float scale, float* losses, float* dx, float* dw,
+                          const DeviceGemm& gemm, void* workspace, size_t workspace_bytes,
+                          cudaStream_t stream);
+
+// ---- Causal GQA flash attention (kernels/attention.h), FlashAttention-2's tiling on our own
+// kernels (attention.cu says why not cuDNN's SDPA): lse [B, n_heads, T] saved for the backward,
+// which recomputes the probabilities from it. fp32 or bf16 inputs; with fp32 inputs and
+// s.compute == bf16 the tile products read bf16-rounded values, as the CPU's. head_dim ≤ 256.
+// The backward is deterministic (dK/dV and dQ in separate kernels, no atomics) and needs
+// attention_backward_workspace_bytes(s) of workspace (plans.h). dq, dk, dv are overwritten.
+void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                       int64_t ldk, const float* v, int64_t ldv, float* out, int64_t ldo,
+                       float* lse, cudaStream_t stream);
+void attention_forward(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                       int64_t ldk, const bf16_t* v, int64_t ldv, bf16_t* out, int64_t ldo,
+                       float* lse, cudaStream_t stream);
+void attention_backward(const AttentionShape& s, const float* q, int64_t ldq, const float* k,
+                        int64_t ldk, const float* v, int64_t ldv, const float* out, int64_t ldo,
+                        const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
+                        float* dk, int64_t lddk, float* dv, int64_t lddv, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream);
+void attention_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                        int64_t ldk, const bf16_t* v, int64_t ldv, const bf16_t* out, int64_t ldo,
+                        const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
+                        float* dk, int64_t lddk, float* dv, int64_t lddv, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream);
+
+// The plain reference attention for the tests (attention_reference.cu): one thread per output
+// element, no tiles, the same bf16 roundings; quadratic work per thread, test shapes only.
+void attention_reference_forward(const AttentionShape& s, const float* q, int64_t ldq,
+                                 const float* k, int64_t ldk, const float* v, int64_t ldv,
+                                 float* out, int64_t ldo, float* lse, cudaStream_t stream);
+void attention_reference_forward(const AttentionShape& s, const bf16_t* q, int64_t ldq,
+                                 const bf16_t* k, int64_t ldk, const bf16_t* v, int64_t ldv,
+                                 bf16_t* out, int64_t ldo, float* lse, cudaStream_t stream);
+void attention_reference_backward(const AttentionShape& s, const float* q, int64_t ldq,
+                                  const float* k, int64_t ldk, const float* v, int64_t ldv,
+                                  const float* out, int64_t ldo, const float* lse,
+                                  const float* dout, int64_t lddo, float* dq, int64_t lddq,
+                                  float* dk, int64_t lddk, float* dv, int64_t lddv,
+                                  cudaStream_t stream);
+void attention_reference_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq,
+                                  const bf16_t* k, int64_t ldk, const bf16_t* v, int64_t ldv,
+                                  const bf16_t* out, int64_t ldo, const float* lse,
+                                  const float* dout, int64_t lddo, float* dq, int64_t lddq,
+                                  float* dk, int64_t lddk, float* dv, int64_t lddv,
+                                  cudaStream_t stream);
 
 }  // namespace boostlm::cuda
 

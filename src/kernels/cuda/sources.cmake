@@ -19,6 +19,12 @@ add_library(boostlm_kernels_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_measure.cpp
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
+  ${CMAKE_CURRENT_LIST_DIR}/rmsnorm_split.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cu
+  ${CMAKE_CURRENT_LIST_DIR}/attention.cu
+  ${CMAKE_CURRENT_LIST_DIR}/attention_reference.cu
+  ${CMAKE_CURRENT_LIST_DIR}/reference_gemm.cu
+  ${CMAKE_CURRENT_LIST_DIR}/plans.cpp
 )
 target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart CUDA::cublasLt)

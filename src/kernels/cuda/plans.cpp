@@ -1,0 +1,72 @@
+#include "kernels/cuda/plans.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace boostlm::cuda {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxGridYZ = 65535;
+}  // namespace
+
+int attention_head_chunks(int64_t head_dim) {
+  if (head_dim <= 0 || head_dim > kAttnMaxHeadDim) return 0;
+  const int64_t chunks = ceil_div(head_dim, 32);
+  for (int compiled : {1, 2, 4, 8})
+    if (chunks <= compiled) return compiled;
+  return 0;
+}
+
+AttentionGeometry attention_launch(const AttentionShape& s, AttentionKernel kernel) {
+  BOOSTLM_ASSERT(s.batch > 0 && s.seq_len > 0 && s.n_kv_heads > 0);
+  BOOSTLM_ASSERT_MSG(s.n_heads % s.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
+  AttentionGeometry g;
+  g.head_chunks = attention_head_chunks(s.head_dim);
+  BOOSTLM_ASSERT_MSG(g.head_chunks > 0, "CUDA attention takes head_dim in [1, 256]");
+  const int64_t hd = s.head_dim, kv_stride = attention_kv_tile_stride(hd);
+  const int64_t kv_tiles = 2 * kAttnKeyTile * kv_stride;  // K and V
+  const int64_t tile_scores = kAttnQueryTile * kAttnKeyTile;
+  int64_t floats = 0;
+  switch (kernel) {
+    case AttentionKernel::forward:
+      g.grid_x = ceil_div(s.seq_len, kAttnQueryTile);
+      g.grid_y = s.n_heads;
+      floats = kAttnQueryTile * hd + kv_tiles + tile_scores;  // Q, K, V, P
+      break;
+    case AttentionKernel::backward_dkdv:
+      g.grid_x = ceil_div(s.seq_len, kAttnKeyTile);
+      g.grid_y = s.n_kv_heads;
+      // Q, dO, K, V, P, dS, and the rows' lse and delta.
+      floats = 2 * kAttnQueryTile * hd + kv_tiles + 2 * tile_scores + 2 * kAttnQueryTile;
+      break;
+    case AttentionKernel::backward_dq:
+      g.grid_x = ceil_div(s.seq_len, kAttnQueryTile);
+      g.grid_y = s.n_heads;
+      floats = 2 * kAttnQueryTile * hd + kv_tiles + tile_scores + 2 * kAttnQueryTile;  // no P
+      break;
+  }
+  g.grid_z = s.batch;
+  g.shared_bytes = static_cast<size_t>(floats) * sizeof(float);
+  BOOSTLM_ASSERT(g.grid_x <= kMaxGridX && g.grid_y <= kMaxGridYZ && g.grid_z <= kMaxGridYZ);
+  BOOSTLM_ASSERT(g.shared_bytes <= kMaxSharedBytesSm80);
+  return g;
+}
+
+size_t attention_backward_workspace_bytes(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch * s.n_heads * s.seq_len) * sizeof(float);
+}
+
+std::vector<RowChunk> row_chunks(int64_t rows, int64_t chunk_rows) {
+  BOOSTLM_ASSERT(rows >= 0 && chunk_rows > 0);
+  std::vector<RowChunk> chunks;
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows)
+    chunks.push_back({r0, std::min(chunk_rows, rows - r0)});
+  return chunks;
+}
+
+}  // namespace boostlm::cuda

@@ -1,0 +1,66 @@
+// Launch geometry, shared memory and workspace of the CUDA attention and the chunked linear
+// cross-entropy: pure host arithmetic on the shapes (no device query), tested without a GPU, so a
+// launch's grid, its shared memory and the workspace it needs are known before anything runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/math.h"  // BOOSTLM_HD
+
+namespace boostlm::cuda {
+
+// ---- Flash attention (attention.cu). A block of kAttnThreads threads (kAttnWarps warps) holds a
+// tile of kAttnQueryTile query rows and kAttnKeyTile keys (one key per lane in the score phase);
+// warp w owns rows w, w + kAttnWarps, ... of the tile (kAttnRowsPerWarp of them) and, of the head
+// dimension, the columns lane + 32·k for k < head_chunks (head_dim ≤ kAttnMaxHeadDim).
+inline constexpr int kAttnQueryTile = 32;
+inline constexpr int kAttnKeyTile = 32;
+inline constexpr int kAttnWarps = 8;
+inline constexpr int kAttnThreads = kAttnWarps * 32;
+inline constexpr int kAttnRowsPerWarp = kAttnQueryTile / kAttnWarps;
+inline constexpr int64_t kAttnMaxHeadDim = 256;
+static_assert(kAttnKeyTile == 32 && kAttnQueryTile % kAttnWarps == 0);
+static_assert(kAttnKeyTile % kAttnWarps == 0, "the dK/dV kernel's warps own key rows alike");
+
+// The head-dimension chunks of 32 columns a thread owns, rounded up to a compiled size (1, 2, 4
+// or 8); 0 when head_dim is outside (0, kAttnMaxHeadDim].
+int attention_head_chunks(int64_t head_dim);
+// Row stride, in floats, of the key and value tiles in shared memory: head_dim + 1, so that the
+// lanes of a warp (one key each) reading one column hit 32 different banks.
+BOOSTLM_HD inline int64_t attention_kv_tile_stride(int64_t head_dim) {
+  return head_dim + 1;
+}
+
+enum class AttentionKernel { forward, backward_dkdv, backward_dq };
+
+struct AttentionGeometry {
+  int64_t grid_x = 0, grid_y = 0, grid_z = 0;  // tiles, heads (kv heads for dK/dV), batch
+  int block = kAttnThreads;
+  int head_chunks = 0;
+  size_t shared_bytes = 0;  // dynamic shared memory
+};
+// Forward and dQ: one block per (query tile, head, batch), tiles taken last first (the longest
+// causal rows start first). dK/dV: one block per (key tile, kv head, batch), summing over the
+// group's query heads. Asserts the shape (n_heads a multiple of n_kv_heads, head_dim in range,
+// the grid within CUDA's limits).
+AttentionGeometry attention_launch(const AttentionShape& s, AttentionKernel kernel);
+
+// Shared memory the kernels need above the 48 KiB a launch gets without asking, per architecture
+// (sm_80: 163 KiB, sm_90: 227 KiB); the largest tile set (head_dim 256) fits both.
+inline constexpr size_t kDefaultSharedBytes = 48 * 1024;
+inline constexpr size_t kMaxSharedBytesSm80 = 163 * 1024;
+
+// Backward workspace: delta[b, h, t] = Σ dO ⊙ O over the row, fp32.
+size_t attention_backward_workspace_bytes(const AttentionShape& s);
+
+// ---- The chunked linear cross-entropy (cross_entropy.cu): rows [begin, begin + rows) per chunk.
+struct RowChunk {
+  int64_t begin = 0, rows = 0;
+  bool operator==(const RowChunk&) const = default;
+};
+std::vector<RowChunk> row_chunks(int64_t rows, int64_t chunk_rows);
+
+}  // namespace boostlm::cuda

@@ -1,0 +1,311 @@
+// RMSNorm on rows split over ranks, and Online-RMSNorm's pieces (kernels/rmsnorm.h, SPEC §2 and
+// §3.4). A row statistic (Σx², Σ dy⊙γ⊙x, Σ dz⊙z) is one block per row with CUB's BlockReduce;
+// element-wise steps are grid-stride loops over rows × columns; dγ is launch.h's two-stage column
+// sum. Every kernel here is deterministic (no atomics; fixed reduction trees).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/reduce.cuh"
+#include "kernels/math.h"
+
+namespace boostlm::cuda {
+
+namespace {
+
+// ---- Row statistics: out[r] = Σ_j a[r, j] · b[r, j], or Σ_j a[r, j] · c[j] · b[r, j] when c is
+// given (the CPU backend's order of the products).
+template <int kBlock, typename A, typename B>
+__global__ void row_dot_kernel(const A* a, int64_t lda, const B* b, int64_t ldb, const float* c,
+                               int64_t cols, float* out) {
+  const int64_t r = blockIdx.x;
+  const A* ar = a + r * lda;
+  const B* br = b + r * ldb;
+  const float sum = block_sum<kBlock>(cols, [&](int64_t j) {
+    const float aj = math::to_float(ar[j]);
+    return (c ? aj * c[j] : aj) * math::to_float(br[j]);
+  });
+  if (threadIdx.x == 0) out[r] = sum;
+}
+
+template <typename A, typename B>
+void row_dot(const A* a, int64_t lda, const B* b, int64_t ldb, const float* c, int64_t rows,
+             int64_t cols, float* out, cudaStream_t stream) {
+  const LaunchGeometry g = rows_launch(rows, cols);
+  if (g.grid == 0) return;
+  with_row_block(g.block, [&](auto block) {
+    row_dot_kernel<block()><<<grid_of(g.grid), block(), 0, stream>>>(a, lda, b, ldb, c, cols, out);
+  });
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+// ---- Per-row scalars: rstd[r] = 1/sqrt(stat[r·ld + column] / D + eps).
+__global__ void rstd_kernel(const float* stat, int64_t ld, int64_t rows, int64_t D, float eps,
+                            float* rstd) {
+  for (int64_t r = grid_index(); r < rows; r += grid_stride())
+    rstd[r] = math::rms_rstd(stat[r * ld], D, eps);
+}
+
+void launch_rstd(const float* stat, int64_t ld, int64_t rows, int64_t D, float eps, float* rstd,
+                 cudaStream_t stream) {
+  const LaunchGeometry g = elements_launch(rows);
+  if (g.grid == 0) return;
+  rstd_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(stat, ld, rows, D, eps, rstd);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+// ---- Element-wise over a [rows, cols] domain: f(r, j) for every element.
+template <typename F>
+__global__ void elements_2d_kernel(int64_t rows, int64_t cols, F f) {
+  const int64_t total = rows * cols;
+  for (int64_t e = grid_index(); e < total; e += grid_stride()) {
+    const int64_t r = e / cols;
+    f(r, e - r * cols);
+  }
+}
+
+template <typename F>
+void for_each_element(int64_t rows, int64_t cols, const F& f, cudaStream_t stream) {
+  const LaunchGeometry g = elements_launch(rows * cols);
+  if (g.grid == 0) return;
+  elements_2d_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(rows, cols, f);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+// The functors the element-wise kernels run (nvcc takes no host lambdas into kernels without
+// --extended-lambda). Each is one line of rmsnorm.h's formulas.
+struct ApplyRows {  // y = x · rstd ⊙ γ
+  const float *x, *gamma, *rstd;
+  int64_t ldx;
+  float* y;
+  int64_t ldy;
+  __device__ void operator()(int64_t r, int64_t j) const {
+    y[r * ldy + j] = x[r * ldx + j] * rstd[r] * gamma[j];
+  }
+};
+
+struct BackwardApplyRows {  // dx (=|+=) rstd·γ⊙dy − x·rstd³·dot/D_total
+  const float *dy, *x, *gamma, *rstd, *dot;
+  int64_t lddy, ldx, D_total;
+  float* dx;
+  int64_t lddx;
+  bool accumulate;
+  __device__ void operator()(int64_t r, int64_t j) const {
+    const float s = rstd[r];
+    const float c = math::rms_backward_coefficient(dot[r], s, D_total);
+    const float value =
+        math::rms_backward_element(dy[r * lddy + j], x[r * ldx + j], gamma[j], s, c);
+    float* out = dx + r * lddx + j;
+    *out = accumulate ? *out + value : value;
+  }
+};
+
+struct DgammaTerm {  // dy ⊙ x · rstd (RMSNorm's dγ summand)
+  const float *dy, *x, *rstd;
+  int64_t lddy, ldx;
+  __device__ float operator()(int64_t r, int64_t j) const {
+    return dy[r * lddy + j] * x[r * ldx + j] * rstd[r];
+  }
+};
+
+struct OnlineInput {  // out = x ⊙ γ · s_r, s_r from sum_sq or 1
+  const float *x, *gamma, *sum_sq;
+  int64_t D;
+  float eps;
+  float* out;
+  __device__ void operator()(int64_t r, int64_t j) const {
+    const float s = sum_sq ? math::rms_rstd(sum_sq[r], D, eps) : 1.0f;
+    out[r * D + j] = x[r * D + j] * gamma[j] * s;
+  }
+};
+
+struct OnlinePack {  // p ·= rms (rescale), p[r, width] = sum_sq (with_stat)
+  float* p;
+  int64_t ld, width;
+  const float* sum_sq;
+  int64_t D;
+  float eps;
+  bool rescale, with_stat;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    if (c == width) {
+      if (with_stat) p[r * ld + width] = sum_sq[r];
+    } else if (rescale) {
+      p[r * ld + c] *= math::rms_of(sum_sq[r], D, eps);
+    }
+  }
+};
+
+template <typename Z>
+struct OnlineUnpack {  // z = summed · rstd (or a copy)
+  const float* summed;
+  int64_t ld;
+  const float* rstd;
+  Z* z;
+  int64_t ldz;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    math::store(z + r * ldz + c, summed[r * ld + c] * (rstd ? rstd[r] : 1.0f));
+  }
+};
+
+struct OnlineInputBackward {  // dx = β·dx + g ⊙ γ + 2·ds·x
+  const float *g, *x, *gamma, *ds;
+  int64_t D;
+  float dx_beta;
+  float* dx;
+  __device__ void operator()(int64_t r, int64_t j) const {
+    const int64_t e = r * D + j;
+    dx[e] = math::online_norm_dx(dx[e], dx_beta, g[e], gamma[j], 2.0f * ds[r], x[e]);
+  }
+};
+
+struct ProductTerm {  // x ⊙ g (Online-RMSNorm's dγ summand), contiguous rows of D
+  const float *x, *g;
+  int64_t D;
+  __device__ float operator()(int64_t r, int64_t j) const { return x[r * D + j] * g[r * D + j]; }
+};
+
+// ---- online_norm_input_bf16: one block per row; Σx² (written when sum_sq is given), then the
+// scaled row rounded to bf16.
+template <int kBlock>
+__global__ void online_input_bf16_kernel(const float* x, const float* gamma, float* sum_sq,
+                                         int64_t D, float eps, bf16_t* out) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * D;
+  float s = 1.0f;
+  if (sum_sq) {
+    const float sum = block_sum<kBlock>(D, [&](int64_t j) { return xr[j] * xr[j]; });
+    if (threadIdx.x == 0) sum_sq[r] = sum;
+    s = math::rms_rstd(sum, D, eps);
+  }
+  for (int64_t j = threadIdx.x; j < D; j += kBlock)
+    math::store(out + r * D + j, xr[j] * gamma[j] * s);
+}
+
+// ---- online_norm_latent_backward: one block per row; ds from Σ dz ⊙ z, then dz ·= rstd (each
+// thread rescales the very elements it read, after the reduction).
+template <int kBlock, typename Z>
+__global__ void latent_backward_kernel(const Z* z, float* dz, int64_t width, const float* rstd,
+                                       int64_t D_total, float* ds) {
+  const int64_t r = blockIdx.x;
+  const Z* zr = z + r * width;
+  float* dzr = dz + r * width;
+  const float dot =
+      block_sum<kBlock>(width, [&](int64_t c) { return dzr[c] * math::to_float(zr[c]); });
+  const float s = rstd[r];
+  if (threadIdx.x == 0) ds[r] = math::online_norm_stat_grad(dot, s, D_total);
+  for (int64_t c = threadIdx.x; c < width; c += kBlock) dzr[c] *= s;
+}
+
+template <typename Z>
+void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const float* rstd,
+                     int64_t D_total, float* ds, cudaStream_t stream) {
+  const LaunchGeometry g = rows_launch(rows, width);
+  if (g.grid == 0) return;
+  with_row_block(g.block, [&](auto block) {
+    latent_backward_kernel<block()>
+        <<<grid_of(g.grid), block(), 0, stream>>>(z, dz, width, rstd, D_total, ds);
+  });
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int64_t D_local,
+                                 float* sum_sq, cudaStream_t stream) {
+  row_dot(x, ldx, x, ldx, nullptr, rows, D_local, sum_sq, stream);
+}
+
+void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd,
+                  cudaStream_t stream) {
+  launch_rstd(sum_sq, 1, rows, D_total, eps, rstd, stream);
+}
+
+void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
+                   int64_t D_local, float* y, int64_t ldy, cudaStream_t stream) {
+  for_each_element(rows, D_local, ApplyRows{x, gamma, rstd, ldx, y, ldy}, stream);
+}
+
+void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                                  const float* gamma, int64_t rows, int64_t D_local, float* dot,
+                                  cudaStream_t stream) {
+  row_dot(dy, lddy, x, ldx, gamma, rows, D_local, dot, stream);
+}
+
+size_t rmsnorm_backward_apply_workspace_bytes(int64_t rows, int64_t D_local) {
+  return column_reduce_workspace_bytes(rows, D_local);
+}
+
+void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                            const float* gamma, const float* rstd, const float* dot, int64_t rows,
+                            int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
+                            float* dgamma, bool accumulate, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream) {
+  // dγ first: it reads dy and x, which dx may alias (as rmsnorm_backward's).
+  column_sum_add(rows, D_local, DgammaTerm{dy, x, rstd, lddy, ldx}, dgamma, workspace,
+                 workspace_bytes, stream);
+  for_each_element(
+      rows, D_local,
+      BackwardApplyRows{dy, x, gamma, rstd, dot, lddy, ldx, D_total, dx, lddx, accumulate}, stream);
+}
+
+void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
+                       int64_t D, float eps, float* out, cudaStream_t stream) {
+  for_each_element(rows, D, OnlineInput{x, gamma, sum_sq, D, eps, out}, stream);
+}
+
+void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
+                            int64_t D, float eps, bf16_t* out, cudaStream_t stream) {
+  const LaunchGeometry g = rows_launch(rows, D);
+  if (g.grid == 0) return;
+  with_row_block(g.block, [&](auto block) {
+    online_input_bf16_kernel<block()>
+        <<<grid_of(g.grid), block(), 0, stream>>>(x, gamma, sum_sq, D, eps, out);
+  });
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
+                      int64_t D, float eps, bool rescale, bool with_stat, cudaStream_t stream) {
+  if (!rescale && !with_stat) return;
+  for_each_element(rows, width + 1, OnlinePack{p, ld, width, sum_sq, D, eps, rescale, with_stat},
+                   stream);
+}
+
+void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
+                      int64_t D_total, float eps, float* rstd, cudaStream_t stream) {
+  launch_rstd(summed + stat_column, ld, rows, D_total, eps, rstd, stream);
+}
+
+void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, float* z, int64_t ldz, cudaStream_t stream) {
+  for_each_element(rows, width, OnlineUnpack<float>{summed, ld, rstd, z, ldz}, stream);
+}
+
+void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, bf16_t* z, int64_t ldz, cudaStream_t stream) {
+  for_each_element(rows, width, OnlineUnpack<bf16_t>{summed, ld, rstd, z, ldz}, stream);
+}
+
+void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
+                                 const float* rstd, int64_t D_total, float* ds,
+                                 cudaStream_t stream) {
+  latent_backward(z, dz, rows, width, rstd, D_total, ds, stream);
+}
+
+void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64_t width,
+                                 const float* rstd, int64_t D_total, float* ds,
+                                 cudaStream_t stream) {
+  latent_backward(z, dz, rows, width, rstd, D_total, ds, stream);
+}
+
+size_t online_norm_input_backward_workspace_bytes(int64_t rows, int64_t D) {
+  return column_reduce_workspace_bytes(rows, D);
+}
+
+void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
+                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
+                                void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  column_sum_add(rows, D, ProductTerm{x, g, D}, dgamma, workspace, workspace_bytes, stream);
+  for_each_element(rows, D, OnlineInputBackward{g, x, gamma, ds, D, dx_beta, dx}, stream);
+}
+
+}  // namespace boostlm::cuda

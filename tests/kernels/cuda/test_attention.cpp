@@ -1,0 +1,242 @@
+// The CUDA flash attention (forward, and backward's dQ, dK, dV) against the CPU backend's fused
+// attention and against the plain reference kernel on the GPU, on ragged lengths (not multiples of
+// the 32-row tiles), every compiled head-dimension size (odd ones included), GQA and MQA, and
+// padded row strides; bf16 as the CPU's; and determinism. They skip, with the reason, where no GPU
+// is visible.
+//
+// Tolerances. fp32: the CPU's tiles run on dnnl_sgemm and a polynomial exp (3 ulp), the GPU's on
+// FMA loops and expf, and both sum in other orders; over ≤ 300 keys (times the group for dK/dV)
+// the outputs and gradients agree to 2e-5 relative in norm (~100 fp32 ulps), each element to
+// 1e-4 absolute plus 1e-3 relative, the lse to 1e-5 absolute. bf16 rounds q, k, v, dO, P and dS
+// at the tile products (fp32 accumulation): the CPU's bf16 test's bounds (1% in norm, lse 0.02).
+// Where the two GPU kernels read the same rounded values the comparison is exact.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/cuda_test_util.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/plans.h"
+
+namespace boostlm {
+namespace {
+
+using cuda::testing::all_near;
+using cuda::testing::all_within_bf16_ulps;
+using cuda::testing::DeviceArray;
+using cuda::testing::DeviceTest;
+using cuda::testing::random_floats;
+using cuda::testing::rounded;
+
+using CudaAttention = DeviceTest;
+
+// {batch, seq_len, n_heads, n_kv_heads, head_dim}
+const AttentionShape kShapes[] = {
+    {1, 1, 1, 1, 8},                          // one token
+    {2, 33, 4, 2, 16},                        // GQA, one row past a tile
+    {1, 100, 2, 1, 40},                       // MQA, 2 head chunks with a masked tail
+    {2, 64, 8, 8, 64},                        // whole tiles
+    {1, 7, 6, 3, 100},                        // 4 chunks, the last masked
+    {1, 130, 4, 1, 128}, {1, 70, 2, 2, 256},  // the largest shared memory
+};
+
+double relative_error(const std::vector<float>& x, const std::vector<float>& y) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    den += static_cast<double>(y[i]) * y[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+std::vector<float> widened(const std::vector<bf16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_float(v[i]);
+  return out;
+}
+
+// Inputs in row-strided buffers (q: ldq = n_heads·hd + 3; k, v: ldk = n_kv_heads·hd + 5).
+struct Inputs {
+  int64_t N, qd, kd, ldq, ldk, lse_size;
+  std::vector<float> q, k, v, dout;
+  explicit Inputs(const AttentionShape& s)
+      : N(s.batch * s.seq_len),
+        qd(s.n_heads * s.head_dim),
+        kd(s.n_kv_heads * s.head_dim),
+        ldq(qd + 3),
+        ldk(kd + 5),
+        lse_size(s.batch * s.n_heads * s.seq_len),
+        q(random_floats(N * ldq, 1)),
+        k(random_floats(N * ldk, 2)),
+        v(random_floats(N * ldk, 3)),
+        dout(random_floats(N * qd, 4)) {}
+};
+
+struct Result {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+Result cpu_attention(const AttentionShape& s, const Inputs& in) {
+  Result r{std::vector<float>(in.N * in.qd), std::vector<float>(in.lse_size),
+           std::vector<float>(in.N * in.qd), std::vector<float>(in.N * in.kd),
+           std::vector<float>(in.N * in.kd)};
+  attention_forward(s, in.q.data(), in.ldq, in.k.data(), in.ldk, in.v.data(), in.ldk, r.out.data(),
+                    in.qd, r.lse.data());
+  attention_backward(s, in.q.data(), in.ldq, in.k.data(), in.ldk, in.v.data(), in.ldk, r.out.data(),
+                     in.qd, r.lse.data(), in.dout.data(), in.qd, r.dq.data(), in.qd, r.dk.data(),
+                     in.kd, r.dv.data(), in.kd);
+  return r;
+}
+
+// The GPU's flash kernels (or the reference ones) on fp32 inputs; gradients written over a
+// non-zero fill, so a gradient element the kernels miss shows.
+Result gpu_attention(const AttentionShape& s, const Inputs& in, bool reference,
+                     cudaStream_t stream) {
+  DeviceArray<float> q(in.q), k(in.k), v(in.v), dout(in.dout), out(in.N * in.qd), lse(in.lse_size),
+      dq(std::vector<float>(in.N * in.qd, 9.0f)), dk(std::vector<float>(in.N * in.kd, 9.0f)),
+      dv(std::vector<float>(in.N * in.kd, 9.0f));
+  if (reference) {
+    cuda::attention_reference_forward(s, q.get(), in.ldq, k.get(), in.ldk, v.get(), in.ldk,
+                                      out.get(), in.qd, lse.get(), stream);
+    cuda::attention_reference_backward(s, q.get(), in.ldq, k.get(), in.ldk, v.get(), in.ldk,
+                                       out.get(), in.qd, lse.get(), dout.get(), in.qd, dq.get(),
+                                       in.qd, dk.get(), in.kd, dv.get(), in.kd, stream);
+  } else {
+    const size_t bytes = cuda::attention_backward_workspace_bytes(s);
+    DeviceArray<char> work(bytes);
+    cuda::attention_forward(s, q.get(), in.ldq, k.get(), in.ldk, v.get(), in.ldk, out.get(), in.qd,
+                            lse.get(), stream);
+    cuda::attention_backward(s, q.get(), in.ldq, k.get(), in.ldk, v.get(), in.ldk, out.get(), in.qd,
+                             lse.get(), dout.get(), in.qd, dq.get(), in.qd, dk.get(), in.kd,
+                             dv.get(), in.kd, work.get(), bytes, stream);
+  }
+  BOOSTLM_CHECK_CUDA(cudaStreamSynchronize(stream));
+  return {out.download(), lse.download(), dq.download(), dk.download(), dv.download()};
+}
+
+void expect_fp32_close(const Result& a, const Result& b) {
+  EXPECT_TRUE(all_near(a.lse, b.lse, 1e-5, 0));
+  EXPECT_TRUE(all_near(a.out, b.out, 1e-4, 1e-3));
+  EXPECT_TRUE(all_near(a.dq, b.dq, 1e-4, 1e-3));
+  EXPECT_TRUE(all_near(a.dk, b.dk, 1e-4, 1e-3));
+  EXPECT_TRUE(all_near(a.dv, b.dv, 1e-4, 1e-3));
+  EXPECT_LT(relative_error(a.out, b.out), 2e-5);
+  EXPECT_LT(relative_error(a.dq, b.dq), 2e-5);
+  EXPECT_LT(relative_error(a.dk, b.dk), 2e-5);
+  EXPECT_LT(relative_error(a.dv, b.dv), 2e-5);
+}
+
+void expect_bf16_close(const Result& a, const Result& b) {
+  EXPECT_TRUE(all_near(a.lse, b.lse, 2e-2, 0));
+  EXPECT_LT(relative_error(a.out, b.out), 1e-2);
+  EXPECT_LT(relative_error(a.dq, b.dq), 1e-2);
+  EXPECT_LT(relative_error(a.dk, b.dk), 1e-2);
+  EXPECT_LT(relative_error(a.dv, b.dv), 1e-2);
+}
+
+TEST_F(CudaAttention, Fp32MatchesTheCpuBackendAndTheReferenceKernel) {
+  for (AttentionShape s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << s.batch << "x" << s.seq_len << " heads " << s.n_heads
+                                      << "/" << s.n_kv_heads << " hd " << s.head_dim);
+    const Inputs in(s);
+    const Result flash = gpu_attention(s, in, false, stream);
+    {
+      SCOPED_TRACE("vs CPU");
+      expect_fp32_close(flash, cpu_attention(s, in));
+    }
+    {
+      SCOPED_TRACE("vs reference kernel");
+      expect_fp32_close(flash, gpu_attention(s, in, true, stream));
+    }
+  }
+}
+
+// fp32 inputs with bf16 tile products, against the CPU's bf16 request (its bf16 tiles where the CPU
+// has AVX512-BF16, else its fp32 kernel: within the same bound) and the reference kernel's
+// rounding.
+TEST_F(CudaAttention, Bf16ComputeMatchesTheCpuBackendWithinBf16Rounding) {
+  for (AttentionShape s : kShapes) {
+    s.compute = DType::bf16;
+    SCOPED_TRACE(::testing::Message() << s.seq_len << " hd " << s.head_dim);
+    const Inputs in(s);
+    const Result flash = gpu_attention(s, in, false, stream);
+    expect_bf16_close(flash, cpu_attention(s, in));
+    expect_bf16_close(flash, gpu_attention(s, in, true, stream));
+  }
+}
+
+// bf16 storage (q, k, v, out in bf16) is the fp32-input kernel with bf16 compute on the same
+// rounded values, bit for bit: the output rounded once, the same lse, and the backward's gradients
+// from the kept output equal to those from its widened values. Against the CPU's bf16 storage
+// within bf16 bounds.
+TEST_F(CudaAttention, Bf16StorageIsTheKernelOnTheRoundedValues) {
+  for (AttentionShape s : kShapes) {
+    s.compute = DType::bf16;
+    SCOPED_TRACE(::testing::Message() << s.seq_len << " hd " << s.head_dim);
+    Inputs in(s);
+    const auto q16 = rounded(in.q), k16 = rounded(in.k), v16 = rounded(in.v);
+    in.q = widened(q16);
+    in.k = widened(k16);
+    in.v = widened(v16);
+    const Result as_fp32 = gpu_attention(s, in, false, stream);
+
+    DeviceArray<bf16_t> q(q16), k(k16), v(v16), out(in.N * in.qd);
+    DeviceArray<float> lse(in.lse_size), dout(in.dout), dq(in.N * in.qd), dk(in.N * in.kd),
+        dv(in.N * in.kd);
+    const size_t bytes = cuda::attention_backward_workspace_bytes(s);
+    DeviceArray<char> work(bytes);
+    cuda::attention_forward(s, q.get(), in.ldq, k.get(), in.ldk, v.get(), in.ldk, out.get(), in.qd,
+                            lse.get(), stream);
+    cuda::attention_backward(s, q.get(), in.ldq, k.get(), in.ldk, v.get(), in.ldk, out.get(), in.qd,
+                             lse.get(), dout.get(), in.qd, dq.get(), in.qd, dk.get(), in.kd,
+                             dv.get(), in.kd, work.get(), bytes, stream);
+    sync();
+    const std::vector<bf16_t> out16 = out.download();
+    EXPECT_TRUE(all_within_bf16_ulps(out16, rounded(as_fp32.out), 0));
+    EXPECT_TRUE(all_near(lse.download(), as_fp32.lse, 0, 0));
+
+    // The fp32-input backward from the kept (rounded) output: the same delta, the same gradients.
+    DeviceArray<float> q32(in.q), k32(in.k), v32(in.v), kept(widened(out16)), lse32(lse.download()),
+        dq32(in.N * in.qd), dk32(in.N * in.kd), dv32(in.N * in.kd);
+    cuda::attention_backward(s, q32.get(), in.ldq, k32.get(), in.ldk, v32.get(), in.ldk, kept.get(),
+                             in.qd, lse32.get(), dout.get(), in.qd, dq32.get(), in.qd, dk32.get(),
+                             in.kd, dv32.get(), in.kd, work.get(), bytes, stream);
+    sync();
+    EXPECT_TRUE(all_near(dq.download(), dq32.download(), 0, 0));
+    EXPECT_TRUE(all_near(dk.download(), dk32.download(), 0, 0));
+    EXPECT_TRUE(all_near(dv.download(), dv32.download(), 0, 0));
+
+    // Against the CPU backend's bf16 storage.
+    std::vector<bf16_t> cpu_out16(in.N * in.qd);
+    std::vector<float> cpu_lse(in.lse_size), cdq(in.N * in.qd), cdk(in.N * in.kd),
+        cdv(in.N * in.kd);
+    attention_forward(s, q16.data(), in.ldq, k16.data(), in.ldk, v16.data(), in.ldk,
+                      cpu_out16.data(), in.qd, cpu_lse.data());
+    attention_backward(s, q16.data(), in.ldq, k16.data(), in.ldk, v16.data(), in.ldk,
+                       cpu_out16.data(), in.qd, cpu_lse.data(), in.dout.data(), in.qd, cdq.data(),
+                       in.qd, cdk.data(), in.kd, cdv.data(), in.kd);
+    expect_bf16_close({widened(out16), lse.download(), dq.download(), dk.download(), dv.download()},
+                      {widened(cpu_out16), cpu_lse, cdq, cdk, cdv});
+  }
+}
+
+// No atomics anywhere: the same inputs give the same bits, run after run (fp32 and bf16).
+TEST_F(CudaAttention, IsDeterministic) {
+  for (DType compute : {DType::f32, DType::bf16}) {
+    AttentionShape s{2, 200, 8, 2, 64};
+    s.compute = compute;
+    const Inputs in(s);
+    const Result a = gpu_attention(s, in, false, stream), b = gpu_attention(s, in, false, stream);
+    EXPECT_TRUE(all_near(a.out, b.out, 0, 0));
+    EXPECT_TRUE(all_near(a.lse, b.lse, 0, 0));
+    EXPECT_TRUE(all_near(a.dq, b.dq, 0, 0));
+    EXPECT_TRUE(all_near(a.dk, b.dk, 0, 0));
+    EXPECT_TRUE(all_near(a.dv, b.dv, 0, 0));
+  }
+}
+
+}  // namespace
+}  // namespace boostlm
