@@ -458,7 +458,10 @@ const std::unordered_map<uint32_t, unsigned char>& codepoint_to_byte() {
 }  // namespace
 
 void BpeTokenizer::Impl::set_token(int32_t id, std::string bytes) {
-  if (id < 0) throw error(path, ": token id ", id, " is negative");
+  // Ids index arrays: one from a corrupt file must not allocate gigabytes.
+  constexpr int32_t kMaxId = 1 << 24;
+  if (id < 0 || id >= kMaxId)
+    throw error(path, ": token id ", id, " is outside [0, ", kMaxId, "): not a vocabulary");
   if (static_cast<size_t>(id) >= token_bytes.size()) {
     token_bytes.resize(static_cast<size_t>(id) + 1);
     defined.resize(static_cast<size_t>(id) + 1, false);
@@ -660,20 +663,18 @@ BpeTokenizer::BpeTokenizer(const std::string& path, std::string_view json_text,
   } catch (const json::exception& e) {
     throw error(path, ": not a valid tokenizer.json (", e.what(), ")");
   }
-  json config;
-  if (!config_json.empty()) {
-    try {
-      config = json::parse(config_json);
-    } catch (const json::exception& e) {
-      throw error(path, ": tokenizer_config.json beside it is not valid JSON (", e.what(), ")");
-    }
+  json config = json::object();
+  try {
+    if (!config_json.empty()) config = json::parse(config_json);
+    // The BOS is the one the post-processor adds; else the config's. The EOS is the config's,
+    // else the post-processor's last token, else the usual end-of-text names.
+    if (!t.prefix.empty()) t.bos = t.prefix.front();
+    if (t.bos < 0 && config.contains("bos_token"))
+      t.bos = t.find_token(token_name(config["bos_token"]));
+    if (config.contains("eos_token")) t.eos = t.find_token(token_name(config["eos_token"]));
+  } catch (const json::exception& e) {
+    throw error(path, ": the tokenizer_config.json beside it is not valid (", e.what(), ")");
   }
-  // The BOS is the one the post-processor adds; else the config's. The EOS is the config's,
-  // else the post-processor's last token, else the usual end-of-text names.
-  if (!t.prefix.empty()) t.bos = t.prefix.front();
-  if (t.bos < 0 && config.contains("bos_token"))
-    t.bos = t.find_token(token_name(config["bos_token"]));
-  if (config.contains("eos_token")) t.eos = t.find_token(token_name(config["eos_token"]));
   if (t.eos < 0 && !t.suffix.empty()) t.eos = t.suffix.back();
   for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {
     if (t.eos < 0) t.eos = t.find_token(name);

@@ -169,6 +169,11 @@ TEST(Bpe, RefusesWhatItCannotReproduceNamingTheFile) {
   tokenizer = tiny_tokenizer({"a b"});
   tokenizer["model"]["merges"] = {"a c"};
   expect_error([&] { make(tokenizer); }, {"merge 0", "missing from the vocabulary"});
+  tokenizer = tiny_tokenizer({});
+  tokenizer["added_tokens"] = {{{"id", 2'000'000'000}, {"content", "<big>"}}};
+  expect_error([&] { make(tokenizer); }, {"token id 2000000000 is outside"});
+  expect_error([&] { make(tiny_tokenizer({}), R"({"eos_token": {"content": 7}})"); },
+               {"tokenizer_config.json beside it is not valid"});
 }
 
 TEST(Bpe, TokenizerLoadsTokenizerJsonByContentOrFromADirectory) {
