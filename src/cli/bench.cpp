@@ -20,6 +20,7 @@
 #include "bench/layout_bench.h"
 #include "bench/pipeline_bench.h"
 #include "bench/step_bench.h"
+#include "bench/tokenizer_bench.h"
 #include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/grid.h"
@@ -243,10 +244,31 @@ void add_pipeline_command(CLI::App& bench) {
   });
 }
 
+void add_tokenizer_command(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand(
+      "tokenizer", "encoding MB/s of a tokenizer (.model or tokenizer.json) on a text's lines");
+  auto o = std::make_shared<bench::TokenizerBenchOptions>();
+  auto json = std::make_shared<std::string>();
+  cmd->add_option("--tokenizer", o->tokenizer, "sentencepiece .model or tokenizer.json")
+      ->required();
+  cmd->add_option("--text", o->text, "text file, encoded line by line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--repeats", o->repeats, "timed passes after a warm-up (median reported)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads, "threads, each encoding its share of the lines")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--json", *json, "also write the result as JSON");
+  cmd->callback([o, json] { write_json(*json, "tokenizer", bench::run_tokenizer_bench(*o)); });
+}
+
 }  // namespace
 
 void add_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "benchmarks: layouts, ablations, gemm, step, pipeline");
+  auto* cmd = app.add_subcommand("bench",
+                                 "benchmarks: layouts, ablations, gemm, step, pipeline, tokenizer");
   cmd->require_subcommand(1);
   bench::LayoutBenchOptions layouts;
   add_layout_command(*cmd, "layouts",
@@ -262,6 +284,7 @@ void add_bench(CLI::App& app) {
   add_gemm_command(*cmd);
   add_step_command(*cmd);
   add_pipeline_command(*cmd);
+  add_tokenizer_command(*cmd);
 }
 
 }  // namespace boostlm::cli

@@ -6,6 +6,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/tokenizer.h"
 #include "engine/model.h"
 #include "train/checkpoint.h"
 #include "train/gguf_export.h"
@@ -48,11 +49,9 @@ void convert_to_low_rank(Args& a) {
     std::printf("convert: loss before %.6f, after %.6f (%s, %lld windows)\n", before, after,
                 shard.c_str(), static_cast<long long>(windows));
   }
-  const std::string tokenizer = (std::filesystem::path(dir) / "tokenizer.model").string();
-  while_doing("writing the checkpoint --out " + a.out, [&] {
-    save_checkpoint(a.out, checkpoint_of(low, nullptr, nullptr,
-                                         std::filesystem::exists(tokenizer) ? tokenizer : ""));
-  });
+  const std::string tokenizer = find_tokenizer(dir);  // tokenizer.model or tokenizer.json
+  while_doing("writing the checkpoint --out " + a.out,
+              [&] { save_checkpoint(a.out, checkpoint_of(low, nullptr, nullptr, tokenizer)); });
   std::printf("convert: %s -> %s\n", dir.c_str(), a.out.c_str());
 }
 

@@ -32,9 +32,10 @@ struct TextEval {
 // after the first scored once, in sliding windows (train/trainer.h, evaluate_every_token).
 void print_text_loss(Model& model, const std::string& dir, const TextEval& o) {
   std::string tokenizer_path = o.tokenizer;
-  if (tokenizer_path.empty()) tokenizer_path = (std::filesystem::path(dir) / "tokenizer.model");
-  if (!std::filesystem::exists(tokenizer_path))
-    throw error("the checkpoint ", dir, " has no tokenizer.model; give --tokenizer");
+  if (tokenizer_path.empty()) tokenizer_path = find_tokenizer(dir);
+  if (tokenizer_path.empty() || !std::filesystem::exists(tokenizer_path))
+    throw error("the checkpoint ", dir,
+                " has no tokenizer.model or tokenizer.json; give --tokenizer");
   const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
   std::vector<int32_t> tokens;
   for (const std::string& document : split_documents(read_text_file(o.text))) {
@@ -85,8 +86,9 @@ void add_eval(CLI::App& app) {
                                "of -t; prints the loss, perplexity and tokens scored")
                    ->check(CLI::ExistingFile);
   data->excludes(text);
-  cmd->add_option("--tokenizer", a->tokenizer,
-                  "with --text: sentencepiece model (default: the checkpoint's)");
+  cmd->add_option(
+      "--tokenizer", a->tokenizer,
+      "with --text: sentencepiece .model or tokenizer.json (default: the checkpoint's)");
   cmd->add_option("--batch-size,-b", a->batch_size, "sequences per window")->check(at_least(1));
   cmd->add_option("--seq-len,-t", a->seq_len, "tokens per sequence")->check(at_least(1));
   computed_default(cmd->add_option(

@@ -21,7 +21,8 @@ void add_generate(CLI::App& app) {
   auto a = std::make_shared<Args>();
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint or run directory")->required();
   cmd->add_option("--prompt,-p", a->prompt, "text to continue")->required();
-  cmd->add_option("--tokenizer", a->tokenizer, "sentencepiece model (default: the checkpoint's)");
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "sentencepiece .model or tokenizer.json (default: the checkpoint's)");
   cmd->add_option("--max-new-tokens", a->sample.max_new_tokens, "tokens to generate")
       ->check(at_least(1));
   // -n is the number of ranks in launch: one letter, one meaning (README, "Flags").
@@ -45,9 +46,9 @@ void add_generate(CLI::App& app) {
     const std::string dir = resolve_checkpoint(a->checkpoint);
     verify_checkpoint(dir);
     std::string tok_path = a->tokenizer;
-    if (tok_path.empty()) tok_path = (std::filesystem::path(dir) / "tokenizer.model").string();
-    if (!std::filesystem::exists(tok_path))
-      throw error("the checkpoint has no tokenizer.model; pass --tokenizer");
+    if (tok_path.empty()) tok_path = find_tokenizer(dir);
+    if (tok_path.empty() || !std::filesystem::exists(tok_path))
+      throw error("the checkpoint has no tokenizer.model or tokenizer.json; pass --tokenizer");
     const Tokenizer tokenizer = Tokenizer::load(tok_path);
     Model model(read_checkpoint_config(dir), DType::f32);
     if (tokenizer.vocab_size() > model.config().vocab_size)

@@ -27,7 +27,8 @@ void add_init(CLI::App& app) {
       ->check(at_least(1));
   cmd->add_option("--seed", a->seed, "initialisation seed");
   cmd->add_option("--out,-o", a->out, "checkpoint directory to write")->required();
-  cmd->add_option("--tokenizer", a->tokenizer, "sentencepiece model to include")
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "tokenizer to include: a sentencepiece .model or a tokenizer.json")
       ->check(CLI::ExistingFile);
   cmd->callback([a] {
     if (mpi_world_size() > 1) throw error("init runs in one process; start it without mpirun");

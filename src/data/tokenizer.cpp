@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/rng.h"
+#include "data/bpe.h"
 #include "data/shuffle.h"
 
 namespace boostlm {
@@ -87,15 +88,39 @@ std::unordered_map<std::string, std::string> trainer_arguments(int vocab_size,
 
 }  // namespace
 
-Tokenizer::Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor,
-                     std::string path)
-    : processor_(std::move(processor)), path_(std::move(path)) {}
+Tokenizer::Tokenizer(std::string path) : path_(std::move(path)) {}
+
+namespace {
+
+bool looks_like_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char c = 0;
+  while (in.get(c) && (c == ' ' || c == '\n' || c == '\r' || c == '\t')) {
+  }
+  return in && c == '{';
+}
+
+}  // namespace
+
+std::string find_tokenizer(const std::string& dir) {
+  for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+    const std::filesystem::path file = std::filesystem::path(dir) / name;
+    if (std::filesystem::is_regular_file(file)) return file.string();
+  }
+  return "";
+}
+
+std::string tokenizer_file_name(const std::string& path) {
+  return looks_like_json(path) ? "tokenizer.json" : "tokenizer.model";
+}
+
 std::string TokenizerIdentity::describe() const {
   return name + " (hash " + hash.substr(0, 12) + ")";
 }
 
-TokenizerIdentity tokenizer_identity(const std::string& model_path) {
-  if (!std::filesystem::exists(model_path)) return {};
+TokenizerIdentity tokenizer_identity(const std::string& path) {
+  const std::string model_path = std::filesystem::is_directory(path) ? find_tokenizer(path) : path;
+  if (model_path.empty() || !std::filesystem::exists(model_path)) return {};
   const std::string bytes = read_text_file(model_path);
   return {Checksum64::hex(Checksum64::of(bytes.data(), bytes.size())), model_path};
 }
@@ -118,16 +143,33 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::load(const std::string& path) {
+Tokenizer Tokenizer::load(const std::string& given) {
+  std::string path = given;
+  if (std::filesystem::is_directory(given)) {
+    path = find_tokenizer(given);
+    if (path.empty())
+      throw error(given, ": no tokenizer.model or tokenizer.json in this directory");
+  }
   if (!std::filesystem::is_regular_file(path)) {
     throw error(path, ": tokenizer model not found");
+  }
+  Tokenizer tokenizer(path);
+  if (looks_like_json(path)) {
+    const std::filesystem::path config =
+        std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+    const std::string config_text =
+        std::filesystem::is_regular_file(config) ? read_text_file(config.string()) : "";
+    tokenizer.bpe_ = std::make_unique<BpeTokenizer>(path, read_text_file(path), config_text);
+    return tokenizer;
   }
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto status = processor->Load(path);
   if (!status.ok()) {
-    throw error(path, ": not a valid SentencePiece model (", status.ToString(), ")");
+    throw error(path, ": not a valid SentencePiece model (", status.ToString(),
+                "); boostlm reads SentencePiece .model files and Hugging Face tokenizer.json");
   }
-  return Tokenizer(std::move(processor), path);
+  tokenizer.processor_ = std::move(processor);
+  return tokenizer;
 }
 
 namespace {
@@ -180,6 +222,7 @@ std::string Tokenizer::train(const std::vector<std::string>& input_files,
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (bpe_) return bpe_->encode(text);
   std::vector<int> ids;
   const auto status = processor_->Encode(text, &ids);
   if (!status.ok()) throw error(path_, ": encode failed: ", status.ToString());
@@ -187,6 +230,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  if (bpe_) return bpe_->decode(ids);
   const int64_t vocab = vocab_size();
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab) {
@@ -200,13 +244,13 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 int64_t Tokenizer::vocab_size() const {
-  return processor_->GetPieceSize();
+  return bpe_ ? bpe_->vocab_size() : processor_->GetPieceSize();
 }
 int32_t Tokenizer::bos_id() const {
-  return processor_->bos_id();
+  return bpe_ ? bpe_->bos_id() : processor_->bos_id();
 }
 int32_t Tokenizer::eos_id() const {
-  return processor_->eos_id();
+  return bpe_ ? bpe_->eos_id() : processor_->eos_id();
 }
 
 }  // namespace boostlm

@@ -1,4 +1,5 @@
-// SentencePiece tokenizer: loading, encoding and decoding, and training a byte-fallback BPE model.
+// Tokenizers: SentencePiece models (loading, encoding, decoding, and training a byte-fallback BPE
+// model) and Hugging Face byte-level BPE tokenizer.json files (data/bpe.h), behind one class.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,8 @@ class SentencePieceProcessor;
 
 namespace boostlm {
 
+class BpeTokenizer;
+
 struct TokenizerTrainOptions {
   // Lines sampled for training when the input has more (a deterministic sample from `seed`):
   // BPE training time grows with the text, and this many lines already pin down the merges.
@@ -23,7 +26,10 @@ struct TokenizerTrainOptions {
 
 class Tokenizer {
  public:
-  // Loads a SentencePiece model file. Throws Error naming the file if it is missing or corrupt.
+  // Loads a SentencePiece .model or a Hugging Face tokenizer.json, told apart by content (JSON
+  // starts with '{'), or the one in a directory (find_tokenizer). A tokenizer.json reads the
+  // tokenizer_config.json beside it, if any, for its BOS and EOS. Throws Error naming the file
+  // if it is missing, corrupt or of a kind boostlm cannot reproduce exactly.
   static Tokenizer load(const std::string& path);
 
   // Trains a BPE model on the lines of `input_files` and writes `<model_prefix>.model`, which it
@@ -37,7 +43,8 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
-  // Safe to call from several threads at once.
+  // The ids of `text`, without BOS or EOS. Safe to call from several threads at once. A
+  // tokenizer.json first replaces ill-formed UTF-8 (one U+FFFD per maximal subpart).
   std::vector<int32_t> encode(std::string_view text) const;
   std::string decode(const std::vector<int32_t>& ids) const;
 
@@ -45,13 +52,24 @@ class Tokenizer {
   int32_t bos_id() const;
   int32_t eos_id() const;
   const std::string& path() const { return path_; }
+  // The byte-level BPE of a tokenizer.json; null for a SentencePiece model.
+  const BpeTokenizer* bpe() const { return bpe_.get(); }
 
  private:
-  Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor, std::string path);
+  explicit Tokenizer(std::string path);
 
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;  // one of these two
+  std::unique_ptr<BpeTokenizer> bpe_;
   std::string path_;
 };
+
+// The tokenizer in directory `dir` (a checkpoint, prepared data, a Hugging Face model):
+// tokenizer.model if there is one, else tokenizer.json; "" when neither.
+std::string find_tokenizer(const std::string& dir);
+
+// The name a copy of the tokenizer file `path` takes in a directory: tokenizer.json for a
+// tokenizer.json (by content), else tokenizer.model.
+std::string tokenizer_file_name(const std::string& path);
 
 // Which tokenizer gave a set of token ids: the checksum of its model file's bytes (Checksum64, as
 // checkpoints' checksums.json records every file) and where it was found, for messages. Two
@@ -65,7 +83,8 @@ struct TokenizerIdentity {
   std::string describe() const;  // "data/mine/tokenizer.model (hash 1a2b3c4d5e6f)"
 };
 
-// The identity of a model file; unknown (empty hash) when there is no such file.
+// The identity of a tokenizer file (.model or tokenizer.json: the checksum of its bytes), or of
+// the one in a directory (find_tokenizer); unknown (empty hash) when there is no such file.
 TokenizerIdentity tokenizer_identity(const std::string& model_path);
 
 // Tokens of `data` about to meet a model trained on tokens of `model` (`action` says how, as a

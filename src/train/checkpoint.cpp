@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/tokenizer.h"
 #include "parallel/sharding.h"
 #include "train/hf_import.h"
 #include "train/run_dir.h"
@@ -71,11 +72,20 @@ void write_checkpoint_files(const fs::path& temp, const CheckpointWrite& what) {
   if (what.config_extra.is_object()) config.update(what.config_extra);
   write_json(temp / "config.json", config, checksums);
   if (!what.tokenizer_path.empty()) {
-    const std::string bytes = read_text_file(what.tokenizer_path);
-    AtomicFile file((temp / "tokenizer.model").string());
-    file.write(bytes);
-    checksums["tokenizer.model"] = Checksum64::hex(file.checksum());
-    file.commit();
+    // tokenizer.model or tokenizer.json by content; a tokenizer.json brings the
+    // tokenizer_config.json beside it (its BOS and EOS).
+    std::vector<std::pair<std::string, fs::path>> files = {
+        {tokenizer_file_name(what.tokenizer_path), what.tokenizer_path}};
+    const fs::path config = fs::path(what.tokenizer_path).parent_path() / "tokenizer_config.json";
+    if (files[0].first == "tokenizer.json" && fs::is_regular_file(config))
+      files.emplace_back("tokenizer_config.json", config);
+    for (const auto& [name, source] : files) {
+      const std::string bytes = read_text_file(source.string());
+      AtomicFile file((temp / name).string());
+      file.write(bytes);
+      checksums[name] = Checksum64::hex(file.checksum());
+      file.commit();
+    }
   }
   if (what.exp_avg && what.exp_avg_sq && what.state) {
     const auto m = host_copy(*what.exp_avg), v = host_copy(*what.exp_avg_sq);
@@ -229,7 +239,7 @@ void verify_checkpoint(const std::string& dir) {
 }
 
 TokenizerIdentity checkpoint_tokenizer(const std::string& dir) {
-  return tokenizer_identity((fs::path(dir) / "tokenizer.model").string());
+  return tokenizer_identity(dir);  // its tokenizer.model or tokenizer.json
 }
 
 ModelConfig read_checkpoint_config(const std::string& dir) {

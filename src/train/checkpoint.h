@@ -3,7 +3,8 @@
 //   model.safetensors      full tensors with the names and shapes of SPEC §2 (fp32)
 //   config.json            Hugging Face style (model_type llama for dense, cola for low-rank),
 //                          with boostlm's own config under "boostlm"
-//   tokenizer.model        the sentencepiece model the data was prepared with (when known)
+//   tokenizer.model        the sentencepiece model the data was prepared with (when known), or
+//   tokenizer.json         a Hugging Face byte-level BPE (with its tokenizer_config.json, if any)
 //   optimizer.safetensors  AdamW moments: "<name>.exp_avg", "<name>.exp_avg_sq"   (training state)
 //   trainer_state.json     step, tokens seen, loader position, RNG, optimizer step (training state)
 //   checksums.json         Checksum64 of every other file, written last
@@ -36,7 +37,7 @@ struct CheckpointWrite {
   const FlatBuffer* exp_avg_sq = nullptr;
   int64_t optimizer_step = 0;
   const TrainingState* state = nullptr;
-  std::string tokenizer_path;   // optional: copied in as tokenizer.model
+  std::string tokenizer_path;   // optional: copied in as tokenizer.model or tokenizer.json
   nlohmann::json config_extra;  // optional: more fields for config.json (e.g. hf_torch_dtype)
 };
 
@@ -63,8 +64,8 @@ std::string resolve_checkpoint(const std::string& path);
 // Checks that the directory is complete and that every file matches checksums.json.
 void verify_checkpoint(const std::string& dir);
 
-// The tokenizer a checkpoint's model was trained with: its tokenizer.model (whose hash checksums.json
-// holds); unknown when it has none (`boostlm init` without --tokenizer, data without one).
+// The tokenizer a checkpoint's model was trained with: its tokenizer.model or tokenizer.json (whose
+// hash checksums.json holds); unknown when it has none (`boostlm init` without --tokenizer, data without one).
 TokenizerIdentity checkpoint_tokenizer(const std::string& dir);
 
 // The model configuration stored in config.json (boostlm's own, or converted from HF fields).

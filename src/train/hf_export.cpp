@@ -141,13 +141,18 @@ std::string export_to_hf(const std::string& checkpoint, const std::string& out,
   fs::remove_all(temp);
   fs::create_directories(temp);
   try {
-    const fs::path tokenizer = fs::path(dir) / "tokenizer.model";
-    const std::string tok = fs::exists(tokenizer) ? tokenizer.string() : "";
+    const std::string tok = find_tokenizer(dir);
     write_weights(temp, model, dtype, options.shard_bytes);
     write_file_atomically((temp / "config.json").string(),
                           export_config(config, dtype.torch, tok).dump(2) + "\n");
-    if (!tok.empty())
-      write_file_atomically((temp / "tokenizer.model").string(), read_text_file(tok));
+    if (!tok.empty()) {
+      const std::string name = tokenizer_file_name(tok);
+      write_file_atomically((temp / name).string(), read_text_file(tok));
+      const fs::path config = fs::path(tok).parent_path() / "tokenizer_config.json";
+      if (name == "tokenizer.json" && fs::is_regular_file(config))
+        write_file_atomically((temp / "tokenizer_config.json").string(),
+                              read_text_file(config.string()));
+    }
     fsync_directory(temp.string());
     if (fs::exists(final_dir)) fs::remove(final_dir);
     fs::rename(temp, final_dir);

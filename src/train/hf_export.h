@@ -2,7 +2,7 @@
 //
 // A dense checkpoint becomes a standard LLaMA directory that `transformers` loads without code
 // (LlamaForCausalLM): config.json, model.safetensors (or shards with model.safetensors.index.json
-// when larger than shard_bytes) and tokenizer.model. A low-rank checkpoint keeps the CoLA names
+// when larger than shard_bytes) and tokenizer.model or tokenizer.json. A low-rank checkpoint keeps the CoLA names
 // (`….cola_a` [d_in, r], `….cola_b` [r, d_out]) under model_type "cola", with a "cola" section in
 // config.json that says how to read them (README, "Bring your own model").
 #pragma once

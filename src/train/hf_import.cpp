@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/tokenizer.h"
 #include "model/params.h"
 #include "parallel/sharding.h"
 #include "train/checkpoint.h"
@@ -227,8 +228,7 @@ ModelConfig convert_from_hf(const std::string& dir, const std::string& out) {
   w.config = &config;
   w.table = &table;
   w.weights = &weights;
-  const fs::path tokenizer = fs::path(dir) / "tokenizer.model";
-  if (fs::exists(tokenizer)) w.tokenizer_path = tokenizer.string();
+  w.tokenizer_path = find_tokenizer(dir);  // tokenizer.model, else tokenizer.json, else none
   w.config_extra = {{"hf_torch_dtype", torch_dtype_of(HfTensors(dir).main_dtype())}};
   save_checkpoint(out, w);
   return config;

@@ -3,7 +3,8 @@
 //   config.json                       model_type "llama" and the fields read_hf_config names
 //   model.safetensors                 or sharded: model-0000X-of-0000N.safetensors plus
 //   model.safetensors.index.json      {"weight_map": {tensor name: shard file}}
-//   tokenizer.model                   sentencepiece (optional here; generate needs one)
+//   tokenizer.model                   sentencepiece, or tokenizer.json (byte-level BPE, with its
+//                                     tokenizer_config.json): optional here; generate needs one
 //
 // Tensors may be F32, BF16 or F16; boostlm holds fp32, and both conversions are exact. The names
 // are those of SPEC §2 already. HF's q/k rows are laid out for its rotate-half RoPE, which is the

@@ -135,16 +135,18 @@ DataFiles open_data(const std::string& dir, const ModelConfig& config, const Tra
   f.train = (fs::path(dir) / "train.bin").string();
   if (!fs::exists(f.train))
     throw error("--data ", dir, " has no train.bin (run `boostlm prepare` first)");
-  const fs::path val = fs::path(dir) / "val.bin", tok = fs::path(dir) / "tokenizer.model";
-  if (fs::exists(tok)) {  // first: a vocabulary mismatch explains bad tokens in the shards
-    f.tokenizer = tok.string();
+  const fs::path val = fs::path(dir) / "val.bin";
+  const std::string tok = find_tokenizer(dir);  // tokenizer.model or tokenizer.json
+  if (!tok.empty()) {  // first: a vocabulary mismatch explains bad tokens in the shards
+    f.tokenizer = tok;
     const int64_t vocab = Tokenizer::load(f.tokenizer).vocab_size();
     if (vocab > config.vocab_size)
       throw error("the tokenizer ", f.tokenizer, " has ", vocab,
                   " tokens but the model's vocab_size is ", config.vocab_size,
                   " (use a preset with a larger vocabulary or --vocab-size ", vocab, ")");
   } else {
-    warn("--data " + dir + " has no tokenizer.model: checkpoints will carry no tokenizer, so " +
+    warn("--data " + dir +
+         " has no tokenizer.model or tokenizer.json: checkpoints will carry no tokenizer, so " +
          "generate will need --tokenizer");
   }
   if (fs::exists(val)) {
