@@ -28,6 +28,26 @@ inline ModelConfig small_model(Arch arch, int64_t kv_heads = 4, int64_t layers =
   return c;
 }
 
+// Which ranks a test model's projection families have.
+enum class RankMix {
+  uniform,  // attn_rank 8 for q/k/v/o, mlp_rank 12 for gate/up/down (small_model's)
+  mixed,    // each family its own, all multiples of 4 (every layout at TP 1, 2, 4)
+  odd,      // each family its own, none divisible by 2 (layouts that do not split the ranks)
+};
+
+// small_model with its families' ranks set by `mix` (the per-projection ranks of issue 31).
+inline ModelConfig with_ranks(ModelConfig c, RankMix mix) {
+  using enum ProjKind;
+  if (mix == RankMix::mixed) c.set_ranks({12, 4, 8, 16, 8, 16, 20});  // q k v o gate up down
+  if (mix == RankMix::odd) c.set_ranks({5, 3, 7, 9, 11, 13, 15});
+  c.validate();
+  return c;
+}
+
+inline const char* to_string(RankMix mix) {
+  return mix == RankMix::uniform ? "" : mix == RankMix::mixed ? "_mixedranks" : "_oddranks";
+}
+
 // n tokens drawn uniformly from [0, vocab).
 inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   Rng rng(seed);

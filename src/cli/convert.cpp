@@ -22,8 +22,7 @@ namespace {
 template <class Args>
 void convert_to_low_rank(Args& a) {
   if (a.checkpoint.empty()) throw error("convert --to ", a.to, ": give --checkpoint DIR (dense)");
-  if (a.low_rank.energy > 0 && (a.low_rank.attn_rank > 0 || a.low_rank.mlp_rank > 0))
-    throw error("convert --to: give --energy or the ranks, not both");
+  if (!a.ranks.empty()) parse_rank_list(a.ranks, a.low_rank);
   const std::string dir = resolve_checkpoint(a.checkpoint);
   verify_checkpoint(dir);
   Model dense(read_checkpoint_config(dir), DType::f32);
@@ -36,9 +35,15 @@ void convert_to_low_rank(Args& a) {
     std::printf("%-40s %6lld %6lld %12.6f %12.3e\n", r.name.c_str(),
                 static_cast<long long>(r.chosen_rank), static_cast<long long>(r.rank),
                 r.kept_energy, r.relative_error);
-  std::printf("convert: attn_rank %lld, mlp_rank %lld (%s)\n",
-              static_cast<long long>(result.config.attn_rank),
-              static_cast<long long>(result.config.mlp_rank), a.to.c_str());
+  for (ProjKind kind : kProjKinds) {  // a shorthand above a family's full rank: say what it got
+    const int64_t asked = is_attention(kind) ? a.low_rank.attn_rank : a.low_rank.mlp_rank;
+    const int64_t rank = result.config.rank(kind);
+    if (a.low_rank.family_ranks[static_cast<int>(kind)] == 0 && asked > rank)
+      std::printf("convert: %s: %s %lld exceeds its full rank; it keeps full rank %lld\n",
+                  to_string(kind), is_attention(kind) ? "--attn-rank" : "--mlp-rank",
+                  static_cast<long long>(asked), static_cast<long long>(rank));
+  }
+  std::printf("convert: ranks %s (%s)\n", result.config.ranks_text().c_str(), a.to.c_str());
   Model low(result.config, DType::f32);
   std::copy_n(result.weights.data(), result.weights.size(), low.weights().data());
   if (!a.data.empty()) {
@@ -86,7 +91,7 @@ void add_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "convert", "import or export Hugging Face LLaMA directories; export GGUF; dense to low rank");
   struct Args {
-    std::string from_hf, to_hf, to_gguf, out, to, checkpoint, data;
+    std::string from_hf, to_hf, to_gguf, out, to, checkpoint, data, ranks;
     HfExportOptions hf;
     LowRankOptions low_rank;
     // The same defaults as train's validation and eval (README, "Flags").
@@ -109,14 +114,18 @@ void add_convert(CLI::App& app) {
   to_arch->excludes(from)->excludes(to)->excludes(to_gguf);
   cmd->add_option("--checkpoint", a->checkpoint, "--to: the dense checkpoint (or run directory)");
   computed_default(
-      cmd->add_option("--attn-rank", a->low_rank.attn_rank, "--to: rank of q/k/v/o (or --energy)"))
+      cmd->add_option("--attn-rank", a->low_rank.attn_rank,
+                      "--to: rank of q/k/v/o, each at most its full rank (or --energy)"))
       ->check(at_least(1));
   computed_default(cmd->add_option("--mlp-rank", a->low_rank.mlp_rank,
                                    "--to: rank of gate/up/down (or --energy)"))
       ->check(at_least(1));
+  cmd->add_option("--rank", a->ranks,
+                  "--to: ranks per projection family, e.g. q=64,k=32,v=32,o=64,gate=96,up=96,"
+                  "down=96 (the families not named take --attn-rank/--mlp-rank)");
   computed_default(cmd->add_option("--energy", a->low_rank.energy,
-                                   "--to: pick ranks keeping this share of each projection's Σσ² "
-                                   "(instead of ranks)"))
+                                   "--to: per projection family, the smallest rank keeping this "
+                                   "share of every layer's Σσ² (instead of ranks)"))
       ->check(number_in(0.0, 1.0, true));
   cmd->add_option("--data,-d", a->data,
                   "--to: directory from `boostlm prepare` (its val.bin) or token shard to report "

@@ -33,13 +33,111 @@ Arch parse_arch(const std::string& text) {
   throw error("config: unknown arch '", text, "' (expected dense, svd or cola)");
 }
 
+const char* to_string(ProjKind kind) {
+  static constexpr const char* kNames[kProjectionsPerBlock] = {"q",    "k",  "v",   "o",
+                                                               "gate", "up", "down"};
+  return kNames[static_cast<int>(kind)];
+}
+
+ProjKind parse_proj_kind(const std::string& text) {
+  for (ProjKind kind : kProjKinds)
+    if (text == to_string(kind)) return kind;
+  throw error("unknown projection family '", text, "' (expected q, k, v, o, gate, up or down)");
+}
+
 namespace {
 
-void check_rank(const char* field, int64_t rank, const char* proj, int64_t d_in, int64_t d_out) {
-  if (rank > std::min(d_in, d_out))
-    throw error("config: ", field, "=", rank, " exceeds the dimension it factorises: the ", proj,
-                " projection is ", d_in, " x ", d_out, ", so its rank can be at most ",
-                std::min(d_in, d_out));
+// "q_rank", ..., "down_rank": a family's own field.
+std::string rank_field(ProjKind kind) {
+  return std::string(to_string(kind)) + "_rank";
+}
+
+}  // namespace
+
+int64_t ModelConfig::rank(ProjKind kind) const {
+  if (!low_rank()) return 0;
+  const int64_t own = family_ranks[static_cast<int>(kind)];
+  return own > 0 ? own : is_attention(kind) ? attn_rank : mlp_rank;
+}
+
+bool ModelConfig::uniform_rank(bool attention) const {
+  int64_t first = -1;
+  for (ProjKind kind : kProjKinds) {
+    if (is_attention(kind) != attention) continue;
+    if (first < 0) first = rank(kind);
+    if (rank(kind) != first) return false;
+  }
+  return true;
+}
+
+std::array<int64_t, kProjectionsPerBlock> ModelConfig::ranks() const {
+  std::array<int64_t, kProjectionsPerBlock> out{};
+  for (ProjKind kind : kProjKinds) out[static_cast<int>(kind)] = rank(kind);
+  return out;
+}
+
+void ModelConfig::set_ranks(const std::array<int64_t, kProjectionsPerBlock>& ranks) {
+  family_ranks = ranks;
+  attn_rank = mlp_rank = 0;
+  for (bool attention : {true, false}) {
+    if (!uniform_rank(attention)) continue;
+    (attention ? attn_rank : mlp_rank) = ranks[attention ? 0 : 4];
+    for (ProjKind kind : kProjKinds)
+      if (is_attention(kind) == attention) set_rank(kind, 0);
+  }
+}
+
+std::string ModelConfig::rank_source(ProjKind kind) const {
+  if (family_ranks[static_cast<int>(kind)] > 0) return rank_field(kind);
+  return is_attention(kind) ? "attn_rank" : "mlp_rank";
+}
+
+std::string ModelConfig::ranks_text() const {
+  std::string out;
+  auto add = [&](const std::string& name, int64_t rank) {
+    out += (out.empty() ? "" : ", ") + name + " " + std::to_string(rank);
+  };
+  for (bool attention : {true, false}) {
+    if (uniform_rank(attention)) {
+      add(attention ? "attn" : "mlp", rank(attention ? ProjKind::q : ProjKind::gate));
+      continue;
+    }
+    for (ProjKind kind : kProjKinds)
+      if (is_attention(kind) == attention) add(to_string(kind), rank(kind));
+  }
+  return out;
+}
+
+namespace {
+
+// A family's input and output widths, whole.
+std::pair<int64_t, int64_t> family_dims(const ModelConfig& c, ProjKind kind) {
+  switch (kind) {
+    case ProjKind::k:
+    case ProjKind::v:
+      return {c.d_model, c.kv_dim()};
+    case ProjKind::gate:
+    case ProjKind::up:
+      return {c.d_model, c.d_ff};
+    case ProjKind::down:
+      return {c.d_ff, c.d_model};
+    default:
+      return {c.d_model, c.d_model};
+  }
+}
+
+void check_rank(const ModelConfig& c, ProjKind kind) {
+  const std::string field = c.rank_source(kind);
+  const int64_t rank = c.rank(kind);
+  if (rank <= 0) throw error("config: ", field, "=", rank, " must be positive");
+  const auto [d_in, d_out] = family_dims(c, kind);
+  if (rank > std::min(d_in, d_out)) {
+    const bool shorthand = field != rank_field(kind);
+    throw error("config: ", field, "=", rank, " exceeds the dimension it factorises: the ",
+                to_string(kind), " projection is ", d_in, " x ", d_out,
+                ", so its rank can be at most ", std::min(d_in, d_out),
+                shorthand ? " (give " + rank_field(kind) + " to set its rank alone)" : "");
+  }
 }
 
 template <typename T>
@@ -89,22 +187,20 @@ void ModelConfig::validate() const {
     throw error("config: rms_eps=", rms_eps, " must be a finite number above 0");
   if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta))
     throw error("config: rope_theta=", rope_theta, " must be a finite number above 0");
-  if (low_rank()) {
-    positive("attn_rank", attn_rank);
-    positive("mlp_rank", mlp_rank);
-    check_rank("attn_rank", attn_rank, "q", d_model, d_model);
-    check_rank("attn_rank", attn_rank, "k/v", d_model, kv_dim());
-    check_rank("mlp_rank", mlp_rank, "gate/up", d_model, d_ff);
-    check_rank("mlp_rank", mlp_rank, "down", d_ff, d_model);
-  }
+  if (low_rank())
+    for (ProjKind kind : kProjKinds) check_rank(*this, kind);
 }
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& json) {
   if (!json.is_object()) throw error("config: expected a JSON object");
-  static const std::set<std::string> known = {
-      "arch",    "vocab_size", "d_model",  "n_layers",    "n_heads",         "n_kv_heads",
-      "d_ff",    "attn_rank",  "mlp_rank", "max_seq_len", "tied_embeddings", "mlp_gate_act",
-      "rms_eps", "rope_theta", "name"};
+  static const std::set<std::string> known = [] {
+    std::set<std::string> fields = {
+        "arch",    "vocab_size", "d_model",  "n_layers",    "n_heads",         "n_kv_heads",
+        "d_ff",    "attn_rank",  "mlp_rank", "max_seq_len", "tied_embeddings", "mlp_gate_act",
+        "rms_eps", "rope_theta", "name"};
+    for (ProjKind kind : kProjKinds) fields.insert(rank_field(kind));
+    return fields;
+  }();
   for (const auto& item : json.items())
     if (!known.count(item.key())) throw error("config: unknown field '", item.key(), "'");
 
@@ -119,11 +215,25 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json) {
   c.n_kv_heads = c.n_heads;
   read(json, "n_kv_heads", c.n_kv_heads, false);
   read(json, "d_ff", c.d_ff, true);
-  read(json, "attn_rank", c.attn_rank, c.low_rank());
-  read(json, "mlp_rank", c.mlp_rank, c.low_rank());
-  if (!c.low_rank() && (json.contains("attn_rank") || json.contains("mlp_rank"))) {
+  // A family's own rank, else its shorthand: the shorthand is required while a family of its
+  // kind has none of its own.
+  bool attn_needed = false, mlp_needed = false, any_rank = false;
+  for (ProjKind kind : kProjKinds) {
+    const std::string field = rank_field(kind);
+    int64_t& own = c.family_ranks[static_cast<int>(kind)];
+    read(json, field.c_str(), own, false);
+    if (c.low_rank() && json.contains(field) && own <= 0)
+      throw error("config: ", field, "=", own, " must be positive");
+    (is_attention(kind) ? attn_needed : mlp_needed) |= !json.contains(field);
+    any_rank |= json.contains(field);
+  }
+  read(json, "attn_rank", c.attn_rank, c.low_rank() && attn_needed);
+  read(json, "mlp_rank", c.mlp_rank, c.low_rank() && mlp_needed);
+  any_rank |= json.contains("attn_rank") || json.contains("mlp_rank");
+  if (!c.low_rank() && any_rank) {
     warn("config: attn_rank and mlp_rank are ignored by a dense model (arch \"dense\")");
     c.attn_rank = c.mlp_rank = 0;
+    c.family_ranks.fill(0);
   }
   read(json, "max_seq_len", c.max_seq_len, false);
   read(json, "tied_embeddings", c.tied_embeddings, false);
@@ -179,8 +289,16 @@ nlohmann::json ModelConfig::to_json() const {
                       {"rms_eps", float_as_decimal(rms_eps)},
                       {"rope_theta", float_as_decimal(rope_theta)}};
   if (low_rank()) {
-    j["attn_rank"] = attn_rank;
-    j["mlp_rank"] = mlp_rank;
+    // The shorthand where a kind's families agree (what configs always held), else every family
+    // of that kind its own rank.
+    for (bool attention : {true, false}) {
+      if (uniform_rank(attention)) {
+        j[attention ? "attn_rank" : "mlp_rank"] = rank(attention ? ProjKind::q : ProjKind::gate);
+        continue;
+      }
+      for (ProjKind kind : kProjKinds)
+        if (is_attention(kind) == attention) j[rank_field(kind)] = rank(kind);
+    }
   }
   return j;
 }

@@ -2,6 +2,7 @@
 // dense, plain low-rank (`svd`) or CoLA low-rank (`cola`, SiLU on the latent).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -14,6 +15,19 @@ enum class Arch { dense, svd, cola };
 std::string to_string(Arch arch);
 Arch parse_arch(const std::string& text);  // throws Error
 
+// The seven projection families of a block (SPEC §2), in block order.
+enum class ProjKind { q, k, v, o, gate, up, down };
+constexpr int kProjectionsPerBlock = 7;
+constexpr std::array<ProjKind, kProjectionsPerBlock> kProjKinds = {
+    ProjKind::q,    ProjKind::k,  ProjKind::v,   ProjKind::o,
+    ProjKind::gate, ProjKind::up, ProjKind::down};
+const char* to_string(ProjKind kind);  // "q", "k", ..., "down"
+inline bool is_attention(ProjKind kind) {
+  return static_cast<int>(kind) < 4;
+}
+// A family by name ("q" ... "down"); throws Error naming the names it knows.
+ProjKind parse_proj_kind(const std::string& text);
+
 struct ModelConfig {
   Arch arch = Arch::cola;
   int64_t vocab_size = 0;
@@ -22,8 +36,12 @@ struct ModelConfig {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;  // defaults to n_heads
   int64_t d_ff = 0;
-  int64_t attn_rank = 0;  // q/k/v/o rank (low-rank architectures only)
-  int64_t mlp_rank = 0;   // gate/up/down rank
+  // Low-rank architectures: each projection family has a rank. attn_rank and mlp_rank are the
+  // shorthands: the rank of every attention (q/k/v/o) or MLP (gate/up/down) family that has none
+  // of its own in family_ranks (0 there: none). rank() says what a family uses.
+  int64_t attn_rank = 0;
+  int64_t mlp_rank = 0;
+  std::array<int64_t, kProjectionsPerBlock> family_ranks{};  // q_rank ... down_rank; 0: shorthand
   int64_t max_seq_len = 2048;
   bool tied_embeddings = false;
   bool mlp_gate_act = true;  // SiLU on the gate; CoLA variants may drop it (latents carry σ)
@@ -31,6 +49,20 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
 
   bool low_rank() const { return arch != Arch::dense; }
+  // The rank of a family's projections: its own, else its shorthand; 0 for a dense model.
+  int64_t rank(ProjKind kind) const;
+  // Gives a family its own rank (0: back to the shorthand).
+  void set_rank(ProjKind kind, int64_t rank) { family_ranks[static_cast<int>(kind)] = rank; }
+  // The field a family's rank comes from: its own ("k_rank"), or its shorthand ("attn_rank").
+  std::string rank_source(ProjKind kind) const;
+  // Whether the four attention families (attention true) or the three MLP ones share one rank.
+  bool uniform_rank(bool attention) const;
+  // Every family's rank, in kProjKinds order; and setting them all: as the shorthand where a
+  // kind's families agree, else each family its own.
+  std::array<int64_t, kProjectionsPerBlock> ranks() const;
+  void set_ranks(const std::array<int64_t, kProjectionsPerBlock>& ranks);
+  // "q 64, k 32, v 32, o 64, gate 96, up 96, down 96", or "attn 16, mlp 24" where kinds agree.
+  std::string ranks_text() const;
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }
 

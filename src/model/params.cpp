@@ -9,16 +9,15 @@ constexpr float kDenseStd = 0.02f;  // SPEC §2: dense weights and embedding N(0
 }
 
 std::array<ProjDims, kProjectionsPerBlock> block_projections(const ModelConfig& c) {
-  const int64_t ar = c.low_rank() ? c.attn_rank : 0;
-  const int64_t mr = c.low_rank() ? c.mlp_rank : 0;
+  using enum ProjKind;
   const int64_t d = c.d_model, kv = c.kv_dim(), ff = c.d_ff;
-  return {{{ProjKind::q, "self_attn.q_proj", d, d, ar},
-           {ProjKind::k, "self_attn.k_proj", d, kv, ar},
-           {ProjKind::v, "self_attn.v_proj", d, kv, ar},
-           {ProjKind::o, "self_attn.o_proj", d, d, ar},
-           {ProjKind::gate, "mlp.gate_proj", d, ff, mr},
-           {ProjKind::up, "mlp.up_proj", d, ff, mr},
-           {ProjKind::down, "mlp.down_proj", ff, d, mr}}};
+  return {{{q, "self_attn.q_proj", d, d, c.rank(q)},
+           {k, "self_attn.k_proj", d, kv, c.rank(k)},
+           {v, "self_attn.v_proj", d, kv, c.rank(v)},
+           {o, "self_attn.o_proj", d, d, c.rank(o)},
+           {gate, "mlp.gate_proj", d, ff, c.rank(gate)},
+           {up, "mlp.up_proj", d, ff, c.rank(up)},
+           {down, "mlp.down_proj", ff, d, c.rank(down)}}};
 }
 
 std::string projection_prefix(int64_t layer, const ProjDims& proj) {

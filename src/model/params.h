@@ -10,9 +10,6 @@
 
 namespace boostlm {
 
-enum class ProjKind { q, k, v, o, gate, up, down };
-constexpr int kProjectionsPerBlock = 7;
-
 // One of a block's seven projections: y = x W (dense) or y = σ(x A) B (low-rank), x: [N, d_in].
 struct ProjDims {
   ProjKind kind;

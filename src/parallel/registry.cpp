@@ -132,8 +132,13 @@ void check_layout(LayoutKind kind, const ModelConfig& c, int t) {
   };
   divisible("vocab_size", c.vocab_size);
   if (traits.shards_ranks) {
-    divisible("attn_rank", c.attn_rank);
-    divisible("mlp_rank", c.mlp_rank);
+    // Every family's rank is split over the group: name the family and where its rank came from.
+    for (ProjKind kind : kProjKinds)
+      if (c.rank(kind) % t != 0)
+        throw error("layout ", name, ": the ", to_string(kind), " projections' rank ", c.rank(kind),
+                    " (", c.rank_source(kind), ") is not divisible by tp=", t, ": ", name,
+                    " splits every rank over the TP group; give each rank a multiple of ", t,
+                    " or use a layout that shards heads and d_ff instead (btp)");
   } else {
     divisible("n_heads", c.n_heads);
     divisible("n_kv_heads", c.n_kv_heads);

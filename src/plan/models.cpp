@@ -39,6 +39,7 @@ ModelConfig dense_counterpart(const std::string& name, const ModelConfig& model)
   ModelConfig dense = model;
   dense.arch = Arch::dense;
   dense.attn_rank = dense.mlp_rank = 0;
+  dense.family_ranks.fill(0);
   return dense;
 }
 

@@ -108,7 +108,7 @@ void write_checkpoint_files(const fs::path& temp, const CheckpointWrite& what) {
 
 nlohmann::json hf_config(const ModelConfig& c) {
   nlohmann::json j = {{"model_type", c.low_rank() ? "cola" : "llama"},
-                      {"architectures", {c.low_rank() ? "ColaForCausalLM" : "LlamaForCausalLM"}},
+                      {"architectures", {c.low_rank() ? "BoostlmForCausalLM" : "LlamaForCausalLM"}},
                       {"hidden_size", c.d_model},
                       {"intermediate_size", c.d_ff},
                       {"num_attention_heads", c.n_heads},
@@ -123,8 +123,11 @@ nlohmann::json hf_config(const ModelConfig& c) {
                       {"torch_dtype", "float32"},
                       {"boostlm", c.to_json()}};
   if (c.low_rank()) {
-    j["attn_rank"] = c.attn_rank;
-    j["mlp_rank"] = c.mlp_rank;
+    // The ranks as boostlm's config writes them: the shorthands where a kind's families agree,
+    // else each family's (q_rank ... down_rank).
+    const nlohmann::json own = c.to_json();
+    for (const auto& [field, value] : own.items())
+      if (field.ends_with("_rank")) j[field] = value;
     j["lr_act"] = c.arch == Arch::cola;  // CoLA: SiLU between the factors
     j["mlp_gate_act"] = c.mlp_gate_act;
   }

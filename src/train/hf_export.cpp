@@ -67,9 +67,11 @@ nlohmann::json export_config(const ModelConfig& c, const std::string& torch_dtyp
     if (tok.eos_id() >= 0) j["eos_token_id"] = tok.eos_id();
   }
   if (c.low_rank()) {
-    // How to read the factors without boostlm (README, "Bring your own model").
-    j["cola"] = {{"attn_rank", c.attn_rank},
-                 {"mlp_rank", c.mlp_rank},
+    // How to read the factors without boostlm (README, "Bring your own model"); hf_config's
+    // architectures name the class of modeling_boostlm.py that does.
+    nlohmann::json ranks = nlohmann::json::object();
+    for (ProjKind kind : kProjKinds) ranks[to_string(kind)] = c.rank(kind);
+    j["cola"] = {{"ranks", ranks},
                  {"latent_activation", c.arch == Arch::cola ? "silu" : "identity"},
                  {"mlp_gate_activation", c.mlp_gate_act ? "silu" : "identity"},
                  {"projection", "y = latent_activation(x @ cola_a) @ cola_b"},
@@ -153,6 +155,8 @@ std::string export_to_hf(const std::string& checkpoint, const std::string& out,
         write_file_atomically((temp / "tokenizer_config.json").string(),
                               read_text_file(config.string()));
     }
+    if (config.low_rank())  // what runs it without boostlm
+      write_file_atomically((temp / kModelingFile).string(), std::string(modeling_boostlm_py()));
     fsync_directory(temp.string());
     if (fs::exists(final_dir)) fs::remove(final_dir);
     fs::rename(temp, final_dir);

@@ -1,7 +1,9 @@
 #include "train/lowrank_convert.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <set>
 
 #include "core/error.h"
 #include "kernels/svd.h"
@@ -21,10 +23,6 @@ int64_t rank_for_energy(const std::vector<double>& sigma, double energy) {
 }
 
 namespace {
-
-bool is_attention(ProjKind kind) {
-  return kind == ProjKind::q || kind == ProjKind::k || kind == ProjKind::v || kind == ProjKind::o;
-}
 
 // A = U_r √Σ_r and B = √Σ_r V_rᵀ of Wᵀ's SVD, and the measured relative error of A B.
 void split_factors(const SvdResult& s, const float* w, int64_t rank, float* a, float* b,
@@ -58,17 +56,81 @@ void split_factors(const SvdResult& s, const float* w, int64_t rank, float* a, f
 
 }  // namespace
 
+void parse_rank_list(const std::string& text, LowRankOptions& o) {
+  std::set<std::string> seen;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      throw error("--rank ", text, ": '", item, "' is not FAMILY=RANK (families: q, k, v, o, ",
+                  "gate, up, down; attn and mlp set all of their kind)");
+    const std::string family = item.substr(0, eq), value = item.substr(eq + 1);
+    if (!seen.insert(family).second) throw error("--rank ", text, ": ", family, " given twice");
+    int64_t rank = 0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), rank);
+    if (ec != std::errc() || ptr != value.data() + value.size() || rank <= 0)
+      throw error("--rank ", text, ": ", family, "=", value, " is not a positive integer");
+    if (family == "attn") {
+      o.attn_rank = rank;
+    } else if (family == "mlp") {
+      o.mlp_rank = rank;
+    } else {
+      try {
+        o.family_ranks[static_cast<int>(parse_proj_kind(family))] = rank;
+      } catch (const Error& e) {
+        throw error("--rank ", text, ": ", e.what());
+      }
+    }
+    begin = end + 1;
+  }
+}
+
+namespace {
+
+bool has_explicit_ranks(const LowRankOptions& o) {
+  return o.attn_rank > 0 || o.mlp_rank > 0 ||
+         std::any_of(o.family_ranks.begin(), o.family_ranks.end(), [](int64_t r) { return r > 0; });
+}
+
+// The explicit ranks of every family: its own, else its kind's shorthand capped at its full rank
+// (the widest factorisation there is; a shorthand for q 64×64 and k 64×32 gives k rank 32).
+std::array<int64_t, kProjectionsPerBlock> explicit_ranks(const ModelConfig& dense,
+                                                         const LowRankOptions& o) {
+  std::array<int64_t, kProjectionsPerBlock> ranks{};
+  for (const ProjDims& p : block_projections(dense)) {
+    const int i = static_cast<int>(p.kind);
+    const int64_t shorthand = is_attention(p.kind) ? o.attn_rank : o.mlp_rank;
+    if (o.family_ranks[i] > 0) {
+      ranks[i] = o.family_ranks[i];  // checked against the dimensions by validate()
+    } else if (shorthand > 0) {
+      ranks[i] = std::min(shorthand, std::min(p.d_in, p.d_out));
+    } else {
+      throw error("convert --to: no rank for the ", to_string(p.kind), " projections: give ",
+                  is_attention(p.kind) ? "--attn-rank" : "--mlp-rank", " or --rank ",
+                  to_string(p.kind), "=R, or --energy");
+    }
+  }
+  return ranks;
+}
+
+}  // namespace
+
 LowRankResult to_low_rank(const ModelConfig& dense, const FlatBuffer& weights,
                           const LowRankOptions& o) {
   if (dense.low_rank()) throw error("convert --to: the checkpoint is already low-rank");
   if (o.arch == Arch::dense) throw error("convert --to: expected svd or cola");
   const bool by_energy = o.energy > 0;
   if (by_energy && o.energy > 1) throw error("--energy ", o.energy, " must be in (0, 1]");
-  if (!by_energy && (o.attn_rank <= 0 || o.mlp_rank <= 0))
-    throw error("convert --to: give --attn-rank and --mlp-rank, or --energy");
+  if (by_energy && has_explicit_ranks(o))
+    throw error("convert --to: give --energy or the ranks (--attn-rank, --mlp-rank, --rank), ",
+                "not both");
+  std::array<int64_t, kProjectionsPerBlock> ranks{};
+  if (!by_energy) ranks = explicit_ranks(dense, o);
   const ParamTable dense_table = build_param_table(dense);
 
-  // Every projection's SVD first: with --energy the ranks depend on all of them.
+  // Every projection's SVD first: with --energy a family's rank depends on all its layers.
   struct Item {
     std::string prefix;
     ProjDims dims;
@@ -76,12 +138,6 @@ LowRankResult to_low_rank(const ModelConfig& dense, const FlatBuffer& weights,
   };
   std::vector<Item> items;
   LowRankResult out;
-  out.config = dense;
-  out.config.arch = o.arch;
-  out.config.attn_rank = o.attn_rank;
-  out.config.mlp_rank = o.mlp_rank;
-  int64_t attn_cap = 0, mlp_cap = 0;
-  if (by_energy) out.config.attn_rank = out.config.mlp_rank = 0;
   for (int64_t l = 0; l < dense.n_layers; ++l) {
     for (const ProjDims& p : block_projections(dense)) {
       const std::string prefix = projection_prefix(l, p);
@@ -92,21 +148,17 @@ LowRankResult to_low_rank(const ModelConfig& dense, const FlatBuffer& weights,
       items.push_back({prefix, p, svd(wt, p.d_in, p.d_out)});
       ProjectionReport r;
       r.name = prefix;
-      const int64_t cap = std::min(p.d_in, p.d_out);
-      int64_t& rank = is_attention(p.kind) ? out.config.attn_rank : out.config.mlp_rank;
-      int64_t& kind_cap = is_attention(p.kind) ? attn_cap : mlp_cap;
-      kind_cap = kind_cap == 0 ? cap : std::min(kind_cap, cap);
+      int64_t& rank = ranks[static_cast<int>(p.kind)];
+      // rank_for_energy never exceeds the spectrum's length, min(d_in, d_out).
       r.chosen_rank = by_energy ? rank_for_energy(items.back().svd.sigma, o.energy) : rank;
       if (by_energy) rank = std::max(rank, r.chosen_rank);
       out.report.push_back(r);
     }
   }
-  // One rank per kind cannot exceed the smallest dimension a projection of that kind factorises.
-  if (by_energy) {
-    out.config.attn_rank = std::min(out.config.attn_rank, attn_cap);
-    out.config.mlp_rank = std::min(out.config.mlp_rank, mlp_cap);
-  }
-  out.config.validate();  // names an explicit rank that exceeds a dimension
+  out.config = dense;
+  out.config.arch = o.arch;
+  out.config.set_ranks(ranks);
+  out.config.validate();  // names an explicit family rank that exceeds its dimension
 
   out.table = build_param_table(out.config);
   out.weights = FlatBuffer(out.table.total_elements());
@@ -115,7 +167,7 @@ LowRankResult to_low_rank(const ModelConfig& dense, const FlatBuffer& weights,
       std::copy_n(weights.view(p), p.numel, out.weights.view(*q));
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& it = items[i];
-    const int64_t rank = is_attention(it.dims.kind) ? out.config.attn_rank : out.config.mlp_rank;
+    const int64_t rank = out.config.rank(it.dims.kind);
     out.report[i].rank = rank;
     split_factors(it.svd, weights.view(dense_table.at(it.prefix + ".weight")), rank,
                   out.weights.view(out.table.at(it.prefix + ".cola_a")),

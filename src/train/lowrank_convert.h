@@ -8,6 +8,7 @@
 // function (README, "Bring your own model").
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,9 +20,17 @@ namespace boostlm {
 
 struct LowRankOptions {
   Arch arch = Arch::svd;
-  int64_t attn_rank = 0, mlp_rank = 0;  // explicit ranks, or
-  double energy = 0;                    // (0, 1]: the smallest rank keeping this share of Σσ²
+  // Explicit ranks: a family's own (0: none), else its kind's shorthand (attention: q/k/v/o,
+  // MLP: gate/up/down). A shorthand above a family's full rank min(d_in, d_out) gives that family
+  // its full rank; a family's own rank above it is refused. Or:
+  int64_t attn_rank = 0, mlp_rank = 0;
+  std::array<int64_t, kProjectionsPerBlock> family_ranks{};
+  double energy = 0;  // (0, 1]: per family, the smallest rank keeping this share of every Σσ²
 };
+
+// "q=64,k=32,gate=96" (any of q, k, v, o, gate, up, down, each at most once; attn= and mlp= set
+// the shorthands) into `options`; throws Error naming the bad item.
+void parse_rank_list(const std::string& text, LowRankOptions& options);
 
 struct ProjectionReport {
   std::string name;           // "model.layers.0.self_attn.q_proj"
@@ -42,9 +51,9 @@ struct LowRankResult {
 int64_t rank_for_energy(const std::vector<double>& sigma, double energy);
 
 // dense: a dense config and its full weights laid out by build_param_table(dense). With an energy
-// target every projection's rank is chosen from its own spectrum; boostlm's config has one rank
-// for q/k/v/o and one for gate/up/down, so each is the largest chosen among its projections (every
-// projection then keeps at least the target), capped at the dimension it factorises.
+// target every projection's rank is chosen from its own spectrum; a family has one rank across
+// the layers, the largest chosen among its projections, so every projection keeps at least the
+// target (and no family's rank exceeds its full rank).
 LowRankResult to_low_rank(const ModelConfig& dense, const FlatBuffer& weights,
                           const LowRankOptions& options);
 

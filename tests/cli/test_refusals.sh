@@ -99,4 +99,29 @@ grep -q "warning: prepare: .*mixed.txt.*invalid bytes" <<< "$out" || fail "no UT
 expect_error "vocabulary too large" "give --vocab-size" \
   "$boostlm" prepare "$work/corpus.txt" -o "$work/big" --vocab-size 60000
 
+# Per-projection ranks (issue 31), on a GQA model whose k/v are 64 x 32: a shorthand wider than
+# k/v gives them their full rank and says so; a family's own rank too wide, --energy with ranks,
+# and a rank naive-tp cannot split are refused naming the family.
+cat > "$work/gqa.json" <<'JSON'
+{"arch": "dense", "vocab_size": 512, "d_model": 64, "n_layers": 1, "n_heads": 4, "n_kv_heads": 2,
+ "d_ff": 96, "max_seq_len": 64}
+JSON
+"$boostlm" init -c "$work/gqa.json" -o "$work/gqa" > /dev/null 2>&1 || fail "init gqa"
+out=$("$boostlm" convert --to svd --checkpoint "$work/gqa" --attn-rank 64 --mlp-rank 48 \
+      -o "$work/gqa-svd" 2>&1) || fail "convert --attn-rank 64 of a GQA model: $out"
+grep -q "k: --attn-rank 64 exceeds its full rank; it keeps full rank 32" <<< "$out" ||
+  fail "the capped k rank is not reported: $out"
+grep -q "ranks q 64, k 32, v 32, o 64, mlp 48" <<< "$out" || fail "convert ranks: $out"
+grep -q '"k_rank": 32' "$work/gqa-svd/config.json" || fail "k_rank not in config.json"
+expect_error "family rank too wide" "k_rank=40 exceeds" "$boostlm" convert --to svd \
+  --checkpoint "$work/gqa" --rank k=40 --attn-rank 16 --mlp-rank 16 -o "$work/x"
+expect_error "energy with ranks" "give --energy or the ranks" "$boostlm" convert --to svd \
+  --checkpoint "$work/gqa" --energy 0.9 --rank q=8 -o "$work/x"
+expect_error "bad --rank" "unknown projection family 'key'" "$boostlm" convert --to svd \
+  --checkpoint "$work/gqa" --rank key=8 -o "$work/x"
+sed 's/"attn_rank": 8/"attn_rank": 8, "v_rank": 6/' "$work/model.json" > "$work/v6.json"
+expect_error "naive-tp rank" "the v projections' rank 6 (v_rank) is not divisible by tp=4" \
+  "$boostlm" launch -n 4 -- train -c "$work/v6.json" -d "$work/data" -o "$work/x" --tp 4 \
+  --layout naive-tp --steps 1 -b 2 -t 32
+
 finish "all refusal checks passed"

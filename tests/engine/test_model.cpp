@@ -63,7 +63,16 @@ TEST(ModelParams, LowRankInitialisationUsesTheSpecStd) {
 struct ArchCase {
   Arch arch;
   bool tied, gate_act;
+  bool mixed_ranks = false;  // every projection family its own rank (issue 31)
 };
+
+// tiny() with ranks q 4, k 2, v 3, o 5, gate 6, up 7, down 8.
+ModelConfig model_of(const ArchCase& ac) {
+  ModelConfig c = tiny(ac.arch, ac.tied, ac.gate_act);
+  if (ac.mixed_ranks) c.set_ranks({4, 2, 3, 5, 6, 7, 8});
+  c.validate();
+  return c;
+}
 
 class ModelGradTest : public ::testing::TestWithParam<ArchCase> {};
 
@@ -73,7 +82,7 @@ class ModelGradTest : public ::testing::TestWithParam<ArchCase> {};
 // h = 2e-3, about 1e-4. Tolerance: 3e-4 absolute plus 1% relative.
 TEST_P(ModelGradTest, EveryTensorMatchesFiniteDifferences) {
   const ArchCase ac = GetParam();
-  Model model(tiny(ac.arch, ac.tied, ac.gate_act), DType::f32);
+  Model model(model_of(ac), DType::f32);
   model.init_weights(3);
   // Larger weights than the init, and norm weights away from 1, make every term of the block
   // contribute visibly to the loss.
@@ -109,17 +118,17 @@ TEST_P(ModelGradTest, EveryTensorMatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ModelGradTest,
-                         ::testing::Values(ArchCase{Arch::dense, false, true},
-                                           ArchCase{Arch::dense, true, true},
-                                           ArchCase{Arch::svd, false, true},
-                                           ArchCase{Arch::cola, false, true},
-                                           ArchCase{Arch::cola, true, false}),
-                         [](const ::testing::TestParamInfo<ArchCase>& info) {
-                           return to_string(info.param.arch) +
-                                  (info.param.tied ? "_tied" : "_untied") +
-                                  (info.param.gate_act ? "_gateact" : "_nogateact");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Architectures, ModelGradTest,
+    ::testing::Values(ArchCase{Arch::dense, false, true}, ArchCase{Arch::dense, true, true},
+                      ArchCase{Arch::svd, false, true}, ArchCase{Arch::cola, false, true},
+                      ArchCase{Arch::cola, true, false}, ArchCase{Arch::svd, true, true, true},
+                      ArchCase{Arch::cola, false, true, true}),
+    [](const ::testing::TestParamInfo<ArchCase>& info) {
+      return to_string(info.param.arch) + (info.param.tied ? "_tied" : "_untied") +
+             (info.param.gate_act ? "_gateact" : "_nogateact") +
+             (info.param.mixed_ranks ? "_mixedranks" : "");
+    });
 
 TEST(Model, StepIsDeterministic) {
   Model model(tiny(Arch::cola), DType::f32);

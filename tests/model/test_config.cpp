@@ -51,6 +51,78 @@ TEST(Config, RejectsRankLargerThanTheDimensionItFactorises) {
   expect_error(j, "mlp_rank=97 exceeds");
 }
 
+// Issue 31: each projection family may have its own rank; attn_rank and mlp_rank are the
+// shorthands for the families without one, and stay what config.json holds when ranks agree.
+TEST(Config, ReadsPerFamilyRanksWithTheShorthandsForTheRest) {
+  auto j = base();
+  j["k_rank"] = 8;
+  j["down_rank"] = 32;
+  const ModelConfig c = ModelConfig::from_json(j);
+  EXPECT_EQ(c.rank(ProjKind::q), 16);
+  EXPECT_EQ(c.rank(ProjKind::k), 8);
+  EXPECT_EQ(c.rank(ProjKind::v), 16);
+  EXPECT_EQ(c.rank(ProjKind::o), 16);
+  EXPECT_EQ(c.rank(ProjKind::gate), 24);
+  EXPECT_EQ(c.rank(ProjKind::down), 32);
+  // Written back: each family of a kind whose ranks differ, and no shorthand for that kind.
+  const nlohmann::json w = c.to_json();
+  EXPECT_EQ(w["q_rank"], 16);
+  EXPECT_EQ(w["k_rank"], 8);
+  EXPECT_EQ(w["up_rank"], 24);
+  EXPECT_EQ(w["down_rank"], 32);
+  EXPECT_FALSE(w.contains("attn_rank"));
+  EXPECT_FALSE(w.contains("mlp_rank"));
+  EXPECT_EQ(ModelConfig::from_json(w).ranks(), c.ranks());
+  EXPECT_EQ(ModelConfig::from_json(w).to_json(), w);
+  EXPECT_EQ(c.ranks_text(), "q 16, k 8, v 16, o 16, gate 24, up 24, down 32");
+}
+
+TEST(Config, KeepsTheShorthandsWhenRanksAgree) {
+  auto j = base();
+  j["q_rank"] = 16;  // equal to attn_rank: nothing differs
+  const nlohmann::json w = ModelConfig::from_json(j).to_json();
+  EXPECT_EQ(w["attn_rank"], 16);
+  EXPECT_EQ(w["mlp_rank"], 24);
+  for (const char* f :
+       {"q_rank", "k_rank", "v_rank", "o_rank", "gate_rank", "up_rank", "down_rank"})
+    EXPECT_FALSE(w.contains(f)) << f;
+  // Every attention family given alone: no attn_rank needed; equal ones write the shorthand.
+  j = base();
+  j.erase("attn_rank");
+  for (const char* f : {"q_rank", "k_rank", "v_rank", "o_rank"}) j[f] = 8;
+  const ModelConfig c = ModelConfig::from_json(j);
+  EXPECT_EQ(c.to_json()["attn_rank"], 8);
+  EXPECT_EQ(c.ranks_text(), "attn 8, mlp 24");
+  ModelConfig set = c;
+  set.set_ranks({8, 8, 8, 8, 24, 24, 24});
+  EXPECT_EQ(set.attn_rank, 8);
+  EXPECT_EQ(set.family_ranks, (std::array<int64_t, kProjectionsPerBlock>{}));
+}
+
+TEST(Config, RefusesABadFamilyRankNamingIt) {
+  auto j = base();
+  j["k_rank"] = 40;  // k projects 64 -> 32
+  expect_error(j, "k_rank=40 exceeds the dimension it factorises: the k projection is 64 x 32");
+  j = base();
+  j["attn_rank"] = 64;  // fine for q and o, too wide for k: the shorthand is named, and the fix
+  expect_error(j,
+               "attn_rank=64 exceeds the dimension it factorises: the k projection is 64 x 32, "
+               "so its rank can be at most 32 (give k_rank to set its rank alone)");
+  j["k_rank"] = 32;
+  j["v_rank"] = 32;
+  EXPECT_NO_THROW(ModelConfig::from_json(j));  // the issue's GQA model at attention rank 64
+  j = base();
+  j["up_rank"] = 0;
+  expect_error(j, "up_rank=0 must be positive");
+  j = base();
+  j["gate_rank"] = 8.5;
+  expect_error(j, "field 'gate_rank' has the wrong type");
+  j = base();
+  j.erase("mlp_rank");
+  j["gate_rank"] = 8;
+  expect_error(j, "missing required field 'mlp_rank'");  // up and down have none
+}
+
 TEST(Config, RejectsUnknownArchitecture) {
   auto j = base();
   j["arch"] = "lora";

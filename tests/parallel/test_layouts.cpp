@@ -27,7 +27,14 @@ struct Case {
   Arch arch;
   int n_kv_heads;
   BlockOptions options = {};
+  RankMix ranks = RankMix::uniform;
 };
+
+// The case's model: small_model with its kv heads and its families' ranks.
+ModelConfig case_model(const Case& c) {
+  ModelConfig config = small_model(c.arch, c.n_kv_heads);
+  return c.arch == Arch::dense ? config : with_ranks(config, c.ranks);
+}
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const BlockOptions& o = info.param.options;
@@ -35,7 +42,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      std::to_string(info.param.n_kv_heads) + (o.online_norm ? "_online" : "_sync") +
                      (o.grouping ? "_grouped" : "_ungrouped") + "_recompute_" +
                      to_string(o.recompute) +
-                     (o.overlap_chunks > 1 ? "_overlap" + std::to_string(o.overlap_chunks) : "");
+                     (o.overlap_chunks > 1 ? "_overlap" + std::to_string(o.overlap_chunks) : "") +
+                     to_string(info.param.ranks);
   for (auto& ch : name)
     if (ch == '-') ch = '_';
   return name;
@@ -48,8 +56,7 @@ class LayoutTest : public ::testing::TestWithParam<Case> {};
 TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
   const int world = mpi_world_size();
   const Case c = GetParam();
-  ModelConfig config = small_model(c.arch);
-  config.n_kv_heads = c.n_kv_heads;
+  const ModelConfig config = case_model(c);
   const int64_t B = 2, T = 8;
   const auto tokens = random_tokens(B * T, 64, 1), targets = random_tokens(B * T, 64, 2);
 
@@ -68,11 +75,12 @@ TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
     EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss)) << "tp=" << tp;
     expect_gradients_match(model, reference, "tp=" + std::to_string(tp));
     // What a block keeps (SPEC §3.6): with lowrank, the two residual shards, the 7 all-reduced
-    // latents and 2 per-token rms values; with block, only its input.
+    // latents (each family at its rank) and 2 per-token rms values; with block, only its input.
     const int64_t N = B * T, dl = config.d_model / tp;
+    int64_t latents = 0;
+    for (ProjKind kind : kProjKinds) latents += config.rank(kind);
     if (c.options.recompute == Recompute::lowrank) {
-      EXPECT_EQ(model.kept_bytes_per_block(),
-                N * (2 * dl + 4 * config.attn_rank + 3 * config.mlp_rank + 2) * 4);
+      EXPECT_EQ(model.kept_bytes_per_block(), N * (2 * dl + latents + 2) * 4);
     }
     if (c.options.recompute == Recompute::block) {
       EXPECT_EQ(model.kept_bytes_per_block(),
@@ -95,8 +103,7 @@ TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
 TEST_P(LayoutTest, CommunicatesExactlyTheSpecFormulas) {
   const int world = mpi_world_size();
   const Case c = GetParam();
-  ModelConfig config = small_model(c.arch);
-  config.n_kv_heads = c.n_kv_heads;
+  const ModelConfig config = case_model(c);
   const int64_t B = 2, T = 8, N = B * T;
   const auto tokens = random_tokens(N, 64, 1), targets = random_tokens(N, 64, 2);
   for (int tp : {2, 4}) {
@@ -136,6 +143,20 @@ std::vector<Case> all_cases() {
     for (bool grouped : {true, false})
       for (Recompute r : {Recompute::none, Recompute::lowrank, Recompute::block})
         cases.push_back({LayoutKind::btp, Arch::cola, 4, {online, grouped, r}});
+  // Per-projection ranks (issue 31): every family its own rank, so a group's A factors are
+  // concatenated at unequal widths and its B factors cannot share a batched GEMM. naive-tp splits
+  // the ranks (multiples of 4); btp does not, and runs ranks no TP size divides.
+  const BlockOptions plain{}, ungrouped{true, false, Recompute::none},
+      sync_ungrouped{false, false, Recompute::none}, lowrank{true, true, Recompute::lowrank},
+      block{true, true, Recompute::block};
+  cases.push_back({LayoutKind::naive_tp, Arch::cola, 4, plain, RankMix::mixed});
+  cases.push_back({LayoutKind::naive_tp, Arch::svd, 2, ungrouped, RankMix::mixed});
+  cases.push_back({LayoutKind::naive_tp, Arch::cola, 2, block, RankMix::mixed});
+  cases.push_back({LayoutKind::btp, Arch::cola, 4, plain, RankMix::mixed});
+  cases.push_back({LayoutKind::btp, Arch::svd, 2, sync_ungrouped, RankMix::mixed});
+  cases.push_back({LayoutKind::btp, Arch::cola, 4, lowrank, RankMix::odd});
+  cases.push_back({LayoutKind::btp, Arch::cola, 2, block, RankMix::odd});
+  cases.push_back({LayoutKind::btp, Arch::svd, 4, ungrouped, RankMix::odd});
   // --tp-overlap: each micro-batch as chunks of whole sequences, interleaved (comm/overlap.h).
   // Every layout, and btp with every switch; the same tolerances, and the same bytes in calls
   // split per chunk.
@@ -418,6 +439,21 @@ TEST(Layouts, RefuseWhatTheyCannotRun) {
   c.attn_rank = 6;
   EXPECT_THROW(check_layout(LayoutKind::naive_tp, c, 4), Error);
   EXPECT_NO_THROW(check_layout(LayoutKind::btp, c, 4));
+  // A family's own rank: the message names the family, its rank and the field it came from.
+  c = with_ranks(small_model(Arch::cola), RankMix::mixed);
+  c.set_rank(ProjKind::v, 6);
+  EXPECT_NO_THROW(check_layout(LayoutKind::naive_tp, c, 2));
+  try {
+    check_layout(LayoutKind::naive_tp, c, 4);
+    ADD_FAILURE() << "v rank 6 accepted at tp=4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the v projections' rank 6 (v_rank) is not divisible by "
+                                         "tp=4"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(
+      check_layout(LayoutKind::btp, with_ranks(small_model(Arch::cola), RankMix::odd), 4));
   EXPECT_THROW(check_layout(LayoutKind::btp, small_model(Arch::cola), 8), Error);  // 4 heads
 }
 

@@ -20,11 +20,11 @@
 namespace boostlm {
 namespace {
 
-ModelConfig pipeline_config(Arch arch) {
+ModelConfig pipeline_config(Arch arch, RankMix ranks = RankMix::uniform) {
   ModelConfig c = small_model(arch);
   c.n_layers = 5;
   c.validate();
-  return c;
+  return arch == Arch::dense ? c : with_ranks(c, ranks);
 }
 
 // Every TP × PP × DP grid of this world size with PP ≥ 2 and TP ≤ 2.
@@ -40,6 +40,7 @@ struct Case {
   LayoutKind layout;
   Arch arch;
   BlockOptions options = {};
+  RankMix ranks = RankMix::uniform;
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -47,7 +48,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string name = to_string(info.param.layout) + "_" + to_string(info.param.arch) +
                      (o.online_norm ? "" : "_sync") + (o.grouping ? "" : "_ungrouped") +
                      "_recompute_" + to_string(o.recompute) +
-                     (o.overlap_chunks > 1 ? "_overlap" : "");
+                     (o.overlap_chunks > 1 ? "_overlap" : "") + to_string(info.param.ranks);
   for (auto& ch : name)
     if (ch == '-') ch = '_';
   return name;
@@ -59,7 +60,7 @@ TEST_P(PipelineTest, MatchesOneProcessOnEveryGrid) {
   const int world = mpi_world_size();
   if (world < 2) GTEST_SKIP() << "needs 2, 4 or 8 ranks";
   const Case c = GetParam();
-  const ModelConfig config = pipeline_config(c.arch);
+  const ModelConfig config = pipeline_config(c.arch, c.ranks);
   const int64_t B = 2, T = 8, N = B * T;
   for (const GridShape shape : pipeline_grids(world)) {
     // m < p, m = p − 1 and m > p exercise a clipped warm-up, and a steady state.
@@ -156,11 +157,16 @@ std::vector<Case> pipeline_cases() {
   lowrank.recompute = Recompute::lowrank;
   block.recompute = Recompute::block;
   naive_block.recompute = Recompute::block;
-  std::vector<Case> cases = {
-      {LayoutKind::btp, Arch::cola},          {LayoutKind::btp, Arch::svd, sync},
-      {LayoutKind::btp, Arch::cola, lowrank}, {LayoutKind::btp, Arch::cola, block},
-      {LayoutKind::naive_tp, Arch::cola},     {LayoutKind::naive_tp, Arch::cola, naive_block},
-      {LayoutKind::dense_tp, Arch::dense}};
+  std::vector<Case> cases = {{LayoutKind::btp, Arch::cola},
+                             {LayoutKind::btp, Arch::svd, sync},
+                             {LayoutKind::btp, Arch::cola, lowrank},
+                             {LayoutKind::btp, Arch::cola, block},
+                             {LayoutKind::naive_tp, Arch::cola},
+                             {LayoutKind::naive_tp, Arch::cola, naive_block},
+                             {LayoutKind::dense_tp, Arch::dense},
+                             // Per-projection ranks (issue 31): every family its own rank.
+                             {LayoutKind::btp, Arch::cola, lowrank, RankMix::odd},
+                             {LayoutKind::naive_tp, Arch::svd, {}, RankMix::mixed}};
   // --tp-overlap inside the stages (and beside DP's reducer where the grid has DP).
   for (const Case& base : std::vector<Case>(cases)) {
     Case c = base;

@@ -20,6 +20,7 @@ struct LayoutCase {
   Arch arch;
   BlockOptions options;
   int64_t kv_heads = 4;
+  RankMix ranks = RankMix::uniform;  // per-projection ranks (issue 31)
 };
 
 // Every layout with each switch it accepts.
@@ -36,6 +37,12 @@ inline std::vector<LayoutCase> layout_cases() {
           out.push_back({LayoutKind::btp, arch, {online, grouping, r}});
   }
   out.push_back({LayoutKind::btp, Arch::cola, {true, true, Recompute::lowrank}, 2});
+  // Every family its own rank: grouped A factors of unequal widths, B factors unbatched.
+  out.push_back(
+      {LayoutKind::naive_tp, Arch::cola, {true, true, Recompute::none}, 4, RankMix::mixed});
+  out.push_back({LayoutKind::btp, Arch::cola, {true, true, Recompute::none}, 2, RankMix::mixed});
+  out.push_back({LayoutKind::btp, Arch::svd, {true, false, Recompute::lowrank}, 4, RankMix::odd});
+  out.push_back({LayoutKind::btp, Arch::cola, {false, true, Recompute::block}, 4, RankMix::odd});
   return out;
 }
 
@@ -43,11 +50,13 @@ inline std::string case_name(const LayoutCase& c) {
   return to_string(c.layout) + "/" + to_string(c.arch) +
          (c.options.online_norm ? "/online" : "/sync") +
          (c.options.grouping ? "/grouped" : "/ungrouped") + "/recompute-" +
-         to_string(c.options.recompute) + "/kv" + std::to_string(c.kv_heads);
+         to_string(c.options.recompute) + "/kv" + std::to_string(c.kv_heads) + to_string(c.ranks);
 }
 
 inline MicroBatchShape micro_batch(const LayoutCase& c, int64_t B, int64_t T, int tp) {
-  return {c.layout, small_model(c.arch, c.kv_heads, 3), c.options, B, T, tp};
+  const ModelConfig model = small_model(c.arch, c.kv_heads, 3);
+  return {c.layout, c.arch == Arch::dense ? model : with_ranks(model, c.ranks), c.options, B, T,
+          tp};
 }
 
 // Sorted (M, N, K) of GEMMs, so two lists compare as multisets.

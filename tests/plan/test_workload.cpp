@@ -150,14 +150,18 @@ TEST(PlanMemory, MatchesTheEnginesAccountingInOneProcess) {
   }
 }
 
-// SPEC §3.6: lowrank checkpointing keeps N·(2d/t + 7r + 2) per block and rank.
+// SPEC §3.6: lowrank checkpointing keeps N·(2d/t + 7r + 2) per block and rank, where 7r is the
+// sum of the seven families' ranks (4·attn_rank + 3·mlp_rank when the kinds share one).
 TEST(PlanMemory, LowrankKeepsTheSpecsLatents) {
-  const LayoutCase lc{LayoutKind::btp, Arch::cola, {true, true, Recompute::lowrank}};
-  for (int t : {1, 2, 4}) {
-    const MicroBatchShape mb = test::micro_batch(lc, 2, 8, t);
-    const ModelConfig& c = mb.config;
-    EXPECT_EQ(block_kept_elements(mb),
-              mb.tokens() * (2 * c.d_model / t + 4 * c.attn_rank + 3 * c.mlp_rank + 2));
+  for (RankMix mix : {RankMix::uniform, RankMix::odd}) {
+    const LayoutCase lc{LayoutKind::btp, Arch::cola, {true, true, Recompute::lowrank}, 4, mix};
+    for (int t : {1, 2, 4}) {
+      const MicroBatchShape mb = test::micro_batch(lc, 2, 8, t);
+      const ModelConfig& c = mb.config;
+      const int64_t latents =
+          mix == RankMix::uniform ? 4 * c.attn_rank + 3 * c.mlp_rank : 5 + 3 + 7 + 9 + 11 + 13 + 15;
+      EXPECT_EQ(block_kept_elements(mb), mb.tokens() * (2 * c.d_model / t + latents + 2));
+    }
   }
 }
 

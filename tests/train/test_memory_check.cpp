@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/params.h"
 #include "train/memory_check.h"
 
 namespace boostlm {
@@ -26,6 +27,21 @@ TEST(MemoryCheck, SevenBillionParametersNeedTensOfGigabytes) {
   o.grid.tp = 4;
   EXPECT_LT(estimate_rank_memory(o, c, LayoutKind::dense_tp, 1000).model_state,
             need.model_state / 3.9);
+}
+
+// Per-projection ranks (issue 31): the model state counts each family's factors at its own rank,
+// exactly the parameters the model has (fp32 weights, gradients and two AdamW moments).
+TEST(MemoryCheck, CountsEachFamilysRank) {
+  TrainOptions o;
+  o.batch_size = 1;
+  o.seq_len = 64;
+  ModelConfig c = load_preset("60m-cola.json");
+  c.set_ranks({256, 64, 64, 192, 320, 320, 384});
+  c.validate();
+  const double params = static_cast<double>(build_param_table(c).total_elements());
+  EXPECT_DOUBLE_EQ(estimate_rank_memory(o, c, LayoutKind::btp, 1000).model_state, 16 * params);
+  ModelConfig uniform = load_preset("60m-cola.json");
+  EXPECT_LT(estimate_rank_memory(o, uniform, LayoutKind::btp, 1000).model_state, 16 * params);
 }
 
 TEST(MemoryCheck, RefusesWithTheFiguresAndFitsWhatFits) {

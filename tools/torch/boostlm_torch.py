@@ -104,6 +104,7 @@ class Config:
     FIELDS = ("arch", "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
               "attn_rank", "mlp_rank", "max_seq_len", "tied_embeddings", "mlp_gate_act",
               "rms_eps", "rope_theta")
+    FAMILIES = ("q", "k", "v", "o", "gate", "up", "down")
 
     def __init__(self, **kw):
         self.arch = kw["arch"]
@@ -116,8 +117,15 @@ class Config:
         self.n_kv_heads = int(kw.get("n_kv_heads") or self.n_heads)
         self.d_ff = int(kw["d_ff"])
         low_rank = self.arch != "dense"
-        self.attn_rank = int(kw["attn_rank"]) if low_rank else 0
-        self.mlp_rank = int(kw["mlp_rank"]) if low_rank else 0
+        # Each family's rank: its own (q_rank ... down_rank), else attn_rank (q/k/v/o) or
+        # mlp_rank (gate/up/down).
+        self.ranks = {}
+        for family in self.FAMILIES:
+            shorthand = "attn_rank" if family in ("q", "k", "v", "o") else "mlp_rank"
+            own = kw.get(family + "_rank")
+            self.ranks[family] = int(own if own is not None else kw[shorthand]) if low_rank else 0
+        self.attn_rank = int(kw.get("attn_rank") or 0) if low_rank else 0  # the shorthands
+        self.mlp_rank = int(kw.get("mlp_rank") or 0) if low_rank else 0
         self.max_seq_len = int(kw.get("max_seq_len", 2048))
         self.tied_embeddings = bool(kw.get("tied_embeddings", False))
         self.mlp_gate_act = bool(kw.get("mlp_gate_act", True))
@@ -132,7 +140,8 @@ class Config:
 
     @classmethod
     def from_dict(cls, d):
-        return cls(**{k: d[k] for k in cls.FIELDS if k in d})
+        names = cls.FIELDS + tuple(f + "_rank" for f in cls.FAMILIES)
+        return cls(**{k: d[k] for k in names if k in d})
 
     @classmethod
     def from_hf(cls, j):
@@ -148,7 +157,9 @@ class Config:
                    tied_embeddings=j.get("tie_word_embeddings", False))
 
     def to_dict(self):
-        return {k: getattr(self, k) for k in self.FIELDS}
+        d = {k: getattr(self, k) for k in self.FIELDS}
+        d.update({f + "_rank": r for f, r in self.ranks.items()})
+        return d
 
 
 def resolve_checkpoint(path):
@@ -331,10 +342,10 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.head_dim
         kv = c.n_kv_heads * c.head_dim
-        self.q_proj = Projection(c.arch, c.d_model, c.d_model, c.attn_rank)
-        self.k_proj = Projection(c.arch, c.d_model, kv, c.attn_rank)
-        self.v_proj = Projection(c.arch, c.d_model, kv, c.attn_rank)
-        self.o_proj = Projection(c.arch, c.d_model, c.d_model, c.attn_rank)
+        self.q_proj = Projection(c.arch, c.d_model, c.d_model, c.ranks["q"])
+        self.k_proj = Projection(c.arch, c.d_model, kv, c.ranks["k"])
+        self.v_proj = Projection(c.arch, c.d_model, kv, c.ranks["v"])
+        self.o_proj = Projection(c.arch, c.d_model, c.d_model, c.ranks["o"])
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
@@ -351,9 +362,9 @@ class MLP(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.gate_act = c.mlp_gate_act
-        self.gate_proj = Projection(c.arch, c.d_model, c.d_ff, c.mlp_rank)
-        self.up_proj = Projection(c.arch, c.d_model, c.d_ff, c.mlp_rank)
-        self.down_proj = Projection(c.arch, c.d_ff, c.d_model, c.mlp_rank)
+        self.gate_proj = Projection(c.arch, c.d_model, c.d_ff, c.ranks["gate"])
+        self.up_proj = Projection(c.arch, c.d_model, c.d_ff, c.ranks["up"])
+        self.down_proj = Projection(c.arch, c.d_ff, c.d_model, c.ranks["down"])
 
     def forward(self, x):
         gate = self.gate_proj(x)

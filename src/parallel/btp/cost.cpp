@@ -76,7 +76,7 @@ void group_backward(const BlockSetting& s, const Projections& proj, const ProjGr
 
 class BtpCost final : public LayoutCost {
  public:
-  // The 7 latents of N·r (q, k, v, o at attn_rank; gate, up, down at mlp_rank) each way, in 4
+  // The 7 latents of N·r (each family at its own rank: Σ r = latent_columns) each way, in 4
   // all-reduces grouped (§3.5). Online-RMSNorm (§3.4): each norm's per-token statistic is one more
   // column of the latent all-reduce after it (+2N forward); the synchronous norm instead
   // all-reduces N before each norm and N in each norm's backward.
@@ -86,8 +86,7 @@ class BtpCost final : public LayoutCost {
     const int64_t N = s.tokens;
     const int64_t calls = s.options.grouping ? 4 : 7;
     const int64_t stats = s.options.online_norm && !backward ? 2 : 0;  // Σx² with q and gate
-    add_collective(out, Collective::all_reduce, calls,
-                   N * (4 * c.attn_rank + 3 * c.mlp_rank + stats));
+    add_collective(out, Collective::all_reduce, calls, N * (latent_columns(c) + stats));
     if (!s.options.online_norm) add_collective(out, Collective::all_reduce, 2, 2 * N);
     return out;
   }
