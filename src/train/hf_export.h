@@ -2,12 +2,13 @@
 //
 // A dense checkpoint becomes a standard LLaMA directory that `transformers` loads without code
 // (LlamaForCausalLM): config.json, model.safetensors (or shards with model.safetensors.index.json
-// when larger than shard_bytes) and tokenizer.model or tokenizer.json. A low-rank checkpoint keeps its factors under
-// the CoLA names (`….cola_a` [d_in, r], `….cola_b` [r, d_out]) with model_type "cola",
-// architectures ["BoostlmForCausalLM"] and a "cola" section in config.json that says how to read
-// them (each family's rank, the latent's activation), and ships modeling_boostlm.py beside them:
-// a PyTorch module with that class, which loads the directory and runs the forward pass without
-// boostlm (README, "Bring your own model"). boostlm imports such a directory again (hf_import.h).
+// when larger than shard_bytes) and tokenizer.model or tokenizer.json. A low-rank checkpoint keeps
+// its factors under the CoLA names (`….cola_a` [d_in, r], `….cola_b` [r, d_out]) with model_type
+// "cola", architectures ["BoostlmForCausalLM"] and a "cola" section in config.json that says how to
+// read them (each family's rank, the latent's activation), and ships modeling_boostlm.py beside
+// them: a PyTorch module with that class, which loads the directory and runs the forward pass
+// without boostlm (README, "Bring your own model"). boostlm imports such a directory again
+// (hf_import.h).
 #pragma once
 
 #include <cstdint>
