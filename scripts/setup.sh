@@ -8,6 +8,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev   # oneDNN (its CMake config needs OpenCL headers)
   libopenmpi-dev openmpi-bin       # MPI (not MPICH: it collapses when ranks exceed cores)
   libsentencepiece-dev sentencepiece
+  zlib1g-dev libzstd-dev           # prepare reads gzip- and zstd-compressed corpora
   libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch libopenblas0-openmp  # the PyTorch oracle (tools/torch); OpenBLAS for its fp32 GEMMs

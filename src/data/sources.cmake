@@ -1,10 +1,13 @@
 # Data layer (tokenizer, shards, loader, corpus preparation): sources of boostlm_core.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+find_package(ZLIB REQUIRED)
 target_sources(boostlm_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/shard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/loader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/prepare.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/prepare_input.cpp
 )
-target_link_libraries(boostlm_core PUBLIC PkgConfig::SENTENCEPIECE)
+target_link_libraries(boostlm_core PUBLIC PkgConfig::SENTENCEPIECE PRIVATE PkgConfig::ZSTD ZLIB::ZLIB)
