@@ -349,6 +349,13 @@ std::string tokenizer_file_name(const std::string& path) {
   return p.extension() == ".json" ? p.filename().string() : "tokenizer.model";
 }
 
+void check_enough_documents(int64_t documents, double val_fraction) {
+  if (val_fraction > 0 && documents < 2)
+    throw error("prepare: a validation split needs at least 2 documents (runs of non-blank lines)",
+                " but the inputs hold ", documents,
+                "; separate documents with blank lines or give --val-fraction 0");
+}
+
 // A seeded reservoir of documents (each cut to a byte cap), written to a file for
 // Tokenizer::train: the tokenizer learns from a bounded sample of a corpus of any size.
 std::string write_training_sample(const PrepareOptions& options,
@@ -373,6 +380,7 @@ std::string write_training_sample(const PrepareOptions& options,
       reservoir[slot] = std::move(text);
   });
   if (seen == 0) throw error("prepare: the input files contain no text");
+  check_enough_documents(seen, options.val_fraction);  // before a tokenizer is trained for nothing
   const std::string path = (out / "tokenizer_sample.txt").string();
   AtomicFile file(path);
   for (const std::string& document : reservoir) {
@@ -721,10 +729,7 @@ PrepareSummary prepare_corpus(const PrepareOptions& options) {
 
   const int64_t total_documents = documents[0] + documents[1];
   if (total_documents == 0) throw error("prepare: the input files contain no text");
-  if (options.val_fraction > 0 && total_documents < 2)
-    throw error("prepare: a validation split needs at least 2 documents (runs of non-blank lines)",
-                " but the inputs hold ", total_documents,
-                "; separate documents with blank lines or give --val-fraction 0");
+  check_enough_documents(total_documents, options.val_fraction);
   if (options.val_fraction > 0 && documents[1] == 0)
     throw error("prepare: no document of ", total_documents,
                 " fell in the validation split at --val-fraction ", options.val_fraction,

@@ -339,8 +339,8 @@ TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens
     for (int64_t start = 0; scored < targets; start += stride) {
       const int64_t end = std::min(start + seq_len, targets);
       const int64_t context = scored - start;  // targets of this window already scored
-      const double whole = pipeline.forward({tokens.data() + start, tokens.data() + start + 1}, 1,
-                                            end - start);
+      const double whole =
+          pipeline.forward({tokens.data() + start, tokens.data() + start + 1}, 1, end - start);
       double fresh = whole * static_cast<double>(end - start);
       if (context > 0)
         fresh -= static_cast<double>(pipeline.forward(
