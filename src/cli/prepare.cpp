@@ -82,10 +82,12 @@ void add_prepare(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--resume", options->resume,
                 "continue an interrupted prepare into the same --out from its complete shards");
-  cmd->add_flag("--progress,!--no-progress", options->progress,
-                "a progress line on stderr (default: when stderr is a terminal)");
-  options->progress = ::isatty(STDERR_FILENO) != 0;
-  cmd->callback([options] {
+  auto progress = std::make_shared<std::string>("auto");
+  cmd->add_option("--progress", *progress,
+                  "a progress line on stderr: on, off, or auto (when stderr is a terminal)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->callback([options, progress] {
+    options->progress = *progress == "on" || (*progress == "auto" && ::isatty(STDERR_FILENO) != 0);
     if (mpi_world_size() > 1) throw error("prepare runs in one process; start it without mpirun");
     const PrepareSummary s = while_doing("preparing the corpus into --out " + options->output_dir,
                                          [&] { return prepare_corpus(*options); });
