@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr size_t kBatchTextBytes = size_t{1} << 20;
+constexpr size_t kBatchTextBytes = size_t{64} << 10;
 constexpr int kSplits = 2;  // 0 train, 1 val
 const char* const kSplitNames[kSplits] = {"train", "val"};
 

@@ -2,9 +2,10 @@
 // tokenizer plus train/val token shards, streaming, in bounded memory.
 //
 // Pipeline: one reader thread decodes the files in order and cuts them into documents, in batches
-// of about 1 MiB; `threads` workers encode batches; the calling thread writes them in input order.
-// At most 2*threads+2 batches are in flight, so resident memory is that many batches (text plus
-// tokens, a few MiB each) plus the tokenizer, whatever the corpus size.
+// of about 256 KiB of text; `threads` workers encode batches; the calling thread writes them in
+// input order. At most 2*threads+2 batches are in flight, so resident memory is that many batches
+// (text plus tokens, about 1 MiB each), the reader's and writer's 1 MiB buffers and the tokenizer,
+// whatever the corpus size (one document longer than that is held whole).
 //
 // Each document is encoded on its own and followed by the EOS token. It goes to val when a seeded
 // hash of its text falls below val_fraction, else to train: a decision that needs no other
