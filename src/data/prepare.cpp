@@ -69,7 +69,9 @@ class BatchPipeline {
   // Reader: false when the pipeline was aborted.
   bool submit(WorkBatch&& batch) {
     std::unique_lock lock(mutex_);
+    const double start = now_seconds();
     changed_.wait(lock, [&] { return in_flight_ < max_in_flight_ || aborted_; });
+    reader_wait_seconds_ += now_seconds() - start;
     if (aborted_) return false;
     batch.sequence = submitted_++;
     ++in_flight_;
@@ -125,6 +127,11 @@ class BatchPipeline {
     std::lock_guard lock(mutex_);
     return failure_;
   }
+  // How long the reader waited for room: the time the encoders were the bottleneck.
+  double reader_wait_seconds() {
+    std::lock_guard lock(mutex_);
+    return reader_wait_seconds_;
+  }
 
  private:
   std::mutex mutex_;
@@ -134,6 +141,7 @@ class BatchPipeline {
   int64_t max_in_flight_, in_flight_ = 0, submitted_ = 0, written_ = 0;
   bool input_done_ = false, aborted_ = false;
   std::exception_ptr failure_;
+  double reader_wait_seconds_ = 0;
 };
 
 // Reads every input in order, handing each document to `on_document`, with --on-bad-record
@@ -748,7 +756,8 @@ PrepareSummary prepare_corpus(const PrepareOptions& options) {
   const ReadTimes& times = reader.times();
   summary.read_seconds = times.read;
   summary.decompress_seconds = times.decompress;
-  summary.parse_seconds = std::max(0.0, times.total - times.read - times.decompress);
+  summary.parse_seconds =
+      std::max(0.0, times.total - times.read - times.decompress - pipeline.reader_wait_seconds());
   for (double s : encode_seconds) summary.encode_seconds += s;
   write_meta(summary, options, tokenizer);
   summary.total_seconds = now_seconds() - start;

@@ -92,6 +92,8 @@ struct PrepareSummary {
   std::vector<PrepareFileSummary> files;
   std::vector<PrepareShardSummary> shards;
   double tokenizer_seconds = 0;
+  // The reader's time: reading files, decompressing, and cutting documents (JSON parsing); not
+  // the time it waited for the encoders.
   double read_seconds = 0, decompress_seconds = 0, parse_seconds = 0;
   double encode_seconds = 0;  // summed over the encoding threads
   double write_seconds = 0;
