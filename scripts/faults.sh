@@ -77,7 +77,7 @@ last_step() { tail -1 "$1/metrics.jsonl" 2> /dev/null | python3 -c "import json,
 latest_step() { local n; n=$(cat "$1/checkpoints/latest" 2> /dev/null) && echo "$((10#${n#step_}))" || echo 0; }
 summary_loss() { grep '^{' "$1" | tail -1 | python3 -c "import json,sys; print(repr(json.load(sys.stdin)['train_loss']))" 2> /dev/null; }
 readable() {  # readable RUN: eval loads the checkpoint `latest` names
-  timeout 60 "$boostlm" eval --checkpoint "$1" --data "$work/data/val.bin" -t 16 -b 1 \
+  timeout 60 "$boostlm" eval --checkpoint "$1" --data "$work/data/val_000000.bin" -t 16 -b 1 \
     --eval-batches 1 > /dev/null 2>&1
 }
 rank_pid() {  # rank_pid RUN RANK

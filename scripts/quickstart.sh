@@ -44,7 +44,7 @@ quietly ./scripts/fetch_corpus.sh
 if [[ ! -f data/prepared/meta.json ]]; then
   quietly ./build/boostlm prepare data/raw/brown.txt data/raw/kjv.txt -o data/prepared --vocab-size 8192
 fi
-echo "data/prepared: train.bin, val.bin, tokenizer.model"
+echo "data/prepared: train_000000.bin, val_000000.bin, tokenizer.model, meta.json"
 
 phase "4/5 training configs/tiny-cola.json with BTP on $ranks ranks, $steps steps ($precision)"
 ./build/boostlm launch -n "$ranks" -- train --tp "$ranks" --layout btp \
@@ -53,7 +53,7 @@ phase "4/5 training configs/tiny-cola.json with BTP on $ranks ranks, $steps step
   --eval-interval 100 --eval-batches 20 --log-interval 50 --precision "$precision"
 
 phase "5/5 evaluation and a sample"
-echo "validation loss (first 20 windows of val.bin):"
+echo "validation loss (first 20 windows of val_000000.bin):"
 ./build/boostlm eval --checkpoint "$run" -d data/prepared -b 16 -t 256 --eval-batches 20
 echo "sample:"
 ./build/boostlm generate --checkpoint "$run" --prompt "And God said" --max-new-tokens 60 --temperature 0.8 --seed 7

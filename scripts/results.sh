@@ -377,7 +377,7 @@ if want recovery; then
   run "$out/recovery-dense.log" "$boostlm" train -c configs/tiny-dense.json -d "$data" \
     -o "$out/recovery-dense" "${schedule[@]}"
   run "$out/recovery-convert.log" "$boostlm" convert --to cola --checkpoint "$out/recovery-dense" \
-    --attn-rank 32 --mlp-rank 32 --data "$data/val.bin" -b 8 -t 256 --eval-batches 10 \
+    --attn-rank 32 --mlp-rank 32 --data "$data/val_000000.bin" -b 8 -t 256 --eval-batches 10 \
     -o "$out/recovery-converted"
   run "$out/recovery-from-dense.log" "$boostlm" train -d "$data" \
     --init-from "$out/recovery-converted" -o "$out/recovery-from-dense" "${schedule[@]}"

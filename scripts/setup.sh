@@ -9,6 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin       # MPI (not MPICH: it collapses when ranks exceed cores)
   libsentencepiece-dev sentencepiece
   libpcre2-dev libicu-dev           # tokenizer.json: the pre-tokenizer regex (PCRE2), NFC (ICU)
+  zlib1g-dev libzstd-dev           # prepare reads gzip- and zstd-compressed corpora
   libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch libopenblas0-openmp  # the PyTorch oracle (tools/torch); OpenBLAS for its fp32 GEMMs

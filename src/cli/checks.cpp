@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/prepare.h"
 #include "model/presets.h"
 
 namespace boostlm::cli {
@@ -110,12 +111,12 @@ CLI::Validator model_config() {
 
 std::string eval_shard_path(const std::string& data) {
   namespace fs = std::filesystem;
-  if (fs::is_directory(data)) {
-    const std::string val = (fs::path(data) / "val.bin").string();
-    if (!fs::is_regular_file(val))
-      throw error("--data ", data, " has no val.bin (give a directory from `boostlm prepare` or a ",
-                  "token shard)");
-    return val;
+  if (fs::is_directory(data)) {  // its first validation shard (val_000000.bin, or val.bin)
+    const std::vector<std::string> val = prepared_shards(data, "val");
+    if (val.empty())
+      throw error("--data ", data, " has no val.bin or val_000000.bin (give a directory from ",
+                  "`boostlm prepare` or a token shard)");
+    return val.front();
   }
   if (!fs::is_regular_file(data)) throw error("--data ", data, ": no such file or directory");
   return data;

@@ -32,7 +32,8 @@ CLI::Option* computed_default(CLI::Option* option);
 // the file's path.
 CLI::Validator model_config();
 
-// The token shard a --data argument names: a directory from `boostlm prepare` (its val.bin) or a
+// The token shard a --data argument names: a directory from `boostlm prepare` (its first
+// validation shard: val_000000.bin, or val.bin of an older preparation) or a
 // shard file. Throws Error when it is neither.
 std::string eval_shard_path(const std::string& data);
 

@@ -1,4 +1,8 @@
+#include <unistd.h>
+
 #include <cstdio>
+#include <map>
+#include <thread>
 
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
@@ -13,34 +17,81 @@ int& exit_code() {
   return code;
 }
 
+namespace {
+
+void print_summary(const PrepareSummary& s) {
+  std::printf("prepare: %s tokenizer (vocab %ld) %s\n", s.trained_tokenizer ? "trained" : "copied",
+              s.vocab_size, s.tokenizer_path.c_str());
+  for (const PrepareFileSummary& f : s.files)
+    std::printf(
+        "prepare: input %s (%s, %ld bytes, %ld decompressed): %ld documents, %ld skipped%s\n",
+        f.path.c_str(), f.compression.empty() ? "-" : f.compression.c_str(), f.bytes,
+        f.decompressed_bytes, f.documents, f.skipped_records, f.missing ? " (missing)" : "");
+  for (const PrepareShardSummary& shard : s.shards)
+    std::printf("prepare: shard %s %ld tokens (checksum %s)\n", shard.name.c_str(), shard.tokens,
+                shard.checksum.c_str());
+  std::printf("prepare: train %ld documents, %ld tokens\n", s.train_documents, s.train_tokens);
+  std::printf("prepare: val %ld documents, %ld tokens\n", s.val_documents, s.val_tokens);
+  if (s.skipped_records > 0) std::printf("prepare: skipped %ld bad records\n", s.skipped_records);
+  const double mb = static_cast<double>(s.decompressed_bytes) / 1e6;
+  std::printf(
+      "prepare: %.1f MB of text in %.1f s (%.1f MB/s): tokenizer %.1f s, read %.1f s, decompress "
+      "%.1f s, parse %.1f s, tokenize %.1f s (summed over threads), write %.1f s%s\n",
+      mb, s.total_seconds, mb / std::max(1e-9, s.total_seconds - s.tokenizer_seconds),
+      s.tokenizer_seconds, s.read_seconds, s.decompress_seconds, s.parse_seconds, s.encode_seconds,
+      s.write_seconds, s.resumed ? " (resumed)" : "");
+}
+
+}  // namespace
+
 void add_prepare(CLI::App& app) {
-  auto* cmd = app.add_subcommand("prepare", "tokenize text files into train/val token shards");
+  auto* cmd = app.add_subcommand(
+      "prepare", "tokenize text or JSONL files (plain, gzip or zstd) into train/val token shards");
   auto options = std::make_shared<PrepareOptions>();
-  cmd->add_option("inputs", options->input_files, "UTF-8 text files")
-      ->required()
-      ->check(CLI::ExistingFile);
+  options->threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cmd->add_option("inputs", options->input_files,
+                  "files, directories or glob patterns: UTF-8 text, or .jsonl/.json/.ndjson; "
+                  "each may be gzip or zstd compressed")
+      ->required();
   cmd->add_option("--out,-o", options->output_dir, "output directory")->required();
   cmd->add_option("--vocab-size", options->vocab_size, "vocabulary of a trained tokenizer")
       ->check(CLI::Range(256, 1 << 20));
   cmd->add_option("--tokenizer", options->tokenizer_path,
-                  "use this sentencepiece model instead of training one")
+                  "use this tokenizer instead of training a SentencePiece model")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--val-fraction", options->val_fraction, "fraction of documents held out")
+  cmd->add_option("--val-fraction", options->val_fraction,
+                  "expected fraction of documents held out (by a seeded hash of each)")
       ->check(CLI::Range(0.0, 0.5));
-  cmd->add_option("--seed", options->seed, "split and tokenizer-sample seed");
-  cmd->callback([options] {
+  cmd->add_option("--seed", options->seed, "split hash and tokenizer-sample seed");
+  cmd->add_option("--text-field", options->text_field, "JSONL: the field holding the text")
+      ->capture_default_str();
+  const std::map<std::string, InputFormat> formats = {
+      {"auto", InputFormat::automatic}, {"text", InputFormat::text}, {"jsonl", InputFormat::jsonl}};
+  cmd->add_option("--format", options->format, "auto (by file name), text or jsonl")
+      ->transform(CLI::CheckedTransformer(formats, CLI::ignore_case));
+  const std::map<std::string, BadRecordPolicy> policies = {{"error", BadRecordPolicy::error},
+                                                           {"skip", BadRecordPolicy::skip}};
+  cmd->add_option("--on-bad-record", options->on_bad_record,
+                  "a malformed line, a missing or empty field, a truncated compressed file or a "
+                  "vanished input: error (stop) or skip (count it and go on)")
+      ->transform(CLI::CheckedTransformer(policies, CLI::ignore_case));
+  cmd->add_option("--threads", options->threads, "encoding threads (default: the cores)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--shard-tokens", options->shard_tokens, "tokens per output shard")
+      ->check(CLI::Range(int64_t{1}, int64_t{2147483647}))
+      ->capture_default_str();
+  cmd->add_flag("--resume", options->resume,
+                "continue an interrupted prepare into the same --out from its complete shards");
+  auto progress = std::make_shared<std::string>("auto");
+  cmd->add_option("--progress", *progress,
+                  "a progress line on stderr: on, off, or auto (when stderr is a terminal)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->callback([options, progress] {
+    options->progress = *progress == "on" || (*progress == "auto" && ::isatty(STDERR_FILENO) != 0);
     if (mpi_world_size() > 1) throw error("prepare runs in one process; start it without mpirun");
     const PrepareSummary s = while_doing("preparing the corpus into --out " + options->output_dir,
                                          [&] { return prepare_corpus(*options); });
-    std::printf("prepare: %s tokenizer (vocab %ld) %s\n",
-                s.trained_tokenizer ? "trained" : "copied", s.vocab_size, s.tokenizer_path.c_str());
-    std::printf("prepare: train %ld documents, %ld tokens -> %s\n", s.train_documents,
-                s.train_tokens, s.train_path.c_str());
-    if (!s.val_path.empty())
-      std::printf("prepare: val %ld documents, %ld tokens -> %s\n", s.val_documents, s.val_tokens,
-                  s.val_path.c_str());
-    std::printf("prepare: %.1f s tokenizer, %.1f s encoding\n", s.tokenizer_seconds,
-                s.encode_seconds);
+    print_summary(s);
   });
 }
 

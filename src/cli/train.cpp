@@ -22,9 +22,11 @@ void add_train(CLI::App& app) {
   cmd->add_option("--config,-c", o->config_path,
                   "model config: a file, or a preset of configs/ by name (tiny-cola, 60m-dense)")
       ->transform(model_config());
-  cmd->add_option("--data,-d", o->data_dir, "directory from `boostlm prepare`")
+  cmd->add_option("--data,-d", o->data_dir,
+                  "directory from `boostlm prepare` (its train shards), its meta.json, or one "
+                  "token shard")
       ->required()
-      ->check(CLI::ExistingDirectory);
+      ->check(CLI::ExistingPath);
   cmd->add_option("--out,-o", o->out_dir, "run directory (metrics.jsonl, checkpoints/)")
       ->required();
   cmd->add_option("--resume", o->resume, "continue a run from a checkpoint or run directory");

@@ -1,9 +1,12 @@
 #include "data/loader.h"
 
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <utility>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 #include "data/shard.h"
 #include "data/shuffle.h"
@@ -115,6 +118,9 @@ nlohmann::json DataLoader::state() const {
 }
 
 void DataLoader::load_state(const nlohmann::json& state) {
+  if (state.is_object() && state.value("kind", "") == "shards")
+    throw error(source_, ": the checkpoint's loader read a list of shards, not one token file; ",
+                "resume it on the data it was trained on, or start a new run with --init-from");
   const nlohmann::json expected = this->state();
   for (const auto& [key, value] : expected.items()) {
     if (key == "step" || key == "dp_size") continue;
@@ -166,6 +172,200 @@ Batch DataLoader::window(const std::vector<int32_t>& tokens, int64_t index, int6
 int64_t DataLoader::full_windows(int64_t num_tokens, int64_t batch_size, int64_t seq_len) {
   BOOSTLM_ASSERT(batch_size >= 1 && seq_len >= 1);
   return num_tokens < 1 ? 0 : (num_tokens - 1) / (batch_size * seq_len);
+}
+
+struct ShardLoader::Shard {
+  std::string name;  // file name: what the state records, so a moved directory still resumes
+  std::string path;
+  std::unique_ptr<MappedFile> file;
+  ShardHeader header;
+  int64_t windows = 0;
+};
+
+namespace {
+
+// Flag names as the command line spells them, for messages about a saved state.
+const std::map<std::string, std::string>& flag_names() {
+  static const std::map<std::string, std::string> flags = {{"batch_size", "--batch-size"},
+                                                           {"seq_len", "--seq-len"},
+                                                           {"shuffle", "--shuffle"},
+                                                           {"seed", "--seed"}};
+  return flags;
+}
+
+}  // namespace
+
+ShardLoader::ShardLoader(const std::vector<std::string>& shard_paths, const LoaderConfig& config,
+                         int64_t vocab_size)
+    : config_(config), vocab_size_(vocab_size) {
+  const std::string source = shard_paths.empty() ? "(no shards)" : shard_paths.front();
+  check_config(config_, source);
+  if (shard_paths.empty()) throw error("the training data lists no shards");
+  const int64_t window_tokens = config_.batch_size * config_.seq_len;
+  for (const std::string& path : shard_paths) {
+    auto shard = std::make_unique<Shard>();
+    shard->path = path;
+    shard->name = std::filesystem::path(path).filename().string();
+    if (by_name_.contains(shard->name))
+      throw error(path, ": two shards named ", shard->name, " in one list");
+    shard->header = read_shard_header(path);
+    shard->file = std::make_unique<MappedFile>(path);
+    parse_shard_header(shard->file->data(), shard->file->size(),
+                       static_cast<int64_t>(shard->file->size()), path);  // the mapped bytes too
+    shard->windows =
+        DataLoader::full_windows(shard->header.num_tokens, config_.batch_size, config_.seq_len);
+    num_tokens_ += shard->header.num_tokens;
+    windows_per_epoch_ += shard->windows;
+    by_name_[shard->name] = shards_.size();
+    shards_.push_back(std::move(shard));
+  }
+  if (windows_per_epoch_ == 0)
+    throw error(source, ": no shard of the ", shard_paths.size(),
+                " holds one batch of B*T+1 = ", window_tokens + 1,
+                " tokens (B=", config_.batch_size, ", T=", config_.seq_len, ")");
+  start_epoch(cursor_, 0);
+}
+
+ShardLoader::~ShardLoader() = default;
+
+const ShardLoader::Shard& ShardLoader::shard(const std::string& name) const {
+  return *shards_.at(by_name_.at(name));
+}
+
+void ShardLoader::start_epoch(Cursor& cursor, int64_t epoch) const {
+  cursor.epoch = epoch;
+  cursor.position = 0;
+  cursor.window = 0;
+  cursor.order.clear();
+  std::vector<const Shard*> readable;
+  for (const auto& s : shards_)
+    if (s->windows > 0) readable.push_back(s.get());
+  if (config_.shuffle) {
+    Rng rng(splitmix64(config_.seed) ^ splitmix64(static_cast<uint64_t>(epoch) + 0x51a7d5ull));
+    for (int64_t i : shuffled_indices(static_cast<int64_t>(readable.size()), rng))
+      cursor.order.push_back(readable[i]->name);
+  } else {
+    for (const Shard* s : readable) cursor.order.push_back(s->name);
+  }
+}
+
+void ShardLoader::advance(Cursor& cursor, int64_t windows) const {
+  cursor.window += windows;
+  for (;;) {
+    const int64_t held = shard(cursor.order[cursor.position]).windows;
+    if (cursor.window < held) return;
+    cursor.window -= held;
+    if (++cursor.position == static_cast<int64_t>(cursor.order.size())) {
+      const int64_t left = cursor.window;
+      start_epoch(cursor, cursor.epoch + 1);
+      cursor.window = left;
+    }
+  }
+}
+
+int64_t ShardLoader::window_start(const Shard& s, int64_t epoch, int64_t slot) {
+  const int64_t window_tokens = config_.batch_size * config_.seq_len;
+  if (!config_.shuffle) return slot * window_tokens;
+  const std::string key = s.name + "#" + std::to_string(epoch);
+  if (key != cached_key_) {
+    const uint64_t name_hash = Checksum64::of(s.name.data(), s.name.size());
+    Rng rng(splitmix64(config_.seed) ^ splitmix64(static_cast<uint64_t>(epoch) + 0x5bd1e995ull) ^
+            splitmix64(name_hash));
+    cached_order_ = shuffled_indices(s.windows, rng);
+    cached_key_ = key;
+  }
+  return cached_order_[slot] * window_tokens;
+}
+
+Batch ShardLoader::read(const Cursor& cursor) {
+  const Shard& s = shard(cursor.order[cursor.position]);
+  const int64_t start = window_start(s, cursor.epoch, cursor.window);
+  const int64_t count = config_.batch_size * config_.seq_len;
+  const unsigned char* data = s.file->data() + kShardHeaderWords * sizeof(int32_t);
+  const int width = s.header.bytes_per_token;
+  std::vector<int32_t> tokens(static_cast<size_t>(count + 1));
+  for (int64_t i = 0; i <= count; ++i) {
+    uint32_t value = 0;
+    std::memcpy(&value, data + (start + i) * width, static_cast<size_t>(width));
+    if (vocab_size_ > 0 && value >= static_cast<uint64_t>(vocab_size_))
+      throw error(s.path, ": token ", value, " at position ", start + i,
+                  " is outside the vocabulary [0, ", vocab_size_, ")");
+    tokens[i] = static_cast<int32_t>(value);
+  }
+  Batch batch{config_.batch_size, config_.seq_len,
+              std::vector<int32_t>(tokens.begin(), tokens.end() - 1),
+              std::vector<int32_t>(tokens.begin() + 1, tokens.end())};
+  return batch;
+}
+
+Batch ShardLoader::next() {
+  Cursor mine = cursor_;
+  advance(mine, config_.dp_rank);
+  Batch batch = read(mine);
+  advance(cursor_, config_.dp_size);
+  windows_read_ += config_.dp_size;
+  return batch;
+}
+
+nlohmann::json ShardLoader::state() const {
+  nlohmann::json order = nlohmann::json::array();
+  for (const std::string& name : cursor_.order)
+    order.push_back({{"name", name}, {"tokens", shard(name).header.num_tokens}});
+  return {{"kind", "shards"},
+          {"epoch", cursor_.epoch},
+          {"order", order},
+          {"position", cursor_.position},
+          {"window", cursor_.window},
+          {"windows_read", windows_read_},
+          {"num_tokens", num_tokens_},
+          {"batch_size", config_.batch_size},
+          {"seq_len", config_.seq_len},
+          {"dp_size", config_.dp_size},
+          {"shuffle", config_.shuffle},
+          {"seed", config_.seed}};
+}
+
+void ShardLoader::load_state(const nlohmann::json& state) {
+  const std::string source = shards_.front()->path;
+  if (!state.is_object() || state.value("kind", "") != "shards")
+    throw error(source, ": the checkpoint's loader read one token file (train.bin), not a list of ",
+                "shards; resume it on the data it was trained on, or start a new run with ",
+                "--init-from");
+  for (const auto& [key, flag] : flag_names()) {
+    if (!state.contains(key)) throw error(source, ": loader state lacks '", key, "'");
+    const nlohmann::json now = key == "batch_size" ? nlohmann::json(config_.batch_size)
+                               : key == "seq_len"  ? nlohmann::json(config_.seq_len)
+                               : key == "shuffle"  ? nlohmann::json(config_.shuffle)
+                                                   : nlohmann::json(config_.seed);
+    if (state.at(key) != now)
+      throw error(source, ": the loader state was saved with ", flag, " ", state.at(key).dump(),
+                  " but this run has ", flag, " ", now.dump());
+  }
+  Cursor cursor;
+  try {
+    cursor.epoch = state.at("epoch").get<int64_t>();
+    cursor.position = state.at("position").get<int64_t>();
+    cursor.window = state.at("window").get<int64_t>();
+    windows_read_ = state.at("windows_read").get<int64_t>();
+    for (const nlohmann::json& entry : state.at("order")) {
+      const std::string name = entry.at("name").get<std::string>();
+      const int64_t tokens = entry.at("tokens").get<int64_t>();
+      if (!by_name_.contains(name))
+        throw error(source, ": the checkpoint was reading shard ", name,
+                    ", which the training data no longer lists; put it back to resume exactly");
+      if (shard(name).header.num_tokens != tokens)
+        throw error(shard(name).path, " holds ", shard(name).header.num_tokens,
+                    " tokens but the checkpoint read it when it held ", tokens,
+                    "; a shard must not change under a run");
+      cursor.order.push_back(name);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw error(source, ": malformed loader state: ", e.what());
+  }
+  if (cursor.position < 0 || cursor.position >= static_cast<int64_t>(cursor.order.size()) ||
+      cursor.window < 0 || cursor.window >= shard(cursor.order[cursor.position]).windows)
+    throw error(source, ": loader state points outside its shards");
+  cursor_ = std::move(cursor);
 }
 
 }  // namespace boostlm

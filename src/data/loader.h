@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,7 +40,17 @@ struct Batch {
   std::vector<int32_t> targets;  // [batch_size, seq_len], inputs shifted by one token
 };
 
-class DataLoader {
+// What the trainer reads batches from: a single shard (DataLoader) or a list of them
+// (ShardLoader). state() is saved in checkpoints; load_state() resumes exactly from it.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual Batch next() = 0;
+  virtual nlohmann::json state() const = 0;
+  virtual void load_state(const nlohmann::json& state) = 0;
+};
+
+class DataLoader : public BatchSource {
  public:
   // `source` names the tokens in error messages (usually the shard path). Throws Error for a bad
   // config or fewer than B*T+1 tokens.
@@ -47,7 +59,7 @@ class DataLoader {
   static DataLoader from_shard(const std::string& path, const LoaderConfig& config);
 
   // The batch of the current step; advances the position by one step.
-  Batch next();
+  Batch next() override;
   // The batch this rank reads at `step`, without moving the position.
   Batch batch_at(int64_t step);
 
@@ -56,8 +68,8 @@ class DataLoader {
   void set_position(int64_t step);
 
   // The position plus what it is only meaningful with; load_state refuses a mismatch.
-  nlohmann::json state() const;
-  void load_state(const nlohmann::json& state);
+  nlohmann::json state() const override;
+  void load_state(const nlohmann::json& state) override;
 
   // Token index where this rank's window of `step` starts.
   int64_t window_start(int64_t step);
@@ -83,6 +95,60 @@ class DataLoader {
   int64_t step_ = 0;
   int64_t cached_epoch_ = -1;  // epoch whose permutation is in permutation_
   std::vector<int64_t> permutation_;
+};
+
+// Batches from a list of memory-mapped shards (a prepared directory's train_NNNNNN.bin).
+//
+// A shard of N tokens holds W = floor((N-1) / (B*T)) windows, window w starting at token w*B*T
+// (windows do not cross shards; a shard's last < B*T tokens are not read as inputs, and shards
+// with W = 0 are passed over). An epoch reads every window of every shard once: the shards in
+// the given order, or with shuffle in an order drawn from (seed, epoch), and within a shard its
+// windows in order, or with shuffle in an order drawn from (seed, epoch, shard name).
+//
+// The global window stream is cut as DataLoader's: a step reads dp_size consecutive windows, rank
+// r the r-th. The position is a cursor (epoch, shard in the epoch's order, window in the shard)
+// that every rank keeps alike. state() records it with the epoch's shard order (names and token
+// counts), so a run resumes exactly, on any DP size, and also when shards were added to the list
+// since: the epoch under way keeps its saved order and the new shards join from the next one.
+class ShardLoader : public BatchSource {
+ public:
+  // `vocab_size` > 0: each window's tokens are checked to be below it as they are read.
+  // Throws Error (naming the file) for a bad shard or fewer than one window in all of them.
+  ShardLoader(const std::vector<std::string>& shard_paths, const LoaderConfig& config,
+              int64_t vocab_size = 0);
+  ~ShardLoader() override;
+
+  Batch next() override;
+  nlohmann::json state() const override;
+  void load_state(const nlohmann::json& state) override;
+
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t windows_per_epoch() const { return windows_per_epoch_; }
+  int64_t windows_read() const { return windows_read_; }  // global windows, all ranks together
+
+ private:
+  struct Shard;
+  struct Cursor {
+    int64_t epoch = 0;
+    std::vector<std::string> order;  // the epoch's shards, by name
+    int64_t position = 0;            // index into order
+    int64_t window = 0;              // window slot within that shard
+  };
+  void start_epoch(Cursor& cursor, int64_t epoch) const;
+  void advance(Cursor& cursor, int64_t windows) const;
+  Batch read(const Cursor& cursor);
+  const Shard& shard(const std::string& name) const;
+  int64_t window_start(const Shard& shard, int64_t epoch, int64_t slot);
+
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::map<std::string, size_t> by_name_;
+  LoaderConfig config_;
+  int64_t vocab_size_ = 0;
+  int64_t num_tokens_ = 0, windows_per_epoch_ = 0, windows_read_ = 0;
+  Cursor cursor_;
+  // The window order of one (epoch, shard), cached: consecutive steps almost always share it.
+  std::string cached_key_;
+  std::vector<int64_t> cached_order_;
 };
 
 }  // namespace boostlm

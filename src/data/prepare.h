@@ -1,63 +1,127 @@
-// Turning plain-text files into a tokenizer plus train/val token shards.
+// Turning a corpus (text or JSON Lines files, plain, gzip or zstd; data/prepare_input.h) into a
+// tokenizer plus train/val token shards, streaming, in bounded memory.
 //
-// A document is a maximal run of non-blank lines (a blank line holds only whitespace); its lines
-// are joined with '\n'. Files never share a document. Each document is encoded on its own and
-// followed by the EOS token, so EOS separates documents in the shards.
+// Pipeline: one reader thread decodes the files in order and cuts them into documents, in batches
+// of about 256 KiB of text; `threads` workers encode batches; the calling thread writes them in
+// input order. At most 2*threads+2 batches are in flight, so resident memory is that many batches
+// (text plus tokens, about 1 MiB each), the reader's and writer's 1 MiB buffers and the tokenizer,
+// whatever the corpus size (one document longer than that is held whole).
 //
-// The split is by whole documents: the documents are shuffled with a permutation drawn from
-// `seed`, the first round(val_fraction * documents) of them (at least one when val_fraction > 0)
-// go to val.bin and the rest to train.bin, both in that shuffled order. Shuffling also interleaves
-// the input files, so a loader reading train.bin in order does not see one source at a time.
+// Each document is encoded on its own and followed by the EOS token. It goes to val when a seeded
+// hash of its text falls below val_fraction, else to train: a decision that needs no other
+// document, so it streams, and identical documents share a split. Documents keep their input
+// order within each split, so the output bytes do not depend on the thread count.
 //
-// Output in output_dir: tokenizer.model, train.bin, val.bin (absent when val_fraction is 0) and
-// meta.json, written last, so its presence marks a complete preparation. meta.json records the
-// tokenizer's identity (tokenizer_hash, data/tokenizer.h), which train and eval check against a
-// checkpoint's.
+// Output in output_dir: the tokenizer (tokenizer.model for SentencePiece, else the given file
+// under its own name), train_000000.bin, ... and val_000000.bin, ... of shard_tokens tokens each
+// (the last of each split shorter; a document may continue into the next shard), each written
+// atomically, and meta.json, written last, so its presence marks a complete preparation. It lists
+// the shards with their token counts and checksums and records the tokenizer's identity
+// (tokenizer_hash), which train and eval check against a checkpoint's. progress.json, rewritten
+// after every shard, lets `resume` continue an interrupted run from its complete shards.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "data/prepare_input.h"
 #include "data/tokenizer.h"
 
 namespace boostlm {
 
+enum class BadRecordPolicy { error, skip };
+
 struct PrepareOptions {
-  std::vector<std::string> input_files;  // UTF-8 text
+  std::vector<std::string> input_files;  // files, directories or glob patterns
   std::string output_dir;
   int vocab_size = 8192;       // for a trained tokenizer; a given one keeps its own
-  std::string tokenizer_path;  // existing SentencePiece model; empty: train one on the inputs
-  double val_fraction = 0.05;  // fraction of documents, in [0, 1)
-  uint64_t seed = 1337;        // split permutation and tokenizer training sample
+  std::string tokenizer_path;  // an existing tokenizer; empty: train a SentencePiece model
+  double val_fraction = 0.05;  // expected fraction of documents, in [0, 1)
+  uint64_t seed = 1337;        // split hash and tokenizer training sample
+  InputFormat format = InputFormat::automatic;
+  std::string text_field = "text";
+  BadRecordPolicy on_bad_record = BadRecordPolicy::error;
+  int threads = 1;                     // encoding threads
+  int64_t shard_tokens = 100'000'000;  // tokens per shard
+  bool resume = false;                 // continue from progress.json's complete shards
+  bool progress = false;               // a progress line on stderr
+  // The tokenizer's training sample: a seeded reservoir of this many documents, each cut to
+  // sample_document_bytes, so at most their product is held (default 128 MiB).
+  int64_t sample_documents = 32768;
+  int64_t sample_document_bytes = 4096;
+  // For tests: called by the reader before it opens each input file.
+  std::function<void(const std::string&)> before_file;
+};
+
+struct PrepareFileSummary {
+  std::string path;
+  std::string compression;
+  int64_t bytes = 0;               // on disk
+  int64_t decompressed_bytes = 0;  // text read
+  int64_t documents = 0;
+  int64_t skipped_records = 0;
+  bool missing = false;  // vanished before it was read (skipped under --on-bad-record skip)
+};
+
+struct PrepareShardSummary {
+  std::string name;   // file name within the output directory
+  std::string split;  // "train" or "val"
+  int64_t tokens = 0;
+  std::string checksum;  // Checksum64 of the token bytes after the header, hex
+  // Where the next shard of this split starts: the document (counted within the split) and how
+  // many of its tokens this and earlier shards hold.
+  int64_t end_document = 0, end_offset = 0;
 };
 
 struct PrepareSummary {
-  std::string tokenizer_path;  // <output_dir>/tokenizer.model
-  std::string train_path;
-  std::string val_path;  // empty when no validation split was asked for
+  std::string tokenizer_path;
   std::string meta_path;
   bool trained_tokenizer = false;
+  bool resumed = false;
   int64_t vocab_size = 0;
-  int64_t input_bytes = 0;
+  int64_t input_bytes = 0;  // on disk
+  int64_t decompressed_bytes = 0;
   int64_t train_documents = 0;
   int64_t val_documents = 0;
   int64_t train_tokens = 0;  // including one EOS per document
   int64_t val_tokens = 0;
+  int64_t skipped_records = 0;
+  std::vector<PrepareFileSummary> files;
+  std::vector<PrepareShardSummary> shards;
   double tokenizer_seconds = 0;
-  double encode_seconds = 0;
+  // The reader's time: reading files, decompressing, and cutting documents (JSON parsing); not
+  // the time it waited for the encoders.
+  double read_seconds = 0, decompress_seconds = 0, parse_seconds = 0;
+  double encode_seconds = 0;  // summed over the encoding threads
+  double write_seconds = 0;
+  double total_seconds = 0;
+  std::vector<std::string> shard_paths(const std::string& split) const;
 };
 
 PrepareSummary prepare_corpus(const PrepareOptions& options);
 
 // The tokenizer the shards of a prepared directory were made with: meta.json's tokenizer_hash, or,
-// for a preparation older than it (or shards from elsewhere), the directory's tokenizer.model;
-// unknown when there is neither. Throws Error when the directory's tokenizer.model is not the one
+// for a preparation older than it (or shards from elsewhere), the directory's tokenizer file;
+// unknown when there is neither. Throws Error when the directory's tokenizer file is not the one
 // meta.json records (replaced after preparing: its checkpoints would carry the wrong one).
 TokenizerIdentity prepared_tokenizer(const std::string& dir);
 
-// The documents of one text, as defined above.
+// The tokenizer file of a prepared directory (meta.json's "tokenizer", else tokenizer.model);
+// empty when there is none.
+std::string prepared_tokenizer_file(const std::string& dir);
+
+// The shards of one split ("train" or "val") of a prepared directory, in order: meta.json's list,
+// else <split>_NNNNNN.bin files, else the single <split>.bin of older preparations; empty when
+// there is none.
+std::vector<std::string> prepared_shards(const std::string& dir, const std::string& split);
+
+// The documents of one text, as defined in data/prepare_input.h.
 std::vector<std::string> split_documents(std::string_view text);
+
+// Whether the split hash sends a document to val.
+bool document_goes_to_val(std::string_view text, double val_fraction, uint64_t seed);
 
 }  // namespace boostlm

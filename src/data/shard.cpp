@@ -1,8 +1,12 @@
 #include "data/shard.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -89,6 +93,73 @@ void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, i
     file.write(tokens.data(), tokens.size() * sizeof(uint32_t));
   }
   file.commit();
+}
+
+ShardWriter::ShardWriter(std::string path, int64_t vocab_size)
+    : path_(std::move(path)), vocab_size_(vocab_size) {
+  if (vocab_size <= 0 || vocab_size > (int64_t{1} << 31))
+    throw error(path_, ": vocab_size=", vocab_size, " is outside [1, 2^31]");
+  temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw error(temp_path_, ": cannot create: ", std::strerror(errno));
+  const std::vector<int32_t> placeholder(kShardHeaderWords, 0);
+  write_fully(fd_, placeholder.data(), kHeaderBytes, temp_path_);
+  buffer_.reserve(size_t{1} << 20);
+}
+
+ShardWriter::~ShardWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temp_path_.c_str());
+  }
+}
+
+void ShardWriter::append(const int32_t* tokens, size_t count) {
+  BOOSTLM_ASSERT_MSG(fd_ >= 0, "append after commit");
+  if (num_tokens_ + static_cast<int64_t>(count) > std::numeric_limits<int32_t>::max())
+    throw error(path_, ": more than 2^31-1 tokens do not fit the header's int32 token count");
+  const int width = vocab_size_ <= 65536 ? 2 : 4;
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t token = tokens[i];
+    if (token < 0 || token >= vocab_size_)
+      throw error(path_, ": token ", token, " is not in [0, vocab_size=", vocab_size_, ")");
+    const uint32_t value = static_cast<uint32_t>(token);
+    unsigned char bytes[4];
+    std::memcpy(bytes, &value, 4);
+    buffer_.insert(buffer_.end(), bytes, bytes + width);
+  }
+  num_tokens_ += static_cast<int64_t>(count);
+  if (buffer_.size() >= (size_t{1} << 20)) flush();
+}
+
+void ShardWriter::flush() {
+  checksum_.update(buffer_.data(), buffer_.size());
+  write_fully(fd_, buffer_.data(), buffer_.size(), temp_path_);
+  buffer_.clear();
+}
+
+uint64_t ShardWriter::commit() {
+  BOOSTLM_ASSERT_MSG(fd_ >= 0, "commit twice");
+  if (num_tokens_ == 0) throw error(path_, ": refusing to write a shard with zero tokens");
+  flush();
+  std::vector<int32_t> header(kShardHeaderWords, 0);
+  const bool narrow = vocab_size_ <= 65536;
+  header[0] = narrow ? kShardMagicU16 : kShardMagicU32;
+  header[1] = narrow ? kShardVersionU16 : kShardVersionU32;
+  header[2] = static_cast<int32_t>(num_tokens_);
+  if (::pwrite(fd_, header.data(), kHeaderBytes, 0) != kHeaderBytes)
+    throw error(temp_path_, ": cannot write the shard header: ", std::strerror(errno));
+  if (::fsync(fd_) != 0) throw error(temp_path_, ": cannot fsync: ", std::strerror(errno));
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(temp_path_.c_str());
+    throw error(path_, ": cannot rename the finished shard into place: ", reason);
+  }
+  const auto parent = std::filesystem::path(path_).parent_path();
+  fsync_directory(parent.empty() ? "." : parent.string());
+  return checksum_.digest();
 }
 
 ShardHeader parse_shard_header(const unsigned char* bytes, size_t size, int64_t file_bytes,

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
+
 namespace boostlm {
 
 inline constexpr int kShardHeaderWords = 256;
@@ -31,6 +33,35 @@ struct ShardHeader {
 // written under a temporary name, fsynced and renamed, so `path` never holds a partial shard.
 // Throws Error if a token is >= vocab_size, the list is empty, or the file cannot be written.
 void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, int64_t vocab_size);
+
+// Writes one shard as its tokens arrive, in bounded memory: the tokens stream to a temporary file
+// behind a placeholder header, and commit() fills in the header, fsyncs and renames, so `path`
+// never holds a partial shard (a writer destroyed uncommitted removes its temporary).
+class ShardWriter {
+ public:
+  ShardWriter(std::string path, int64_t vocab_size);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  // Throws Error if a token is outside [0, vocab_size) or the shard would pass 2^31-1 tokens.
+  void append(const int32_t* tokens, size_t count);
+  int64_t num_tokens() const { return num_tokens_; }
+  // Checksum64 of the token bytes after the header (what meta.json records). Throws Error for an
+  // empty shard or a failed write.
+  uint64_t commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  void flush();
+
+  std::string path_, temp_path_;
+  int64_t vocab_size_;
+  int fd_ = -1;
+  int64_t num_tokens_ = 0;
+  std::vector<unsigned char> buffer_;
+  Checksum64 checksum_;
+};
 
 // Reads and validates the header against the file size. Throws Error (naming the file) for a
 // missing or short file, a bad magic or version, a token count that disagrees with the file size,

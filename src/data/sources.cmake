@@ -5,11 +5,15 @@ pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 # for the NFC normalizer some of them name.
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+find_package(ZLIB REQUIRED)
 target_sources(boostlm_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/shard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/bpe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/loader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/prepare.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/prepare_input.cpp
 )
-target_link_libraries(boostlm_core PUBLIC PkgConfig::SENTENCEPIECE PkgConfig::PCRE2 PkgConfig::ICU)
+target_link_libraries(boostlm_core PUBLIC PkgConfig::SENTENCEPIECE PkgConfig::PCRE2 PkgConfig::ICU
+                      PRIVATE PkgConfig::ZSTD ZLIB::ZLIB)

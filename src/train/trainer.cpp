@@ -124,19 +124,31 @@ std::vector<int32_t> read_eval_shard(const std::string& path, int64_t vocab_size
   return tokens;
 }
 
-// The data directory's shards and tokenizer, all checked against the model and the batch shape
-// before the first step, so a bad validation shard cannot end a run after hours of training.
+// The data's shards and tokenizer, all checked against the model and the batch shape before the
+// first step, so a bad validation shard cannot end a run after hours of training. --data is a
+// directory from `boostlm prepare` (its train_NNNNNN.bin shards, or the train.bin of an older
+// preparation), that directory's meta.json, or one token shard (no validation).
 struct DataFiles {
-  std::string train, val, tokenizer;
+  std::vector<std::string> train;
+  std::string val, tokenizer;
+  bool single_file = false;  // read by DataLoader, as before shards: one file, circular windows
 };
 
-DataFiles open_data(const std::string& dir, const ModelConfig& config, const TrainOptions& o) {
+DataFiles open_data(std::string dir, const ModelConfig& config, const TrainOptions& o) {
   DataFiles f;
-  f.train = (fs::path(dir) / "train.bin").string();
-  if (!fs::exists(f.train))
-    throw error("--data ", dir, " has no train.bin (run `boostlm prepare` first)");
-  const fs::path val = fs::path(dir) / "val.bin";
-  const std::string tok = find_tokenizer(dir);  // tokenizer.model or tokenizer.json
+  if (fs::is_regular_file(dir) && fs::path(dir).filename() == "meta.json")
+    dir = fs::path(dir).parent_path().string();
+  if (fs::is_regular_file(dir)) {
+    f.train = {dir};
+    f.single_file = true;
+    return f;
+  }
+  f.train = prepared_shards(dir, "train");
+  if (f.train.empty())
+    throw error("--data ", dir, " has no train shards (train_000000.bin, ... or train.bin; run ",
+                "`boostlm prepare` first)");
+  f.single_file = f.train.size() == 1 && fs::path(f.train[0]).filename() == "train.bin";
+  const std::string tok = prepared_tokenizer_file(dir);
   if (!tok.empty()) {  // first: a vocabulary mismatch explains bad tokens in the shards
     f.tokenizer = tok;
     const int64_t vocab = Tokenizer::load(f.tokenizer).vocab_size();
@@ -149,12 +161,27 @@ DataFiles open_data(const std::string& dir, const ModelConfig& config, const Tra
          " has no tokenizer.model or tokenizer.json: checkpoints will carry no tokenizer, so " +
          "generate will need --tokenizer");
   }
-  if (fs::exists(val)) {
-    f.val = val.string();
+  const std::vector<std::string> val = prepared_shards(dir, "val");
+  if (!val.empty()) {  // validation scores the first windows of the first val shard
+    f.val = val.front();
     read_eval_shard(f.val, config.vocab_size, o.batch_size, o.seq_len);
     eval_windows(f.val, o.batch_size, o.seq_len, o.eval_batches);  // warns when it holds fewer
   }
   return f;
+}
+
+// The training batches: a list of shards, memory-mapped, or one token file read whole.
+std::unique_ptr<BatchSource> open_loader(const DataFiles& data, const LoaderConfig& config,
+                                         int64_t vocab_size) {
+  if (!data.single_file) return std::make_unique<ShardLoader>(data.train, config, vocab_size);
+  std::vector<int32_t> tokens = read_shard(data.train[0]);
+  check_tokens_below(tokens, vocab_size, data.train[0]);
+  return std::make_unique<DataLoader>(std::move(tokens), config, data.train[0]);
+}
+
+// Tokens the loader holds in memory: a single file is read whole, shards are mapped.
+int64_t loader_resident_tokens(const DataFiles& data) {
+  return data.single_file ? read_shard_header(data.train[0]).num_tokens : 0;
 }
 
 // A checkpoint's weights about to train on the data's tokens: both must come from one tokenizer
@@ -313,8 +340,8 @@ TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens
     for (int64_t start = 0; scored < targets; start += stride) {
       const int64_t end = std::min(start + seq_len, targets);
       const int64_t context = scored - start;  // targets of this window already scored
-      const double whole = pipeline.forward({tokens.data() + start, tokens.data() + start + 1}, 1,
-                                            end - start);
+      const double whole =
+          pipeline.forward({tokens.data() + start, tokens.data() + start + 1}, 1, end - start);
       double fresh = whole * static_cast<double>(end - start);
       if (context > 0)
         fresh -= static_cast<double>(pipeline.forward(
@@ -397,7 +424,7 @@ class TrainingRun {
   std::string resume_dir_, init_dir_;
   ModelConfig config_;
   DataFiles data_;
-  std::optional<DataLoader> loader_;
+  std::unique_ptr<BatchSource> loader_;
   std::optional<Model> model_;
   std::optional<Pipeline> pipeline_;
   std::optional<ZeroStage1> zero_;
@@ -433,7 +460,7 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   data_ = open_data(o.data_dir, config_, o);
   check_data_tokenizer(resume_dir_.empty() ? init_dir_ : resume_dir_, o);
   check_memory_fits(estimate_rank_memory(o, config_, o.layout.value_or(default_layout(config_)),
-                                         read_shard_header(data_.train).num_tokens),
+                                         loader_resident_tokens(data_)),
                     ranks_on_this_machine(), available_memory_bytes(), o);
 
   LoaderConfig loader_config;
@@ -443,9 +470,7 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   loader_config.dp_size = grid_.shape().dp;
   loader_config.shuffle = o.shuffle;
   loader_config.seed = o.seed;
-  std::vector<int32_t> train_tokens = read_shard(data_.train);
-  check_tokens_below(train_tokens, config_.vocab_size, data_.train);
-  loader_.emplace(std::move(train_tokens), loader_config, data_.train);
+  loader_ = open_loader(data_, loader_config, config_.vocab_size);
 
   if (o.zero != 0 && o.zero != 1) throw error("--zero ", o.zero, ": only stage 1 is implemented");
   // A pipeline stage keeps the activations of the micro-batches in flight in 1F1B.

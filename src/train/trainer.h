@@ -22,7 +22,7 @@ namespace boostlm {
 
 struct TrainOptions {
   std::string config_path;  // model preset; may be omitted when resuming or initialising
-  std::string data_dir;     // from `boostlm prepare`: train.bin, val.bin, tokenizer.model
+  std::string data_dir;     // from `boostlm prepare` (or its meta.json), or one token shard
   std::string out_dir;      // run directory: metrics.jsonl, checkpoints/
   std::string resume;       // checkpoint or run directory to continue bit-exactly
   std::string init_from;    // checkpoint whose weights start a fresh run

@@ -27,7 +27,7 @@ grep -q '"steps":5' <<< "$out" || fail "train summary: $out"
 [[ $(wc -l < "$work/run/metrics.jsonl") -eq 5 ]] || fail "metrics.jsonl should have 5 lines"
 grep -q '"tokens_per_s"' "$work/run/metrics.jsonl" || fail "metrics lack tokens_per_s"
 
-out=$("$boostlm" eval --checkpoint "$work/run" --data "$work/data/val.bin" -b 2 -t 32 --eval-batches 2)
+out=$("$boostlm" eval --checkpoint "$work/run" --data "$work/data/val_000000.bin" -b 2 -t 32 --eval-batches 2)
 tail -1 <<< "$out" | grep -q '"loss"' || fail "eval: last line is not JSON with loss: $out"
 
 out=$("$boostlm" generate --checkpoint "$work/run" -p "The quick" --max-new-tokens 5 2>&1) ||
@@ -44,7 +44,7 @@ echo "The fox." > "$work/short.txt"
 out=$("$boostlm" eval --checkpoint "$work/run" --text "$work/short.txt" -b 2 -t 32) ||
   fail "eval --text of a short text: $out"
 expect_error "eval with both inputs" "excludes" "$boostlm" eval --checkpoint "$work/run" \
-  --text "$work/some.txt" --data "$work/data/val.bin"
+  --text "$work/some.txt" --data "$work/data/val_000000.bin"
 
 # Wrong flags and bad input.
 expect_error "unknown flag" "--bogus" train "$work/model.json" "$work/data" "$work/x" --bogus
@@ -55,14 +55,14 @@ expect_error "kv heads" "not divisible by n_kv_heads=3" train "$work/bad.json" "
 sed 's/"vocab_size": 512/"vocab_size": 350/' "$work/model.json" > "$work/small.json"
 expect_error "tokenizer larger than model" "vocab_size is 350" train "$work/small.json" "$work/data" "$work/x"
 cp -r "$work/data" "$work/cut"
-truncate -s -10 "$work/cut/train.bin"
-expect_error "truncated shard" "train.bin" train "$work/model.json" "$work/cut" "$work/x"
-printf 'garbage' > "$work/cut/train.bin"
-expect_error "garbage shard" "train.bin" train "$work/model.json" "$work/cut" "$work/x"
+truncate -s -10 "$work/cut/train_000000.bin"
+expect_error "truncated shard" "train_000000.bin" train "$work/model.json" "$work/cut" "$work/x"
+printf 'garbage' > "$work/cut/train_000000.bin"
+expect_error "garbage shard" "train_000000.bin" train "$work/model.json" "$work/cut" "$work/x"
 ckpt=$(cat "$work/run/checkpoints/latest")
 cp -r "$work/run/checkpoints/$ckpt" "$work/corrupt"
 printf '\x00\x01' | dd of="$work/corrupt/model.safetensors" bs=1 seek=200 conv=notrunc status=none
-expect_error "corrupt checkpoint" "checksum mismatch" "$boostlm" eval --checkpoint "$work/corrupt" --data "$work/data/val.bin" -b 2 -t 32
+expect_error "corrupt checkpoint" "checksum mismatch" "$boostlm" eval --checkpoint "$work/corrupt" --data "$work/data/val_000000.bin" -b 2 -t 32
 
 # SIGTERM mid-run saves a checkpoint and exits 130 (an interrupted run, whatever stopped it); the run
 # then resumes to the end.

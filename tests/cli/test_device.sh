@@ -44,7 +44,7 @@ same dense-tp-overlap-bf16 2 dense.json --tp 2 --layout dense-tp --tp-overlap on
 
 # eval, generate and a resume of the first run, under each device: the same output.
 for dev in cpu cpu-checked; do
-  "$boostlm" eval --device "$dev" --checkpoint one-process-cpu --data data/val.bin -b 2 -t 16 \
+  "$boostlm" eval --device "$dev" --checkpoint one-process-cpu --data data/val_000000.bin -b 2 -t 16 \
     --eval-batches 2 > "eval-$dev.out" 2> "eval-$dev.log" || fail "eval --device $dev: $(tail -2 "eval-$dev.log")"
   "$boostlm" generate --device "$dev" --checkpoint one-process-cpu --prompt "Line 3 of" --max-new-tokens 8 \
     --seed 1 > "generate-$dev.out" 2> "generate-$dev.log" || fail "generate --device $dev: $(tail -2 "generate-$dev.log")"
@@ -60,7 +60,7 @@ done
   fail "eval/generate/resume differ: $(cat eval-cpu*.out generate-cpu*.out) $(loss resume-cpu.out) $(loss resume-cpu-checked.out)"
 
 # --device cuda: refused before any work (no run directory), with the reason.
-for cmd in "train -c cola.json -d data -o cuda-run --steps 1" "eval --checkpoint one-process-cpu --data data/val.bin" \
+for cmd in "train -c cola.json -d data -o cuda-run --steps 1" "eval --checkpoint one-process-cpu --data data/val_000000.bin" \
            "generate --checkpoint one-process-cpu --prompt x" "bench step --shape tiny"; do
   # shellcheck disable=SC2086
   out=$("$boostlm" $cmd --device cuda 2>&1); code=$?

@@ -86,11 +86,11 @@ ckpt=$work/run/checkpoints/$(cat "$work/run/checkpoints/latest")
 grep -q '"rms_eps": 1e-06,' "$ckpt/config.json" || fail "rms_eps: $(grep rms_eps "$ckpt/config.json")"
 
 # 7: more windows than val.bin holds: a warning naming how many it holds, and those are scored.
-val_tokens=$(python3 -c "import os,sys; print((os.path.getsize(sys.argv[1]) - 1024) // 2)" "$data/val.bin")
+val_tokens=$(python3 -c "import os,sys; print((os.path.getsize(sys.argv[1]) - 1024) // 2)" "$data/val_000000.bin")
 held=$(((val_tokens - 1) / 32))
 out=$("$boostlm" eval --checkpoint "$work/run" -d "$data" "${small[@]}" --eval-batches 100000 2>&1) ||
   fail "eval, too many windows: $out"
-grep -qF "$data/val.bin holds $val_tokens tokens: $held window(s) of 2x16+1, fewer than --eval-batches 100000" \
+grep -qF "$data/val_000000.bin holds $val_tokens tokens: $held window(s) of 2x16+1, fewer than --eval-batches 100000" \
   <<< "$out" || fail "eval, too many windows: no warning: $out"
 grep -q "\"batches\":$held," <<< "$out" || fail "eval, too many windows: JSON: $out"
 
@@ -117,7 +117,7 @@ assert j['sequences'] == -(-(j['tokens'] - 1) // 16), j" "$out" || fail "eval --
 loss_of() { "$boostlm" eval --checkpoint "$work/run" "$@" "${small[@]}" --eval-batches 2 2> /dev/null |
   python3 -c "import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])['loss'])"; }
 by_dir=$(loss_of -d "$data") || fail "eval -d DIR"
-by_shard=$(loss_of --data "$data/val.bin") || fail "eval --data SHARD"
+by_shard=$(loss_of --data "$data/val_000000.bin") || fail "eval --data SHARD"
 [[ -n "$by_dir" && "$by_dir" == "$by_shard" ]] || fail "eval -d DIR ($by_dir) != --data SHARD ($by_shard)"
 
 # 8: the old spellings still work, with a one-line deprecation note.
@@ -128,14 +128,14 @@ deprecated() {  # deprecated OLD NEW command...
   grep -qxF "boostlm $2: warning: $old is deprecated, use $new" <<< "$out" ||
     fail "$old: no deprecation note: $out"
 }
-deprecated --batches --eval-batches "$boostlm" eval --checkpoint "$work/run" --data "$data/val.bin" \
+deprecated --batches --eval-batches "$boostlm" eval --checkpoint "$work/run" --data "$data/val_000000.bin" \
   "${small[@]}" --batches 2
 deprecated -n --max-new-tokens "$boostlm" generate --checkpoint "$work/run" -p "Line" -n 3
 deprecated --max-tokens --max-new-tokens "$boostlm" generate --checkpoint "$work/run" -p "Line" \
   --max-tokens 3
 "$boostlm" init -c "$work/dense.json" -o "$work/dense" > /dev/null 2>&1 || fail "init dense"
 deprecated --eval-data --data "$boostlm" convert --to svd --checkpoint "$work/dense" --attn-rank 4 \
-  --mlp-rank 4 --eval-data "$data/val.bin" "${small[@]}" --eval-batches 1 -o "$work/svd1"
+  --mlp-rank 4 --eval-data "$data/val_000000.bin" "${small[@]}" --eval-batches 1 -o "$work/svd1"
 deprecated --batches --eval-batches "$boostlm" convert --to svd --checkpoint "$work/dense" \
   --attn-rank 4 --mlp-rank 4 -d "$data" "${small[@]}" --batches 1 -o "$work/svd2"
 out=$("$boostlm" generate --checkpoint "$work/run" -p "Line" --max-new-tokens 3 2>&1) ||

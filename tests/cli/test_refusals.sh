@@ -60,7 +60,7 @@ grep -q "warning: config: attn_rank and mlp_rank are ignored" <<< "$out" ||
 # Memory: a 7B model on this machine is refused before it allocates, with the figures.
 expect_error "7b dense" "per rank" "$boostlm" train -c "$configs/7b-dense.json" -d "$work/data" \
   -o "$work/x" --vocab-size 512 -b 1 -t 32 --steps 1
-mkdir -p "$work/train_only" && cp "$work/data/train.bin" "$work/train_only/"
+mkdir -p "$work/train_only" && cp "$work/data/train_000000.bin" "$work/train_only/"
 expect_error "huge batch" "available. Try a smaller --batch-size" "$boostlm" train \
   -c "$configs/60m-dense.json" -d "$work/train_only" -o "$work/x" --vocab-size 512 -b 200000 -t 32 --steps 1
 
