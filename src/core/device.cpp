@@ -155,6 +155,12 @@ DeviceAccess::~DeviceAccess() {
   if (--a.open == 0) protect(a, 0, a.high_water, false);
 }
 
+bool in_checked_arena(const void* p) {
+  const char* c = static_cast<const char*>(p);
+  const Arena& a = arena();
+  return a.base != nullptr && c >= a.base && c < a.base + kArenaBytes;
+}
+
 void* checked_allocate(std::size_t bytes) {
   Arena& a = arena();
   const std::size_t page = page_bytes();

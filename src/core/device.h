@@ -128,6 +128,9 @@ class HostView {
   T* host_ = nullptr;
 };
 
+// Whether `p` points into the checking mode's arena (device memory under --device cpu-checked).
+bool in_checked_arena(const void* p);
+
 // The checking mode's arena (core/buffer.cpp's allocator calls these when it is on).
 bool device_memory_checked();
 void* checked_allocate(std::size_t bytes);  // page-aligned, zeroed

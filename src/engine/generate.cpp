@@ -101,12 +101,20 @@ void KvDecoder::forward(const int32_t* tokens, int64_t n, float* logits) {
   gate_.resize(n * config_.d_ff);
   up_.resize(n * config_.d_ff);
   rstd_.resize(n);
+  logits_.resize(V);
+  if (!device_memory_in_place()) {  // a named copy: the host's token ids, uploaded
+    ids_.resize(n);
+    device_upload(ids_.data(), tokens, n * sizeof(int32_t));
+    tokens = ids_.data();
+  }
   embedding_forward(tokens, n, embedding_, V, d, x_.data());
   for (int64_t l = 0; l < config_.n_layers; ++l) block(l, n);
   position_ += n;
   rmsnorm_forward(x_.data() + (n - 1) * d, d, final_norm_, 1, d, config_.rms_eps, h_.data(), d,
                   rstd_.data());
-  gemm(Trans::N, Trans::T, 1, V, d, 1.0f, h_.data(), d, head_, d, 0.0f, logits, V, DType::f32);
+  gemm(Trans::N, Trans::T, 1, V, d, 1.0f, h_.data(), d, head_, d, 0.0f, logits_.data(), V,
+       DType::f32);
+  device_download(logits, logits_.data(), V * sizeof(float));  // a named copy, for sampling
 }
 
 int32_t sample_token(const std::vector<float>& logits, const SampleOptions& o, double u) {

@@ -225,7 +225,8 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
     // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum
     // over the group is the full lookup. A hidden-sharded residual (btp) keeps its own columns.
     float* x0 = rc == d ? resid(first_layer_) : x_full_.data();
-    embedding_shard_forward(tokens, N, weights_.view(table_.at("model.embed_tokens.weight")),
+    embedding_shard_forward(device_ids(tokens, N, token_ids_), N,
+                            weights_.view(table_.at("model.embed_tokens.weight")),
                             vocab_begin_, vocab_rows_, d, x0);
     tp_->all_reduce(x0, N * d);
     if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid(first_layer_));
@@ -297,6 +298,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   // logits' storage, which this one overwrites: it runs first.
   if (head_gradient_pending_) deferred_head_gradient();
   const int64_t N = batch_ * seq_len_, d = config_.d_model, V = vocab_rows_;
+  targets = device_ids(targets, N, target_ids_);
   const int64_t rc = blocks().residual_columns();
   const int t = tp_->size();
   Buffer<float> scratch;
@@ -378,8 +380,15 @@ void Model::embedding_backward(const int32_t* tokens) {
     gather_columns(*tp_, d_resid_.data(), N, rc, d_full_.data(), scratch);
     dx = d_full_.data();
   }
-  embedding_shard_backward(tokens, N, dx, vocab_begin_, vocab_rows_, d,
+  embedding_shard_backward(device_ids(tokens, N, token_ids_), N, dx, vocab_begin_, vocab_rows_, d,
                            grads_.view(table_.at("model.embed_tokens.weight")));
+}
+
+const int32_t* Model::device_ids(const int32_t* ids, int64_t n, Buffer<int32_t>& to) {
+  if (device_memory_in_place()) return ids;
+  if (to.size() < static_cast<size_t>(n)) to.resize(n);
+  device_upload(to.data(), ids, n * sizeof(int32_t));
+  return to.data();
 }
 
 float Model::stage_loss(const int32_t* targets, bool backward, float grad_scale) {
@@ -467,8 +476,10 @@ void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
   const float* x = resid(last_layer_) + (T - 1) * d;
   rmsnorm_forward(x, d, weights_.view(fnorm), 1, d, config_.rms_eps, norm_final_.data(), d,
                   rstd_final_.data());
+  logits_last_.resize(config_.vocab_size);
   gemm(Trans::N, Trans::T, 1, config_.vocab_size, d, 1.0f, norm_final_.data(), d,
-       weights_.view(head), d, 0.0f, out, config_.vocab_size, DType::f32);
+       weights_.view(head), d, 0.0f, logits_last_.data(), config_.vocab_size, DType::f32);
+  device_download(out, logits_last_.data(), config_.vocab_size * sizeof(float));  // for sampling
 }
 
 double Model::grad_sum_squares(int64_t begin, int64_t end, Communicator* dp) {

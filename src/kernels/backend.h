@@ -2,9 +2,8 @@
 //
 // The engine calls the free functions of src/kernels/*.h (the interface, documented there). Each
 // of them forwards to the same entry of the active KernelTable (dispatch.cpp): the CPU backend's
-// (src/kernels/cpu/, for --device cpu and cpu-checked) unless another backend's table was made
-// active, which select_kernels does from the device chosen with select_device (core/device.h), once,
-// before any work. This is ggml's backend interface (a struct of function pointers per backend)
+// (src/kernels/cpu/; under --device cpu-checked its checking table) unless another backend's table
+// was made active with use_kernels, once, before any work. This is ggml's backend interface (a struct of function pointers per backend)
 // with the interface's function names kept, so no call site names a backend and a backend is a
 // folder that fills a table.
 //
@@ -264,8 +263,10 @@ struct KernelTable {
 #undef BOOSTLM_KERNEL_ENTRY
 };
 
-// The CPU backend's table (src/kernels/cpu/table.cpp).
+// The CPU backend's table (src/kernels/cpu/table.cpp), and the one --device cpu-checked uses
+// (cpu/checked_table.cpp: each entry first checks that every array it is given is device memory).
 const KernelTable& cpu_kernel_table();
+const KernelTable& cpu_checked_kernel_table();
 
 // The table the interface's functions forward to now.
 const KernelTable& active_kernels();

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <string>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "kernels/activation.h"
 #include "kernels/adamw.h"
@@ -18,12 +19,13 @@
 namespace boostlm {
 
 namespace {
-// Null until use_kernels or the first call: the CPU table then.
+// Null until use_kernels: the CPU backend's table then, the checking one once --device cpu-checked
+// was chosen.
 const KernelTable* g_active = nullptr;
 
 const KernelTable& active() {
-  if (g_active == nullptr) g_active = &cpu_kernel_table();
-  return *g_active;
+  if (g_active != nullptr) return *g_active;
+  return device_memory_checked() ? cpu_checked_kernel_table() : cpu_kernel_table();
 }
 }  // namespace
 

@@ -4,16 +4,16 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
-
+#include "core/buffer.h"
 #include "core/dtype.h"
 
 namespace boostlm {
 
-// cos/sin for positions [0, max_pos) and i < head_dim/2, each [max_pos, head_dim/2].
+// cos/sin for positions [0, max_pos) and i < head_dim/2, each [max_pos, head_dim/2], in device
+// memory (computed on the host in double and uploaded once: a named copy).
 struct RopeTable {
   int64_t max_pos = 0, head_dim = 0;
-  std::vector<float> cos, sin;
+  Buffer<float> cos, sin;
 };
 RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta);
 

@@ -3,7 +3,8 @@
 #  checked   every layout and BOOST switch, DP with buckets and ZeRO, PP, --tp-overlap, eval,
 #            generate and a resume run a few steps under --device cpu-checked (the engine's buffers
 #            reachable only inside kernels, collectives and named copies, core/device.h) and give
-#            the bits of --device cpu: no host access to device memory anywhere on those paths.
+#            the bits of --device cpu: no host access to device memory anywhere on those paths, and
+#            no kernel given host memory (the checking mode's kernel table checks every array).
 #  cuda      --device cuda stops at once, before any work, with the reason and a non-zero status.
 # Usage: test_device.sh path/to/boostlm
 set -uo pipefail
@@ -48,6 +49,9 @@ for dev in cpu cpu-checked; do
     --eval-batches 2 > "eval-$dev.out" 2> "eval-$dev.log" || fail "eval --device $dev: $(tail -2 "eval-$dev.log")"
   "$boostlm" generate --device "$dev" --checkpoint one-process-cpu --prompt "Line 3 of" --max-new-tokens 8 \
     --seed 1 > "generate-$dev.out" 2> "generate-$dev.log" || fail "generate --device $dev: $(tail -2 "generate-$dev.log")"
+  "$boostlm" generate --device "$dev" --checkpoint one-process-cpu --prompt "Line 3 of" --max-new-tokens 8 \
+    --seed 1 --no-cache >> "generate-$dev.out" 2> "generate-nocache-$dev.log" ||
+    fail "generate --no-cache --device $dev: $(tail -2 "generate-nocache-$dev.log")"
   cp -r one-process-cpu "resume-$dev"
   "$boostlm" train --device "$dev" -d data -o "resume-$dev" --resume "resume-$dev" -c cola.json \
     -t 16 -b 2 --steps 6 --eval-interval 0 --eval-batches 1 > "resume-$dev.out" 2> "resume-$dev.log" ||

@@ -47,6 +47,19 @@ TEST(DeviceChecked, HostWriteOutsideABackendCallCrashes) {
       "outside a backend call");
 }
 
+TEST(DeviceChecked, AKernelGivenHostMemoryCrashesNamingItsArgument) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        select_device(Device::cpu_checked);
+        Buffer<float> device(16);
+        std::vector<float> host(16, 1.0f);  // what a GPU kernel could not read
+        copy_values(host.data(), 16, device.data());
+        std::exit(0);
+      },
+      "kernel copy_values was given host memory \\(argument 1");
+}
+
 // Kernels, named copies and the buffer's own members work; values survive closing and reopening,
 // and a buffer freed and allocated again reads as zeros. Exits 0 only if every check held.
 [[noreturn]] void use_checked_memory_properly() {

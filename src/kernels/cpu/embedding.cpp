@@ -12,6 +12,7 @@ namespace boostlm::cpu {
 
 void embedding_forward(const int32_t* tokens, int64_t n, const float* weight, int64_t V, int64_t D,
                        float* out) {
+  BOOSTLM_KERNEL("embedding");  // the ids are checked where they are: in device memory
   for (int64_t i = 0; i < n; ++i) BOOSTLM_ASSERT(tokens[i] >= 0 && tokens[i] < V);
   embedding_shard_forward(tokens, n, weight, 0, V, D, out);
 }

@@ -2,6 +2,7 @@
 #include "kernels/cpu/kernels.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "core/device.h"
@@ -16,17 +17,20 @@ RopeTable make_rope_table(int64_t max_pos, int64_t head_dim, float theta) {
   t.max_pos = max_pos;
   t.head_dim = head_dim;
   const int64_t half = head_dim / 2;
-  t.cos.resize(max_pos * half);
-  t.sin.resize(max_pos * half);
+  std::vector<float> cos(max_pos * half), sin(max_pos * half);
   for (int64_t p = 0; p < max_pos; ++p) {
     for (int64_t i = 0; i < half; ++i) {
       // Angles in double: fp32 loses accuracy for large positions.
       double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
       double angle = static_cast<double>(p) * inv_freq;
-      t.cos[p * half + i] = static_cast<float>(std::cos(angle));
-      t.sin[p * half + i] = static_cast<float>(std::sin(angle));
+      cos[p * half + i] = static_cast<float>(std::cos(angle));
+      sin[p * half + i] = static_cast<float>(std::sin(angle));
     }
   }
+  t.cos.resize(cos.size());
+  t.sin.resize(sin.size());
+  device_upload(t.cos.data(), cos.data(), cos.size() * sizeof(float));
+  device_upload(t.sin.data(), sin.data(), sin.size() * sizeof(float));
   return t;
 }
 

@@ -14,5 +14,6 @@ add_library(boostlm_kernels_cpu STATIC
   ${CMAKE_CURRENT_LIST_DIR}/adamw.cpp
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.cpp
   ${CMAKE_CURRENT_LIST_DIR}/table.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checked_table.cpp
 )
 target_link_libraries(boostlm_kernels_cpu PUBLIC boostlm_base OpenMP::OpenMP_CXX PRIVATE DNNL::dnnl)

@@ -344,7 +344,8 @@ TEST_F(CudaEmbedding, ForwardAndBackwardAreTheCpuBackendsExactly) {
 TEST_F(CudaRope, AllFormsMatchTheCpuBackend) {
   const int64_t B = 3, T = 20, heads = 3, hd = 16, ld = heads * hd + 5, rows = B * T;
   const RopeTable table = make_rope_table(32, hd, 10000.0f);
-  DeviceArray<float> d_cos(table.cos), d_sin(table.sin);
+  DeviceArray<float> d_cos(std::vector<float>(table.cos.begin(), table.cos.end())),
+      d_sin(std::vector<float>(table.sin.begin(), table.sin.end()));
   const DeviceRopeTable device_table{d_cos.get(), d_sin.get(), table.max_pos, table.head_dim};
   const auto x0 = random_floats(rows * ld, 50);
 
