@@ -6,7 +6,11 @@
 #include "cli/commands.h"
 #include "core/device.h"
 #ifdef BOOSTLM_HAVE_CUDA
+#include "comm/cuda_transport.h"
+#include "comm/grid.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/table.h"
 #endif
 
 namespace boostlm::cli {
@@ -14,13 +18,22 @@ namespace boostlm::cli {
 void add_device_option(CLI::App& cmd) {
 #ifdef BOOSTLM_HAVE_CUDA
   set_cuda_probe([](std::string* why_none) { return cuda::cuda_visible_devices(why_none); });
+  // The GPU of this rank's local rank, its stream, memory and kernels; each group of the process
+  // grid then collects on the device (NCCL, or staged through the host with BOOSTLM_NCCL=0).
+  set_cuda_start([] {
+    use_device_of_local_rank();
+    cuda::start_backend();
+    set_group_setup([](Communicator& group) {
+      group.set_device_transport(make_device_transport(group, cuda::buffer_stream()));
+    });
+  });
 #endif
   cmd.add_option_function<std::string>(
          "--device", [](const std::string& name) { select_device(parse_device(name)); },
          "where the arrays live and kernels run: cpu, cpu-checked (cpu, with any host access to "
          "the engine's buffers outside a kernel, collective or named copy crashing at its line: "
-         "the test that the engine is ready for a GPU) or cuda (refused, with the reason, until "
-         "the engine dispatches to the CUDA kernels)")
+         "the test that the engine is ready for a GPU) or cuda (the CUDA backend: not yet run on a "
+         "GPU; refused with the reason where none is visible)")
       ->default_str("cpu")
       ->check(CLI::IsMember({"cpu", "cpu-checked", "cuda"}));
 }

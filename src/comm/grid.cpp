@@ -17,12 +17,16 @@ Communicator split_world(int color, int key, std::string name) {
   return group;
 }
 
+GroupSetup g_group_setup = nullptr;
+
 std::string flags(const GridShape& s) {
   return "--tp " + std::to_string(s.tp) + " --pp " + std::to_string(s.pp) + " --dp " +
          std::to_string(s.dp);
 }
 
 }  // namespace
+
+void set_group_setup(GroupSetup setup) { g_group_setup = setup; }
 
 ProcessGrid::ProcessGrid() = default;
 
@@ -56,6 +60,9 @@ ProcessGrid::ProcessGrid(GridShape shape) : shape_(shape) {
   BOOSTLM_ASSERT(tp_.size() == shape.tp && tp_.rank() == tp_rank);
   BOOSTLM_ASSERT(dp_.size() == shape.dp && dp_.rank() == dp_rank);
   BOOSTLM_ASSERT(pp_.size() == shape.pp && pp_.rank() == pp_rank);
+  if (g_group_setup)
+    for (Communicator* group : {&world_, &tp_, &dp_, &pp_})
+      if (group->size() > 1) g_group_setup(*group);
 }
 
 }  // namespace boostlm

@@ -13,6 +13,11 @@ struct GridShape {
   int world() const { return tp * pp * dp; }
 };
 
+// What a backend with memory of its own does to each group of a new grid of several processes
+// (the CUDA backend gives it a device transport, comm/cuda_transport.h); collective over the group.
+using GroupSetup = void (*)(Communicator& group);
+void set_group_setup(GroupSetup setup);
+
 class ProcessGrid {
  public:
   // The grid of a single process (no MPI).

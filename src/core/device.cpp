@@ -87,8 +87,9 @@ void start_checking() {
 }
 
 CudaProbe g_cuda_probe = nullptr;
+CudaStart g_cuda_start = nullptr;
 
-void refuse_cuda() {
+void start_cuda() {
   if (g_cuda_probe == nullptr)
     throw error(
         "--device cuda: this build of boostlm has no CUDA backend (it was configured without the "
@@ -97,9 +98,10 @@ void refuse_cuda() {
   std::string why;
   const int gpus = g_cuda_probe(&why);
   if (gpus == 0) throw error("--device cuda: no GPU is visible to this process: ", why);
-  throw error("--device cuda: ", gpus,
-              " GPU(s) visible and the CUDA kernels are built, but the engine does not run on "
-              "them yet (issue 29: the dispatch to src/kernels/cuda is not in); use --device cpu");
+  if (g_cuda_start == nullptr)
+    throw error("--device cuda: ", gpus, " GPU(s) visible but this command cannot start the "
+                "CUDA backend; use --device cpu");
+  g_cuda_start();
 }
 
 }  // namespace
@@ -127,8 +129,10 @@ void set_cuda_probe(CudaProbe probe) {
   g_cuda_probe = probe;
 }
 
+void set_cuda_start(CudaStart start) { g_cuda_start = start; }
+
 void select_device(Device device) {
-  if (device == Device::cuda) refuse_cuda();
+  if (device == Device::cuda) start_cuda();
   if (device == Device::cpu_checked) start_checking();
   g_device.store(device);
 }

@@ -43,6 +43,10 @@ Device current_device();
 // *why_none); the command line sets it (cli/device.cpp), as the core links no backend.
 using CudaProbe = int (*)(std::string* why_none);
 void set_cuda_probe(CudaProbe probe);
+// What starts the CUDA backend once a GPU is visible (its memory, kernels and collectives; throws
+// Error when it cannot); set beside the probe.
+using CudaStart = void (*)();
+void set_cuda_start(CudaStart start);
 
 // A backend call or a named copy: device memory is reachable while one is open. `what` names it
 // for the reader of the call site (the fault handler cannot know which scope was missing). Costs

@@ -226,6 +226,13 @@ void attention_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq, c
 
 // The plain reference attention for the tests (attention_reference.cu): one thread per output
 // element, no tiles, the same bf16 roundings; quadratic work per thread, test shapes only.
+// Generation's attention over a KV cache (kernels/attention.h): one block per (token, head), the
+// token's scores in shared memory, so at most attention_cached_max_keys() cached positions.
+int64_t attention_cached_max_keys();
+void attention_cached_forward(int64_t n, int64_t first_pos, int64_t n_heads, int64_t n_kv_heads,
+                              int64_t head_dim, const float* q, const float* k_cache,
+                              const float* v_cache, float* out, cudaStream_t stream);
+
 void attention_reference_forward(const AttentionShape& s, const float* q, int64_t ldq,
                                  const float* k, int64_t ldk, const float* v, int64_t ldv,
                                  float* out, int64_t ldo, float* lse, cudaStream_t stream);

@@ -25,6 +25,8 @@ add_library(boostlm_kernels_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/attention_reference.cu
   ${CMAKE_CURRENT_LIST_DIR}/reference_gemm.cu
   ${CMAKE_CURRENT_LIST_DIR}/plans.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/attention_cached.cu
+  ${CMAKE_CURRENT_LIST_DIR}/table.cpp
 )
 target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart CUDA::cublasLt)

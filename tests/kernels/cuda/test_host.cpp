@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/table.h"
 #include "kernels/math.h"
 
 namespace boostlm::cuda {
@@ -41,6 +42,14 @@ TEST(CudaDevice, CountComesWithAReasonWhenZero) {
 
 // The checks name the call, file:line and the library's own error name and string (lookups that
 // need no device).
+// The CUDA backend implements the whole interface: use_kernels would accept its table (making the
+// table touches no CUDA call, so this runs everywhere; its kernels run on a GPU only).
+TEST(CudaKernelTable, FillsEveryEntryOfTheInterface) {
+  const char* missing = nullptr;
+  EXPECT_EQ(kernel_table_filled(cuda::kernel_table(), &missing), kernel_table_size()) << missing;
+  EXPECT_STREQ(cuda::kernel_table().backend, "cuda");
+}
+
 TEST(CudaChecks, ThrowErrorsNamingTheCallTheLineAndTheLibrarysMessage) {
   try {
     BOOSTLM_CHECK_CUDA(cudaErrorInvalidValue);

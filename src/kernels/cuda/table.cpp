@@ -1,0 +1,185 @@
+#include "kernels/cuda/table.h"
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/plans.h"
+
+namespace boostlm::cuda {
+
+namespace {
+
+cudaStream_t stream() {
+  return buffer_stream();
+}
+
+GemmContext& gemm_context() {
+  static GemmContext* context = new GemmContext();  // never destroyed: see device_allocator()
+  return *context;
+}
+
+// Device scratch for one launch, back to the allocator once the launch is enqueued.
+class Scratch {
+ public:
+  Scratch(std::size_t bytes, cudaStream_t s)
+      : bytes_(bytes), data_(bytes ? device_allocator().allocate(bytes, s) : nullptr) {}
+  ~Scratch() { device_allocator().free(data_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  std::size_t bytes_;
+  void* data_;
+};
+
+DeviceRopeTable on_device(const RopeTable& t) {
+  return {t.cos.data(), t.sin.data(), t.max_pos, t.head_dim};
+}
+
+}  // namespace
+
+// The launchers whose arguments are not the interface's plus a stream, adapted to that form; the
+// others are cuda::'s own (found through the using-directive when a name is not declared here).
+namespace adapted {
+using namespace ::boostlm::cuda;
+
+void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
+                  GemmInput B, float beta, float* C, int64_t ldc, const GemmBatch& batch,
+                  DType compute, cudaStream_t s) {
+  cuda::gemm_batched(gemm_context(), ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch, compute, s);
+}
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
+          GemmInput B, float beta, float* C, int64_t ldc, DType compute, cudaStream_t s) {
+  cuda::gemm(gemm_context(), ta, tb, M, N, K, alpha, A, B, beta, C, ldc, compute, s);
+}
+
+void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                      const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
+                      int64_t lddx, float* dgamma, bool accumulate, cudaStream_t s) {
+  const Scratch w(rmsnorm_backward_workspace_bytes(rows, D), s);
+  cuda::rmsnorm_backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate,
+                         w.data(), w.bytes(), s);
+}
+void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                            const float* gamma, const float* rstd, const float* dot, int64_t rows,
+                            int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
+                            float* dgamma, bool accumulate, cudaStream_t s) {
+  const Scratch w(rmsnorm_backward_apply_workspace_bytes(rows, D_local), s);
+  cuda::rmsnorm_backward_apply(dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx,
+                               lddx, dgamma, accumulate, w.data(), w.bytes(), s);
+}
+void online_norm_input_backward(const float* g, const float* x, const float* gamma,
+                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
+                                float* dgamma, cudaStream_t s) {
+  const Scratch w(online_norm_input_backward_workspace_bytes(rows, D), s);
+  cuda::online_norm_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, w.data(),
+                                   w.bytes(), s);
+}
+
+void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t,
+                  cudaStream_t s) {
+  cuda::rope_forward(x, ld, B, T, heads, on_device(t), s);
+}
+void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const RopeTable& t,
+                     int64_t first_pos, cudaStream_t s) {
+  cuda::rope_forward_at(x, ld, rows, heads, on_device(t), first_pos, s);
+}
+void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                       const RopeTable& t, bf16_t* out, int64_t ldo, cudaStream_t s) {
+  cuda::rope_forward_bf16(x, ld, B, T, heads, on_device(t), out, ldo, s);
+}
+void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t,
+                   cudaStream_t s) {
+  cuda::rope_backward(dx, ld, B, T, heads, on_device(t), s);
+}
+void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                        const RopeTable& t, bf16_t* out, int64_t ldo, cudaStream_t s) {
+  cuda::rope_backward_bf16(dx, ld, B, T, heads, on_device(t), out, ldo, s);
+}
+
+template <class T>
+void attention_backward_on(const AttentionShape& sh, const T* q, int64_t ldq, const T* k,
+                           int64_t ldk, const T* v, int64_t ldv, const T* out, int64_t ldo,
+                           const float* lse, const float* dout, int64_t lddo, float* dq,
+                           int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
+                           cudaStream_t s) {
+  const Scratch w(attention_backward_workspace_bytes(sh), s);
+  cuda::attention_backward(sh, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk,
+                           lddk, dv, lddv, w.data(), w.bytes(), s);
+}
+void attention_backward(const AttentionShape& sh, const float* q, int64_t ldq, const float* k,
+                        int64_t ldk, const float* v, int64_t ldv, const float* out, int64_t ldo,
+                        const float* lse, const float* dout, int64_t lddo, float* dq,
+                        int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
+                        cudaStream_t s) {
+  attention_backward_on(sh, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk,
+                        dv, lddv, s);
+}
+void attention_backward(const AttentionShape& sh, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                        int64_t ldk, const bf16_t* v, int64_t ldv, const bf16_t* out, int64_t ldo,
+                        const float* lse, const float* dout, int64_t lddo, float* dq,
+                        int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
+                        cudaStream_t s) {
+  attention_backward_on(sh, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk,
+                        dv, lddv, s);
+}
+
+// The values the CPU forms return: computed on the device, downloaded (the stream is waited for).
+float mean_loss(const float* losses, int64_t n, cudaStream_t s) {
+  const Scratch result(sizeof(float), s);
+  cuda::mean_loss(losses, n, result.as<float>(), s);
+  float value = 0;
+  BOOSTLM_CHECK_CUDA(cudaMemcpyAsync(&value, result.data(), sizeof value, cudaMemcpyDeviceToHost, s));
+  BOOSTLM_CHECK_CUDA(cudaStreamSynchronize(s));
+  return value;
+}
+double sum_squares(const float* x, int64_t n, cudaStream_t s) {
+  const Scratch result(sizeof(double), s), w(sum_squares_workspace_bytes(n), s);
+  cuda::sum_squares(x, n, result.as<double>(), w.data(), w.bytes(), s);
+  double value = 0;
+  BOOSTLM_CHECK_CUDA(cudaMemcpyAsync(&value, result.data(), sizeof value, cudaMemcpyDeviceToHost, s));
+  BOOSTLM_CHECK_CUDA(cudaStreamSynchronize(s));
+  return value;
+}
+
+}  // namespace adapted
+
+namespace {
+
+#define BOOSTLM_APPEND_STREAM(...) __VA_ARGS__, stream()
+#define BOOSTLM_CUDA_KERNEL(ret, function, entry, params, args) \
+  ret entry##_on_stream params { return adapted::function(BOOSTLM_APPEND_STREAM args); }
+BOOSTLM_KERNEL_LIST(BOOSTLM_CUDA_KERNEL)
+#undef BOOSTLM_CUDA_KERNEL
+#undef BOOSTLM_APPEND_STREAM
+
+}  // namespace
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    t.backend = "cuda";
+#define BOOSTLM_CUDA_ENTRY(ret, function, entry, params, args) t.entry = &entry##_on_stream;
+    BOOSTLM_KERNEL_LIST(BOOSTLM_CUDA_ENTRY)
+#undef BOOSTLM_CUDA_ENTRY
+    return t;
+  }();
+  return table;
+}
+
+void start_backend() {
+  cudaStream_t s = nullptr;
+  BOOSTLM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  set_buffer_stream(s);
+  install_device_buffers();
+  use_kernels(kernel_table());
+}
+
+}  // namespace boostlm::cuda
