@@ -45,6 +45,9 @@ class BpeTokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Appends code point `cp` to `out` in UTF-8.
+void append_utf8(uint32_t cp, std::string& out);
+
 // Appends `text` to `out` with each ill-formed UTF-8 subsequence replaced by U+FFFD, one per
 // maximal subpart (Unicode §3.9, "U+FFFD substitution of maximal subparts"; what WHATWG's UTF-8
 // decoder, and so Node's Buffer.toString and TextDecoder, do). Returns whether any was replaced.

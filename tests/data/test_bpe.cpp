@@ -224,21 +224,7 @@ std::string unescape(std::string_view line) {
       const size_t close = line.find('}', i);
       const auto cp = static_cast<uint32_t>(
           std::stoul(std::string(line.substr(i + 2, close - i - 2)), nullptr, 16));
-      if (cp < 0x80) {
-        out += static_cast<char>(cp);
-      } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      }
+      append_utf8(cp, out);
       i = close;
     } else if (c == '{') {
       const size_t colon = line.find(':', i), close = line.find('}', colon);

@@ -91,19 +91,8 @@ TEST(KernelDispatch, AWholeStepRunsThroughTheTable) {
   const RestoreCpuKernels restore;
   for (const Arch arch : {Arch::dense, Arch::svd, Arch::cola}) {
     for (const DType precision : {DType::f32, DType::bf16}) {
-      ModelConfig c;
-      c.arch = arch;
-      c.vocab_size = 23;
-      c.d_model = 16;
-      c.n_layers = 2;
-      c.n_heads = 4;
-      c.n_kv_heads = 2;
-      c.d_ff = 24;
-      c.attn_rank = 4;
-      c.mlp_rank = 6;
-      c.max_seq_len = 16;
-      c.validate();
-      const auto tokens = random_tokens(14, 23, 1), targets = random_tokens(14, 23, 2);
+      const ModelConfig c = small_model(arch, /*kv_heads=*/2);
+      const auto tokens = random_tokens(14, 64, 1), targets = random_tokens(14, 64, 2);
       auto step = [&](float* loss) {
         Model model(c, precision);
         model.init_weights(5);
