@@ -36,7 +36,6 @@ std::array<uint32_t, 256> byte_to_codepoint() {
   return table;
 }
 
-
 // Decodes the code point at `text[i]` of valid UTF-8 and advances i.
 uint32_t next_codepoint(std::string_view text, size_t& i) {
   const auto b = static_cast<unsigned char>(text[i]);
