@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "engine/model.h"
 #include "kernels/gemm.h"
 #include "train/checkpoint.h"
@@ -128,28 +129,35 @@ void add_hyperparameters(GgufWriter& w, const ModelConfig& c, const std::string&
   w.add_float32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
 }
 
-// The vocabulary as tokenizer.ggml.*, padded with unused "[PADi]" entries up to the model's
-// vocabulary (llama.cpp wants one token per embedding row).
-void add_tokenizer(GgufWriter& w, const std::string& tokenizer_path, int64_t vocab_size,
-                   GgufExportSummary& summary) {
-  SentencePieceVocab v = read_sentencepiece_vocab(tokenizer_path);
-  const auto pieces = static_cast<int64_t>(v.pieces.size());
-  if (pieces > vocab_size)
-    throw error(tokenizer_path, " holds ", pieces, " pieces, more than the model's vocabulary of ",
+// Entries "[PADi]" of type unused from `from` up to the model's vocabulary (llama.cpp wants one
+// token per embedding row).
+void pad_vocabulary(std::vector<std::string>& tokens, std::vector<int32_t>& types,
+                    int64_t vocab_size, const std::string& tokenizer_path,
+                    GgufExportSummary& summary) {
+  const auto size = static_cast<int64_t>(tokens.size());
+  if (size > vocab_size)
+    throw error(tokenizer_path, " holds ", size, " tokens, more than the model's vocabulary of ",
                 vocab_size);
+  if (size < vocab_size)
+    summary.notes.push_back("vocabulary padded from " + std::to_string(size) + " pieces to " +
+                            std::to_string(vocab_size) + " tokens with unused [PADi] entries");
+  for (int64_t i = size; i < vocab_size; ++i) {
+    tokens.push_back("[PAD" + std::to_string(i) + "]");
+    types.push_back(static_cast<int32_t>(PieceType::unused));
+  }
+}
+
+// A SentencePiece model as the `llama` tokenizer.
+void add_sentencepiece_tokenizer(GgufWriter& w, const std::string& tokenizer_path,
+                                 int64_t vocab_size, GgufExportSummary& summary) {
+  SentencePieceVocab v = read_sentencepiece_vocab(tokenizer_path);
   if (v.model_type != "bpe")
     summary.notes.push_back("the tokenizer is a SentencePiece " + v.model_type +
                             " model: llama.cpp tokenizes text by SentencePiece BPE's merge rule, "
                             "which may split some text differently (token ids fed directly are "
                             "unaffected)");
-  if (pieces < vocab_size)
-    summary.notes.push_back("vocabulary padded from " + std::to_string(pieces) + " pieces to " +
-                            std::to_string(vocab_size) + " tokens with unused [PADi] entries");
-  for (int64_t i = pieces; i < vocab_size; ++i) {
-    v.pieces.push_back("[PAD" + std::to_string(i) + "]");
-    v.scores.push_back(-1000.0f);
-    v.types.push_back(static_cast<int32_t>(PieceType::unused));
-  }
+  pad_vocabulary(v.pieces, v.types, vocab_size, tokenizer_path, summary);
+  v.scores.resize(v.pieces.size(), -1000.0f);
   w.add_string("tokenizer.ggml.model", "llama");
   w.add_string_array("tokenizer.ggml.tokens", v.pieces);
   w.add_float32_array("tokenizer.ggml.scores", v.scores);
@@ -164,6 +172,42 @@ void add_tokenizer(GgufWriter& w, const std::string& tokenizer_path, int64_t voc
   w.add_bool("tokenizer.ggml.add_eos_token", false);
   w.add_bool("tokenizer.ggml.add_space_prefix", v.add_dummy_prefix);
   w.add_bool("tokenizer.ggml.remove_extra_whitespaces", v.remove_extra_whitespaces);
+}
+
+// A Hugging Face byte-level BPE as the `gpt2` tokenizer, as llama.cpp's convert_hf_to_gguf.py
+// writes one: token strings, types and merges, the pre-tokenizer's name, BOS and EOS, and
+// whether to add them as the tokenizer's post-processor does.
+void add_byte_level_bpe_tokenizer(GgufWriter& w, const std::string& tokenizer_path,
+                                  int64_t vocab_size, GgufExportSummary& summary) {
+  ByteLevelBpeVocab v = read_byte_level_bpe_vocab(tokenizer_path);
+  pad_vocabulary(v.tokens, v.types, vocab_size, tokenizer_path, summary);
+  if (v.eos_id < 0)
+    throw error(tokenizer_path, ": names no EOS (tokenizer_config.json's eos_token, or a token ",
+                "<|endoftext|>); llama.cpp needs one to stop generating");
+  int32_t bos = v.bos_id;
+  if (bos < 0) {
+    // Without the key llama.cpp takes id 11 for a gpt2 tokenizer; GPT-2's own configuration
+    // names <|endoftext|> both BOS and EOS.
+    bos = v.eos_id;
+    summary.notes.push_back("the tokenizer names no BOS: tokenizer.ggml.bos_token_id is its EOS, " +
+                            std::to_string(bos) + " (as GPT-2's configuration has it)");
+  }
+  if (v.ignore_merges != v.llama_ignores_merges)
+    summary.notes.push_back(std::string("the tokenizer ") +
+                            (v.ignore_merges ? "sets" : "does not set") +
+                            " ignore_merges and llama.cpp's " + v.pre + " pre-tokenizer " +
+                            (v.llama_ignores_merges ? "does" : "does not") +
+                            ": a rare word may be split differently (token ids fed directly are "
+                            "unaffected)");
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", v.pre);
+  w.add_string_array("tokenizer.ggml.tokens", v.tokens);
+  w.add_int32_array("tokenizer.ggml.token_type", v.types);
+  w.add_string_array("tokenizer.ggml.merges", v.merges);
+  w.add_uint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(bos));
+  w.add_uint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
+  w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
+  w.add_bool("tokenizer.ggml.add_eos_token", v.add_eos);
 }
 
 // Every tensor, in llama.cpp's names and order: the embedding, per block its norms and
@@ -209,16 +253,14 @@ void add_model_tensors(GgufWriter& writer, TensorPlan& plan, const Model& m) {
     add_tensor(writer, plan, "output.weight", c.vocab_size, c.d_model, stored(m, "lm_head.weight"));
 }
 
+// The checkpoint's tokenizer file (find_tokenizer: tokenizer.model, else tokenizer.json).
 std::string tokenizer_of(const std::string& dir) {
-  const fs::path model = fs::path(dir) / "tokenizer.model";
-  if (fs::exists(model)) return model.string();
-  if (fs::exists(fs::path(dir) / "tokenizer.json"))
-    throw error("convert --to-gguf: ", dir, " has a byte-level BPE tokenizer (tokenizer.json) ",
-                "and no tokenizer.model; GGUF export embeds SentencePiece tokenizers only for now ",
-                "(the `gpt2` tokenizer of GGUF is not written yet)");
-  throw error("convert --to-gguf: ", dir, " has no tokenizer.model, and a GGUF file must embed ",
-              "its tokenizer: export a checkpoint trained on data from `boostlm prepare`, or one ",
-              "made by `boostlm init --tokenizer MODEL`");
+  const std::string path = find_tokenizer(dir);
+  if (path.empty())
+    throw error("convert --to-gguf: ", dir, " has no tokenizer.model or tokenizer.json, and a ",
+                "GGUF file must embed its tokenizer: export a checkpoint trained on data from ",
+                "`boostlm prepare`, or one made by `boostlm init --tokenizer FILE`");
+  return path;
 }
 
 void check_exportable(const ModelConfig& c, const std::string& dir) {
@@ -262,7 +304,11 @@ GgufExportSummary export_to_gguf(const std::string& checkpoint, const std::strin
 
   GgufWriter writer;
   add_hyperparameters(writer, config, name, type);
-  add_tokenizer(writer, tokenizer, config.vocab_size, summary);
+  if (tokenizer_file_name(tokenizer) == "tokenizer.json") {
+    add_byte_level_bpe_tokenizer(writer, tokenizer, config.vocab_size, summary);
+  } else {
+    add_sentencepiece_tokenizer(writer, tokenizer, config.vocab_size, summary);
+  }
   TensorPlan plan{type, &summary};
 
   add_model_tensors(writer, plan, *model);

@@ -4,8 +4,9 @@
 //   token_embd.weight  blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
 //   ffn_up, ffn_down}.weight  output_norm.weight  output.weight (absent when tied)
 //
-// with every hyperparameter llama.cpp reads (llama.*) and the SentencePiece tokenizer embedded
-// (tokenizer.ggml.*, model "llama"). q and k are written with the rows of each head reordered from
+// with every hyperparameter llama.cpp reads (llama.*) and the tokenizer embedded (tokenizer.ggml.*:
+// a SentencePiece model as model "llama", a Hugging Face byte-level BPE as model "gpt2";
+// train/gguf_vocab.h). q and k are written with the rows of each head reordered from
 // boostlm's rotate-half RoPE pairs (i, i + hd/2) to the adjacent pairs (2i, 2i + 1) that
 // llama.cpp's `llama` RoPE rotates, as llama.cpp's own converter does for Hugging Face checkpoints;
 // the model then computes the same function.

@@ -5,8 +5,9 @@
       the header, every key/value (arrays summarised) and every tensor, as JSON
   gguf_reader.py check FILE.gguf --checkpoint DIR --dtype f32|f16|bf16|q8_0
       reads back every key and every tensor and compares them with the checkpoint: its config.json
-      (Hugging Face fields), its model.safetensors and its tokenizer.model (read here with a
-      protobuf reader of its own). Exits 1 naming every difference.
+      (Hugging Face fields), its model.safetensors and its tokenizer (a tokenizer.model read here
+      with a protobuf reader of its own, or a tokenizer.json and its tokenizer_config.json read as
+      JSON). Exits 1 naming every difference.
 
 Written from the GGUF v3 specification (ggml docs/gguf.md) and llama.cpp's conventions for the
 `llama` architecture, sharing no code with boostlm: struct for the file, numpy for the arithmetic.
@@ -180,6 +181,72 @@ def read_sentencepiece(path):
     return pieces, scores, types, special, normalizer
 
 
+# llama.cpp's names for the pre-tokenizer patterns of tokenizer.json files (tokenizer.ggml.pre; its
+# convert_hf_to_gguf.py names GPT-2's "gpt-2" and LLaMA 3's "llama-bpe").
+PRE_TOKENIZERS = {
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+": "gpt-2",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+": "llama-bpe",
+}
+
+
+def read_tokenizer_json(path, vocab_size):
+    """The tokenizer.ggml.* keys of llama.cpp's `gpt2` tokenizer for a byte-level BPE: token
+    strings (vocabulary entries as written; added tokens' content, control if special, else
+    user-defined; "[PADi]" unused for ids without a token, up to the model's vocabulary), merges
+    "a b" by rank, the pre-tokenizer's name, BOS and EOS (the post-processor's first token, else
+    tokenizer_config.json's bos_token; its eos_token, else the post-processor's last, else
+    <|endoftext|>; BOS defaults to EOS), and whether the post-processor adds them."""
+    t = json.load(open(path, encoding="utf-8"))
+    pre = t["pre_tokenizer"]
+    if pre["type"] == "ByteLevel":
+        pattern = next(iter(PRE_TOKENIZERS))  # ByteLevel's own regex is GPT-2's
+    else:
+        pattern = pre["pretokenizers"][0]["pattern"]["Regex"]
+    tokens, types = {}, {}
+    for text, i in t["model"]["vocab"].items():
+        tokens[i], types[i] = text, 1
+    ids_of = {}
+    for a in t.get("added_tokens") or []:
+        tokens[a["id"]], types[a["id"]] = a["content"], 3 if a.get("special") else 4
+        ids_of[a["content"]] = a["id"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in t["model"]["merges"]]
+    before, after = [], []
+    post = t.get("post_processor") or {}
+    for p in post.get("processors", [post]):
+        if p.get("type") == "TemplateProcessing":
+            seen = False
+            for item in p["single"]:
+                if "Sequence" in item:
+                    seen = True
+                else:
+                    ids = p["special_tokens"][item["SpecialToken"]["id"]]["ids"]
+                    (after if seen else before).extend(ids)
+    config_path = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+    config = json.load(open(config_path)) if os.path.exists(config_path) else {}
+
+    def named(key):
+        v = config.get(key)
+        return ids_of.get(v if isinstance(v, str) else (v or {}).get("content"))
+    bos = before[0] if before else named("bos_token")
+    eos = named("eos_token")
+    if eos is None:
+        eos = after[-1] if after else ids_of.get("<|endoftext|>")
+    return {
+        "tokenizer.ggml.model": ("string", "gpt2"),
+        "tokenizer.ggml.pre": ("string", PRE_TOKENIZERS[pattern]),
+        "tokenizer.ggml.tokens": ("array", {"type": "string", "values": [
+            tokens.get(i, f"[PAD{i}]") for i in range(vocab_size)]}),
+        "tokenizer.ggml.token_type": ("array", {"type": "int32", "values": [
+            types.get(i, 5) for i in range(vocab_size)]}),
+        "tokenizer.ggml.merges": ("array", {"type": "string", "values": merges}),
+        "tokenizer.ggml.bos_token_id": ("uint32", eos if bos is None else bos),
+        "tokenizer.ggml.eos_token_id": ("uint32", eos),
+        "tokenizer.ggml.add_bos_token": ("bool", bool(before)),
+        "tokenizer.ggml.add_eos_token": ("bool", bool(after)),
+    }
+
+
 def checkpoint_dir(path):
     latest = os.path.join(path, "checkpoints", "latest")
     if os.path.isfile(latest):
@@ -275,10 +342,7 @@ def check(args):
         fail(f"version {g['version']}")
     if g["alignment"] != 32 or kv.get("general.alignment") != ("uint32", 32):
         fail(f"general.alignment {kv.get('general.alignment')}")
-    pieces, scores, types, special, normalizer = read_sentencepiece(
-        os.path.join(d, "tokenizer.model"))
     V = cfg["vocab_size"]
-    pad = V - len(pieces)
     want = {
         "general.alignment": ("uint32", 32),
         "general.architecture": ("string", "llama"),
@@ -294,21 +358,30 @@ def check(args):
         "llama.rope.freq_base": ("float32", struct.unpack("<f", struct.pack("<f", cfg["rope_theta"]))[0]),
         "llama.attention.layer_norm_rms_epsilon":
             ("float32", struct.unpack("<f", struct.pack("<f", cfg["rms_norm_eps"]))[0]),
-        "tokenizer.ggml.model": ("string", "llama"),
-        "tokenizer.ggml.tokens": ("array", {"type": "string",
-                                            "values": pieces + [f"[PAD{i}]" for i in range(len(pieces), V)]}),
-        "tokenizer.ggml.scores": ("array", {"type": "float32", "values": scores + [-1000.0] * pad}),
-        "tokenizer.ggml.token_type": ("array", {"type": "int32", "values": types + [5] * pad}),
-        "tokenizer.ggml.add_bos_token": ("bool", False),
-        "tokenizer.ggml.add_eos_token": ("bool", False),
-        "tokenizer.ggml.add_space_prefix": ("bool", normalizer["add_dummy_prefix"]),
-        "tokenizer.ggml.remove_extra_whitespaces":
-            ("bool", normalizer["remove_extra_whitespaces"]),
     }
-    for name, key in (("bos", "bos_token_id"), ("eos", "eos_token_id"),
-                      ("unk", "unknown_token_id"), ("pad", "padding_token_id")):
-        if special[name] >= 0:
-            want["tokenizer.ggml." + key] = ("uint32", special[name])
+    if os.path.exists(os.path.join(d, "tokenizer.model")):
+        pieces, scores, types, special, normalizer = read_sentencepiece(
+            os.path.join(d, "tokenizer.model"))
+        pad = V - len(pieces)
+        want.update({
+            "tokenizer.ggml.model": ("string", "llama"),
+            "tokenizer.ggml.tokens": ("array", {"type": "string", "values": pieces + [
+                f"[PAD{i}]" for i in range(len(pieces), V)]}),
+            "tokenizer.ggml.scores": ("array", {"type": "float32",
+                                                "values": scores + [-1000.0] * pad}),
+            "tokenizer.ggml.token_type": ("array", {"type": "int32", "values": types + [5] * pad}),
+            "tokenizer.ggml.add_bos_token": ("bool", False),
+            "tokenizer.ggml.add_eos_token": ("bool", False),
+            "tokenizer.ggml.add_space_prefix": ("bool", normalizer["add_dummy_prefix"]),
+            "tokenizer.ggml.remove_extra_whitespaces":
+                ("bool", normalizer["remove_extra_whitespaces"]),
+        })
+        for name, key in (("bos", "bos_token_id"), ("eos", "eos_token_id"),
+                          ("unk", "unknown_token_id"), ("pad", "padding_token_id")):
+            if special[name] >= 0:
+                want["tokenizer.ggml." + key] = ("uint32", special[name])
+    else:
+        want.update(read_tokenizer_json(os.path.join(d, "tokenizer.json"), V))
     if args.dtype == "q8_0":
         want["general.quantization_version"] = ("uint32", 2)
     # general.name: the one given, else any non-empty name (the exporter's default is the

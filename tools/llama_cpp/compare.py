@@ -12,7 +12,8 @@ the continuation or llama.cpp's own tokenization of the text differs).
              --prompt "Once upon a time" [--dtypes f32,f16,bf16,q8_0] [-t 128] [--out DIR]
 
 The greedy continuations are compared as text: llama.cpp's ids are decoded with the checkpoint's
-tokenizer.model by sentencepiece's spm_decode (Debian package sentencepiece) and set against what
+tokenizer (a tokenizer.model by sentencepiece's spm_decode, Debian package sentencepiece; a
+byte-level BPE tokenizer.json here, through GPT-2's byte-to-unicode table) and set against what
 `boostlm generate` prints. The held-out text must be one document (no blank line), so that
 llama.cpp's tokenization of it is comparable with boostlm's ids (which end with an EOS).
 Standard library only.
@@ -28,7 +29,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # |mean log-prob difference| allowed per exported dtype. f32: the issue's 1e-3 (measured: at most
-# 6e-8, summation order only). The others round every weight, and llama.cpp's CPU dot products
+# 6e-8 with SentencePiece models, 3.5e-6 with GPT-2's 50k-token BPE; summation order only). The others round every weight, and llama.cpp's CPU dot products
 # round the activations to the same type; the largest differences measured (the llama_cpp test's
 # three models, and a tiny-dense trained 30 steps on another text) were f16 1.2e-5, bf16 5.6e-4,
 # q8_0 7.5e-3: the tolerances leave 4-80x room (README, "Export to GGUF").
@@ -36,7 +37,8 @@ TOLERANCES = {"f32": 1e-3, "f16": 1e-3, "bf16": 5e-3, "q8_0": 3e-2}
 
 
 def run(cmd, **kw):
-    result = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    # A byte-level BPE continuation may end inside a character: both sides replace it alike.
+    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace", **kw)
     if result.returncode != 0:
         sys.exit(f"compare.py: {' '.join(cmd)} failed ({result.returncode}):\n"
                  f"{result.stdout}{result.stderr}")
@@ -56,11 +58,50 @@ def per_token(args, text_file, seq_len):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def decode(tokenizer, ids):
-    if not ids:
-        return ""
-    return run(["spm_decode", f"--model={tokenizer}", "--input_format=id"],
-               input=" ".join(map(str, ids)) + "\n").rstrip("\n")
+def byte_level_tokens(path):
+    """id -> bytes of a tokenizer.json: vocabulary entries through GPT-2's byte-to-unicode table
+    (printable Latin-1 bytes stand for themselves, the other 68 for U+0100 onwards), added tokens
+    as their text."""
+    table, extra = {}, 256
+    for b in range(256):
+        if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255:
+            table[chr(b)] = b
+        else:
+            table[chr(extra)] = b
+            extra += 1
+    t = json.load(open(path, encoding="utf-8"))
+    out = {}
+    for text, i in t["model"]["vocab"].items():
+        if all(c in table for c in text):
+            out[i] = bytes(table[c] for c in text)
+        else:
+            out[i] = text.encode("utf-8")
+    for added in t.get("added_tokens") or []:
+        out[added["id"]] = added["content"].encode("utf-8")
+    return out
+
+
+class Decoder:
+    """The checkpoint's tokenizer: ids to text, and how many ids it can decode."""
+
+    def __init__(self, checkpoint):
+        d = checkpoint_dir(checkpoint)
+        self.path = os.path.join(d, "tokenizer.model")
+        if os.path.exists(self.path):
+            self.bytes_of = None
+            self.pieces = len(run(["spm_export_vocab", f"--model={self.path}"]).splitlines())
+        else:
+            self.path = os.path.join(d, "tokenizer.json")
+            self.bytes_of = byte_level_tokens(self.path)
+            self.pieces = max(self.bytes_of) + 1
+
+    def __call__(self, ids):
+        if not ids:
+            return ""
+        if self.bytes_of is not None:
+            return b"".join(self.bytes_of[i] for i in ids).decode("utf-8", errors="replace")
+        return run(["spm_decode", f"--model={self.path}", "--input_format=id"],
+                   input=" ".join(map(str, ids)) + "\n").rstrip("\n")
 
 
 def main():
@@ -79,8 +120,8 @@ def main():
     deps = run(["bash", os.path.join(HERE, "install.sh")]).strip().splitlines()[-1]
     work = args.out or tempfile.mkdtemp(prefix="boostlm_llama_cpp.")
     os.makedirs(work, exist_ok=True)
-    tokenizer = os.path.join(checkpoint_dir(args.checkpoint), "tokenizer.model")
-    pieces = len(run(["spm_export_vocab", f"--model={tokenizer}"]).splitlines())
+    decode = Decoder(args.checkpoint)
+    pieces = decode.pieces
 
     ours = per_token(args, args.text, args.seq_len)
     ours_file = os.path.join(work, "boostlm_text.json")
@@ -111,8 +152,8 @@ def main():
         lp = theirs["log_probs"]
         diffs = [abs(a - b) for a, b in zip(lp, ours["log_probs"])]
         mean = sum(lp) / len(lp)
-        greedy_text = args.prompt + decode(tokenizer, theirs["prompt_ids"] + theirs["greedy_ids"])[
-            len(decode(tokenizer, theirs["prompt_ids"])):]
+        greedy_text = args.prompt + decode(theirs["prompt_ids"] + theirs["greedy_ids"])[
+            len(decode(theirs["prompt_ids"])):]
         r = {"dtype": dtype, "bytes": os.path.getsize(gguf), "mean_log_prob": mean,
              "boostlm_mean_log_prob": ours_mean, "mean_diff": abs(mean - ours_mean),
              "max_token_diff": max(diffs), "tolerance": TOLERANCES[dtype],

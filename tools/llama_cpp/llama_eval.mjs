@@ -45,12 +45,19 @@ const context = await model.createContext({
 const sequence = context.getSequence();
 
 // The probabilities node-llama-cpp returns are the softmax of the raw logits (greedy sampler,
-// no penalties), in fp32.
+// no penalties), each exp(logit - max) in fp32 divided by their sum accumulated in fp32: over a
+// GPT-2 vocabulary of 50k that sum is off by ~1e-4 relative. Dividing by their sum in double
+// undoes it (p_i = e_i / S32, so p_t / sum(p_i) = e_t / S).
 async function windowLogProbs(window) {
   await sequence.clearHistory();
   const input = window.slice(0, -1).map(id => [id, {generateNext: {probabilities: true}}]);
   const results = await sequence.controlledEvaluate(input);
-  return window.slice(1).map((target, i) => Math.log(results[i].next.probabilities.get(target) ?? 0));
+  return window.slice(1).map((target, i) => {
+    const probabilities = results[i].next.probabilities;
+    let sum = 0;
+    for (const p of probabilities.values()) sum += p;
+    return Math.log(probabilities.get(target) ?? 0) - Math.log(sum);
+  });
 }
 
 const logProbs = [];
