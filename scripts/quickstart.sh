@@ -49,7 +49,7 @@ echo "data/prepared: train_000000.bin, val_000000.bin, tokenizer.model, meta.jso
 phase "4/5 training configs/tiny-cola.json with BTP on $ranks ranks, $steps steps ($precision)"
 ./build/boostlm launch -n "$ranks" -- train --tp "$ranks" --layout btp \
   -c configs/tiny-cola.json -d data/prepared -o "$run" --overwrite \
-  -b 16 -t 256 --steps "$steps" --lr 3e-3 --min-lr 3e-4 --warmup 50 \
+  -b 16 -t 256 --steps "$steps" --lr 3e-3 --min-lr 3e-4 --warmup 50 --shuffle \
   --eval-interval 100 --eval-batches 20 --log-interval 50 --precision "$precision"
 
 phase "5/5 evaluation and a sample"
