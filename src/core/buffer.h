@@ -108,4 +108,15 @@ class Buffer {
   std::size_t size_ = 0, capacity_ = 0;
 };
 
+// A named copy (core/device.h) of n values the host gives to kernels (a batch's token ids): the
+// values themselves where the host's memory is the device's (--device cpu), else uploaded into
+// `staging` (grown as needed).
+template <class T>
+const T* device_values(const T* host, std::size_t n, Buffer<T>& staging) {
+  if (device_memory_in_place()) return host;
+  if (staging.size() < n) staging.resize(n);
+  device_upload(staging.data(), host, n * sizeof(T));
+  return staging.data();
+}
+
 }  // namespace boostlm

@@ -102,12 +102,7 @@ void KvDecoder::forward(const int32_t* tokens, int64_t n, float* logits) {
   up_.resize(n * config_.d_ff);
   rstd_.resize(n);
   logits_.resize(V);
-  if (!device_memory_in_place()) {  // a named copy: the host's token ids, uploaded
-    ids_.resize(n);
-    device_upload(ids_.data(), tokens, n * sizeof(int32_t));
-    tokens = ids_.data();
-  }
-  embedding_forward(tokens, n, embedding_, V, d, x_.data());
+  embedding_forward(device_values(tokens, n, ids_), n, embedding_, V, d, x_.data());
   for (int64_t l = 0; l < config_.n_layers; ++l) block(l, n);
   position_ += n;
   rmsnorm_forward(x_.data() + (n - 1) * d, d, final_norm_, 1, d, config_.rms_eps, h_.data(), d,

@@ -64,7 +64,7 @@ class KvDecoder {
   const float *embedding_, *final_norm_, *head_;
   std::vector<Buffer<float>> k_cache_, v_cache_;  // per layer [capacity, kv_dim]
   Buffer<float> x_, h_, q_, attn_, tmp_, gate_, up_, latent_, rstd_, logits_;
-  Buffer<int32_t> ids_;  // the token ids, uploaded (not on --device cpu)
+  Buffer<int32_t> ids_;  // device_values' staging for the token ids
 };
 
 // Returns the new tokens only; on_token (if set) sees each as it is chosen. With the cache the

@@ -225,9 +225,9 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
     // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum
     // over the group is the full lookup. A hidden-sharded residual (btp) keeps its own columns.
     float* x0 = rc == d ? resid(first_layer_) : x_full_.data();
-    embedding_shard_forward(device_ids(tokens, N, token_ids_), N,
-                            weights_.view(table_.at("model.embed_tokens.weight")),
-                            vocab_begin_, vocab_rows_, d, x0);
+    embedding_shard_forward(device_values(tokens, N, token_ids_), N,
+                            weights_.view(table_.at("model.embed_tokens.weight")), vocab_begin_,
+                            vocab_rows_, d, x0);
     tp_->all_reduce(x0, N * d);
     if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid(first_layer_));
   }
@@ -298,7 +298,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   // logits' storage, which this one overwrites: it runs first.
   if (head_gradient_pending_) deferred_head_gradient();
   const int64_t N = batch_ * seq_len_, d = config_.d_model, V = vocab_rows_;
-  targets = device_ids(targets, N, target_ids_);
+  targets = device_values(targets, N, target_ids_);
   const int64_t rc = blocks().residual_columns();
   const int t = tp_->size();
   Buffer<float> scratch;
@@ -380,15 +380,8 @@ void Model::embedding_backward(const int32_t* tokens) {
     gather_columns(*tp_, d_resid_.data(), N, rc, d_full_.data(), scratch);
     dx = d_full_.data();
   }
-  embedding_shard_backward(device_ids(tokens, N, token_ids_), N, dx, vocab_begin_, vocab_rows_, d,
-                           grads_.view(table_.at("model.embed_tokens.weight")));
-}
-
-const int32_t* Model::device_ids(const int32_t* ids, int64_t n, Buffer<int32_t>& to) {
-  if (device_memory_in_place()) return ids;
-  if (to.size() < static_cast<size_t>(n)) to.resize(n);
-  device_upload(to.data(), ids, n * sizeof(int32_t));
-  return to.data();
+  embedding_shard_backward(device_values(tokens, N, token_ids_), N, dx, vocab_begin_, vocab_rows_,
+                           d, grads_.view(table_.at("model.embed_tokens.weight")));
 }
 
 float Model::stage_loss(const int32_t* targets, bool backward, float grad_scale) {

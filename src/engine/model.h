@@ -136,9 +136,6 @@ class Model {
   void bind();
   float head_and_loss(const int32_t* targets, bool backward, float grad_scale);
   void embedding_backward(const int32_t* tokens);
-  // A named copy: token ids given by the host, in device memory for the kernels (the ids
-  // themselves on --device cpu, where the host's memory is the device's).
-  const int32_t* device_ids(const int32_t* ids, int64_t n, Buffer<int32_t>& to);
 
   ModelConfig config_;
   DType compute_;
@@ -199,7 +196,7 @@ class Model {
   int64_t layers() const { return last_layer_ - first_layer_; }
   Buffer<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, row_max_, ce_stats_,
       ce_lse_, losses_, logits_last_;
-  Buffer<int32_t> token_ids_, target_ids_;
+  Buffer<int32_t> token_ids_, target_ids_;  // device_values' staging for the batch's ids
   // The head's logit chunk and ∂L/∂(final norm output) (also the embedding's gathered gradient,
   // after the blocks), or the blocks' work areas.
   Buffer<std::byte> workspace_;

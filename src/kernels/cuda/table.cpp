@@ -1,5 +1,6 @@
 #include "kernels/cuda/table.h"
 
+#include "core/device.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/gemm.h"
@@ -72,12 +73,12 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
                             int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
                             float* dgamma, bool accumulate, cudaStream_t s) {
   const Scratch w(rmsnorm_backward_apply_workspace_bytes(rows, D_local), s);
-  cuda::rmsnorm_backward_apply(dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx,
-                               lddx, dgamma, accumulate, w.data(), w.bytes(), s);
+  cuda::rmsnorm_backward_apply(dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx,
+                               dgamma, accumulate, w.data(), w.bytes(), s);
 }
-void online_norm_input_backward(const float* g, const float* x, const float* gamma,
-                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
-                                float* dgamma, cudaStream_t s) {
+void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
+                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
+                                cudaStream_t s) {
   const Scratch w(online_norm_input_backward_workspace_bytes(rows, D), s);
   cuda::online_norm_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, w.data(),
                                    w.bytes(), s);
@@ -116,36 +117,33 @@ void attention_backward_on(const AttentionShape& sh, const T* q, int64_t ldq, co
 }
 void attention_backward(const AttentionShape& sh, const float* q, int64_t ldq, const float* k,
                         int64_t ldk, const float* v, int64_t ldv, const float* out, int64_t ldo,
-                        const float* lse, const float* dout, int64_t lddo, float* dq,
-                        int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
-                        cudaStream_t s) {
+                        const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
+                        float* dk, int64_t lddk, float* dv, int64_t lddv, cudaStream_t s) {
   attention_backward_on(sh, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk,
                         dv, lddv, s);
 }
 void attention_backward(const AttentionShape& sh, const bf16_t* q, int64_t ldq, const bf16_t* k,
                         int64_t ldk, const bf16_t* v, int64_t ldv, const bf16_t* out, int64_t ldo,
-                        const float* lse, const float* dout, int64_t lddo, float* dq,
-                        int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
-                        cudaStream_t s) {
+                        const float* lse, const float* dout, int64_t lddo, float* dq, int64_t lddq,
+                        float* dk, int64_t lddk, float* dv, int64_t lddv, cudaStream_t s) {
   attention_backward_on(sh, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk,
                         dv, lddv, s);
 }
 
 // The values the CPU forms return: computed on the device, downloaded (the stream is waited for).
+// (device_download: the device memory's own copy on this stream, core/device.h.)
 float mean_loss(const float* losses, int64_t n, cudaStream_t s) {
   const Scratch result(sizeof(float), s);
   cuda::mean_loss(losses, n, result.as<float>(), s);
   float value = 0;
-  BOOSTLM_CHECK_CUDA(cudaMemcpyAsync(&value, result.data(), sizeof value, cudaMemcpyDeviceToHost, s));
-  BOOSTLM_CHECK_CUDA(cudaStreamSynchronize(s));
+  device_download(&value, result.data(), sizeof value);
   return value;
 }
 double sum_squares(const float* x, int64_t n, cudaStream_t s) {
   const Scratch result(sizeof(double), s), w(sum_squares_workspace_bytes(n), s);
   cuda::sum_squares(x, n, result.as<double>(), w.data(), w.bytes(), s);
   double value = 0;
-  BOOSTLM_CHECK_CUDA(cudaMemcpyAsync(&value, result.data(), sizeof value, cudaMemcpyDeviceToHost, s));
-  BOOSTLM_CHECK_CUDA(cudaStreamSynchronize(s));
+  device_download(&value, result.data(), sizeof value);
   return value;
 }
 
@@ -155,7 +153,9 @@ namespace {
 
 #define BOOSTLM_APPEND_STREAM(...) __VA_ARGS__, stream()
 #define BOOSTLM_CUDA_KERNEL(ret, function, entry, params, args) \
-  ret entry##_on_stream params { return adapted::function(BOOSTLM_APPEND_STREAM args); }
+  ret entry##_on_stream params {                                \
+    return adapted::function(BOOSTLM_APPEND_STREAM args);       \
+  }
 BOOSTLM_KERNEL_LIST(BOOSTLM_CUDA_KERNEL)
 #undef BOOSTLM_CUDA_KERNEL
 #undef BOOSTLM_APPEND_STREAM
