@@ -24,9 +24,11 @@ void print_summary(const PrepareSummary& s) {
               s.vocab_size, s.tokenizer_path.c_str());
   for (const PrepareFileSummary& f : s.files)
     std::printf(
-        "prepare: input %s (%s, %ld bytes, %ld decompressed): %ld documents, %ld skipped%s\n",
-        f.path.c_str(), f.compression.empty() ? "-" : f.compression.c_str(), f.bytes,
-        f.decompressed_bytes, f.documents, f.skipped_records, f.missing ? " (missing)" : "");
+        "prepare: input %s (%s, %s, %ld bytes, %ld decompressed): %ld documents, %ld tokens, %ld "
+        "skipped%s\n",
+        f.path.c_str(), f.format.empty() ? "-" : f.format.c_str(),
+        f.compression.empty() ? "-" : f.compression.c_str(), f.bytes, f.decompressed_bytes,
+        f.documents, f.tokens, f.skipped_records, f.missing ? " (missing)" : "");
   for (const PrepareShardSummary& shard : s.shards)
     std::printf("prepare: shard %s %ld tokens (checksum %s)\n", shard.name.c_str(), shard.tokens,
                 shard.checksum.c_str());
@@ -34,12 +36,14 @@ void print_summary(const PrepareSummary& s) {
   std::printf("prepare: val %ld documents, %ld tokens\n", s.val_documents, s.val_tokens);
   if (s.skipped_records > 0) std::printf("prepare: skipped %ld bad records\n", s.skipped_records);
   const double mb = static_cast<double>(s.decompressed_bytes) / 1e6;
+  const double seconds = std::max(1e-9, s.total_seconds - s.tokenizer_seconds);
   std::printf(
-      "prepare: %.1f MB of text in %.1f s (%.1f MB/s): tokenizer %.1f s, read %.1f s, decompress "
-      "%.1f s, parse %.1f s, tokenize %.1f s (summed over threads), write %.1f s%s\n",
-      mb, s.total_seconds, mb / std::max(1e-9, s.total_seconds - s.tokenizer_seconds),
-      s.tokenizer_seconds, s.read_seconds, s.decompress_seconds, s.parse_seconds, s.encode_seconds,
-      s.write_seconds, s.resumed ? " (resumed)" : "");
+      "prepare: %.1f MB of text in %.1f s (%.1f MB/s), %.1f s of CPU (%.2f cores)%s: tokenizer "
+      "%.1f s; read %.1f s, decompress %.1f s, cut records %.1f s (reader); parse %.1f s, "
+      "tokenize %.1f s (summed over threads); write %.1f s\n",
+      mb, s.total_seconds, mb / seconds, s.cpu_seconds, s.cpu_seconds / std::max(1e-9, s.total_seconds),
+      s.resumed ? " (resumed)" : "", s.tokenizer_seconds, s.read_seconds, s.decompress_seconds,
+      s.cut_seconds, s.parse_seconds, s.encode_seconds, s.write_seconds);
 }
 
 }  // namespace

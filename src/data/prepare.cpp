@@ -1,8 +1,10 @@
 #include "data/prepare.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,23 +44,43 @@ std::string shard_name(int split, int64_t index) {
 }
 
 // Where a split's writing starts: documents before `document` are in complete shards, and so are
-// the first `offset` tokens (EOS included) of that document.
+// Where a split's writing starts: documents of records before `record` (counted over all inputs)
+// are in complete shards, and so are the first `offset` tokens (EOS included) of the one at it.
 struct ResumePoint {
-  int64_t document = 0, offset = 0;
+  int64_t record = 0, offset = 0;
 };
 
-struct Document {
-  std::string text;
-  int split = 0;
-  int64_t index = 0;        // within its split
-  int64_t skip_tokens = 0;  // already in a complete shard (resume)
+struct ResumeState {
+  std::vector<PrepareShardSummary> shards;
+  ResumePoint from[kSplits];
+  int64_t next_shard[kSplits] = {0, 0};
+  // Per input file, the tokens of each split in its complete shards.
+  std::vector<int64_t> file_tokens[kSplits];
+};
+
+// One record on its way from the reader through an encoder to the writer.
+struct PipelineRecord {
+  std::string text;  // as read: a JSON Lines line or a plain-text document; emptied when encoded
+  int32_t file = 0;
+  bool json = false;
+  int64_t line = 0;
+  int64_t ordinal = 0;  // among all records of the inputs, in order: a resume position
+  // Set by the encoder.
+  int split = -1;               // 0 train, 1 val; -1 a bad record, for `reason`
+  std::string reason;
+  std::vector<int32_t> tokens;  // EOS appended, resume skip applied; empty: already in a shard
 };
 
 struct WorkBatch {
   int64_t sequence = 0;
-  std::vector<Document> documents;
-  std::vector<std::vector<int32_t>> tokens;  // per document, EOS appended, skip applied
+  std::vector<PipelineRecord> records;
+  // The reader stopped after these records, for this reason; the writer rethrows it once they are
+  // written, so an error is reported in input order whatever the thread count.
+  std::exception_ptr failure;
 };
+
+// Leaves the reader's loop when the pipeline was stopped from the other side.
+struct StopReading {};
 
 // The reader, the encoders and the writer, joined by one lock. At most max_in_flight batches
 // exist at once: the reader waits for the writer to retire one before it makes another.
@@ -69,9 +91,7 @@ class BatchPipeline {
   // Reader: false when the pipeline was aborted.
   bool submit(WorkBatch&& batch) {
     std::unique_lock lock(mutex_);
-    const double start = now_seconds();
     changed_.wait(lock, [&] { return in_flight_ < max_in_flight_ || aborted_; });
-    reader_wait_seconds_ += now_seconds() - start;
     if (aborted_) return false;
     batch.sequence = submitted_++;
     ++in_flight_;
@@ -127,11 +147,6 @@ class BatchPipeline {
     std::lock_guard lock(mutex_);
     return failure_;
   }
-  // How long the reader waited for room: the time the encoders were the bottleneck.
-  double reader_wait_seconds() {
-    std::lock_guard lock(mutex_);
-    return reader_wait_seconds_;
-  }
 
  private:
   std::mutex mutex_;
@@ -141,32 +156,28 @@ class BatchPipeline {
   int64_t max_in_flight_, in_flight_ = 0, submitted_ = 0, written_ = 0;
   bool input_done_ = false, aborted_ = false;
   std::exception_ptr failure_;
-  double reader_wait_seconds_ = 0;
 };
 
-// Reads every input in order, handing each document to `on_document`, with --on-bad-record
-// applied and per-file counts kept in `files` (one entry per input, filled in as it is read).
 struct ReadTimes {
   double read = 0, decompress = 0, total = 0;
 };
 
+// Reads every input in order, handing each record to `on_record` with its file's index, and fills
+// in per file what reading learns (compression, format, bytes; a file that cannot be opened or
+// whose compressed stream breaks off is an error, or under --on-bad-record skip a warning and a
+// skipped record of that file).
 class CorpusReader {
  public:
   CorpusReader(const PrepareOptions& options, const std::vector<std::string>& paths)
       : options_(options), paths_(paths) {}
 
   void read(std::vector<PrepareFileSummary>* files,
-            const std::function<void(std::string&&)>& on_document) {
+            const std::function<void(InputRecord&&, int32_t file)>& on_record) {
     const double start = now_seconds();
-    files->assign(paths_.size(), {});
-    DocumentReaderOptions reader_options;
+    RecordReaderOptions reader_options;
     reader_options.format = options_.format;
-    reader_options.text_field = options_.text_field;
     for (size_t i = 0; i < paths_.size(); ++i) {
       PrepareFileSummary& file = (*files)[i];
-      file.path = paths_[i];
-      std::error_code ec;
-      file.bytes = static_cast<int64_t>(fs::file_size(paths_[i], ec));
       if (options_.before_file) options_.before_file(paths_[i]);
       std::unique_ptr<ByteStream> stream;
       try {
@@ -181,31 +192,18 @@ class CorpusReader {
       }
       current_ = stream.get();
       file.compression = compression_name(stream->compression());
-      int warned = 0;
-      auto on_bad = [&](const BadRecord& record) {
-        if (options_.on_bad_record == BadRecordPolicy::error)
-          throw error("prepare: ", record.describe(),
-                      "; fix the record, or give --on-bad-record skip to leave such records out");
-        ++file.skipped_records;
-        if (++warned <= 5) warn("prepare: skipping " + record.describe());
-        if (warned == 6)
-          warn("prepare: " + paths_[i] + ": more bad records; the summary counts them");
-      };
-      auto on_text = [&](std::string&& text, int64_t) {
-        ++file.documents;
-        on_document(std::move(text));
-      };
-      DocumentReaderStats stats;
+      RecordReaderStats stats;
       try {
-        stats = read_documents(*stream, paths_[i], reader_options, on_text, on_bad);
+        read_records(
+            *stream, paths_[i], reader_options,
+            [&](InputRecord&& record) { on_record(std::move(record), static_cast<int32_t>(i)); },
+            &stats);
       } catch (const Error& e) {
-        const std::string message = e.what();
-        if (options_.on_bad_record == BadRecordPolicy::error ||
-            message.rfind("prepare: ", 0) == 0)  // a bad record refused under error
-          throw;
-        warn("prepare: skipping the rest of " + message);
+        if (options_.on_bad_record == BadRecordPolicy::error) throw;
+        warn(std::string("prepare: skipping the rest of ") + e.what());
         ++file.skipped_records;
       }
+      file.format = input_format_name(stats.format);
       file.decompressed_bytes = stats.decompressed_bytes;
       times_.read += stream->read_seconds();
       times_.decompress += stream->decompress_seconds();
@@ -224,7 +222,7 @@ class CorpusReader {
   const ReadTimes& times() const { return times_; }
 
  private:
-  static void warn_if_not_text(const std::string& path, const DocumentReaderStats& s) {
+  static void warn_if_not_text(const std::string& path, const RecordReaderStats& s) {
     if (s.invalid_utf8_bytes == 0 && s.nul_bytes == 0) return;
     const double share = 100.0 * static_cast<double>(s.invalid_utf8_bytes + s.nul_bytes) /
                          static_cast<double>(std::max<int64_t>(1, s.decompressed_bytes));
@@ -245,19 +243,84 @@ class CorpusReader {
   ReadTimes times_;
 };
 
+// The per-file entries of the summary, with what is known before reading.
+std::vector<PrepareFileSummary> file_entries(const std::vector<std::string>& paths) {
+  std::vector<PrepareFileSummary> files(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    files[i].path = paths[i];
+    std::error_code ec;
+    files[i].bytes = static_cast<int64_t>(fs::file_size(paths[i], ec));
+  }
+  return files;
+}
+
+// --on-bad-record for one bad record: under error, an Error naming it; under skip, a warning (for
+// the first five of its file) and one more in *skipped, its file's count.
+void handle_bad_record(const PrepareOptions& options, const BadRecord& record, int64_t* skipped_in_file) {
+  if (options.on_bad_record == BadRecordPolicy::error)
+    throw error("prepare: ", record.describe(),
+                "; fix the record, or give --on-bad-record skip to leave such records out");
+  const int64_t skipped = ++*skipped_in_file;
+  if (skipped <= 5) warn("prepare: skipping " + record.describe());
+  if (skipped == 6) warn("prepare: " + record.path + ": more bad records; the summary counts them");
+}
+
+// Reads every record, in order and in batches of about kBatchTextBytes, numbering them, and
+// hands each batch to `submit` (false: stop). A reading error is handed on as the failure of a
+// last batch holding the records before it. Returns the seconds spent in `submit`.
+double read_batches(CorpusReader& reader, std::vector<PrepareFileSummary>* files,
+                    const std::function<bool(WorkBatch&&)>& submit) {
+  WorkBatch batch;
+  size_t batch_bytes = 0;
+  int64_t ordinal = 0;
+  double submit_seconds = 0;
+  auto submit_timed = [&](WorkBatch&& full) {
+    const double begin = now_seconds();
+    const bool go_on = submit(std::move(full));
+    submit_seconds += now_seconds() - begin;
+    return go_on;
+  };
+  try {
+    reader.read(files, [&](InputRecord&& record, int32_t file) {
+      batch_bytes += record.text.size();
+      PipelineRecord& next = batch.records.emplace_back();
+      next.text = std::move(record.text);
+      next.file = file;
+      next.json = record.json;
+      next.line = record.line;
+      next.ordinal = ordinal++;
+      if (batch_bytes >= kBatchTextBytes || batch.records.size() >= 8192) {
+        if (!submit_timed(std::move(batch))) throw StopReading{};
+        batch = WorkBatch{};
+        batch_bytes = 0;
+      }
+    });
+  } catch (const StopReading&) {
+    return submit_seconds;
+  } catch (...) {
+    batch.failure = std::current_exception();
+  }
+  if (!batch.records.empty() || batch.failure) submit_timed(std::move(batch));
+  return submit_seconds;
+}
+
 // One split's shards: tokens are cut into shards of exactly shard_tokens (the last shorter).
 class SplitWriter {
  public:
   SplitWriter(int split, const fs::path& dir, int64_t shard_tokens, int64_t vocab_size,
-              int64_t next_shard, std::function<void(PrepareShardSummary&&)> on_commit)
+              int64_t next_shard, std::vector<int64_t> file_tokens,
+              std::function<void(PrepareShardSummary&&)> on_commit)
       : split_(split),
         dir_(dir),
         shard_tokens_(shard_tokens),
         vocab_size_(vocab_size),
         next_shard_(next_shard),
+        file_tokens_(std::move(file_tokens)),
         on_commit_(std::move(on_commit)) {}
 
-  void write(const std::vector<int32_t>& tokens, int64_t document, int64_t skip) {
+  // The tokens of the document of record `record` of input `file`, the first `skip` of which
+  // are in a complete shard already.
+  void write(const std::vector<int32_t>& tokens, int64_t record, int64_t skip, int32_t file) {
     size_t done = 0;
     while (done < tokens.size()) {
       if (!current_)
@@ -266,28 +329,33 @@ class SplitWriter {
       const size_t room = static_cast<size_t>(shard_tokens_ - current_->num_tokens());
       const size_t take = std::min(room, tokens.size() - done);
       current_->append(tokens.data() + done, take);
+      file_tokens_[static_cast<size_t>(file)] += static_cast<int64_t>(take);
+      shard_file_tokens_[file] += static_cast<int64_t>(take);
       done += take;
       if (current_->num_tokens() == shard_tokens_) {
         if (done == tokens.size())
-          commit(document + 1, 0);
+          commit(record + 1, 0);
         else
-          commit(document, skip + static_cast<int64_t>(done));
+          commit(record, skip + static_cast<int64_t>(done));
       }
     }
   }
-  void finish(int64_t next_document) {
-    if (current_) commit(next_document, 0);
+  void finish(int64_t end_record) {
+    if (current_) commit(end_record, 0);
   }
+  const std::vector<int64_t>& file_tokens() const { return file_tokens_; }
 
  private:
-  void commit(int64_t end_document, int64_t end_offset) {
+  void commit(int64_t end_record, int64_t end_offset) {
     PrepareShardSummary shard;
     shard.name = fs::path(current_->path()).filename().string();
     shard.split = kSplitNames[split_];
     shard.tokens = current_->num_tokens();
     shard.checksum = Checksum64::hex(current_->commit());
-    shard.end_document = end_document;
+    shard.end_record = end_record;
     shard.end_offset = end_offset;
+    shard.file_tokens = std::move(shard_file_tokens_);
+    shard_file_tokens_.clear();
     current_.reset();
     ++next_shard_;
     on_commit_(std::move(shard));
@@ -296,6 +364,8 @@ class SplitWriter {
   int split_;
   fs::path dir_;
   int64_t shard_tokens_, vocab_size_, next_shard_;
+  std::vector<int64_t> file_tokens_;                // per input file, in this split's shards
+  std::map<int32_t, int64_t> shard_file_tokens_;  // per input file, in the current shard
   std::function<void(PrepareShardSummary&&)> on_commit_;
   std::unique_ptr<ShardWriter> current_;
 };
@@ -305,8 +375,9 @@ nlohmann::json shard_json(const PrepareShardSummary& s) {
           {"split", s.split},
           {"tokens", s.tokens},
           {"checksum", s.checksum},
-          {"end_document", s.end_document},
-          {"end_offset", s.end_offset}};
+          {"end_record", s.end_record},
+          {"end_offset", s.end_offset},
+          {"file_tokens", s.file_tokens}};
 }
 
 PrepareShardSummary shard_from_json(const nlohmann::json& j) {
@@ -315,8 +386,9 @@ PrepareShardSummary shard_from_json(const nlohmann::json& j) {
   s.split = j.at("split").get<std::string>();
   s.tokens = j.at("tokens").get<int64_t>();
   s.checksum = j.at("checksum").get<std::string>();
-  s.end_document = j.at("end_document").get<int64_t>();
+  s.end_record = j.at("end_record").get<int64_t>();
   s.end_offset = j.at("end_offset").get<int64_t>();
+  s.file_tokens = j.at("file_tokens").get<std::map<int32_t, int64_t>>();
   return s;
 }
 
@@ -359,7 +431,6 @@ void check_enough_documents(int64_t documents, double val_fraction) {
                 " but the inputs hold ", documents,
                 "; separate documents with blank lines or give --val-fraction 0");
 }
-
 // A seeded reservoir of documents (each cut to a byte cap), written to a file for
 // Tokenizer::train: the tokenizer learns from a bounded sample of a corpus of any size.
 std::string write_training_sample(const PrepareOptions& options,
@@ -367,9 +438,15 @@ std::string write_training_sample(const PrepareOptions& options,
   Rng rng(splitmix64(options.seed ^ 0x70726570617265ull));
   std::vector<std::string> reservoir;
   int64_t seen = 0;
-  std::vector<PrepareFileSummary> files;
+  std::vector<PrepareFileSummary> files = file_entries(paths);
   CorpusReader reader(options, paths);
-  reader.read(&files, [&](std::string&& text) {
+  std::string text, reason;
+  reader.read(&files, [&](InputRecord&& record, int32_t file) {
+    const int64_t line = record.line;
+    if (!record_document(record, options.text_field, &text, &reason)) {
+      handle_bad_record(options, {paths[file], line, reason}, &files[file].skipped_records);
+      return;
+    }
     if (static_cast<int64_t>(text.size()) > options.sample_document_bytes) {
       size_t cut = static_cast<size_t>(options.sample_document_bytes);
       while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
@@ -422,8 +499,16 @@ TokenizerChoice obtain_tokenizer(const PrepareOptions& options,
   const std::string source = Tokenizer::load(options.tokenizer_path).path();
   choice.path = (out / tokenizer_file_name(source)).string();
   std::error_code ec;
-  if (!fs::equivalent(source, choice.path, ec))
-    write_file_atomically(choice.path, read_text_file(source));
+  if (fs::equivalent(source, choice.path, ec)) return choice;
+  write_file_atomically(choice.path, read_text_file(source));
+  // A tokenizer.json takes its BOS and EOS from the tokenizer_config.json beside it: the copy
+  // needs it too, or the shards' EOS would not be the one training and eval see.
+  const fs::path config = fs::path(source).parent_path() / "tokenizer_config.json";
+  const fs::path copied_config = out / "tokenizer_config.json";
+  if (choice.path.ends_with(".json") && fs::exists(config))
+    write_file_atomically(copied_config.string(), read_text_file(config.string()));
+  else
+    fs::remove(copied_config);
   return choice;
 }
 
@@ -451,21 +536,23 @@ void print_progress(int64_t bytes_done, int64_t bytes_total, int64_t documents, 
   std::fflush(stderr);
 }
 
-struct ResumeState {
-  std::vector<PrepareShardSummary> shards;
-  ResumePoint from[kSplits];
-  int64_t next_shard[kSplits] = {0, 0};
-};
+// progress.json's layout; a record of another one cannot be resumed from.
+constexpr int kProgressVersion = 2;
 
 // The complete shards an interrupted run left, checked against this run's options.
-ResumeState load_resume_state(const fs::path& out, const nlohmann::json& expected) {
+ResumeState load_resume_state(const fs::path& out, const nlohmann::json& expected,
+                              size_t input_files) {
   ResumeState state;
+  for (auto& tokens : state.file_tokens) tokens.assign(input_files, 0);
   const fs::path progress = out / "progress.json";
   if (!fs::exists(progress)) return state;
   const nlohmann::json saved =
       nlohmann::json::parse(read_text_file(progress.string()), nullptr, false);
   if (!saved.is_object() || !saved.contains("fingerprint") || !saved.contains("shards"))
     throw error(progress.string(), " is not a prepare progress record; run without --resume");
+  if (saved.value("version", 1) != kProgressVersion)
+    throw error("prepare --resume: ", progress.string(), " was written by another version of ",
+                "boostlm prepare, whose shards this one cannot continue; run without --resume");
   for (const auto& [key, value] : expected.items()) {
     if (saved["fingerprint"].value(key, nlohmann::json()) != value)
       throw error("prepare --resume: ", progress.string(), " was written with ", key, " ",
@@ -480,11 +567,119 @@ ResumeState load_resume_state(const fs::path& out, const nlohmann::json& expecte
       throw error("prepare --resume: ", path, " is missing or not the shard ", progress.string(),
                   " records; run without --resume to start over");
     const int split = shard.split == "val" ? 1 : 0;
-    state.from[split] = {shard.end_document, shard.end_offset};
+    state.from[split] = {shard.end_record, shard.end_offset};
     ++state.next_shard[split];
+    for (const auto& [file, tokens] : shard.file_tokens) {
+      if (file < 0 || static_cast<size_t>(file) >= input_files)
+        throw error(progress.string(), " counts tokens of input file ", file, " of ", input_files,
+                    "; run without --resume");
+      state.file_tokens[split][static_cast<size_t>(file)] += tokens;
+    }
     state.shards.push_back(std::move(shard));
   }
   return state;
+}
+
+// What the writer counts per input file (the reader's counts are in the summary's entries).
+struct FileCounts {
+  int64_t documents = 0, skipped_records = 0;
+};
+
+// The encode and write stages of a preparation: encode_batch runs on any thread, write_batch on
+// one, in input order.
+class CorpusEncoder {
+ public:
+  CorpusEncoder(const PrepareOptions& options, const std::vector<std::string>& paths,
+                const Tokenizer& tokenizer, const ResumeState& resume,
+                std::vector<std::unique_ptr<SplitWriter>>& writers)
+      : options_(options),
+        paths_(paths),
+        tokenizer_(tokenizer),
+        eos_(tokenizer.eos_id()),
+        resume_(resume),
+        writers_(writers),
+        file_counts_(paths.size()) {}
+
+  // Parses (JSON Lines), splits and tokenizes each record of the batch, adding the seconds of
+  // parsing and of tokenizing to the two counters.
+  void encode_batch(WorkBatch& batch, double* parse_seconds, double* tokenize_seconds) const {
+    const double begin = now_seconds();
+    std::vector<std::string> documents(batch.records.size());
+    for (size_t i = 0; i < batch.records.size(); ++i) {
+      PipelineRecord& record = batch.records[i];
+      InputRecord input{std::move(record.text), record.line, record.json};
+      record.text = std::string();
+      if (!record_document(input, options_.text_field, &documents[i], &record.reason)) continue;
+      record.split =
+          document_goes_to_val(documents[i], options_.val_fraction, options_.seed) ? 1 : 0;
+    }
+    const double parsed = now_seconds();
+    for (size_t i = 0; i < batch.records.size(); ++i) {
+      PipelineRecord& record = batch.records[i];
+      if (record.split < 0) continue;
+      const ResumePoint& from = resume_.from[record.split];
+      if (record.ordinal < from.record) continue;  // in a complete shard: counted, not encoded
+      record.tokens = tokenizer_.encode(documents[i]);
+      record.tokens.push_back(eos_);
+      if (record.ordinal == from.record) {
+        const auto skip = std::min<size_t>(record.tokens.size(), from.offset);
+        record.tokens.erase(record.tokens.begin(),
+                            record.tokens.begin() + static_cast<std::ptrdiff_t>(skip));
+      }
+    }
+    *parse_seconds += parsed - begin;
+    *tokenize_seconds += now_seconds() - parsed;
+  }
+
+  // Counts the batch's documents and bad records and appends its tokens to the shards; then
+  // rethrows the reader's failure that ended the batch, if one did.
+  void write_batch(WorkBatch& batch) {
+    const double begin = now_seconds();
+    for (const PipelineRecord& record : batch.records) {
+      FileCounts& counts = file_counts_[static_cast<size_t>(record.file)];
+      records_ = record.ordinal + 1;
+      if (record.split < 0) {
+        handle_bad_record(options_, {paths_[record.file], record.line, record.reason},
+                          &counts.skipped_records);
+        continue;
+      }
+      ++counts.documents;
+      ++documents_[record.split];
+      const ResumePoint& from = resume_.from[record.split];
+      const int64_t skip = record.ordinal == from.record ? from.offset : 0;
+      writers_[record.split]->write(record.tokens, record.ordinal, skip, record.file);
+      tokens_written_ += static_cast<int64_t>(record.tokens.size());
+    }
+    write_seconds_ += now_seconds() - begin;
+    if (batch.failure) std::rethrow_exception(batch.failure);
+  }
+
+  const std::vector<FileCounts>& file_counts() const { return file_counts_; }
+  int64_t documents(int split) const { return documents_[split]; }
+  int64_t documents() const { return documents_[0] + documents_[1]; }
+  int64_t records() const { return records_; }
+  int64_t tokens_written() const { return tokens_written_; }
+  double write_seconds() const { return write_seconds_; }
+
+ private:
+  const PrepareOptions& options_;
+  const std::vector<std::string>& paths_;
+  const Tokenizer& tokenizer_;
+  const int32_t eos_;
+  const ResumeState& resume_;
+  std::vector<std::unique_ptr<SplitWriter>>& writers_;
+  std::vector<FileCounts> file_counts_;
+  int64_t documents_[kSplits] = {0, 0};
+  int64_t records_ = 0, tokens_written_ = 0;
+  double write_seconds_ = 0;
+};
+
+// Seconds of CPU (user and system) this process has used.
+double process_cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * t.tv_usec; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
 }  // namespace
@@ -552,9 +747,11 @@ void write_meta(const PrepareSummary& summary, const PrepareOptions& options,
   for (const PrepareFileSummary& f : summary.files)
     inputs.push_back({{"path", fs::absolute(f.path).string()},
                       {"compression", f.compression},
+                      {"format", f.format},
                       {"bytes", f.bytes},
                       {"decompressed_bytes", f.decompressed_bytes},
                       {"documents", f.documents},
+                      {"tokens", f.tokens},
                       {"skipped_records", f.skipped_records}});
   const nlohmann::json meta = {
       {"format", "boostlm-corpus-2"},
@@ -585,16 +782,15 @@ void write_meta(const PrepareSummary& summary, const PrepareOptions& options,
 PrepareSummary prepare_corpus(const PrepareOptions& options) {
   check_options(options);
   const double start = now_seconds();
+  const double start_cpu = process_cpu_seconds();
   const std::vector<std::string> paths = expand_inputs(options.input_files);
   const fs::path out(options.output_dir);
   fs::create_directories(out);
 
   PrepareSummary summary;
   summary.meta_path = (out / "meta.json").string();
-  for (const std::string& path : paths) {
-    std::error_code ec;
-    summary.input_bytes += static_cast<int64_t>(fs::file_size(path, ec));
-  }
+  summary.files = file_entries(paths);
+  for (const PrepareFileSummary& file : summary.files) summary.input_bytes += file.bytes;
 
   // A resumed run keeps the tokenizer it made (training is deterministic, but slow).
   const fs::path progress = out / "progress.json";
@@ -611,12 +807,12 @@ PrepareSummary prepare_corpus(const PrepareOptions& options) {
   summary.trained_tokenizer = choice.trained;
   const Tokenizer tokenizer = Tokenizer::load(choice.path);
   summary.vocab_size = tokenizer.vocab_size();
-  const int32_t eos = tokenizer.eos_id();
 
   const nlohmann::json print = fingerprint(options, paths, tokenizer_identity(choice.path).hash);
   ResumeState resume;
+  for (auto& tokens : resume.file_tokens) tokens.assign(paths.size(), 0);
   if (options.resume) {
-    resume = load_resume_state(out, print);
+    resume = load_resume_state(out, print, paths.size());
     summary.resumed = !resume.shards.empty();
     std::vector<std::string> keep = {fs::path(choice.path).filename().string(), "progress.json"};
     for (const PrepareShardSummary& shard : resume.shards) keep.push_back(shard.name);
@@ -624,139 +820,140 @@ PrepareSummary prepare_corpus(const PrepareOptions& options) {
   }
   summary.shards = resume.shards;
 
+  std::vector<std::unique_ptr<SplitWriter>> writers;
   auto record_progress = [&](PrepareShardSummary&& shard) {
     summary.shards.push_back(std::move(shard));
     nlohmann::json shards = nlohmann::json::array();
     for (const PrepareShardSummary& s : summary.shards) shards.push_back(shard_json(s));
-    write_file_atomically(
-        progress.string(),
-        nlohmann::json{{"fingerprint", print}, {"shards", shards}}.dump(1) + "\n");
+    const nlohmann::json record = {
+        {"version", kProgressVersion}, {"fingerprint", print}, {"shards", shards}};
+    write_file_atomically(progress.string(), record.dump(1) + "\n");
   };
-  std::vector<std::unique_ptr<SplitWriter>> writers;
   for (int split = 0; split < kSplits; ++split)
     writers.push_back(std::make_unique<SplitWriter>(split, out, options.shard_tokens,
                                                     summary.vocab_size, resume.next_shard[split],
-                                                    record_progress));
+                                                    resume.file_tokens[split], record_progress));
 
-  // Reader thread: documents in input order, batched; the split and index decided here.
-  BatchPipeline pipeline(2 * options.threads + 2);
   CorpusReader reader(options, paths);
-  int64_t documents[kSplits] = {0, 0};
-  std::thread read_thread([&] {
-    try {
-      WorkBatch batch;
-      size_t batch_bytes = 0;
-      reader.read(&summary.files, [&](std::string&& text) {
-        const int split = document_goes_to_val(text, options.val_fraction, options.seed) ? 1 : 0;
-        const int64_t index = documents[split]++;
-        const ResumePoint& from = resume.from[split];
-        if (index < from.document) return;  // already in a complete shard
-        batch_bytes += text.size();
-        batch.documents.push_back(
-            {std::move(text), split, index, index == from.document ? from.offset : 0});
-        if (batch_bytes >= kBatchTextBytes || batch.documents.size() >= 8192) {
-          if (!pipeline.submit(std::move(batch))) throw error("prepare: stopped");
-          batch = WorkBatch{};
-          batch_bytes = 0;
-        }
-      });
-      if (!batch.documents.empty()) pipeline.submit(std::move(batch));
-      pipeline.finish_input();
-    } catch (...) {
-      pipeline.abort(std::current_exception());
-    }
-  });
-  std::vector<double> encode_seconds(static_cast<size_t>(options.threads), 0.0);
-  std::vector<std::thread> encoders;
-  for (int t = 0; t < options.threads; ++t) {
-    encoders.emplace_back([&, t] {
+  CorpusEncoder encoder(options, paths, tokenizer, resume, writers);
+  const double write_start = now_seconds();
+  double last_progress = write_start;
+  auto show_progress = [&](bool final_line) {
+    if (!options.progress || (!final_line && now_seconds() - last_progress < 1.0)) return;
+    last_progress = now_seconds();
+    print_progress(final_line ? summary.input_bytes : reader.bytes_done(), summary.input_bytes,
+                   encoder.documents(), encoder.tokens_written(), last_progress - write_start,
+                   final_line);
+  };
+  // Per encoding thread: seconds parsing, seconds tokenizing.
+  std::vector<std::array<double, 2>> encode_seconds(static_cast<size_t>(options.threads));
+  auto encode_timed = [&](WorkBatch& batch, int thread) {
+    std::array<double, 2>& seconds = encode_seconds[static_cast<size_t>(thread)];
+    encoder.encode_batch(batch, &seconds[0], &seconds[1]);
+  };
+  double submit_seconds = 0;  // the reader's time handing batches on
+
+  if (options.threads == 1) {
+    // One thread does it all, in turn: what one core does, the baseline of the scaling.
+    std::exception_ptr failure;
+    submit_seconds = read_batches(reader, &summary.files, [&](WorkBatch&& batch) {
       try {
-        WorkBatch batch;
-        while (pipeline.take(&batch)) {
-          const double begin = now_seconds();
-          batch.tokens.resize(batch.documents.size());
-          for (size_t i = 0; i < batch.documents.size(); ++i) {
-            Document& document = batch.documents[i];
-            std::vector<int32_t> tokens = tokenizer.encode(document.text);
-            tokens.push_back(eos);
-            const auto skip = std::min<size_t>(tokens.size(), document.skip_tokens);
-            tokens.erase(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(skip));
-            batch.tokens[i] = std::move(tokens);
-            document.text = std::string();
-          }
-          encode_seconds[t] += now_seconds() - begin;
-          pipeline.done(std::move(batch));
-        }
+        encode_timed(batch, 0);
+        encoder.write_batch(batch);
+        show_progress(false);
+        return true;
+      } catch (...) {
+        failure = std::current_exception();
+        return false;
+      }
+    });
+    if (failure) std::rethrow_exception(failure);
+  } else {
+    // A reader thread, `threads` encoders and this thread writing in input order. The reader
+    // and the writer are light (decompressing, cutting lines; copying tokens), so the encoders
+    // keep the cores busy.
+    BatchPipeline pipeline(2 * options.threads + 2);
+    std::thread read_thread([&] {
+      try {
+        submit_seconds = read_batches(reader, &summary.files, [&](WorkBatch&& batch) {
+          return pipeline.submit(std::move(batch));
+        });
+        pipeline.finish_input();
       } catch (...) {
         pipeline.abort(std::current_exception());
       }
     });
-  }
-
-  // This thread writes, in input order.
-  int64_t tokens_written = 0, documents_written = 0;
-  const double write_start = now_seconds();
-  double last_progress = write_start;
-  try {
-    WorkBatch batch;
-    bool timed_out = false;
-    for (;;) {
-      const bool got = pipeline.next(&batch, 0.5, &timed_out);
-      if (options.progress && now_seconds() - last_progress >= 1.0) {
-        last_progress = now_seconds();
-        print_progress(reader.bytes_done(), summary.input_bytes, documents_written, tokens_written,
-                       last_progress - write_start, false);
-      }
-      if (!got) {
-        if (timed_out) continue;
-        break;
-      }
-      const double begin = now_seconds();
-      for (size_t i = 0; i < batch.documents.size(); ++i) {
-        const Document& document = batch.documents[i];
-        writers[document.split]->write(batch.tokens[i], document.index, document.skip_tokens);
-        tokens_written += static_cast<int64_t>(batch.tokens[i].size());
-      }
-      documents_written += static_cast<int64_t>(batch.documents.size());
-      summary.write_seconds += now_seconds() - begin;
-      pipeline.retire();
+    std::vector<std::thread> encoders;
+    for (int t = 0; t < options.threads; ++t) {
+      encoders.emplace_back([&, t] {
+        try {
+          WorkBatch batch;
+          while (pipeline.take(&batch)) {
+            encode_timed(batch, t);
+            pipeline.done(std::move(batch));
+          }
+        } catch (...) {
+          pipeline.abort(std::current_exception());
+        }
+      });
     }
-  } catch (...) {
-    pipeline.abort(std::current_exception());
+    try {
+      WorkBatch batch;
+      bool timed_out = false;
+      for (;;) {
+        const bool got = pipeline.next(&batch, 0.5, &timed_out);
+        show_progress(false);
+        if (!got) {
+          if (timed_out) continue;
+          break;
+        }
+        encoder.write_batch(batch);
+        pipeline.retire();
+      }
+    } catch (...) {
+      pipeline.abort(std::current_exception());
+    }
+    read_thread.join();
+    for (std::thread& thread : encoders) thread.join();
+    if (std::exception_ptr failure = pipeline.failure()) std::rethrow_exception(failure);
   }
-  read_thread.join();
-  for (std::thread& encoder : encoders) encoder.join();
-  if (std::exception_ptr failure = pipeline.failure()) std::rethrow_exception(failure);
-  if (options.progress)
-    print_progress(summary.input_bytes, summary.input_bytes, documents_written, tokens_written,
-                   now_seconds() - write_start, true);
+  show_progress(true);
 
-  const int64_t total_documents = documents[0] + documents[1];
+  const int64_t total_documents = encoder.documents();
   if (total_documents == 0) throw error("prepare: the input files contain no text");
   check_enough_documents(total_documents, options.val_fraction);
-  if (options.val_fraction > 0 && documents[1] == 0)
+  if (options.val_fraction > 0 && encoder.documents(1) == 0)
     throw error("prepare: no document of ", total_documents,
                 " fell in the validation split at --val-fraction ", options.val_fraction,
                 " (the split hashes each document's text); give more documents, another --seed, or "
                 "--val-fraction 0");
-  for (int split = 0; split < kSplits; ++split) writers[split]->finish(documents[split]);
+  for (int split = 0; split < kSplits; ++split) writers[split]->finish(encoder.records());
 
-  summary.train_documents = documents[0];
-  summary.val_documents = documents[1];
+  summary.train_documents = encoder.documents(0);
+  summary.val_documents = encoder.documents(1);
   for (const PrepareShardSummary& shard : summary.shards)
     (shard.split == "val" ? summary.val_tokens : summary.train_tokens) += shard.tokens;
-  for (const PrepareFileSummary& file : summary.files) {
+  for (size_t i = 0; i < summary.files.size(); ++i) {
+    PrepareFileSummary& file = summary.files[i];
+    file.documents = encoder.file_counts()[i].documents;
+    file.skipped_records += encoder.file_counts()[i].skipped_records;
+    file.tokens = writers[0]->file_tokens()[i] + writers[1]->file_tokens()[i];
     summary.decompressed_bytes += file.decompressed_bytes;
     summary.skipped_records += file.skipped_records;
   }
   const ReadTimes& times = reader.times();
   summary.read_seconds = times.read;
   summary.decompress_seconds = times.decompress;
-  summary.parse_seconds =
-      std::max(0.0, times.total - times.read - times.decompress - pipeline.reader_wait_seconds());
-  for (double s : encode_seconds) summary.encode_seconds += s;
+  summary.cut_seconds =
+      std::max(0.0, times.total - times.read - times.decompress - submit_seconds);
+  for (const std::array<double, 2>& seconds : encode_seconds) {
+    summary.parse_seconds += seconds[0];
+    summary.encode_seconds += seconds[1];
+  }
+  summary.write_seconds = encoder.write_seconds();
   write_meta(summary, options, tokenizer);
   summary.total_seconds = now_seconds() - start;
+  summary.cpu_seconds = process_cpu_seconds() - start_cpu;
   return summary;
 }
 

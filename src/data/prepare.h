@@ -1,11 +1,14 @@
 // Turning a corpus (text or JSON Lines files, plain, gzip or zstd; data/prepare_input.h) into a
 // tokenizer plus train/val token shards, streaming, in bounded memory.
 //
-// Pipeline: one reader thread decodes the files in order and cuts them into documents, in batches
-// of about 256 KiB of text; `threads` workers encode batches; the calling thread writes them in
-// input order. At most 2*threads+2 batches are in flight, so resident memory is that many batches
-// (text plus tokens, about 1 MiB each), the reader's and writer's 1 MiB buffers and the tokenizer,
-// whatever the corpus size (one document longer than that is held whole).
+// Pipeline: one reader thread decompresses the files in order and cuts them into records (JSON
+// Lines lines, unparsed, or plain-text documents), in batches of about 64 KiB; `threads` workers
+// parse and encode batches; the calling thread writes them in input order. Only decompressing
+// and cutting lines are serial, so the encoders keep every core busy. At most 2*threads+2
+// batches are in flight, so resident memory is that many batches (text plus tokens, about
+// 0.3 MiB each), the reader's and writers' 1 MiB buffers and the tokenizer, whatever the corpus
+// size (one document longer than that is held whole). With threads == 1 the one calling thread
+// does it all in turn: one core's rate, the baseline of the scaling.
 //
 // Each document is encoded on its own and followed by the EOS token. It goes to val when a seeded
 // hash of its text falls below val_fraction, else to train: a decision that needs no other
@@ -23,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,7 +48,7 @@ struct PrepareOptions {
   InputFormat format = InputFormat::automatic;
   std::string text_field = "text";
   BadRecordPolicy on_bad_record = BadRecordPolicy::error;
-  int threads = 1;                     // encoding threads
+  int threads = 1;                     // encoding threads (1: everything on the calling thread)
   int64_t shard_tokens = 100'000'000;  // tokens per shard
   bool resume = false;                 // continue from progress.json's complete shards
   bool progress = false;               // a progress line on stderr
@@ -59,9 +63,11 @@ struct PrepareOptions {
 struct PrepareFileSummary {
   std::string path;
   std::string compression;
+  std::string format;              // what it was read as: "text" or "jsonl"
   int64_t bytes = 0;               // on disk
   int64_t decompressed_bytes = 0;  // text read
   int64_t documents = 0;
+  int64_t tokens = 0;  // of its documents, EOS included, in the shards of either split
   int64_t skipped_records = 0;
   bool missing = false;  // vanished before it was read (skipped under --on-bad-record skip)
 };
@@ -71,9 +77,11 @@ struct PrepareShardSummary {
   std::string split;  // "train" or "val"
   int64_t tokens = 0;
   std::string checksum;  // Checksum64 of the token bytes after the header, hex
-  // Where the next shard of this split starts: the document (counted within the split) and how
-  // many of its tokens this and earlier shards hold.
-  int64_t end_document = 0, end_offset = 0;
+  // Where the next shard of this split starts: the record (counted over all inputs, bad ones
+  // included) whose document it continues or the first after it, and how many of that
+  // document's tokens this and earlier shards hold.
+  int64_t end_record = 0, end_offset = 0;
+  std::map<int32_t, int64_t> file_tokens;  // its tokens per input file (index in `files`)
 };
 
 struct PrepareSummary {
@@ -92,12 +100,14 @@ struct PrepareSummary {
   std::vector<PrepareFileSummary> files;
   std::vector<PrepareShardSummary> shards;
   double tokenizer_seconds = 0;
-  // The reader's time: reading files, decompressing, and cutting documents (JSON parsing); not
-  // the time it waited for the encoders.
-  double read_seconds = 0, decompress_seconds = 0, parse_seconds = 0;
-  double encode_seconds = 0;  // summed over the encoding threads
+  // The reader's time: reading files, decompressing, cutting lines into records; not the time it
+  // waited for the encoders.
+  double read_seconds = 0, decompress_seconds = 0, cut_seconds = 0;
+  // Parsing JSON Lines records and tokenizing, each summed over the encoding threads.
+  double parse_seconds = 0, encode_seconds = 0;
   double write_seconds = 0;
   double total_seconds = 0;
+  double cpu_seconds = 0;  // user and system, all threads
   std::vector<std::string> shard_paths(const std::string& split) const;
 };
 

@@ -13,9 +13,8 @@
 #include <filesystem>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
 #include "core/error.h"
+#include "data/json_record.h"
 
 namespace boostlm {
 namespace fs = std::filesystem;
@@ -34,7 +33,7 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 // Bytes outside well-formed UTF-8 sequences (overlong forms and surrogates included) and NULs.
-void count_bad_text(std::string_view text, DocumentReaderStats& stats) {
+void count_bad_text(std::string_view text, RecordReaderStats& stats) {
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
   for (size_t i = 0; i < n;) {
@@ -84,14 +83,24 @@ Compression detect_compression(const unsigned char* bytes, size_t size) {
   return Compression::none;
 }
 
-InputFormat input_format_of(const std::string& path, InputFormat requested) {
-  if (requested != InputFormat::automatic) return requested;
+const char* input_format_name(InputFormat format) {
+  switch (format) {
+    case InputFormat::jsonl:
+      return "jsonl";
+    case InputFormat::text:
+      return "text";
+    default:
+      return "auto";
+  }
+}
+
+InputFormat input_format_by_name(const std::string& path) {
   std::string name = fs::path(path).filename().string();
   for (const char* suffix : {".gz", ".zst", ".zstd"})
     if (ends_with(name, suffix)) name.resize(name.size() - std::strlen(suffix));
   for (const char* suffix : {".jsonl", ".json", ".ndjson"})
     if (ends_with(name, suffix)) return InputFormat::jsonl;
-  return InputFormat::text;
+  return InputFormat::automatic;
 }
 
 std::vector<std::string> expand_inputs(const std::vector<std::string>& arguments) {
@@ -293,64 +302,92 @@ bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\f\v") == std::string_view::npos;
 }
 
+// read_records' loop: lines into records.
+void cut_records(LineReader& lines, const std::string& path, const RecordReaderOptions& options,
+                 const std::function<void(InputRecord&&)>& on_record, RecordReaderStats* stats) {
+  InputFormat format =
+      options.format == InputFormat::automatic ? input_format_by_name(path) : options.format;
+  if (format != InputFormat::automatic) stats->format = format;
+  std::string current;  // plain text: the document being gathered
+  int64_t first_line = 0;
+  auto finish = [&] {
+    if (current.empty()) return;
+    count_bad_text(current, *stats);
+    ++stats->records;
+    on_record({std::move(current), first_line, false});
+    current.clear();
+  };
+  std::string_view line;
+  while (lines.next(&line)) {
+    if (is_blank(line)) {
+      finish();
+      continue;
+    }
+    if (format == InputFormat::automatic) {  // the first non-blank line decides
+      std::string ignored;
+      const JsonFieldStatus status = json_string_field(line, "", &ignored).status;
+      format = status == JsonFieldStatus::not_json || status == JsonFieldStatus::not_object
+                   ? InputFormat::text
+                   : InputFormat::jsonl;
+      stats->format = format;
+    }
+    if (format == InputFormat::jsonl) {
+      ++stats->records;
+      on_record({std::string(line), lines.line_number(), true});
+      continue;
+    }
+    if (current.empty()) first_line = lines.line_number();
+    if (!current.empty()) current += '\n';
+    current += line;
+    if (static_cast<int64_t>(current.size()) >= options.max_document_bytes) finish();
+  }
+  finish();
+}
+
 }  // namespace
 
-DocumentReaderStats read_documents(ByteStream& stream, const std::string& path,
-                                   const DocumentReaderOptions& options,
-                                   const std::function<void(std::string&&, int64_t)>& on_document,
-                                   const std::function<void(const BadRecord&)>& on_bad) {
-  DocumentReaderStats stats;
-  LineReader lines(stream);
-  std::string_view line;
-  auto emit = [&](std::string&& text, int64_t first_line) {
-    count_bad_text(text, stats);
-    ++stats.documents;
-    on_document(std::move(text), first_line);
-  };
-  if (input_format_of(path, options.format) == InputFormat::jsonl) {
-    while (lines.next(&line)) {
-      if (is_blank(line)) continue;
-      const nlohmann::json record =
-          nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      const int64_t number = lines.line_number();
-      if (record.is_discarded()) {
-        on_bad({path, number, "not valid JSON"});
-      } else if (!record.is_object()) {
-        on_bad({path, number, "not a JSON object"});
-      } else if (!record.contains(options.text_field)) {
-        on_bad({path, number,
-                "no field \"" + options.text_field + "\" (choose it with --text-field)"});
-      } else if (!record[options.text_field].is_string()) {
-        on_bad({path, number, "field \"" + options.text_field + "\" is not a string"});
-      } else {
-        std::string text = record[options.text_field].get<std::string>();
-        if (is_blank(text) && text.find('\n') == std::string::npos)
-          on_bad({path, number, "field \"" + options.text_field + "\" is empty"});
-        else
-          emit(std::move(text), number);
-      }
-    }
-  } else {
-    std::string current;
-    int64_t first_line = 0;
-    auto finish = [&] {
-      if (!current.empty()) emit(std::move(current), first_line);
-      current.clear();
-    };
-    while (lines.next(&line)) {
-      if (is_blank(line)) {
-        finish();
-        continue;
-      }
-      if (current.empty()) first_line = lines.line_number();
-      if (!current.empty()) current += '\n';
-      current += line;
-      if (static_cast<int64_t>(current.size()) >= options.max_document_bytes) finish();
-    }
-    finish();
+bool record_document(InputRecord& record, const std::string& text_field, std::string* document,
+                     std::string* reason) {
+  if (!record.json) {
+    *document = std::move(record.text);
+    return true;
   }
-  stats.decompressed_bytes = lines.bytes();
-  return stats;
+  const JsonFieldResult found = json_string_field(record.text, text_field, document);
+  switch (found.status) {
+    case JsonFieldStatus::not_json:
+      *reason = std::string("not valid JSON (") + found.error + " at byte " +
+                std::to_string(found.error_offset) + ")";
+      return false;
+    case JsonFieldStatus::not_object:
+      *reason = "not a JSON object";
+      return false;
+    case JsonFieldStatus::missing:
+      *reason = "no field \"" + text_field + "\" (choose it with --text-field)";
+      return false;
+    case JsonFieldStatus::not_string:
+      *reason = "field \"" + text_field + "\" is not a string";
+      return false;
+    case JsonFieldStatus::ok:
+      break;
+  }
+  if (is_blank(*document) && document->find('\n') == std::string::npos) {
+    *reason = "field \"" + text_field + "\" is empty";
+    return false;
+  }
+  return true;
+}
+
+void read_records(ByteStream& stream, const std::string& path, const RecordReaderOptions& options,
+                  const std::function<void(InputRecord&&)>& on_record, RecordReaderStats* stats) {
+  *stats = RecordReaderStats{};
+  LineReader lines(stream);
+  try {
+    cut_records(lines, path, options, on_record, stats);
+  } catch (...) {
+    stats->decompressed_bytes = lines.bytes();
+    throw;
+  }
+  stats->decompressed_bytes = lines.bytes();
 }
 
 }  // namespace boostlm

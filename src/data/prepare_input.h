@@ -1,11 +1,12 @@
 // The input side of corpus preparation: which files a command line names, their bytes with any
-// gzip or zstd compression undone, and the documents they hold.
+// gzip or zstd compression undone, and the records they hold.
 //
 // Compression is told by the first bytes (gzip 1f 8b, zstd 28 b5 2f fd), whatever the name says.
-// The format of the (decompressed) content is told by the name with any .gz/.zst/.zstd stripped:
-// .jsonl, .json and .ndjson are JSON Lines, one object per line whose text field is one
-// document; anything else is plain text, where a document is a maximal run of non-blank lines
-// (split_documents in data/prepare.h).
+// The format of the (decompressed) content: a name ending .jsonl, .json or .ndjson (after any
+// .gz/.zst/.zstd) says JSON Lines, one object per line whose text field is one document; any
+// other name leaves it to the content: JSON Lines when the first non-blank line is a JSON
+// object, else plain text, where a document is a maximal run of non-blank lines
+// (split_documents in data/prepare.h). --format text|jsonl overrides both.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +22,9 @@ enum class InputFormat { automatic, text, jsonl };
 
 const char* compression_name(Compression compression);
 Compression detect_compression(const unsigned char* bytes, size_t size);
-// The format `path` holds when `requested` is automatic (by name, as above).
-InputFormat input_format_of(const std::string& path, InputFormat requested);
+const char* input_format_name(InputFormat format);
+// The format `path`'s name says (as above); automatic when it says none.
+InputFormat input_format_by_name(const std::string& path);
 
 // Files, directories (every regular file below, recursively) and glob patterns, each expanded
 // in sorted order and the whole list in command-line order. Throws Error for an argument that
@@ -69,25 +71,39 @@ struct BadRecord {
   std::string describe() const;  // "corpus.jsonl:12: not valid JSON (...)"
 };
 
-struct DocumentReaderStats {
+// One record of an input file as the reader cuts it: a line of JSON Lines, not yet parsed (that
+// is the encoding threads' work, so that parsing runs on all of them), or a document of plain
+// text.
+struct InputRecord {
+  std::string text;
+  int64_t line = 0;  // its (first) line in the file, from 1
+  bool json = false;
+};
+
+// The document a record holds: a JSON Lines record's text field (false, with the reason a
+// BadRecord gives, when it holds none: not JSON, not an object, no such field, not a string,
+// empty), else the record's own text. Moves from record.text.
+bool record_document(InputRecord& record, const std::string& text_field, std::string* document,
+                     std::string* reason);
+
+struct RecordReaderStats {
+  InputFormat format = InputFormat::text;  // what the file was read as
   int64_t decompressed_bytes = 0;
-  int64_t documents = 0;
+  int64_t records = 0;
+  // In plain-text documents (a JSON string is well-formed UTF-8 by definition).
   int64_t invalid_utf8_bytes = 0, nul_bytes = 0;
 };
 
-// Reads the documents of one file, calling `on_document(text, first_line)` for each in order and
-// `on_bad(record)` for each bad one (which may throw to stop). A truncated or corrupt
-// compressed stream throws Error. A document of plain text is capped at `max_document_bytes`
+// Reads the records of one file, calling `on_record` for each in order and counting into *stats
+// (also what was read before an exception). A truncated or corrupt compressed stream throws
+// Error. A document of plain text is capped at `max_document_bytes`
 // (the rest of it starts the next document) so that one file without blank lines cannot hold the
-// whole corpus in memory.
-struct DocumentReaderOptions {
+// whole corpus in memory. Blank lines of JSON Lines are no records.
+struct RecordReaderOptions {
   InputFormat format = InputFormat::automatic;
-  std::string text_field = "text";
   int64_t max_document_bytes = int64_t{64} << 20;
 };
-DocumentReaderStats read_documents(ByteStream& stream, const std::string& path,
-                                   const DocumentReaderOptions& options,
-                                   const std::function<void(std::string&&, int64_t)>& on_document,
-                                   const std::function<void(const BadRecord&)>& on_bad);
+void read_records(ByteStream& stream, const std::string& path, const RecordReaderOptions& options,
+                  const std::function<void(InputRecord&&)>& on_record, RecordReaderStats* stats);
 
 }  // namespace boostlm

@@ -118,15 +118,22 @@ void ShardWriter::append(const int32_t* tokens, size_t count) {
   BOOSTLM_ASSERT_MSG(fd_ >= 0, "append after commit");
   if (num_tokens_ + static_cast<int64_t>(count) > std::numeric_limits<int32_t>::max())
     throw error(path_, ": more than 2^31-1 tokens do not fit the header's int32 token count");
-  const int width = vocab_size_ <= 65536 ? 2 : 4;
-  for (size_t i = 0; i < count; ++i) {
-    const int32_t token = tokens[i];
-    if (token < 0 || token >= vocab_size_)
-      throw error(path_, ": token ", token, " is not in [0, vocab_size=", vocab_size_, ")");
-    const uint32_t value = static_cast<uint32_t>(token);
-    unsigned char bytes[4];
-    std::memcpy(bytes, &value, 4);
-    buffer_.insert(buffer_.end(), bytes, bytes + width);
+  // One pass checks the range, one stores the tokens at their width (little-endian, as the
+  // static_assert above makes memory order).
+  for (size_t i = 0; i < count; ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab_size_)
+      throw error(path_, ": token ", tokens[i], " is not in [0, vocab_size=", vocab_size_, ")");
+  const size_t used = buffer_.size();
+  if (vocab_size_ <= 65536) {
+    buffer_.resize(used + count * sizeof(uint16_t));
+    unsigned char* out = buffer_.data() + used;
+    for (size_t i = 0; i < count; ++i) {
+      const auto narrow = static_cast<uint16_t>(tokens[i]);
+      std::memcpy(out + i * sizeof narrow, &narrow, sizeof narrow);
+    }
+  } else {
+    buffer_.resize(used + count * sizeof(int32_t));
+    std::memcpy(buffer_.data() + used, tokens, count * sizeof(int32_t));
   }
   num_tokens_ += static_cast<int64_t>(count);
   if (buffer_.size() >= (size_t{1} << 20)) flush();

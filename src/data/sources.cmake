@@ -14,6 +14,7 @@ target_sources(boostlm_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/loader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/prepare.cpp
   ${CMAKE_CURRENT_LIST_DIR}/prepare_input.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/json_record.cpp
 )
 target_link_libraries(boostlm_core PUBLIC PkgConfig::SENTENCEPIECE PkgConfig::PCRE2 PkgConfig::ICU
                       PRIVATE PkgConfig::ZSTD ZLIB::ZLIB)

@@ -47,7 +47,8 @@ done
 python3 - "$work/whole/meta.json" "$work/cut/meta.json" << 'PY' || fail "meta.json differs after resume"
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
-sys.exit(0 if (a["train"], a["val"]) == (b["train"], b["val"]) else 1)
+# Per-file counts too: tokens of the documents before the kill come from progress.json.
+sys.exit(0 if (a["train"], a["val"], a["inputs"]) == (b["train"], b["val"], b["inputs"]) else 1)
 PY
 
 # 2: bounded memory: peak RSS of a corpus and of one ten times larger, about the same.

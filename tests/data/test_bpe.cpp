@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "data/bpe.h"
+#include "data/prepare.h"
+#include "data/shard.h"
 #include "data/test_util.h"
 #include "data/tokenizer.h"
 
@@ -194,6 +196,40 @@ TEST(Bpe, TokenizerLoadsTokenizerJsonByContentOrFromADirectory) {
   EXPECT_EQ(tokenizer_identity(dir.path()).hash,
             tokenizer_identity(dir.file("tokenizer.json")).hash);
   EXPECT_TRUE(tokenizer_identity(dir.path()).known());
+}
+
+// prepare copies the tokenizer_config.json beside a tokenizer.json with it: it names the EOS
+// that ends every document, and training and eval load the copy.
+TEST(Bpe, PrepareCarriesTheTokenizerConfigBesideATokenizerJson) {
+  TempDir dir;
+  fs::create_directories(dir.file("hub"));
+  test::write_bytes(dir.file("hub/tokenizer.json"), tiny_tokenizer({"a a"}).dump());
+  test::write_bytes(dir.file("hub/tokenizer_config.json"), R"({"eos_token": "a"})");
+  test::write_bytes(dir.file("corpus.txt"), "aab ab\n\nbab aa\n\nab\n");
+  PrepareOptions options;
+  options.input_files = {dir.file("corpus.txt")};
+  options.output_dir = dir.file("out");
+  options.tokenizer_path = dir.file("hub/tokenizer.json");
+  options.val_fraction = 0;
+  prepare_corpus(options);
+  EXPECT_EQ(test::read_bytes(dir.file("out/tokenizer_config.json")),
+            test::read_bytes(dir.file("hub/tokenizer_config.json")));
+  EXPECT_EQ(Tokenizer::load(dir.file("out/tokenizer.json")).eos_id(), 'a');
+  EXPECT_EQ(read_shard(dir.file("out/train_000000.bin")).back(), 'a');
+  // A tokenizer without one leaves none behind from an earlier preparation.
+  fs::remove(dir.file("hub/tokenizer_config.json"));
+  json with_eos = tiny_tokenizer({"a a"});
+  with_eos["added_tokens"] = {{{"id", 257}, {"content", "</s>"}, {"special", true}}};
+  with_eos["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+        {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}}},
+      {"special_tokens", {{"</s>", {{"id", "</s>"}, {"ids", {257}}}}}}};
+  test::write_bytes(dir.file("hub/tokenizer.json"), with_eos.dump());
+  prepare_corpus(options);
+  EXPECT_FALSE(fs::exists(dir.file("out/tokenizer_config.json")));
+  EXPECT_EQ(Tokenizer::load(dir.file("out/tokenizer.json")).eos_id(), 257);
 }
 
 // ---- Against the reference implementations ----

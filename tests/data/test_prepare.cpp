@@ -110,6 +110,15 @@ TEST(Prepare, WritesTokenizerShardsAndMeta) {
   ASSERT_EQ(meta["inputs"].size(), 2u);
   EXPECT_EQ(meta["inputs"][0]["documents"], 15);
   EXPECT_EQ(meta["inputs"][1]["documents"], 25);
+  // Each file's tokens: its documents' tokens and EOS, whichever split they went to.
+  int64_t first_file_tokens = 0;
+  for (size_t i = 0; i < 15; ++i)
+    first_file_tokens += static_cast<int64_t>(tokenizer.encode(documents[i]).size()) + 1;
+  EXPECT_EQ(meta["inputs"][0]["tokens"], first_file_tokens);
+  EXPECT_EQ(summary.files[0].tokens, first_file_tokens);
+  EXPECT_EQ(meta["inputs"][1]["tokens"],
+            summary.train_tokens + summary.val_tokens - first_file_tokens);
+  EXPECT_EQ(meta["inputs"][0]["format"], "text");
 }
 
 // The same bytes for 1 and 3 encoding threads, run after run; a given tokenizer is copied.
@@ -173,12 +182,19 @@ TEST(Prepare, ResumesFromTheCompleteShardsOfAnInterruptedRun) {
     EXPECT_EQ(test::read_bytes(dir.file("cut/" + shard.name)),
               test::read_bytes(dir.file("whole/" + shard.name)))
         << shard.name;
+  // The counts too, per file (tokens of the documents before the resume point come from
+  // progress.json).
   auto meta = [&](const char* d) {
     auto j = nlohmann::json::parse(test::read_bytes(dir.file(std::string(d) + "/meta.json")));
-    return std::make_pair(j["train"], j["val"]);
+    return std::make_tuple(j["train"], j["val"], j["inputs"]);
   };
   EXPECT_EQ(meta("cut"), meta("whole"));
   EXPECT_EQ(resumed.train_documents, whole.train_documents);
+  // A record of the older layout (shards ending at a document count) cannot be continued.
+  progress = nlohmann::json::parse(test::read_bytes(dir.file("cut/progress.json")));
+  progress.erase("version");
+  test::write_bytes(dir.file("cut/progress.json"), progress.dump());
+  expect_error([&] { prepare_corpus(options); }, {"another version", "without --resume"});
 }
 
 // meta.json records which tokenizer made the shards; another tokenizer of the same vocabulary size

@@ -98,25 +98,38 @@ TEST(PrepareInput, EveryFormatAndCompressionGivesTheSameShards) {
   ASSERT_FALSE(reference.empty());
 
   struct Case {
-    std::string name, bytes;
+    std::string name, bytes, format = "jsonl";
   };
   const std::vector<Case> cases = {
       {"a.jsonl", as_jsonl(documents, "text")},
+      // The format told by content where the name does not tell: the first non-blank line is a
+      // JSON object, or not.
+      {"e.data", "\n" + as_jsonl(documents, "text")},
+      {"f", zstd(as_jsonl(documents, "text"))},
+      {"g", "[1, 2]\n\n" + as_text(documents), "text"},
       {"a.jsonl.gz", gzip(as_jsonl(documents, "text"))},
       {"a.jsonl.zst", zstd(as_jsonl(documents, "text"))},
-      {"a.txt.gz", gzip(as_text(documents))},
+      {"a.txt.gz", gzip(as_text(documents)), "text"},
       // Told by content: gzip named .txt, zstd named .zst-less, concatenated gzip members.
-      {"b.txt", gzip(as_text(documents))},
+      {"b.txt", gzip(as_text(documents)), "text"},
       {"c.jsonl", zstd(as_jsonl(documents, "text"))},
-      {"d.txt.gz", gzip(as_text({documents.begin(), documents.begin() + 17})) +
-                       gzip(as_text({documents.begin() + 17, documents.end()}))},
+      {"d.txt.gz",
+       gzip(as_text({documents.begin(), documents.begin() + 17})) +
+           gzip(as_text({documents.begin() + 17, documents.end()})),
+       "text"},
   };
   for (const Case& c : cases) {
     test::write_bytes(dir.file(c.name), c.bytes);
     const PrepareSummary summary =
         prepare_corpus(options_for({dir.file(c.name)}, dir.file("out_" + c.name)));
-    EXPECT_EQ(all_shards(summary), reference) << c.name;
-    EXPECT_EQ(summary.files.at(0).documents, 40) << c.name;
+    const std::string shards = all_shards(summary);
+    if (c.name == "g") {  // its first paragraph is one more document
+      EXPECT_EQ(summary.files.at(0).documents, 41);
+    } else {
+      EXPECT_EQ(shards, reference) << c.name;
+      EXPECT_EQ(summary.files.at(0).documents, 40) << c.name;
+    }
+    EXPECT_EQ(summary.files.at(0).format, c.format) << c.name;
   }
   // Another text field, and a directory and a glob naming the same file.
   test::write_bytes(dir.file("field.jsonl"), as_jsonl(documents, "content"));
@@ -182,6 +195,23 @@ TEST(PrepareInput, ATruncatedCompressedFileIsAnErrorNamingTheByteOrSkipped) {
     EXPECT_GT(summary.files[0].documents, 0);  // those before the cut are kept
     EXPECT_LT(summary.files[0].documents, 1500);
     EXPECT_EQ(summary.files[1].documents, 10);  // and the next file is read
+  }
+}
+
+// With several encoding threads, the first bad input in input order is the one reported: a bad
+// record an encoder finds in an early batch, not the broken stream the reader meets later.
+TEST(PrepareInput, ErrorsAreReportedInInputOrderOnAnyThreadCount) {
+  TempDir dir;
+  std::string records = as_jsonl(documents_of(25, 400), "text");
+  records.insert(records.find('\n') + 1, "{\"text\": 7}\n");
+  test::write_bytes(dir.file("a.jsonl"), records);
+  const std::string cut = gzip(as_text(documents_of(26, 1500)));
+  test::write_bytes(dir.file("b.txt.gz"), cut.substr(0, cut.size() / 2));
+  for (const int threads : {1, 2, 4}) {
+    PrepareOptions options = options_for({dir.file("a.jsonl"), dir.file("b.txt.gz")},
+                                         dir.file("out"));
+    options.threads = threads;
+    expect_error([&] { prepare_corpus(options); }, {"a.jsonl:2: ", "is not a string"});
   }
 }
 
