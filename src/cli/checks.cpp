@@ -109,17 +109,17 @@ CLI::Validator model_config() {
       "FILE|PRESET");
 }
 
-std::string eval_shard_path(const std::string& data) {
+std::vector<std::string> eval_shard_paths(const std::string& data) {
   namespace fs = std::filesystem;
-  if (fs::is_directory(data)) {  // its first validation shard (val_000000.bin, or val.bin)
-    const std::vector<std::string> val = prepared_shards(data, "val");
+  if (fs::is_directory(data)) {  // its validation shards (val_000000.bin, ..., or val.bin)
+    std::vector<std::string> val = prepared_shards(data, "val");
     if (val.empty())
       throw error("--data ", data, " has no val.bin or val_000000.bin (give a directory from ",
                   "`boostlm prepare` or a token shard)");
-    return val.front();
+    return val;
   }
   if (!fs::is_regular_file(data)) throw error("--data ", data, ": no such file or directory");
-  return data;
+  return {data};
 }
 
 void warn_deprecated(const std::string& command, const std::string& old_name,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -32,10 +33,10 @@ CLI::Option* computed_default(CLI::Option* option);
 // the file's path.
 CLI::Validator model_config();
 
-// The token shard a --data argument names: a directory from `boostlm prepare` (its first
-// validation shard: val_000000.bin, or val.bin of an older preparation) or a
-// shard file. Throws Error when it is neither.
-std::string eval_shard_path(const std::string& data);
+// The token shards a --data argument names, in order: a directory from `boostlm prepare` (its
+// validation shards: val_000000.bin, ..., or val.bin of an older preparation) or one shard file.
+// Throws Error when it is neither.
+std::vector<std::string> eval_shard_paths(const std::string& data);
 
 // Prints "boostlm <command>: warning: <old> is deprecated, use <new>" on stderr.
 void warn_deprecated(const std::string& command, const std::string& old_name,

@@ -47,12 +47,13 @@ void convert_to_low_rank(Args& a) {
   Model low(result.config, DType::f32);
   std::copy_n(result.weights.data(), result.weights.size(), low.weights().data());
   if (!a.data.empty()) {
-    const std::string shard = eval_shard_path(a.data);
-    const int64_t windows = eval_windows(shard, a.batch_size, a.seq_len, a.eval_batches);
-    const double before = evaluate(dense, shard, a.batch_size, a.seq_len, windows);
-    const double after = evaluate(low, shard, a.batch_size, a.seq_len, windows);
-    std::printf("convert: loss before %.6f, after %.6f (%s, %lld windows)\n", before, after,
-                shard.c_str(), static_cast<long long>(windows));
+    const EvalSet set =
+        select_eval_windows(eval_shard_paths(a.data), a.batch_size, a.seq_len, a.eval_batches);
+    const double before = evaluate(dense, set, a.batch_size, a.seq_len);
+    const double after = evaluate(low, set, a.batch_size, a.seq_len);
+    std::printf("convert: loss before %.6f, after %.6f (%s, %lld windows from %zu shard(s))\n",
+                before, after, a.data.c_str(), static_cast<long long>(set.windows),
+                set.shards.size());
   }
   const std::string tokenizer = find_tokenizer(dir);  // tokenizer.model or tokenizer.json
   while_doing("writing the checkpoint --out " + a.out,
@@ -128,14 +129,15 @@ void add_convert(CLI::App& app) {
                                    "share of every layer's Σσ² (instead of ranks)"))
       ->check(number_in(0.0, 1.0, true));
   cmd->add_option("--data,-d", a->data,
-                  "--to: directory from `boostlm prepare` (its val.bin) or token shard to report "
-                  "the loss on before and after")
+                  "--to: directory from `boostlm prepare` (its val shards, in order) or token "
+                  "shard to report the loss on before and after")
       ->check(CLI::ExistingPath);
   add_deprecated(*cmd, "--eval-data", "--data", a->data)->check(CLI::ExistingPath);
   cmd->add_option("--batch-size,-b", a->batch_size, "--data: sequences per window")
       ->check(at_least(1));
   cmd->add_option("--seq-len,-t", a->seq_len, "--data: tokens per sequence")->check(at_least(1));
-  cmd->add_option("--eval-batches", a->eval_batches, "--data: windows from token 0")
+  cmd->add_option("--eval-batches", a->eval_batches,
+                  "--data: windows of -b x -t, each shard's from its token 0, shard after shard")
       ->check(at_least(1));
   add_deprecated(*cmd, "--batches", "--eval-batches", a->eval_batches)->check(at_least(1));
   cmd->add_option("--out,-o", a->out, "directory to write (--to-gguf: the .gguf file)")->required();

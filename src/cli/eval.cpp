@@ -77,7 +77,8 @@ void add_eval(CLI::App& app) {
   auto a = std::make_shared<Args>();
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint or run directory")->required();
   auto* data = cmd->add_option("--data,-d", a->data,
-                               "directory from `boostlm prepare` (its val.bin) or a token shard")
+                               "directory from `boostlm prepare` (its val shards, in order) "
+                               "or a token shard")
                    ->check(CLI::ExistingPath);
   auto* text = cmd->add_option("--text", a->text,
                                "raw UTF-8 text instead: tokenized with the checkpoint's tokenizer "
@@ -98,8 +99,9 @@ void add_eval(CLI::App& app) {
                        "-t; -t itself: consecutive windows, batched)"))
       ->check(at_least(1));
   auto* batches = cmd->add_option("--eval-batches", a->eval_batches,
-                                  "--data: windows from token 0 (fewer when the shard holds "
-                                  "fewer, with a warning)")
+                                  "--data: windows of -b x -t, each shard's from its token 0, "
+                                  "shard after shard (fewer when they hold fewer, with a "
+                                  "warning)")
                       ->check(at_least(1));
   auto* batches_alias =
       add_deprecated(*cmd, "--batches", "--eval-batches", a->eval_batches)->check(at_least(1));
@@ -127,22 +129,25 @@ void add_eval(CLI::App& app) {
                   " exceeds the model's max_seq_len=", model.config().max_seq_len);
     // The tokens must come from the checkpoint's tokenizer: the shard's directory says which
     // made it (data/prepare.h); --text is tokenized with --tokenizer when given.
-    const std::string shard = a->data.empty() ? std::string() : eval_shard_path(a->data);
+    const std::vector<std::string> shards =
+        a->data.empty() ? std::vector<std::string>() : eval_shard_paths(a->data);
     const std::string warning = check_same_tokenizer(
         checkpoint_tokenizer(dir),
-        !a->data.empty() ? prepared_tokenizer(std::filesystem::path(shard).parent_path().string())
-                         : tokenizer_identity(a->tokenizer),
+        !a->data.empty()
+            ? prepared_tokenizer(std::filesystem::path(shards.front()).parent_path().string())
+            : tokenizer_identity(a->tokenizer),
         a->allow_tokenizer_change,
         !a->data.empty() ? "eval --data " + a->data : "eval --tokenizer " + a->tokenizer);
     if (!warning.empty()) warn(warning);
     if (!a->data.empty()) {
-      const int64_t windows = eval_windows(shard, a->batch_size, a->seq_len, a->eval_batches);
-      const double loss = evaluate(model, shard, a->batch_size, a->seq_len, windows);
+      const EvalSet set = select_eval_windows(shards, a->batch_size, a->seq_len, a->eval_batches);
+      const double loss = evaluate(model, set, a->batch_size, a->seq_len);
       std::printf("%s\n",
                   nlohmann::json({{"checkpoint", dir},
-                                  {"data", shard},
-                                  {"batches", windows},
-                                  {"evaluated_tokens", windows * a->batch_size * a->seq_len},
+                                  {"data", a->data},
+                                  {"shards", set.shards},
+                                  {"batches", set.windows},
+                                  {"evaluated_tokens", set.windows * a->batch_size * a->seq_len},
                                   {"loss", loss}})
                       .dump()
                       .c_str());

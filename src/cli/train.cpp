@@ -23,8 +23,8 @@ void add_train(CLI::App& app) {
                   "model config: a file, or a preset of configs/ by name (tiny-cola, 60m-dense)")
       ->transform(model_config());
   cmd->add_option("--data,-d", o->data_dir,
-                  "directory from `boostlm prepare` (its train shards), its meta.json, or one "
-                  "token shard")
+                  "directory from `boostlm prepare` (its train shards; validation reads its val "
+                  "shards), its meta.json, or one token shard (no validation)")
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_option("--out,-o", o->out_dir, "run directory (metrics.jsonl, checkpoints/)")
@@ -94,7 +94,10 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--shuffle", o->shuffle, "shuffle windows per epoch");
   cmd->add_option("--eval-interval", o->eval_interval, "steps between validations (0: end only)")
       ->check(at_least(0));
-  cmd->add_option("--eval-batches", o->eval_batches, "validation windows")->check(at_least(1));
+  cmd->add_option("--eval-batches", o->eval_batches,
+                  "validation windows of -b x -t: each val shard's from its token 0, shard after "
+                  "shard")
+      ->check(at_least(1));
   cmd->add_option("--save-interval", o->save_interval, "steps between checkpoints (0: end only)")
       ->check(at_least(0));
   cmd->add_option("--keep", o->keep_checkpoints, "checkpoints kept")->check(at_least(1));

@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -184,6 +185,26 @@ struct ShardLoader::Shard {
 
 namespace {
 
+// The window of B*T+1 tokens from token `start` of a mapped shard, as inputs and targets; with
+// vocab_size > 0 each token is checked below it, so a shard of another vocabulary is reported by
+// name and position instead of indexing past the embedding.
+Batch read_mapped_window(const MappedFile& file, int bytes_per_token, int64_t start,
+                         int64_t batch_size, int64_t seq_len, int64_t vocab_size) {
+  const int64_t count = batch_size * seq_len;
+  const unsigned char* data = file.data() + kShardHeaderWords * sizeof(int32_t);
+  std::vector<int32_t> tokens(static_cast<size_t>(count + 1));
+  for (int64_t i = 0; i <= count; ++i) {
+    uint32_t value = 0;
+    std::memcpy(&value, data + (start + i) * bytes_per_token, static_cast<size_t>(bytes_per_token));
+    if (vocab_size > 0 && value >= static_cast<uint64_t>(vocab_size))
+      throw error(file.path(), ": token ", value, " at position ", start + i,
+                  " is outside the vocabulary [0, ", vocab_size, ")");
+    tokens[i] = static_cast<int32_t>(value);
+  }
+  return {batch_size, seq_len, std::vector<int32_t>(tokens.begin(), tokens.end() - 1),
+          std::vector<int32_t>(tokens.begin() + 1, tokens.end())};
+}
+
 // Flag names as the command line spells them, for messages about a saved state.
 const std::map<std::string, std::string>& flag_names() {
   static const std::map<std::string, std::string> flags = {{"batch_size", "--batch-size"},
@@ -280,22 +301,8 @@ int64_t ShardLoader::window_start(const Shard& s, int64_t epoch, int64_t slot) {
 Batch ShardLoader::read(const Cursor& cursor) {
   const Shard& s = shard(cursor.order[cursor.position]);
   const int64_t start = window_start(s, cursor.epoch, cursor.window);
-  const int64_t count = config_.batch_size * config_.seq_len;
-  const unsigned char* data = s.file->data() + kShardHeaderWords * sizeof(int32_t);
-  const int width = s.header.bytes_per_token;
-  std::vector<int32_t> tokens(static_cast<size_t>(count + 1));
-  for (int64_t i = 0; i <= count; ++i) {
-    uint32_t value = 0;
-    std::memcpy(&value, data + (start + i) * width, static_cast<size_t>(width));
-    if (vocab_size_ > 0 && value >= static_cast<uint64_t>(vocab_size_))
-      throw error(s.path, ": token ", value, " at position ", start + i,
-                  " is outside the vocabulary [0, ", vocab_size_, ")");
-    tokens[i] = static_cast<int32_t>(value);
-  }
-  Batch batch{config_.batch_size, config_.seq_len,
-              std::vector<int32_t>(tokens.begin(), tokens.end() - 1),
-              std::vector<int32_t>(tokens.begin() + 1, tokens.end())};
-  return batch;
+  return read_mapped_window(*s.file, s.header.bytes_per_token, start, config_.batch_size,
+                            config_.seq_len, vocab_size_);
 }
 
 Batch ShardLoader::next() {
@@ -366,6 +373,66 @@ void ShardLoader::load_state(const nlohmann::json& state) {
       cursor.window < 0 || cursor.window >= shard(cursor.order[cursor.position]).windows)
     throw error(source, ": loader state points outside its shards");
   cursor_ = std::move(cursor);
+}
+
+struct EvalWindows::Shard {
+  std::string path;
+  ShardHeader header;
+  int64_t windows = 0;
+  int64_t first_window = 0;          // index in the sequence of this shard's window 0
+  std::unique_ptr<MappedFile> file;  // mapped when one of its windows is first read
+};
+
+EvalWindows::EvalWindows(const std::vector<std::string>& shard_paths, int64_t batch_size,
+                         int64_t seq_len, int64_t vocab_size)
+    : batch_size_(batch_size), seq_len_(seq_len), vocab_size_(vocab_size) {
+  LoaderConfig config;
+  config.batch_size = batch_size;
+  config.seq_len = seq_len;
+  check_config(config, shard_paths.empty() ? "(no shards)" : shard_paths.front());
+  if (shard_paths.empty()) throw error("the evaluation data lists no shards");
+  for (const std::string& path : shard_paths) {
+    auto shard = std::make_unique<Shard>();
+    shard->path = path;
+    shard->header = read_shard_header(path);
+    shard->windows = DataLoader::full_windows(shard->header.num_tokens, batch_size, seq_len);
+    shard->first_window = windows_;
+    num_tokens_ += shard->header.num_tokens;
+    windows_ += shard->windows;
+    shards_.push_back(std::move(shard));
+  }
+}
+
+EvalWindows::~EvalWindows() = default;
+
+std::vector<std::string> EvalWindows::shards_holding(int64_t windows) const {
+  std::vector<std::string> paths;
+  for (const auto& shard : shards_)
+    if (shard->windows > 0 && shard->first_window < windows) paths.push_back(shard->path);
+  return paths;
+}
+
+Batch EvalWindows::window(int64_t index) {
+  BOOSTLM_ASSERT_MSG(index >= 0 && index < windows_, "evaluation window index out of range");
+  // The last shard whose first window is at or before `index` (shards without windows share
+  // their successor's first_window, and are passed over since they hold none).
+  auto it = std::upper_bound(shards_.begin(), shards_.end(), index,
+                             [](int64_t i, const auto& shard) { return i < shard->first_window; });
+  Shard& shard = **std::prev(it);
+  if (!shard.file) {
+    auto file = std::make_unique<MappedFile>(shard.path);
+    const ShardHeader now = parse_shard_header(file->data(), file->size(),
+                                               static_cast<int64_t>(file->size()), shard.path);
+    if (now.num_tokens != shard.header.num_tokens ||
+        now.bytes_per_token != shard.header.bytes_per_token)
+      throw error(shard.path, " holds ", now.num_tokens, " tokens but held ",
+                  shard.header.num_tokens, " when its header was read; a shard must not change ",
+                  "while it is evaluated");
+    shard.file = std::move(file);
+  }
+  const int64_t start = (index - shard.first_window) * batch_size_ * seq_len_;
+  return read_mapped_window(*shard.file, shard.header.bytes_per_token, start, batch_size_, seq_len_,
+                            vocab_size_);
 }
 
 }  // namespace boostlm

@@ -151,4 +151,35 @@ class ShardLoader : public BatchSource {
   std::vector<int64_t> cached_order_;
 };
 
+// The evaluation windows of a list of shards (a prepared directory's val_NNNNNN.bin in order, or
+// one shard), read as one sequence: the first shard's floor((N-1) / (B*T)) windows, window w
+// starting at its token w*B*T, then the next shard's, and so on. A window never crosses a shard
+// (a shard's last < B*T tokens are not read as inputs; a shorter shard holds none) and no window
+// is read twice. The windows are those a no-shuffle, dp_size=1 ShardLoader reads in its first
+// epoch. Only the shards' headers are read up front; a shard is memory-mapped when one of its
+// windows is first read, so a few windows of large shards bring only their own pages into memory.
+class EvalWindows {
+ public:
+  // `vocab_size` > 0: each window's tokens are checked to be below it as they are read.
+  // Throws Error (naming the file) for an empty list or a bad shard header.
+  EvalWindows(const std::vector<std::string>& shard_paths, int64_t batch_size, int64_t seq_len,
+              int64_t vocab_size = 0);
+  ~EvalWindows();
+
+  int64_t size() const { return windows_; }  // windows of all the shards together
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
+  // The shards the first `windows` windows come from, in order (those holding at least one).
+  std::vector<std::string> shards_holding(int64_t windows) const;
+  // Window `index` of the sequence, 0 <= index < size(). Throws Error naming the file for a token
+  // outside the vocabulary, or for a shard that changed since its header was read.
+  Batch window(int64_t index);
+
+ private:
+  struct Shard;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  int64_t batch_size_, seq_len_, vocab_size_;
+  int64_t num_tokens_ = 0, windows_ = 0;
+};
+
 }  // namespace boostlm

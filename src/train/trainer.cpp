@@ -113,24 +113,14 @@ ModelConfig resolve_config(const TrainOptions& o, const std::string& checkpoint)
   return config;
 }
 
-// An evaluation shard's tokens, checked against the model and the window before any use.
-std::vector<int32_t> read_eval_shard(const std::string& path, int64_t vocab_size,
-                                     int64_t batch_size, int64_t seq_len) {
-  std::vector<int32_t> tokens = read_shard(path);
-  check_tokens_below(tokens, vocab_size, path);
-  if (DataLoader::full_windows(static_cast<int64_t>(tokens.size()), batch_size, seq_len) < 1)
-    throw error(path, " holds ", tokens.size(), " tokens, fewer than one window of ", batch_size,
-                "x", seq_len, "+1");
-  return tokens;
-}
-
 // The data's shards and tokenizer, all checked against the model and the batch shape before the
 // first step, so a bad validation shard cannot end a run after hours of training. --data is a
 // directory from `boostlm prepare` (its train_NNNNNN.bin shards, or the train.bin of an older
 // preparation), that directory's meta.json, or one token shard (no validation).
 struct DataFiles {
   std::vector<std::string> train;
-  std::string val, tokenizer;
+  EvalSet val;  // no shards: no validation
+  std::string tokenizer;
   bool single_file = false;  // read by DataLoader, as before shards: one file, circular windows
 };
 
@@ -161,12 +151,11 @@ DataFiles open_data(std::string dir, const ModelConfig& config, const TrainOptio
          " has no tokenizer.model or tokenizer.json: checkpoints will carry no tokenizer, so " +
          "generate will need --tokenizer");
   }
+  // Validation scores the first --eval-batches windows of all the val shards, in order (warning
+  // when they hold fewer); their tokens are checked here, before the first step.
   const std::vector<std::string> val = prepared_shards(dir, "val");
-  if (!val.empty()) {  // validation scores the first windows of the first val shard
-    f.val = val.front();
-    read_eval_shard(f.val, config.vocab_size, o.batch_size, o.seq_len);
-    eval_windows(f.val, o.batch_size, o.seq_len, o.eval_batches);  // warns when it holds fewer
-  }
+  if (!val.empty())
+    f.val = select_eval_windows(val, o.batch_size, o.seq_len, o.eval_batches, config.vocab_size);
   return f;
 }
 
@@ -285,37 +274,53 @@ MetricsLog open_run_directory(const fs::path& run, const ModelConfig& config,
 
 }  // namespace
 
-double evaluate(Model& model, const std::string& shard_path, int64_t batch_size, int64_t seq_len,
-                int64_t batches) {
-  return evaluate_tokens(
-      model, read_eval_shard(shard_path, model.config().vocab_size, batch_size, seq_len),
-      batch_size, seq_len, batches);
+namespace {
+
+// Evaluation shards as a message names them: the path of one, or the first and last of several
+// with their count, followed by the verb's matching form ("holds" or "hold").
+std::string shards_hold(const std::vector<std::string>& paths) {
+  if (paths.size() == 1) return paths.front() + " holds";
+  return "the " + std::to_string(paths.size()) + " shards " + paths.front() + " ... " +
+         paths.back() + " hold";
 }
 
-double evaluate_tokens(Model& model, const std::vector<int32_t>& tokens, int64_t batch_size,
-                       int64_t seq_len, int64_t batches) {
-  const int64_t available = DataLoader::full_windows(tokens.size(), batch_size, seq_len);
-  BOOSTLM_ASSERT_MSG(available >= 1, "evaluate_tokens needs one window of B*T+1 tokens");
-  const int64_t n = std::min(batches, available);
+}  // namespace
+
+EvalSet select_eval_windows(const std::vector<std::string>& shard_paths, int64_t batch_size,
+                            int64_t seq_len, int64_t asked, int64_t vocab_size) {
+  EvalWindows windows(shard_paths, batch_size, seq_len, vocab_size);
+  const std::string window = std::to_string(batch_size) + "x" + std::to_string(seq_len) + "+1";
+  const std::string held =
+      shards_hold(shard_paths) + " " + std::to_string(windows.num_tokens()) + " tokens";
+  if (windows.size() < 1)
+    throw error(
+        held, ", fewer than one window of ", window,
+        shard_paths.size() > 1 ? " in any one of them (a window never crosses a shard)" : "");
+  if (windows.size() < asked)
+    warn(held + ": " + std::to_string(windows.size()) + " window(s) of " + window +
+         (shard_paths.size() > 1 ? " (none crosses a shard)" : "") +
+         ", fewer than --eval-batches " + std::to_string(asked) + "; scoring those " +
+         std::to_string(windows.size()) + " (no window is scored twice)");
+  const int64_t chosen = std::min(asked, windows.size());
+  if (vocab_size > 0)  // reading a window checks its tokens
+    for (int64_t i = 0; i < chosen; ++i) windows.window(i);
+  return {windows.shards_holding(chosen), chosen};
+}
+
+double evaluate(Model& model, const EvalSet& set, int64_t batch_size, int64_t seq_len) {
+  BOOSTLM_ASSERT_MSG(set.windows >= 1 && !set.shards.empty(), "evaluate needs a window to score");
+  EvalWindows windows(set.shards, batch_size, seq_len, model.config().vocab_size);
+  if (windows.size() < set.windows)
+    throw error(shards_hold(set.shards), " ", windows.size(), " window(s) of ", batch_size, "x",
+                seq_len, "+1 now, fewer than the ", set.windows,
+                " chosen for evaluation; a shard must not change while it is evaluated");
   Pipeline pipeline(model);
   double total = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const Batch b = DataLoader::window(tokens, i, batch_size, seq_len);
+  for (int64_t i = 0; i < set.windows; ++i) {
+    const Batch b = windows.window(i);
     total += pipeline.forward({b.inputs.data(), b.targets.data()}, batch_size, seq_len);
   }
-  return total / static_cast<double>(n);
-}
-
-int64_t eval_windows(const std::string& shard_path, int64_t batch_size, int64_t seq_len,
-                     int64_t asked) {
-  const int64_t tokens = read_shard_header(shard_path).num_tokens;
-  const int64_t held = DataLoader::full_windows(tokens, batch_size, seq_len);
-  if (held >= asked || held < 1) return asked;  // none: evaluate() refuses with the sizes
-  warn(shard_path + " holds " + std::to_string(tokens) + " tokens: " + std::to_string(held) +
-       " window(s) of " + std::to_string(batch_size) + "x" + std::to_string(seq_len) +
-       "+1, fewer than --eval-batches " + std::to_string(asked) + "; scoring those " +
-       std::to_string(held) + " (no window is scored twice)");
-  return held;
+  return total / static_cast<double>(set.windows);
 }
 
 TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens,
@@ -567,13 +572,12 @@ StepRecord TrainingRun::step() {
   return r;
 }
 
-// The validation shard was checked up front; should evaluation fail anyway (the file changed
-// under the run), the trained weights are saved before the run ends.
+// The validation windows were chosen and checked up front; should evaluation fail anyway (a file
+// changed under the run), the trained weights are saved before the run ends.
 float TrainingRun::validate() {
-  if (data_.val.empty()) return -1.0f;
+  if (data_.val.shards.empty()) return -1.0f;
   try {
-    return static_cast<float>(
-        evaluate(*model_, data_.val, o_.batch_size, o_.seq_len, o_.eval_batches));
+    return static_cast<float>(evaluate(*model_, data_.val, o_.batch_size, o_.seq_len));
   } catch (const Error& e) {
     const std::string saved = save("validation failed");
     throw error(e.what(), " (the trained weights are saved in ", saved, ")");

@@ -79,19 +79,26 @@ struct TrainResult {
 
 TrainResult train(const TrainOptions& options);
 
-// Mean loss over the first `batches` windows of a shard (from token 0, the training windowing).
-class Model;
-double evaluate(Model& model, const std::string& shard_path, int64_t batch_size, int64_t seq_len,
-                int64_t batches);
-// The same over tokens in memory (at least one window of batch_size·seq_len + 1).
-double evaluate_tokens(Model& model, const std::vector<int32_t>& tokens, int64_t batch_size,
-                       int64_t seq_len, int64_t batches);
+// What validation scores (train's val loss, eval --data, convert --data): the first `windows`
+// windows of the evaluation sequence of `shards` (data/loader.h, EvalWindows: each shard's windows
+// of batch_size·seq_len + 1 tokens from its token 0, one shard after the other).
+struct EvalSet {
+  std::vector<std::string> shards;  // the shards those windows come from, in order
+  int64_t windows = 0;
+};
 
-// The windows of batch_size·seq_len + 1 tokens the shard holds, at most `asked` (--eval-batches):
-// when it holds fewer, a warning on stderr says how many it holds and that those are scored, since
-// evaluate() never repeats a window.
-int64_t eval_windows(const std::string& shard_path, int64_t batch_size, int64_t seq_len,
-                     int64_t asked);
+// The first `asked` windows (--eval-batches) of the shards' sequence. When they hold fewer, a
+// warning on stderr says how many shards, tokens and windows they hold and that those are
+// scored, since no window is scored twice. Throws Error (naming the files) when they hold no
+// window at all. With vocab_size > 0 every token of the chosen windows is read and checked below
+// it, so that a bad validation shard is found before a run's first step, not hours into it.
+EvalSet select_eval_windows(const std::vector<std::string>& shard_paths, int64_t batch_size,
+                            int64_t seq_len, int64_t asked, int64_t vocab_size = 0);
+
+// Mean loss over the windows of `set`, read (memory-mapped) as they are scored. Every rank that
+// calls it scores every window, so DP replicas and pipeline stages agree on the value.
+class Model;
+double evaluate(Model& model, const EvalSet& set, int64_t batch_size, int64_t seq_len);
 
 // The mean loss over every token of `tokens` after the first (at least 2 tokens; eval --text).
 struct TokenScore {

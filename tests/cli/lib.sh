@@ -17,15 +17,18 @@ finish() {
   if ((failures)); then echo "$failures failure(s)"; exit 1; fi
   echo "$1"
 }
-# tiny_corpus BOOSTLM DIR: DIR/text.txt (generated) prepared into DIR/data (300-token tokenizer,
-# a tenth held out), and DIR/dense.json, DIR/cola.json: tiny models over a 320-token vocabulary.
+# tiny_corpus BOOSTLM DIR [PREPARE FLAGS...]: DIR/text.txt (generated) prepared into DIR/data
+# (300-token tokenizer, a tenth held out: about 16k train and 1.8k val tokens, one shard each
+# unless the flags say otherwise), and DIR/dense.json, DIR/cola.json: tiny models over a
+# 320-token vocabulary.
 tiny_corpus() {
   local boostlm=$1 dir=$2 i arch
+  shift 2
   for i in $(seq 1 300); do
     echo "Line $i of the text, with words such as river, mountain, $((i * 13)) and sky."
     echo
   done > "$dir/text.txt"
-  "$boostlm" prepare "$dir/text.txt" -o "$dir/data" --vocab-size 300 --val-fraction 0.1 > /dev/null ||
+  "$boostlm" prepare "$dir/text.txt" -o "$dir/data" --vocab-size 300 --val-fraction 0.1 "$@" > /dev/null ||
     { echo "prepare failed"; exit 1; }
   for arch in dense cola; do
     cat > "$dir/$arch.json" << JSON

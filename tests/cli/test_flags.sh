@@ -85,7 +85,8 @@ grep -q '"rms_norm_eps": 1e-06,' "$work/hf/config.json" ||
 ckpt=$work/run/checkpoints/$(cat "$work/run/checkpoints/latest")
 grep -q '"rms_eps": 1e-06,' "$ckpt/config.json" || fail "rms_eps: $(grep rms_eps "$ckpt/config.json")"
 
-# 7: more windows than val.bin holds: a warning naming how many it holds, and those are scored.
+# 7: more windows than the one val shard holds: a warning naming how many it holds, and those
+# are scored.
 val_tokens=$(python3 -c "import os,sys; print((os.path.getsize(sys.argv[1]) - 1024) // 2)" "$data/val_000000.bin")
 held=$(((val_tokens - 1) / 32))
 out=$("$boostlm" eval --checkpoint "$work/run" -d "$data" "${small[@]}" --eval-batches 100000 2>&1) ||
@@ -93,6 +94,63 @@ out=$("$boostlm" eval --checkpoint "$work/run" -d "$data" "${small[@]}" --eval-b
 grep -qF "$data/val_000000.bin holds $val_tokens tokens: $held window(s) of 2x16+1, fewer than --eval-batches 100000" \
   <<< "$out" || fail "eval, too many windows: no warning: $out"
 grep -q "\"batches\":$held," <<< "$out" || fail "eval, too many windows: JSON: $out"
+
+# 7: several val shards (the same text and tokenizer, prepared in shards of 500 tokens) are read
+# in order as one sequence of windows, none crossing a shard: --eval-batches past the first
+# shard's windows goes on into the next, with no warning; the loss is the two shards' scored
+# one at a time, weighted by their windows; the warning comes only when all the shards together
+# hold fewer windows; and train's val loss is eval's on the same windows.
+shards=$work/shards
+"$boostlm" prepare "$work/text.txt" -o "$shards" --tokenizer "$data/tokenizer.model" \
+  --val-fraction 0.1 --shard-tokens 500 > /dev/null 2>&1 || fail "prepare --shard-tokens 500"
+# Per shard: its tokens and windows of 2x16+1 (floor((tokens - 1) / 32)).
+read -r count w0 w1 total tokens holding last < <(python3 -c "
+import glob, os, sys
+paths = sorted(glob.glob(sys.argv[1] + '/val_*.bin'))
+n = [(os.path.getsize(p) - 1024) // 2 for p in paths]
+w = [(t - 1) // 32 for t in n]
+print(len(n), w[0], w[1], sum(w), sum(n), sum(1 for x in w if x > 0), paths[-1])" "$shards")
+((count >= 3 && w1 >= 2)) || fail "expected 3 or more val shards, the second with 2 windows: $count, $w1"
+asked=$((w0 + 2))
+out=$("$boostlm" eval --checkpoint "$work/run" -d "$shards" "${small[@]}" --eval-batches $asked 2>&1) ||
+  fail "eval across two shards: $out"
+grep -q "warning" <<< "$out" && fail "eval across two shards warns: $out"
+first=$("$boostlm" eval --checkpoint "$work/run" -d "$shards/val_000000.bin" "${small[@]}" \
+  --eval-batches "$w0" 2> /dev/null) || fail "eval of shard 0"
+second=$("$boostlm" eval --checkpoint "$work/run" -d "$shards/val_000001.bin" "${small[@]}" \
+  --eval-batches 2 2> /dev/null) || fail "eval of shard 1"
+# The same fp32 window losses summed in double in another grouping: equal to a few roundings.
+python3 -c "
+import json, sys
+j, a, b = (json.loads(x.splitlines()[-1]) for x in sys.argv[1:4])
+w0, asked, d = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+assert j['batches'] == asked and j['evaluated_tokens'] == asked * 32, j
+assert j['shards'] == [d + '/val_000000.bin', d + '/val_000001.bin'] and j['data'] == d, j
+assert a['batches'] == w0 and b['batches'] == 2, (a, b)
+by_hand = (a['loss'] * w0 + b['loss'] * 2) / asked
+assert abs(j['loss'] - by_hand) <= 1e-12 * abs(by_hand), (j['loss'], by_hand)
+" "$out" "$first" "$second" "$w0" "$asked" "$shards" || fail "eval across two shards: $out"
+out=$("$boostlm" eval --checkpoint "$work/run" -d "$shards" "${small[@]}" --eval-batches $((total + 5)) 2>&1) ||
+  fail "eval, more windows than all the shards hold: $out"
+grep -qF "the $count shards $shards/val_000000.bin ... $last hold $tokens tokens: $total window(s) of 2x16+1 (none crosses a shard), fewer than --eval-batches $((total + 5)); scoring those $total" \
+  <<< "$out" || fail "eval, more windows than all the shards hold: no warning: $out"
+python3 -c "
+import json, sys
+j = json.loads(sys.argv[1].splitlines()[-1])
+assert j['batches'] == int(sys.argv[2]) and len(j['shards']) == int(sys.argv[3]), j
+" "$out" "$total" "$holding" || fail "eval, more windows than all the shards hold: JSON: $out"
+out=$("$boostlm" train -c "$work/cola.json" -d "$shards" -o "$work/shards-run" "${small[@]}" --steps 2 \
+      --eval-batches $asked 2>&1) || fail "train on several val shards: $out"
+grep -q "warning: .*eval-batches" <<< "$out" && fail "train across two val shards warns: $out"
+out=$("$boostlm" eval --checkpoint "$work/shards-run" -d "$shards" "${small[@]}" --eval-batches $asked 2>&1) ||
+  fail "eval of the run on several val shards: $out"
+python3 -c "
+import json, struct, sys
+f32 = lambda x: struct.unpack('f', struct.pack('f', x))[0]
+val = [json.loads(l)['val_loss'] for l in open(sys.argv[1]) if 'val_loss' in l]
+loss = json.loads(sys.argv[2].splitlines()[-1])['loss']
+assert len(val) == 1 and f32(val[0]) == f32(loss), (val, loss)
+" "$work/shards-run/metrics.jsonl" "$out" || fail "train's val loss is not eval's on the same windows: $out"
 
 # 7: eval --text scores every token (but the first) once: by default in sliding windows of -t
 # advancing by half of it; --stride -t gives consecutive sequences of -t.

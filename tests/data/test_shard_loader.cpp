@@ -2,6 +2,7 @@
 // shard and its position, and every expectation is exact.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -156,6 +157,74 @@ TEST(ShardLoader, ChecksTokensAgainstTheVocabularyAsItReads) {
   ShardLoader loader(shards, shape(2, 3, false), /*vocab_size=*/1000);
   for (int i = 0; i < 4; ++i) loader.next();  // shard 0: tokens below 1000
   expect_error([&] { loader.next(); }, {"train_000001.bin", "token 1000", "[0, 1000)"});
+}
+
+// The evaluation windows of several shards: each shard's full windows from its token 0, shard
+// after shard, as ShardLoader's first epoch reads them without shuffling. four_shards: 4 + 2 + 0
+// + 5 windows of 2*3+1 tokens.
+TEST(EvalWindows, ReadsEachShardsWindowsInOrderAsOneSequence) {
+  TempDir dir;
+  const auto shards = four_shards(dir);
+  EvalWindows windows(shards, 2, 3);
+  ASSERT_EQ(windows.size(), 11);
+  EXPECT_EQ(windows.num_tokens(), 25 + 13 + 6 + 31);
+  EXPECT_EQ(windows.num_shards(), 4);
+  const std::vector<std::pair<int, int>> starts = {{0, 0}, {0, 6}, {0, 12}, {0, 18}, {1, 0}, {1, 6},
+                                                   {3, 0}, {3, 6}, {3, 12}, {3, 18}, {3, 24}};
+  ShardLoader loader(shards, shape(2, 3, false));
+  for (int64_t i = 0; i < windows.size(); ++i) {
+    const Batch batch = windows.window(i);
+    EXPECT_EQ(start_of(batch), starts[i]) << "window " << i;
+    const Batch expected = loader.next();
+    EXPECT_EQ(batch.inputs, expected.inputs) << "window " << i;
+    EXPECT_EQ(batch.targets, expected.targets) << "window " << i;
+    // No window crosses a shard: its last target is in the shard of its first input.
+    EXPECT_EQ(batch.targets.back() / 1000, starts[i].first) << "window " << i;
+    EXPECT_EQ(batch.targets.back() % 1000, starts[i].second + 6) << "window " << i;
+  }
+  // Reading a window again gives it again (evaluation reads the same windows every time).
+  EXPECT_EQ(start_of(windows.window(4)), std::make_pair(1, 0));
+}
+
+TEST(EvalWindows, NamesTheShardsTheFirstWindowsComeFrom) {
+  TempDir dir;
+  const auto shards = four_shards(dir);
+  const EvalWindows windows(shards, 2, 3);
+  using Paths = std::vector<std::string>;
+  EXPECT_EQ(windows.shards_holding(1), Paths({shards[0]}));
+  EXPECT_EQ(windows.shards_holding(4), Paths({shards[0]}));
+  EXPECT_EQ(windows.shards_holding(5), Paths({shards[0], shards[1]}));
+  EXPECT_EQ(windows.shards_holding(6), Paths({shards[0], shards[1]}));
+  // shards[2] holds no window, so it is not among them.
+  EXPECT_EQ(windows.shards_holding(7), Paths({shards[0], shards[1], shards[3]}));
+  EXPECT_EQ(windows.shards_holding(11), Paths({shards[0], shards[1], shards[3]}));
+  // The windows of a shorter list are the first windows of the longer one.
+  EvalWindows two({shards[0], shards[1]}, 2, 3);
+  EXPECT_EQ(two.size(), 6);
+  EXPECT_EQ(start_of(two.window(5)), std::make_pair(1, 6));
+}
+
+TEST(EvalWindows, ChecksTokensAgainstTheVocabularyAsItReads) {
+  TempDir dir;
+  const auto shards = four_shards(dir);
+  EvalWindows windows(shards, 2, 3, /*vocab_size=*/1000);
+  for (int64_t i = 0; i < 4; ++i) windows.window(i);  // shard 0: tokens below 1000
+  expect_error([&] { windows.window(4); }, {"train_000001.bin", "token 1000", "[0, 1000)"});
+}
+
+// Only the headers are read up front; a shard is opened when one of its windows is read, and
+// refused if it changed since its header was read.
+TEST(EvalWindows, OpensAShardWhenOneOfItsWindowsIsRead) {
+  TempDir dir;
+  const auto shards = four_shards(dir);
+  EvalWindows windows(shards, 2, 3);
+  std::filesystem::remove(shards[3]);
+  for (int64_t i = 0; i < 6; ++i) windows.window(i);  // shards 0 and 1 only
+  expect_error([&] { windows.window(6); }, {"train_000003.bin"});
+  EvalWindows again({shards[0], shards[1]}, 2, 3);
+  make_shard(dir, 0, 19);  // rewritten shorter after its header was read
+  expect_error([&] { again.window(0); }, {"train_000000.bin", "19 tokens", "held 25", "change"});
+  expect_error([&] { EvalWindows({}, 2, 3); }, {"no shards"});
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -248,7 +249,108 @@ TEST(Trainer, EvaluateMatchesTheValidationLossOfTraining) {
   const TrainResult r = train(options(data, run, config, 3));
   Model model(tiny_config(), DType::f32);
   load_checkpoint_weights(resolve_checkpoint(run), model);
-  EXPECT_EQ(static_cast<float>(evaluate(model, data + "/val.bin", 2, 16, 2)), r.val_loss);
+  EXPECT_EQ(static_cast<float>(evaluate(model, {{data + "/val.bin"}, 2}, 2, 16)), r.val_loss);
+}
+
+// A data directory whose validation set is several shards, as prepare writes them with a small
+// --shard-tokens: val_000000.bin ... of 100, 50, 20 and 80 random tokens, which hold 3, 1, 0 and 2
+// windows of 2x16+1 (floor((N-1)/32)), 6 in all. Returns the shards' paths.
+std::vector<std::string> make_val_shards(const std::string& data, int64_t vocab) {
+  fs::remove(data + "/val.bin");
+  Rng rng(7);
+  std::vector<std::string> paths;
+  for (const int64_t tokens : {100, 50, 20, 80}) {
+    std::vector<uint32_t> values(tokens);
+    for (auto& t : values) t = static_cast<uint32_t>(rng.below(vocab));
+    char name[32];
+    std::snprintf(name, sizeof name, "/val_%06zu.bin", paths.size());
+    paths.push_back(data + name);
+    write_shard(paths.back(), values, vocab);
+  }
+  return paths;
+}
+
+// Validation reads the val shards in order as one sequence of windows: --eval-batches 5 scores
+// shard 0's 3 windows, shard 1's one and shard 3's first (shard 2 holds none), and train's val
+// loss is evaluate() of those windows on the final checkpoint, and the mean of the shards'
+// losses scored one shard at a time, weighted by their windows.
+TEST(Trainer, ValidationReadsTheValShardsInOrder) {
+  const std::string data = make_data_dir("valshards_data", 64);
+  const std::vector<std::string> val = make_val_shards(data, 64);
+  const std::string run = (fresh_dir("valshards_run") / "run").string();
+  auto o = options(data, run, write_config("valshards"), 3);
+  o.eval_batches = 5;
+  ::testing::internal::CaptureStderr();
+  const TrainResult r = train(o);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said.find("--eval-batches"), std::string::npos) << said;  // they hold 6: no warning
+  Model model(tiny_config(), DType::f32);
+  load_checkpoint_weights(resolve_checkpoint(run), model);
+  const EvalSet set = select_eval_windows(val, 2, 16, 5);
+  EXPECT_EQ(set.windows, 5);
+  EXPECT_EQ(set.shards, std::vector<std::string>({val[0], val[1], val[3]}));
+  EXPECT_EQ(static_cast<float>(evaluate(model, set, 2, 16)), r.val_loss);
+  const double by_shard =
+      (3 * evaluate(model, {{val[0]}, 3}, 2, 16) + 1 * evaluate(model, {{val[1]}, 1}, 2, 16) +
+       1 * evaluate(model, {{val[3]}, 1}, 2, 16)) /
+      5;
+  // The same five fp32 window losses, summed in double in another grouping: equal to within a
+  // few double roundings, far below a float's resolution.
+  EXPECT_NEAR(by_shard, r.val_loss, 1e-6 * std::abs(by_shard));
+  EXPECT_NEAR(by_shard, evaluate(model, set, 2, 16), 1e-12 * std::abs(by_shard));
+  // Sanity: the first shard alone (what validation read before) is another set of windows.
+  EXPECT_NE(static_cast<float>(evaluate(model, {{val[0]}, 3}, 2, 16)), r.val_loss);
+}
+
+// More windows than the first shard holds are no reason to warn; more than all of them hold is,
+// and then all of them are scored, each once.
+TEST(Trainer, WarnsOnlyWhenAllValShardsHoldFewerWindows) {
+  const std::string data = make_data_dir("valwarn_data", 64);
+  const std::vector<std::string> val = make_val_shards(data, 64);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(select_eval_windows(val, 2, 16, 4).windows, 4);
+  EXPECT_EQ(select_eval_windows(val, 2, 16, 6).windows, 6);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ::testing::internal::CaptureStderr();
+  const EvalSet all = select_eval_windows(val, 2, 16, 7);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(all.windows, 6);
+  EXPECT_EQ(all.shards, std::vector<std::string>({val[0], val[1], val[3]}));
+  const std::string expected = "the 4 shards " + val[0] + " ... " + val[3] +
+                               " hold 250 tokens: 6 window(s) of 2x16+1 (none crosses a shard), "
+                               "fewer than --eval-batches 7; scoring those 6";
+  EXPECT_NE(said.find(expected), std::string::npos) << said;
+  // No window in any of them: refused, naming them.
+  try {
+    select_eval_windows({val[1], val[2]}, 2, 32, 1);
+    ADD_FAILURE() << "shards without a window were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the 2 shards " + val[1] + " ... " + val[2] +
+                                         " hold 70 tokens, fewer than one window of 2x32+1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A token outside the vocabulary in a window that validation scores, in the second val shard,
+// is found before the first step; one in a window it never scores is never read.
+TEST(Trainer, ChecksEveryValShardItReadsBeforeTraining) {
+  const std::string data = make_data_dir("valvocab_data", 64);
+  const std::vector<std::string> val = make_val_shards(data, 64);
+  write_shard(val[1], std::vector<uint32_t>(50, 70), 100);  // token 70: outside 64
+  const std::string run = (fresh_dir("valvocab_run") / "run").string();
+  auto o = options(data, run, write_config("valvocab"), 1);
+  o.eval_batches = 4;  // shard 0's 3 windows and shard 1's
+  try {
+    train(o);
+    ADD_FAILURE() << "a val shard with a token outside the vocabulary was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(val[1] + ": token 70"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(run + "/metrics.jsonl"));  // refused before any step
+  // Shard 0's windows only: no token of shard 1 is read.
+  o.eval_batches = 3;
+  EXPECT_EQ(train(o).steps_done, 1);
 }
 
 TEST(Trainer, RefusesAConfigThatDoesNotMatchTheCheckpoint) {
