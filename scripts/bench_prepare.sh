@@ -46,9 +46,9 @@ big=$(corpus big "$megabytes")
 tenth=$(corpus tenth $((megabytes / 10)))
 small=$(corpus small $((megabytes / 100)))
 
-# run INPUT THREADS [TOKENIZER]: prepare under /usr/bin/time; one table row. MB are of the
-# uncompressed JSON Lines (the text plus about 2% of JSON around it); CPU is user plus system
-# time of all threads, so MB per CPU-second is the rate per core whatever the cores used.
+# row INPUT THREADS [TOKENIZER]: prepare under /usr/bin/time; one JSON line in $work/runs.jsonl.
+# MB are of the uncompressed JSON Lines (the text plus about 2% of JSON around it); CPU is user
+# plus system time of all threads, so MB per CPU-second is the rate per core whatever the cores.
 row() {
   local input=$1 threads=$2 tok=${3:-$tokenizer} out=$work/out-$(basename "$1" .jsonl.zst)-$2
   rm -rf "$out"
@@ -56,17 +56,40 @@ row() {
     "$input" -o "$out" --threads "$threads" --val-fraction 0.001 --progress off > "$work/summary.txt"
   read -r wall user sys rss < "$work/time.txt"
   python3 - "$out/meta.json" "$(basename "$input")" "$threads" "$wall" "$user" "$sys" "$rss" \
-    "$(basename "$tok")" << 'PY'
+    "$(basename "$tok")" >> "$work/runs.jsonl" << 'PY'
 import json, sys
 meta = json.load(open(sys.argv[1]))
-name, threads, wall, user, sys_s, rss, tok = sys.argv[2], int(sys.argv[3]), *map(float, sys.argv[4:8]), sys.argv[8]
-mb = sum(f["decompressed_bytes"] for f in meta["inputs"]) / 1e6
-tokens = meta["train"]["tokens"] + (meta["val"] or {}).get("tokens", 0)
-cpu = user + sys_s
-print(f"| {name} | {tok} | {threads} | {mb:.0f} | {wall:.1f} | {cpu:.1f} | {cpu / wall:.2f} | "
-      f"{mb / wall:.1f} | {mb / cpu:.1f} | {rss / 1024:.0f} | {tokens:,} |")
+print(json.dumps({
+    "input": sys.argv[2], "threads": int(sys.argv[3]), "wall": float(sys.argv[4]),
+    "cpu": float(sys.argv[5]) + float(sys.argv[6]), "rss_mb": float(sys.argv[7]) / 1024,
+    "tokenizer": sys.argv[8],
+    "mb": sum(f["decompressed_bytes"] for f in meta["inputs"]) / 1e6,
+    "tokens": meta["train"]["tokens"] + (meta["val"] or {}).get("tokens", 0)}))
 PY
-  grep "MB of text" "$work/summary.txt" >> "$work/splits.txt"
+  grep "MB of text" "$work/summary.txt" | sed "s|^|$(basename "$input") $threads: |" >> "$work/splits.txt"
+}
+
+# The table: per input, tokenizer and thread count, the run of median wall time (of those
+# repeated), and the speedup of 2 threads over 1.
+table() {
+  python3 - "$work/runs.jsonl" << 'PY'
+import json, statistics, sys
+runs = [json.loads(line) for line in open(sys.argv[1])]
+groups = {}
+for r in runs:
+    groups.setdefault((r["input"], r["tokenizer"], r["threads"]), []).append(r)
+def median_run(rs):
+    return sorted(rs, key=lambda r: r["wall"])[len(rs) // 2]
+print("| input | tokenizer | threads | runs | MB | wall s (median) | CPU s | cores | MB/s | MB per CPU-s | speedup over 1 thread | peak RSS MB | tokens |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for key, rs in groups.items():
+    r = median_run(rs)
+    one = groups.get((key[0], key[1], 1))
+    speedup = f"{median_run(one)['wall'] / r['wall']:.2f}x" if one and key[2] != 1 else "-"
+    print(f"| {key[0]} | {key[1]} | {key[2]} | {len(rs)} | {r['mb']:.0f} | {r['wall']:.1f} | "
+          f"{r['cpu']:.1f} | {r['cpu'] / r['wall']:.2f} | {r['mb'] / r['wall']:.1f} | "
+          f"{r['mb'] / r['cpu']:.1f} | {speedup} | {r['rss_mb']:.0f} | {r['tokens']:,} |")
+PY
 }
 
 # The machine's own ceiling for two threads at this moment: two busy loops against one.
@@ -90,12 +113,13 @@ PY
 }
 
 : > "$work/splits.txt"
+: > "$work/runs.jsonl"
 echo "## prepare, LLaMA 3's tokenizer.json (128k tokens) unless named"
 ceiling
-printf '| input | tokenizer | threads | MB | wall s | CPU s | cores | MB/s | MB per CPU-s | peak RSS MB | tokens |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|---|\n'
-row "$tenth" 1
-row "$tenth" 2
+for repeat in 1 2 3; do  # the tenth three times over, alternating: its runs are short and noisy
+  row "$tenth" 1
+  row "$tenth" 2
+done
 row "$big" 1
 row "$big" 2
 ceiling
@@ -104,12 +128,31 @@ ceiling
 sp_text=$work/text-sp.txt
 zstd -dc "$small" | python3 -c "
 import json, sys
-for line in sys.stdin: print(json.loads(line)['text'])" | head -c 20000000 > "$sp_text"
+written = 0
+for line in sys.stdin:
+    text = json.loads(line)['text'] + '\n\n'
+    written += len(text.encode())
+    if written > 20_000_000: break
+    sys.stdout.write(text)" > "$sp_text" || true  # python stops reading early: zstd's pipe breaks
 ./build/boostlm prepare "$sp_text" -o "$work/sp" --vocab-size 8192 --val-fraction 0 --progress off > /dev/null
 row "$small" 1 "$work/sp/tokenizer.model"
+echo
+table
 echo
 echo "Time split (the summaries, in the order of the rows):"
 cat "$work/splits.txt"
 echo
 echo "## the encoders alone, one thread, on the first 20 MB of the corpus's text"
 scripts/bench_tokenizers.sh "$sp_text" 20
+# SentencePiece on whole documents, as prepare hands them over (bench_tokenizers encodes lines):
+# one document per line, its newlines made spaces (SentencePiece's normalizer does the same).
+python3 - "$sp_text" "$work/docs-sp.txt" << 'PY'
+import sys
+text = open(sys.argv[1], encoding="utf-8").read()
+documents = [d.replace("\n", " ") for d in text.split("\n\n") if d.strip()]
+open(sys.argv[2], "w", encoding="utf-8").write("\n".join(documents) + "\n")
+PY
+printf '%-52s %10s\n' "SentencePiece, the same text a document per line" "$(./build/boostlm bench \
+  tokenizer --tokenizer "$work/sp/tokenizer.model" --text "$work/docs-sp.txt" --repeats 3 |
+  sed -n 's/.*: \([0-9.]*\) MB\/s,.*/\1/p')"
+

@@ -30,6 +30,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kBatchTextBytes = size_t{64} << 10;
+// Batches in flight per encoding thread: enough that an encoder finds work while the writer waits
+// for a core to retire finished batches (with more threads than cores it often does).
+constexpr int kBatchesInFlightPerThread = 8;
 constexpr int kSplits = 2;  // 0 train, 1 val
 const char* const kSplitNames[kSplits] = {"train", "val"};
 
@@ -83,7 +86,9 @@ struct WorkBatch {
 struct StopReading {};
 
 // The reader, the encoders and the writer, joined by one lock. At most max_in_flight batches
-// exist at once: the reader waits for the writer to retire one before it makes another.
+// exist at once: the reader waits for the writer to retire one before it makes another. Each
+// side waits on its own condition, so a change wakes only who can act on it (with more threads
+// than cores, waking all of them costs a core a good part of its time).
 class BatchPipeline {
  public:
   explicit BatchPipeline(int64_t max_in_flight) : max_in_flight_(max_in_flight) {}
@@ -91,23 +96,24 @@ class BatchPipeline {
   // Reader: false when the pipeline was aborted.
   bool submit(WorkBatch&& batch) {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return in_flight_ < max_in_flight_ || aborted_; });
+    room_.wait(lock, [&] { return in_flight_ < max_in_flight_ || aborted_; });
     if (aborted_) return false;
     batch.sequence = submitted_++;
     ++in_flight_;
     queue_.push_back(std::move(batch));
-    changed_.notify_all();
+    work_.notify_one();
     return true;
   }
   void finish_input() {
     std::lock_guard lock(mutex_);
     input_done_ = true;
-    changed_.notify_all();
+    work_.notify_all();
+    finished_changed_.notify_all();
   }
   // Encoder: false when there is no more work.
   bool take(WorkBatch* batch) {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return !queue_.empty() || input_done_ || aborted_; });
+    work_.wait(lock, [&] { return !queue_.empty() || input_done_ || aborted_; });
     if (aborted_ || queue_.empty()) return false;
     *batch = std::move(queue_.front());
     queue_.pop_front();
@@ -117,13 +123,13 @@ class BatchPipeline {
     std::lock_guard lock(mutex_);
     const int64_t sequence = batch.sequence;
     finished_.emplace(sequence, std::move(batch));
-    changed_.notify_all();
+    if (sequence == written_) finished_changed_.notify_one();  // the one the writer waits for
   }
   // Writer: the next batch in input order; false at the end. Waits at most `timeout_s`, setting
   // *timed_out, so the caller can print progress.
   bool next(WorkBatch* batch, double timeout_s, bool* timed_out) {
     std::unique_lock lock(mutex_);
-    *timed_out = !changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+    *timed_out = !finished_changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
       return finished_.contains(written_) || aborted_ || (input_done_ && written_ == submitted_);
     });
     if (*timed_out || aborted_ || !finished_.contains(written_)) return false;
@@ -135,13 +141,15 @@ class BatchPipeline {
     std::lock_guard lock(mutex_);
     ++written_;
     --in_flight_;
-    changed_.notify_all();
+    room_.notify_one();
   }
   void abort(std::exception_ptr failure) {
     std::lock_guard lock(mutex_);
     if (!failure_) failure_ = failure;
     aborted_ = true;
-    changed_.notify_all();
+    room_.notify_all();
+    work_.notify_all();
+    finished_changed_.notify_all();
   }
   std::exception_ptr failure() {
     std::lock_guard lock(mutex_);
@@ -150,7 +158,7 @@ class BatchPipeline {
 
  private:
   std::mutex mutex_;
-  std::condition_variable changed_;
+  std::condition_variable room_, work_, finished_changed_;  // reader, encoders, writer
   std::deque<WorkBatch> queue_;
   std::map<int64_t, WorkBatch> finished_;
   int64_t max_in_flight_, in_flight_ = 0, submitted_ = 0, written_ = 0;
@@ -872,7 +880,7 @@ PrepareSummary prepare_corpus(const PrepareOptions& options) {
     // A reader thread, `threads` encoders and this thread writing in input order. The reader
     // and the writer are light (decompressing, cutting lines; copying tokens), so the encoders
     // keep the cores busy.
-    BatchPipeline pipeline(2 * options.threads + 2);
+    BatchPipeline pipeline(kBatchesInFlightPerThread * options.threads + 2);
     std::thread read_thread([&] {
       try {
         submit_seconds = read_batches(reader, &summary.files, [&](WorkBatch&& batch) {
