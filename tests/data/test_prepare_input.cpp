@@ -60,11 +60,11 @@ std::string as_jsonl(const std::vector<std::string>& documents, const std::strin
 
 // A tokenizer trained once for the whole file of tests.
 const std::string& shared_tokenizer() {
-  static TempDir* dir = new TempDir;  // lives for the process
+  static const TempDir dir;  // removed at exit
   static const std::string path = [] {
-    const std::string text = dir->file("tok.txt");
+    const std::string text = dir.file("tok.txt");
     test::write_bytes(text, test::synthetic_text(3, 60, 6));
-    return Tokenizer::train({text}, dir->file("tok"), 400);
+    return Tokenizer::train({text}, dir.file("tok"), 400);
   }();
   return path;
 }
