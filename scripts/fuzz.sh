@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 seconds=${1:-300}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(safetensors shard config trainer_state checksums hostfile cli_numbers)
+((${#targets[@]})) || targets=(safetensors shard config trainer_state checksums hostfile cli_numbers
+                                sentencepiece tokenizer_json json_record)
 [[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "fuzz.sh: seconds must be a positive whole number, got '$seconds'" >&2; exit 2; }
 
 cxx=$(command -v clang++-14 || command -v clang++ || true)

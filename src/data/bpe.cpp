@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <limits>
 #include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -457,6 +458,23 @@ const std::unordered_map<uint32_t, unsigned char>& codepoint_to_byte() {
 
 }  // namespace
 
+namespace {
+
+// A token id as a tokenizer.json gives it. Anything but an integer that fits int32 is refused
+// here: converting a float or a larger number to int32 is undefined behaviour (the fuzzer found
+// one: 2.48e+110 as a vocabulary id).
+int32_t token_id(const json& value, const std::string& path) {
+  constexpr int64_t kLargest = std::numeric_limits<int32_t>::max();
+  const bool fits = value.is_number_unsigned()
+                        ? value.get<uint64_t>() <= static_cast<uint64_t>(kLargest)
+                        : value.is_number_integer() && value.get<int64_t>() >= -kLargest &&
+                              value.get<int64_t>() <= kLargest;
+  if (!fits) throw error(path, ": token id ", value.dump(), " is not an integer id");
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
+}  // namespace
+
 void BpeTokenizer::Impl::set_token(int32_t id, std::string bytes) {
   // Ids index arrays: one from a corrupt file must not allocate gigabytes.
   constexpr int32_t kMaxId = 1 << 24;
@@ -488,8 +506,9 @@ void BpeTokenizer::Impl::parse_model(const json& model) {
   const auto& byte_of = codepoint_to_byte();
   for (const auto& [text, id] : model.at("vocab").items()) {
     std::string bytes = byte_level_bytes(text, byte_of);
-    id_of_bytes[bytes] = id.get<int32_t>();
-    set_token(id.get<int32_t>(), std::move(bytes));
+    const int32_t token = token_id(id, path);
+    id_of_bytes[bytes] = token;
+    set_token(token, std::move(bytes));
   }
   const auto forward = byte_to_codepoint();
   for (int b = 0; b < 256; ++b) {
@@ -537,7 +556,7 @@ void BpeTokenizer::Impl::parse_added(const json& added) {
                     ", which boostlm does not support");
     }
     const std::string content = token.at("content").get<std::string>();
-    const int32_t id = token.at("id").get<int32_t>();
+    const int32_t id = token_id(token.at("id"), path);
     set_token(id, content);
     if (content.empty()) continue;
     added_by_first_byte[static_cast<unsigned char>(content[0])].push_back({content, id});
@@ -616,11 +635,11 @@ void BpeTokenizer::Impl::parse_post_processor(const json& post) {
       }
       const std::string name = item.at("SpecialToken").at("id").get<std::string>();
       for (const json& id : post.at("special_tokens").at(name).at("ids"))
-        (after ? suffix : prefix).push_back(id.get<int32_t>());
+        (after ? suffix : prefix).push_back(token_id(id, path));
     }
   } else if (type == "RobertaProcessing" || type == "BertProcessing") {
-    prefix.push_back(post.at("cls").at(1).get<int32_t>());
-    suffix.push_back(post.at("sep").at(1).get<int32_t>());
+    prefix.push_back(token_id(post.at("cls").at(1), path));
+    suffix.push_back(token_id(post.at("sep").at(1), path));
   } else {
     throw error(path, ": post-processor ", type, " is not supported");
   }

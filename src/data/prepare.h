@@ -4,7 +4,7 @@
 // Pipeline: one reader thread decompresses the files in order and cuts them into records (JSON
 // Lines lines, unparsed, or plain-text documents), in batches of about 64 KiB; `threads` workers
 // parse and encode batches; the calling thread writes them in input order. Only decompressing
-// and cutting lines are serial, so the encoders keep every core busy. At most 2*threads+2
+// and cutting lines are serial, so the encoders keep every core busy. At most 8*threads+2
 // batches are in flight, so resident memory is that many batches (text plus tokens, about
 // 0.3 MiB each), the reader's and writers' 1 MiB buffers and the tokenizer, whatever the corpus
 // size (one document longer than that is held whole). With threads == 1 the one calling thread

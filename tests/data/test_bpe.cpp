@@ -174,6 +174,11 @@ TEST(Bpe, RefusesWhatItCannotReproduceNamingTheFile) {
   tokenizer = tiny_tokenizer({});
   tokenizer["added_tokens"] = {{{"id", 2'000'000'000}, {"content", "<big>"}}};
   expect_error([&] { make(tokenizer); }, {"token id 2000000000 is outside"});
+  for (const json& id : {json(2.48e110), json(1.5), json(uint64_t{1} << 40), json("7")}) {
+    tokenizer = tiny_tokenizer({});
+    tokenizer["model"]["vocab"]["x y"] = id;
+    expect_error([&] { make(tokenizer); }, {"test/tokenizer.json", "is not an integer id"});
+  }
   expect_error([&] { make(tiny_tokenizer({}), R"({"eos_token": {"content": 7}})"); },
                {"tokenizer_config.json beside it is not valid"});
 }
