@@ -63,47 +63,19 @@ class Scanner {
       if (p_ != end_) return fail("text after the JSON value"), failure();
       return {JsonFieldStatus::not_object};
     }
-    ++p_;
     JsonFieldStatus status = JsonFieldStatus::missing;
     std::string_view found;  // the raw field value, quotes excluded
     bool found_escaped = false;
-    skip_space();
-    if (p_ < end_ && *p_ == '}') {
-      ++p_;
-    } else {
-      for (;;) {
-        skip_space();
-        std::string_view key;
-        bool key_escaped = false;
-        if (p_ == end_ || *p_ != '"') return fail("expected a member name"), failure();
-        if (!string(&key, &key_escaped)) return failure();
-        skip_space();
-        if (p_ == end_ || *p_ != ':') return fail("expected ':'"), failure();
-        ++p_;
-        skip_space();
-        if (key_is(key, key_escaped, name)) {
-          if (p_ < end_ && *p_ == '"') {
-            if (!string(&found, &found_escaped)) return failure();
-            status = JsonFieldStatus::ok;
-          } else {
-            if (!value(1)) return failure();
-            status = JsonFieldStatus::not_string;  // a later member of that name may still be one
-          }
-        } else if (!value(1)) {
-          return failure();
-        }
-        skip_space();
-        if (p_ < end_ && *p_ == ',') {
-          ++p_;
-          continue;
-        }
-        if (p_ < end_ && *p_ == '}') {
-          ++p_;
-          break;
-        }
-        return fail("expected ',' or '}'"), failure();
+    const bool parsed = container(0, [&](std::string_view key, bool key_escaped) {
+      if (!key_is(key, key_escaped, name)) return value(1);
+      if (p_ < end_ && *p_ == '"') {
+        status = JsonFieldStatus::ok;
+        return string(&found, &found_escaped);
       }
-    }
+      status = JsonFieldStatus::not_string;  // a later member of that name may still be one
+      return value(1);
+    });
+    if (!parsed) return failure();
     skip_space();
     if (p_ != end_) return fail("text after the JSON value"), failure();
     if (status == JsonFieldStatus::ok) decode(found, found_escaped, text);
@@ -148,6 +120,14 @@ class Scanner {
   }
 
   bool container(int depth) {
+    return container(depth, [&](std::string_view, bool) { return value(depth + 1); });
+  }
+
+  // An object or array at p_ (on its '{' or '['), checked, each element's value left to
+  // element(key, key_escaped) with p_ on it (an array's elements have no key), which must
+  // consume it or fail.
+  template <typename Element>
+  bool container(int depth, Element&& element) {
     if (depth >= kMaxDepth) return fail("nested deeper than 512 levels");
     const char close = *p_ == '{' ? '}' : ']';
     const bool object = close == '}';
@@ -156,17 +136,17 @@ class Scanner {
     if (p_ < end_ && *p_ == close) return ++p_, true;
     for (;;) {
       skip_space();
+      std::string_view key;
+      bool key_escaped = false;
       if (object) {
-        std::string_view key;
-        bool escaped;
         if (p_ == end_ || *p_ != '"') return fail("expected a member name");
-        if (!string(&key, &escaped)) return false;
+        if (!string(&key, &key_escaped)) return false;
         skip_space();
         if (p_ == end_ || *p_ != ':') return fail("expected ':'");
         ++p_;
         skip_space();
       }
-      if (!value(depth + 1)) return false;
+      if (!element(key, key_escaped)) return false;
       skip_space();
       if (p_ < end_ && *p_ == ',') {
         ++p_;
