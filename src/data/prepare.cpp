@@ -54,6 +54,9 @@ struct ResumePoint {
 };
 
 struct ResumeState {
+  explicit ResumeState(size_t input_files) {
+    for (std::vector<int64_t>& tokens : file_tokens) tokens.assign(input_files, 0);
+  }
   std::vector<PrepareShardSummary> shards;
   ResumePoint from[kSplits];
   int64_t next_shard[kSplits] = {0, 0};
@@ -72,6 +75,7 @@ struct PipelineRecord {
   int split = -1;               // 0 train, 1 val; -1 a bad record, for `reason`
   std::string reason;
   std::vector<int32_t> tokens;  // EOS appended, resume skip applied; empty: already in a shard
+  int64_t skip_tokens = 0;      // the document's first tokens, left out: in a complete shard
 };
 
 struct WorkBatch {
@@ -401,14 +405,12 @@ PrepareShardSummary shard_from_json(const nlohmann::json& j) {
 }
 
 // What the output depends on: a resume must see the same, or its shards would not join up.
-nlohmann::json fingerprint(const PrepareOptions& options, const std::vector<std::string>& paths,
+nlohmann::json fingerprint(const PrepareOptions& options,
+                           const std::vector<PrepareFileSummary>& files,
                            const std::string& tokenizer_hash) {
   nlohmann::json inputs = nlohmann::json::array();
-  for (const std::string& path : paths) {
-    std::error_code ec;
-    inputs.push_back({{"path", fs::absolute(path).string()},
-                      {"bytes", static_cast<int64_t>(fs::file_size(path, ec))}});
-  }
+  for (const PrepareFileSummary& file : files)
+    inputs.push_back({{"path", fs::absolute(file.path).string()}, {"bytes", file.bytes}});
   return {{"inputs", inputs},
           {"format", static_cast<int>(options.format)},
           {"text_field", options.text_field},
@@ -550,8 +552,7 @@ constexpr int kProgressVersion = 2;
 // The complete shards an interrupted run left, checked against this run's options.
 ResumeState load_resume_state(const fs::path& out, const nlohmann::json& expected,
                               size_t input_files) {
-  ResumeState state;
-  for (auto& tokens : state.file_tokens) tokens.assign(input_files, 0);
+  ResumeState state(input_files);
   const fs::path progress = out / "progress.json";
   if (!fs::exists(progress)) return state;
   const nlohmann::json saved =
@@ -630,9 +631,10 @@ class CorpusEncoder {
       record.tokens = tokenizer_.encode(documents[i]);
       record.tokens.push_back(eos_);
       if (record.ordinal == from.record) {
-        const auto skip = std::min<size_t>(record.tokens.size(), from.offset);
+        record.skip_tokens =
+            static_cast<int64_t>(std::min<size_t>(record.tokens.size(), from.offset));
         record.tokens.erase(record.tokens.begin(),
-                            record.tokens.begin() + static_cast<std::ptrdiff_t>(skip));
+                            record.tokens.begin() + static_cast<std::ptrdiff_t>(record.skip_tokens));
       }
     }
     *parse_seconds += parsed - begin;
@@ -653,9 +655,7 @@ class CorpusEncoder {
       }
       ++counts.documents;
       ++documents_[record.split];
-      const ResumePoint& from = resume_.from[record.split];
-      const int64_t skip = record.ordinal == from.record ? from.offset : 0;
-      writers_[record.split]->write(record.tokens, record.ordinal, skip, record.file);
+      writers_[record.split]->write(record.tokens, record.ordinal, record.skip_tokens, record.file);
       tokens_written_ += static_cast<int64_t>(record.tokens.size());
     }
     write_seconds_ += now_seconds() - begin;
@@ -816,9 +816,9 @@ PrepareSummary prepare_corpus(const PrepareOptions& options) {
   const Tokenizer tokenizer = Tokenizer::load(choice.path);
   summary.vocab_size = tokenizer.vocab_size();
 
-  const nlohmann::json print = fingerprint(options, paths, tokenizer_identity(choice.path).hash);
-  ResumeState resume;
-  for (auto& tokens : resume.file_tokens) tokens.assign(paths.size(), 0);
+  const nlohmann::json print =
+      fingerprint(options, summary.files, tokenizer_identity(choice.path).hash);
+  ResumeState resume(paths.size());
   if (options.resume) {
     resume = load_resume_state(out, print, paths.size());
     summary.resumed = !resume.shards.empty();
