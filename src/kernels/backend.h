@@ -258,6 +258,9 @@ namespace boostlm {
 
 struct KernelTable {
   const char* backend = nullptr;  // "cpu", "cuda": for messages
+  // How the backend's GEMMs of a precision run ("oneDNN bf16 matmul", a fallback, "cuBLASLt"):
+  // not a kernel, said in a run's first line (kernels/gemm.h's gemm_engine).
+  const char* (*describe_gemm)(DType compute) = nullptr;
 #define BOOSTLM_KERNEL_ENTRY(ret, function, entry, params, args) ret(*entry) params = nullptr;
   BOOSTLM_KERNEL_LIST(BOOSTLM_KERNEL_ENTRY)
 #undef BOOSTLM_KERNEL_ENTRY

@@ -33,6 +33,11 @@ const KernelTable& active_kernels() {
   return active();
 }
 
+const char* gemm_engine(DType compute) {
+  const KernelTable& t = active();
+  return t.describe_gemm ? t.describe_gemm(compute) : t.backend;
+}
+
 int kernel_table_size() {
   int n = 0;
 #define BOOSTLM_COUNT_ENTRY(ret, function, entry, params, args) ++n;

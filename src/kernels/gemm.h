@@ -61,6 +61,10 @@ void gemm_batched(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
                   GemmInput A, GemmInput B, float beta, float* C, int64_t ldc,
                   const GemmBatch& batch, DType compute);
 
+// How the active backend runs GEMMs of `compute` precision, in words (the run's first line says
+// it: on a CPU without AVX-512, bf16 GEMMs run as fp32 GEMMs of the widened operands).
+const char* gemm_engine(DType compute);
+
 // Rounds a rows x cols fp32 block (row stride ld) to bf16, contiguous (row stride cols).
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst);
 

@@ -26,6 +26,7 @@
 #include "engine/data_parallel.h"
 #include "engine/model.h"
 #include "engine/pipeline.h"
+#include "kernels/gemm.h"
 #include "kernels/gemm_measure.h"
 #include "model/flops.h"
 #include "train/checkpoint.h"
@@ -683,10 +684,11 @@ std::string TrainingRun::save(const char* why) {
 TrainResult TrainingRun::run() {
   if (root_)
     std::fprintf(stderr,
-                 "boostlm train: %s %s, %.2fM parameters, %s, layout %s, tp %d x pp %d x dp %d, "
-                 "%ld tokens/step, steps %ld..%ld\n",
+                 "boostlm train: %s %s, %.2fM parameters, %s (GEMM: %s), layout %s, tp %d x pp "
+                 "%d x dp %d, %ld tokens/step, steps %ld..%ld\n",
                  to_string(config_.arch).c_str(), model_source().c_str(),
                  model_->full_params().parameter_count() / 1e6, to_string(o_.precision).c_str(),
+                 gemm_engine(o_.precision),
                  to_string(model_->layout()).c_str(), grid_.shape().tp, grid_.shape().pp,
                  grid_.shape().dp, tokens_per_step_, state_.step, o_.steps);
   g_signal.store(0);

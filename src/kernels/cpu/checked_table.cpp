@@ -65,6 +65,7 @@ const KernelTable& cpu_checked_kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
     t.backend = "cpu-checked";
+    t.describe_gemm = &cpu::describe_gemm;
 #define BOOSTLM_CHECKED_ENTRY(ret, function, entry, params, args) t.entry = &checked_##entry;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CHECKED_ENTRY)
 #undef BOOSTLM_CHECKED_ENTRY

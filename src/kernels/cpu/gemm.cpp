@@ -171,11 +171,81 @@ void matmul(dnnl::memory::data_type type, Trans ta, Trans tb, int64_t M, int64_t
   e.stream.wait();
 }
 
+// Whether oneDNN can build a bf16 matmul on this CPU: Debian's oneDNN 2.6 has bf16 matmul kernels
+// only for AVX-512 (avx512_core, with AVX512-BF16 or AMX in hardware, emulated on plain
+// avx512_core) and refuses to create one on an AVX2-only CPU such as AMD Zen 3, or under
+// ONEDNN_MAX_CPU_ISA=AVX2. Probed once, on a small shape, by creating the primitive descriptor.
+bool probe_bf16_matmul() {
+  using dnnl::memory;
+  try {
+    const memory::desc a({16, 16}, memory::data_type::bf16, memory::dims{16, 1});
+    const memory::desc c({16, 16}, memory::data_type::f32, memory::dims{16, 1});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), matmul_engine().engine);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+// Where oneDNN has no bf16 matmul, a bf16 GEMM runs as an fp32 GEMM of its operands' bf16 values
+// widened back to fp32. That is the same product up to summation order, not an approximation: a
+// product of two bf16 values (8-bit significands) is exact in fp32 (24 bits), and oneDNN's bf16
+// matmul also accumulates in fp32. Each operand is widened in its stored layout (its bf16 copy
+// when it has one, else its fp32 values rounded to bf16 and back), contiguous per batch member.
+struct Widened {
+  GemmInput input{nullptr, 0};
+  int64_t stride = 0;
+};
+Widened widen_operand(const GemmInput& in, int64_t rows, int64_t cols, int64_t count,
+                      int64_t stride, Buffer<float>& scratch) {
+  const int64_t member = rows * cols;
+  if (scratch.size() < static_cast<size_t>(count * member)) scratch.resize(count * member);
+  for (int64_t i = 0; i < count; ++i) {
+    float* out = scratch.data() + i * member;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = out + r * cols;
+      if (in.bf16) {
+        const bf16_t* src = in.bf16 + i * stride + r * in.ld;
+        for (int64_t c = 0; c < cols; ++c) row[c] = bf16_to_float(src[c]);
+      } else {
+        const float* src = in.f32 + i * stride + r * in.ld;
+        for (int64_t c = 0; c < cols; ++c) row[c] = bf16_to_float(float_to_bf16(src[c]));
+      }
+    }
+  }
+  return {GemmInput(scratch.data(), cols), member};
+}
+
+void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const GemmInput& A,
+              const GemmInput& B, float beta, float* C, int64_t ldc, const GemmBatch& batch);
+
+double gemm_bf16_widened(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const GemmInput& A, const GemmInput& B, float beta, float* C,
+                         int64_t ldc, const GemmBatch& batch) {
+  static thread_local Buffer<float> a_scratch, b_scratch;
+  const double start = now_s();
+  const Widened a = ta == Trans::N
+                        ? widen_operand(A, M, K, batch.count, batch.stride_a, a_scratch)
+                        : widen_operand(A, K, M, batch.count, batch.stride_a, a_scratch);
+  const Widened b = tb == Trans::N
+                        ? widen_operand(B, K, N, batch.count, batch.stride_b, b_scratch)
+                        : widen_operand(B, N, K, batch.count, batch.stride_b, b_scratch);
+  const double prepared = now_s() - start;
+  GemmBatch widened = batch;
+  widened.stride_a = a.stride;
+  widened.stride_b = b.stride;
+  gemm_f32(ta, tb, M, N, K, alpha, a.input, b.input, beta, C, ldc, widened);
+  return prepared;
+}
+
 // Returns the seconds spent preparing the operands (rounding and transposing), which the caller
 // books as their own phase rather than as GEMM time.
 double gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const GemmInput& A, const GemmInput& B, float beta, float* C, int64_t ldc,
                  const GemmBatch& batch) {
+  if (!bf16_matmul_available())
+    return gemm_bf16_widened(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch);
   MatmulEngine& e = matmul_engine();
   const double start = now_s();
   // A transposed first operand that has a bf16 copy and a short reduction is read in place (see
@@ -216,6 +286,19 @@ void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, 
 }
 
 }  // namespace
+
+bool bf16_matmul_available() {
+  static const bool available = probe_bf16_matmul();
+  return available;
+}
+
+const char* describe_gemm(DType compute) {
+  if (compute == DType::f32) return "oneDNN fp32 (sgemm and matmul)";
+  return bf16_matmul_available()
+             ? "oneDNN bf16 matmul"
+             : "fp32 GEMM on bf16 operands widened to fp32 (this CPU has no oneDNN bf16 matmul: "
+               "no AVX-512; same products, fp32 speed)";
+}
 
 void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
                   GemmInput B, float beta, float* C, int64_t ldc, const GemmBatch& batch,

@@ -14,4 +14,10 @@ namespace boostlm::cpu {
 BOOSTLM_KERNEL_LIST(BOOSTLM_CPU_KERNEL_DECLARATION)
 #undef BOOSTLM_CPU_KERNEL_DECLARATION
 
+// Whether oneDNN builds bf16 matmuls on this CPU (AVX-512; probed once). Without, bf16 GEMMs run
+// as fp32 GEMMs of the widened bf16 operands (gemm.cpp).
+bool bf16_matmul_available();
+// How this backend's GEMMs of `compute` precision run, for the run's first line.
+const char* describe_gemm(DType compute);
+
 }  // namespace boostlm::cpu

@@ -38,10 +38,7 @@ void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int6
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < D_local; ++j) sum += xr[j] * xr[j];
-    sum_sq[r] = sum;
+    sum_sq[r] = cpu::accurate_sum(D_local, [&](int64_t j) { return xr[j] * xr[j]; });
   }
 }
 
@@ -90,10 +87,7 @@ void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x,
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * lddy;
     const float* xr = x + r * ldx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < D_local; ++j) sum += dyr[j] * gamma[j] * xr[j];
-    dot[r] = sum;
+    dot[r] = cpu::accurate_sum(D_local, [&](int64_t j) { return dyr[j] * gamma[j] * xr[j]; });
   }
 }
 
@@ -170,9 +164,7 @@ void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, i
     const float* xr = x + r * D;
     float s = 1.0f;
     if (sum_sq) {
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < D; ++j) sum += xr[j] * xr[j];
+      const float sum = cpu::accurate_sum(D, [&](int64_t j) { return xr[j] * xr[j]; });
       sum_sq[r] = sum;
       s = math::rms_rstd(sum, D, eps);
     }

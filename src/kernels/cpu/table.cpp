@@ -8,6 +8,7 @@ const KernelTable& cpu_kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
     t.backend = "cpu";
+    t.describe_gemm = &cpu::describe_gemm;
 #define BOOSTLM_CPU_KERNEL_ENTRY(ret, function, entry, params, args) t.entry = &cpu::function;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CPU_KERNEL_ENTRY)
 #undef BOOSTLM_CPU_KERNEL_ENTRY

@@ -124,40 +124,76 @@ inline __mmask16 first_lanes(int64_t n) {
 }
 #endif
 
+// Σ term(j) for j < n, within about 1e-7 relative whatever n: fp32 vector lanes sum blocks of
+// kSumBlock terms (a few adds per lane), and the blocks' sums are added in double. A plain
+// `omp simd` fp32 reduction adds n / lanes terms in each lane, and its rounding errors grow with
+// the row: 1.1e-4 off a double-precision log-sum-exp at V = 32003 on AVX2 (issue 37); the
+// reduction kernels (cross-entropy, RMSNorm's sums) are held to 1e-6 at V = 128 k.
+inline constexpr int64_t kSumBlock = 64;
+template <typename Term>
+inline float accurate_sum(int64_t n, Term term) {
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = b; j < e; ++j) s += term(j);
+    total += s;
+  }
+  return static_cast<float>(total);
+}
+
 // A softmax row's exponentials: returns Σ exp(x[c]·scale − shift) over c < valid; with `out`,
 // also writes those values there (fp32 or rounded to bf16; out may be x) and 0 for valid <= c < n.
 // The cross-entropy's rows (valid = n, scale 1) and attention's tile rows (valid: the causal
-// columns) both run on it.
+// columns) both run on it. The sum is accurate_sum's: fp32 lanes over 128 values (8 adds each),
+// flushed into double.
 template <typename Out>
 inline float exp_sum_row(const float* x, int64_t n, int64_t valid, float scale, float shift,
                          Out* out) {
 #ifdef BOOSTLM_VEC16
   const __m512 sc = _mm512_set1_ps(scale), sh = _mm512_set1_ps(shift);
   __m512 acc = _mm512_setzero_ps();
-  int64_t c = 0;
+  __m512d total_lo = _mm512_setzero_pd(), total_hi = _mm512_setzero_pd();
+  auto flush = [&] {
+    total_lo = _mm512_add_pd(total_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(acc)));
+    total_hi = _mm512_add_pd(
+        total_hi,
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1))));
+    acc = _mm512_setzero_ps();
+  };
+  int64_t c = 0, blocks = 0;
   for (; c + 16 <= valid; c += 16) {  // whole blocks of live columns: no masks to compute
     const __m512 e = exp16(_mm512_fmsub_ps(_mm512_loadu_ps(x + c), sc, sh));
     if (out) store16(out + c, e, static_cast<__mmask16>(0xFFFF));
     acc = _mm512_add_ps(acc, e);
+    if (++blocks % 8 == 0) flush();
   }
   for (; c < n; c += 16) {
     const __mmask16 m = first_lanes(n - c), live = m & first_lanes(valid - c);
     const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_fmsub_ps(load16(x + c, live), sc, sh)));
     if (out) store16(out + c, e, m);
     acc = _mm512_add_ps(acc, e);
+    if (++blocks % 8 == 0) flush();
   }
-  return _mm512_reduce_add_ps(acc);
+  flush();
+  return static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi)));
 #else
-  float sum = 0.0f;
+  double total = 0.0;
+  for (int64_t b = 0; b < valid; b += kSumBlock) {
+    const int64_t e = b + kSumBlock < valid ? b + kSumBlock : valid;
+    float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t c = 0; c < valid; ++c) {
-    const float e = exp_vec(x[c] * scale - shift);
-    if (out) put(out + c, e);
-    sum += e;
+    for (int64_t c = b; c < e; ++c) {
+      const float v = exp_vec(x[c] * scale - shift);
+      if (out) put(out + c, v);
+      sum += v;
+    }
+    total += sum;
   }
   if (out)
     for (int64_t c = valid; c < n; ++c) put(out + c, 0.0f);
-  return sum;
+  return static_cast<float>(total);
 #endif
 }
 

@@ -166,6 +166,10 @@ const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
     t.backend = "cuda";
+    t.describe_gemm = [](DType compute) {
+      return compute == DType::f32 ? "cuBLASLt (fp32, TF32 where --tf32 allows)"
+                                   : "cuBLASLt (bf16 inputs, fp32 accumulation)";
+    };
 #define BOOSTLM_CUDA_ENTRY(ret, function, entry, params, args) t.entry = &entry##_on_stream;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CUDA_ENTRY)
 #undef BOOSTLM_CUDA_ENTRY
