@@ -28,6 +28,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -279,8 +280,15 @@ ncclResult_t gather_members(const IdFields& id, int nranks, int rank, int world_
   if (world_rank != id.creator) {
     const int mine[4] = {rank, world_rank, nranks, static_cast<int>(id.sequence)};
     MPI_Send(mine, 4, MPI_INT, id.creator, join_tag, MPI_COMM_WORLD);
-    MPI_Recv(members.data(), nranks, MPI_INT, id.creator, answer_tag, MPI_COMM_WORLD,
+    // The answer has the creator's nranks elements, which may differ from ours.
+    MPI_Status status;
+    MPI_Probe(id.creator, answer_tag, MPI_COMM_WORLD, &status);
+    int count = 0;
+    MPI_Get_count(&status, MPI_INT, &count);
+    std::vector<int> answer(std::max(count, 1), -1);
+    MPI_Recv(answer.data(), count, MPI_INT, id.creator, answer_tag, MPI_COMM_WORLD,
              MPI_STATUS_IGNORE);
+    if (count == nranks) members = answer;
     if (members[0] < 0)
       return refuse(ncclInvalidUsage, "ncclCommInitRank",
                     "the members of this communicator disagree on its size or their ranks (see "
@@ -334,10 +342,23 @@ struct Operation {
   std::function<void(Exchange&)> start;
 };
 
+// How long stream work waits for its peers before the emulated device gives up with a fault:
+// BOOSTLM_EMULATOR_NCCL_HANG_S seconds (default 600; 0: forever). On a GPU the host would poll an
+// event meanwhile and its watchdog abort the communicator; here the host thread that drains the
+// stream is the one waiting, so without a limit a dead peer would hang the job silently.
+double hang_limit_s() {
+  static const double limit = [] {
+    const char* text = std::getenv("BOOSTLM_EMULATOR_NCCL_HANG_S");
+    return text && *text ? std::atof(text) : 600.0;
+  }();
+  return limit;
+}
+
 // Waits for the exchange's requests, polling, so that ncclCommAbort from another thread ends the
 // wait. False if a communicator was aborted or MPI failed (the error is recorded on it).
 bool wait_for(Exchange& exchange, const char* name) {
   if (exchange.requests.empty()) return true;
+  const auto start = std::chrono::steady_clock::now();
   for (int polls = 0;; ++polls) {
     int done = 0;
     const int status = MPI_Testall(static_cast<int>(exchange.requests.size()),
@@ -350,10 +371,17 @@ bool wait_for(Exchange& exchange, const char* name) {
     if (done) return true;
     for (auto& comm : exchange.comms)
       if (comm->aborted.load()) return false;
-    if (polls < 1000)
+    if (polls < 1000) {
       std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    const double waited_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (hang_limit_s() > 0 && waited_s > hang_limit_s())
+      cuda_emulator::fault(std::string(name) + " has waited " + std::to_string(waited_s) +
+                           " s for its peers (BOOSTLM_EMULATOR_NCCL_HANG_S): a peer never "
+                           "joined, or joined with another operation");
   }
 }
 

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -369,6 +370,21 @@ TEST_F(Nccl, AbortEndsAWaitNoPeerJoins) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   }
   if (g_mpi) MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A collective no peer joins: the emulated device gives up after BOOSTLM_EMULATOR_NCCL_HANG_S
+// with a fault naming the call, instead of hanging (CTest emu_nccl_hang sets it and expects the
+// message; without the variable this test skips).
+TEST_F(Nccl, HangFaultsNamingTheCall) {
+  if (!std::getenv("BOOSTLM_EMULATOR_NCCL_HANG_S")) GTEST_SKIP() << "run by emu_nccl_hang";
+  if (size < 2) GTEST_SKIP() << "needs 2 ranks";
+  DeviceArray<float> d(std::vector<float>(4, 1));
+  if (rank == 0) {
+    ASSERT_EQ(ncclAllReduce(d.get(), d.get(), 4, ncclFloat, ncclSum, comm, stream), ncclSuccess);
+    sync();  // faults
+    ADD_FAILURE() << "the lone all-reduce completed";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // the others wait here until the fault ends the job
 }
 
 }  // namespace
