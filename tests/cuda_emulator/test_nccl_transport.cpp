@@ -1,0 +1,157 @@
+// The backend's NCCL transport (comm/nccl_transport.cpp) executed on the emulated NCCL and device:
+// its bootstrap, every operation it offers against the host path's values on the same group
+// (world under mpirun, this process alone without it), the held send/recv flushed as one group, a
+// non-blocking completion polled until ready, and a host pointer refused with the call's name.
+// Values are small integers or quarters: every sum is exact in any order (EXPECT_EQ).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/mpi_runtime.h"
+#include "comm/nccl_transport.h"
+#include "core/error.h"
+
+namespace boostlm {
+namespace {
+
+Communicator world() {
+  return mpi_active() ? Communicator(static_cast<void*>(MPI_COMM_WORLD), "world") : Communicator();
+}
+
+class NcclTransportOnEmulator : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess); }
+  void TearDown() override { cudaStreamDestroy(stream); }
+  cudaStream_t stream = nullptr;
+};
+
+// Runs `operation` on a device copy of `host` and returns the device's values afterwards.
+template <typename T>
+std::vector<T> on_device(const std::vector<T>& host, const std::function<void(T*)>& operation) {
+  T* device = nullptr;
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), host.size() * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  operation(device);
+  std::vector<T> result(host.size());
+  EXPECT_EQ(cudaMemcpy(result.data(), device, host.size() * sizeof(T), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  cudaFree(device);
+  return result;
+}
+
+void finish(DeviceTransport::Started started) {
+  if (started) started->wait();
+}
+
+TEST_F(NcclTransportOnEmulator, EveryOperationMatchesTheHostPath) {
+  Communicator host = world();
+  NcclTransport nccl(host, stream);
+  EXPECT_STREQ(nccl.kind(), "nccl");
+  const int n = host.size(), r = host.rank();
+  std::vector<float> ranked(5);
+  for (int i = 0; i < 5; ++i) ranked[i] = 10.0f * r + i - 0.25f * (i % 2 ? r : -r);
+
+  std::vector<float> want = ranked;
+  host.all_reduce(want.data(), 5);
+  EXPECT_EQ(on_device<float>(
+                ranked,
+                [&](float* d) { finish(nccl.all_reduce(d, 5, ElementType::f32, ReduceOp::sum)); }),
+            want);
+  want = ranked;
+  host.all_reduce_max(want.data(), 5);
+  EXPECT_EQ(on_device<float>(
+                ranked,
+                [&](float* d) { finish(nccl.all_reduce(d, 5, ElementType::f32, ReduceOp::max)); }),
+            want);
+  std::vector<double> doubles = {0.5 * r, -1.0, 3.0 * r};
+  std::vector<double> want_doubles = doubles;
+  host.all_reduce(want_doubles.data(), 3);
+  EXPECT_EQ(on_device<double>(
+                doubles,
+                [&](double* d) { finish(nccl.all_reduce(d, 3, ElementType::f64, ReduceOp::sum)); }),
+            want_doubles);
+
+  // all_gather in place: this rank's slot of the output is the input.
+  std::vector<float> slots(3 * n, -1);
+  for (int k = 0; k < 3; ++k) slots[3 * r + k] = 7.0f * r + k;
+  want = slots;
+  host.all_gather(want.data() + 3 * r, 3, want.data());
+  EXPECT_EQ(on_device<float>(slots, [&](float* d) { finish(nccl.all_gather(d + 3 * r, 3, d)); }),
+            want);
+
+  // reduce_scatter: uneven (one grouped ncclReduce per rank) and even (one ncclReduceScatter);
+  // the output follows the input in one buffer, with a guard element after it.
+  const std::vector<int64_t> table = {3, 1, 0, 2, 4, 1, 1, 2};
+  for (const auto& counts :
+       {std::vector<int64_t>(table.begin(), table.begin() + n), std::vector<int64_t>(n, 2)}) {
+    int64_t total = 0;
+    for (int64_t k : counts) total += k;
+    std::vector<float> buffer(total + counts[r] + 1, -5);
+    for (int64_t i = 0; i < total; ++i) buffer[i] = 1.0f * (r + 1) * (i + 1);
+    want = buffer;
+    host.reduce_scatter(want.data(), want.data() + total, counts);
+    EXPECT_EQ(on_device<float>(
+                  buffer, [&](float* d) { finish(nccl.reduce_scatter(d, d + total, counts)); }),
+              want)
+        << "counts[0]=" << counts[0];
+  }
+
+  want = ranked;
+  host.broadcast(want.data(), 5, n - 1);
+  EXPECT_EQ(on_device<float>(ranked, [&](float* d) { finish(nccl.broadcast(d, 5, n - 1)); }), want);
+
+  // A ring, posted as the pipeline posts it (recv, then send) and held until the first wait.
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  std::vector<float> ring(8, -1);
+  for (int i = 0; i < 4; ++i) ring[i] = 100.0f * r + i;
+  std::vector<float> want_ring = ring;
+  for (int i = 0; i < 4; ++i) want_ring[4 + i] = 100.0f * left + i;
+  EXPECT_EQ(on_device<float>(ring,
+                             [&](float* d) {
+                               DeviceTransport::Started got = nccl.recv(d + 4, 4, left, 3);
+                               DeviceTransport::Started sent = nccl.send(d, 4, right, 3);
+                               got->wait();
+                               sent->wait();
+                             }),
+            want_ring);
+
+  // Non-blocking: ready() drives the stream until the operation has completed.
+  want = ranked;
+  host.all_reduce(want.data(), 5);
+  EXPECT_EQ(on_device<float>(ranked,
+                             [&](float* d) {
+                               DeviceTransport::Started started =
+                                   nccl.all_reduce(d, 5, ElementType::f32, ReduceOp::sum);
+                               ASSERT_NE(started, nullptr);
+                               int polls = 0;
+                               while (!started->ready()) ASSERT_LT(++polls, 1000000);
+                             }),
+            want);
+}
+
+// Host memory handed to the transport (the backend's bug class): refused at the call, on every
+// rank alike, with NCCL's error and the emulator's message naming the call.
+TEST_F(NcclTransportOnEmulator, HostMemoryIsRefused) {
+  Communicator host = world();
+  NcclTransport nccl(host, stream);
+  float on_stack[4] = {1, 2, 3, 4};
+  try {
+    finish(nccl.all_reduce(on_stack, 4, ElementType::f32, ReduceOp::sum));
+    FAIL() << "a host pointer was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("ncclAllReduce"), std::string::npos) << what;
+    EXPECT_NE(what.find("invalid argument"), std::string::npos) << what;
+    EXPECT_NE(what.find("is not device memory"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace boostlm
