@@ -3,7 +3,8 @@
 //
 // Every operation is checked when it is called (a buffer outside live device memory is refused
 // with ncclInvalidArgument and a message naming the call, as NCCL does with NCCL_CHECK_POINTERS=1;
-// the backend once handed host stack memory to collectives) and `enqueue`d on its stream: the MPI
+// the backend once handed host stack memory to collectives; pinned host memory, which NCCL's check
+// accepts, is accepted) and `enqueue`d on its stream: the MPI
 // exchange happens when the stream is drained, in stream order. A group (ncclGroupStart/End)
 // becomes one piece of stream work that posts every member's non-blocking MPI operation before it
 // waits for any, so sends and receives in one group cannot deadlock, as on NCCL.
@@ -19,6 +20,11 @@
 // rounding depends on its algorithm and is not reproduced); ncclAvg is the sum divided by the
 // number of ranks. ncclCommAbort never calls MPI and never waits: stream work of an aborted
 // communicator stops waiting, records an asynchronous error and leaves its MPI requests behind.
+// Work that waits longer than BOOSTLM_EMULATOR_NCCL_HANG_S for its peers is a fault (hang_limit_s).
+//
+// Not emulated: several ranks in one process (ncclCommInitRank inside a group), a group spanning
+// several streams (refused), fp8, ncclCommSplit, user reduction operators, non-blocking
+// communicators (ncclCommInitRankConfig).
 #include <mpi.h>
 #include <nccl.h>
 
