@@ -2,8 +2,12 @@
 # with a stream argument, in namespace boostlm::cuda, as a library of its own. Included from
 # src/kernels/sources.cmake only when CUDA is enabled (BOOSTLM_CUDA); nothing links it but its
 # tests yet (the alias boostlm_kernels stays the CPU backend).
-find_package(CUDAToolkit REQUIRED)
-add_library(boostlm_kernels_cuda STATIC
+# With BOOSTLM_CUDA=EMULATE the .cu files are compiled as rewritten C++ against the emulated
+# device (src/cuda_emulator), which stands where the CUDA runtime and cuBLASLt would.
+if(NOT BOOSTLM_CUDA_EMULATE)
+  find_package(CUDAToolkit REQUIRED)
+endif()
+set(BOOSTLM_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/device.cpp
   ${CMAKE_CURRENT_LIST_DIR}/launch.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cu
@@ -28,8 +32,16 @@ add_library(boostlm_kernels_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/attention_cached.cu
   ${CMAKE_CURRENT_LIST_DIR}/table.cpp
 )
+if(BOOSTLM_CUDA_EMULATE)
+  boostlm_emulated_cuda_sources(BOOSTLM_CUDA_KERNEL_SOURCES)
+endif()
+add_library(boostlm_kernels_cuda STATIC ${BOOSTLM_CUDA_KERNEL_SOURCES})
 target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart CUDA::cublasLt)
+if(BOOSTLM_CUDA_EMULATE)
+  target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base boostlm_cuda_emulator)
+else()
+  target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart CUDA::cublasLt)
+endif()
 # The backend-neutral kernel code (BOOSTLM_KERNEL_COMMON_SOURCES: the GEMM counters gemm.cpp books
 # into) is compiled once, into the CPU backend's library, until a common library holds it.
 target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_kernels_cpu)

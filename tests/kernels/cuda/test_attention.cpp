@@ -117,23 +117,41 @@ Result gpu_attention(const AttentionShape& s, const Inputs& in, bool reference,
   return {out.download(), lse.download(), dq.download(), dk.download(), dv.download()};
 }
 
-void expect_fp32_close(const Result& a, const Result& b) {
+// At seq_len 1, dq and dk are exactly zero: one key, so P = 1 and dS = P·(dP − delta) with
+// delta = dO·o = dO·v = dP. Both sides compute only rounding residue there (about 1e-7 of the
+// gradients' scale in fp32), and a relative error against a zero norm measures nothing (it read
+// 1 in fp32 and 2.4e4 in bf16 on the emulated device). At that shape fp32 keeps its element-wise
+// bounds; bf16 is held to an absolute bound instead: the kernel's dP is dO·v on bf16-rounded
+// tiles and delta is dO·o on the fp32 output, so dP − delta is hd·|dO|·|v|·2^-8 ≈ 8/256 at most
+// for unit inputs (measured 3.4e-3), where a wrong gradient is of order 1.
+bool zero_query_key_gradients(const AttentionShape& s) {
+  return s.seq_len == 1;
+}
+
+void expect_fp32_close(const Result& a, const Result& b, const AttentionShape& s) {
   EXPECT_TRUE(all_near(a.lse, b.lse, 1e-5, 0));
   EXPECT_TRUE(all_near(a.out, b.out, 1e-4, 1e-3));
   EXPECT_TRUE(all_near(a.dq, b.dq, 1e-4, 1e-3));
   EXPECT_TRUE(all_near(a.dk, b.dk, 1e-4, 1e-3));
   EXPECT_TRUE(all_near(a.dv, b.dv, 1e-4, 1e-3));
   EXPECT_LT(relative_error(a.out, b.out), 2e-5);
-  EXPECT_LT(relative_error(a.dq, b.dq), 2e-5);
-  EXPECT_LT(relative_error(a.dk, b.dk), 2e-5);
+  if (!zero_query_key_gradients(s)) {
+    EXPECT_LT(relative_error(a.dq, b.dq), 2e-5);
+    EXPECT_LT(relative_error(a.dk, b.dk), 2e-5);
+  }
   EXPECT_LT(relative_error(a.dv, b.dv), 2e-5);
 }
 
-void expect_bf16_close(const Result& a, const Result& b) {
+void expect_bf16_close(const Result& a, const Result& b, const AttentionShape& s) {
   EXPECT_TRUE(all_near(a.lse, b.lse, 2e-2, 0));
   EXPECT_LT(relative_error(a.out, b.out), 1e-2);
-  EXPECT_LT(relative_error(a.dq, b.dq), 1e-2);
-  EXPECT_LT(relative_error(a.dk, b.dk), 1e-2);
+  if (zero_query_key_gradients(s)) {
+    EXPECT_TRUE(all_near(a.dq, b.dq, 3e-2, 0));
+    EXPECT_TRUE(all_near(a.dk, b.dk, 3e-2, 0));
+  } else {
+    EXPECT_LT(relative_error(a.dq, b.dq), 1e-2);
+    EXPECT_LT(relative_error(a.dk, b.dk), 1e-2);
+  }
   EXPECT_LT(relative_error(a.dv, b.dv), 1e-2);
 }
 
@@ -145,11 +163,11 @@ TEST_F(CudaAttention, Fp32MatchesTheCpuBackendAndTheReferenceKernel) {
     const Result flash = gpu_attention(s, in, false, stream);
     {
       SCOPED_TRACE("vs CPU");
-      expect_fp32_close(flash, cpu_attention(s, in));
+      expect_fp32_close(flash, cpu_attention(s, in), s);
     }
     {
       SCOPED_TRACE("vs reference kernel");
-      expect_fp32_close(flash, gpu_attention(s, in, true, stream));
+      expect_fp32_close(flash, gpu_attention(s, in, true, stream), s);
     }
   }
 }
@@ -163,8 +181,8 @@ TEST_F(CudaAttention, Bf16ComputeMatchesTheCpuBackendWithinBf16Rounding) {
     SCOPED_TRACE(::testing::Message() << s.seq_len << " hd " << s.head_dim);
     const Inputs in(s);
     const Result flash = gpu_attention(s, in, false, stream);
-    expect_bf16_close(flash, cpu_attention(s, in));
-    expect_bf16_close(flash, gpu_attention(s, in, true, stream));
+    expect_bf16_close(flash, cpu_attention(s, in), s);
+    expect_bf16_close(flash, gpu_attention(s, in, true, stream), s);
   }
 }
 
@@ -219,7 +237,7 @@ TEST_F(CudaAttention, Bf16StorageIsTheKernelOnTheRoundedValues) {
                        cpu_out16.data(), in.qd, cpu_lse.data(), in.dout.data(), in.qd, cdq.data(),
                        in.qd, cdk.data(), in.kd, cdv.data(), in.kd);
     expect_bf16_close({widened(out16), lse.download(), dq.download(), dk.download(), dv.download()},
-                      {widened(cpu_out16), cpu_lse, cdq, cdk, cdv});
+                      {widened(cpu_out16), cpu_lse, cdq, cdk, cdv}, s);
   }
 }
 

@@ -141,7 +141,13 @@ TEST_F(CudaEventTimer, MeasuresWorkOnTheStream) {
   EXPECT_LT(seconds[empty], 1e-3);
   EXPECT_GT(seconds[work], seconds[empty]);
   EXPECT_GT(seconds[work], 1e-5);  // 1 GB written
+#ifdef BOOSTLM_CUDA_EMULATOR
+  // The emulated device (BOOSTLM_CUDA=EMULATE) runs each of the 2^24 threads of a fill as a fiber
+  // on one host core: seconds, not milliseconds; the bound only catches a unit error there.
+  EXPECT_LT(seconds[work], 120.0);
+#else
   EXPECT_LT(seconds[work], 1.0);
+#endif
   std::printf("4 fills of %lld floats: %.3f ms (%.0f GB/s)\n", static_cast<long long>(n),
               seconds[work] * 1e3, 4.0 * n * 4 / seconds[work] * 1e-9);
 }

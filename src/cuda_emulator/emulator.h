@@ -1,0 +1,30 @@
+// The emulated CUDA device's internal seam: what its runtime (runtime.cpp: memory, streams,
+// events, kernel launches), its cuBLASLt (cublaslt.cpp) and its NCCL (nccl.cpp) share. Nothing
+// outside src/cuda_emulator includes this; the backend sees only the real toolkit's headers.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace cuda_emulator {
+
+// Enqueues `work` on `stream` (0: the legacy default stream). It never runs at the enqueue: it
+// runs later, in stream order, when the stream is drained (a synchronisation, an event wait, a
+// blocking copy). While it runs, device memory is reachable from the host thread running it.
+// `what` names the work in the emulator's error messages ("cublasLtMatmul", "ncclAllReduce").
+void enqueue(cudaStream_t stream, const char* what, std::function<void()> work);
+
+// True when [p, p + bytes) lies inside one live device allocation (cudaMalloc).
+bool is_device_range(const void* p, std::size_t bytes);
+// True when [p, p + bytes) lies inside one live pinned host allocation (cudaMallocHost).
+bool is_pinned_host_range(const void* p, std::size_t bytes);
+
+// A fault of the emulated device that a GPU would also hit or leave undefined (a race, a barrier
+// not reached by every thread, an out-of-bounds access, a host pointer given to a device call):
+// prints "cuda emulator: <message>" to stderr and aborts the process.
+[[noreturn]] void fault(const std::string& message);
+
+}  // namespace cuda_emulator
