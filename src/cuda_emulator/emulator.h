@@ -27,4 +27,9 @@ bool is_pinned_host_range(const void* p, std::size_t bytes);
 // prints "cuda emulator: <message>" to stderr and aborts the process.
 [[noreturn]] void fault(const std::string& message);
 
+// The order the threads of each block (and the blocks of each grid) run in from now on, spelt as
+// BOOSTLM_CUDA_EMULATOR_ORDER spells it: "forward", "reverse" or "shuffle:SEED" (the emulator's
+// own tests run one kernel in two orders in one process).
+void set_order(const std::string& order);
+
 }  // namespace cuda_emulator

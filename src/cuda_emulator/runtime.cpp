@@ -71,20 +71,23 @@ std::uint64_t parse_seed(const std::string& text) {
   return seed;
 }
 
+void parse_order(const std::string& text, Settings& s) {
+  if (text == "forward") {
+    s.order = Order::forward;
+  } else if (text == "reverse") {
+    s.order = Order::reverse;
+  } else if (text.rfind("shuffle:", 0) == 0) {
+    s.order = Order::shuffle;
+    s.seed = parse_seed(text.substr(8));
+  } else {
+    fault("BOOSTLM_CUDA_EMULATOR_ORDER=" + text + ": expected forward, reverse or shuffle:SEED");
+  }
+}
+
 Settings read_settings() {
   Settings s;
-  if (const char* order = std::getenv("BOOSTLM_CUDA_EMULATOR_ORDER"); order && *order) {
-    const std::string text = order;
-    if (text == "forward")
-      s.order = Order::forward;
-    else if (text == "reverse")
-      s.order = Order::reverse;
-    else if (text.rfind("shuffle:", 0) == 0) {
-      s.order = Order::shuffle;
-      s.seed = parse_seed(text.substr(8));
-    } else
-      fault("BOOSTLM_CUDA_EMULATOR_ORDER=" + text + ": expected forward, reverse or shuffle:SEED");
-  }
+  if (const char* order = std::getenv("BOOSTLM_CUDA_EMULATOR_ORDER"); order && *order)
+    parse_order(order, s);
   if (const char* poison = std::getenv("BOOSTLM_CUDA_EMULATOR_POISON"); poison && *poison) {
     const std::string text = poison;
     if (text != "0" && text != "1")
@@ -225,9 +228,20 @@ bool launch_dims_valid(const LaunchConfig& c) {
 
 // ---- The seam (emulator.h) and the emulator's shared state (internal.h).
 
-const Settings& settings() {
-  static const Settings s = read_settings();
+namespace {
+Settings& mutable_settings() {
+  static Settings s = read_settings();
   return s;
+}
+}  // namespace
+
+const Settings& settings() {
+  return mutable_settings();
+}
+
+void set_order(const std::string& order) {
+  Entry entry;
+  parse_order(order, mutable_settings());
 }
 
 std::recursive_mutex& runtime_mutex() {
