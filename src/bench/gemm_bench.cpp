@@ -18,7 +18,7 @@ const std::array<const char*, 2> kLayouts = {"naive-tp", "btp"};
 double measure_on_all(Communicator& sync, int64_t M, int64_t N, int64_t K, DType dtype, int reps) {
   sync.barrier();
   auto seconds_per_gflop = static_cast<float>(1.0 / measure_gemm_gflops(M, N, K, dtype, reps));
-  sync.all_reduce_max(&seconds_per_gflop, 1);
+  sync.all_reduce_max_host(&seconds_per_gflop, 1);
   return 1.0 / seconds_per_gflop;
 }
 
@@ -26,7 +26,7 @@ double measure_on_all(Communicator& sync, int64_t M, int64_t N, int64_t K, DType
 double measure_peak_on_all(Communicator& sync, DType dtype) {
   sync.barrier();
   auto peak = static_cast<float>(measure_peak_gemm_gflops(dtype));
-  sync.all_reduce_max(&peak, 1);
+  sync.all_reduce_max_host(&peak, 1);
   return peak;
 }
 

@@ -192,7 +192,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     training_step(*run.pipeline, *run.optimizer, batch, o.batch, o.seq_len, kBenchLr);
     tp.set_compute_only(false);
     auto peak = static_cast<float>(heap_peak_bytes() - heap_before);
-    tp.all_reduce_max(&peak, 1);
+    tp.all_reduce_max_host(&peak, 1);
     r.peak_bytes = static_cast<int64_t>(peak);
     r.activation_bytes = run.model->activation_bytes();
     r.kept_bytes_per_block = run.model->kept_bytes_per_block();
@@ -208,7 +208,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
       float probe = 0;
       if (rep >= o.warmup) {
         probe = static_cast<float>(measure_gemm_gflops(1024, 1024, 1024, o.precision, 2));
-        tp.all_reduce(&probe, 1);  // the group's rate: the sum over its ranks
+        tp.all_reduce_host(&probe, 1);  // the group's rate: the sum over its ranks
         tp.barrier();
       }
       Profile::global().clear();

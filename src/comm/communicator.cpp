@@ -321,6 +321,43 @@ void Communicator::all_reduce(double* data, int64_t count) {
   this->count(Collective::all_reduce, count, sizeof(double));
 }
 
+void Communicator::all_reduce_host(double* data, int64_t count) {
+  if (size_ == 1) return;
+  refuse_overlapped("all_reduce_host");
+  WatchedExchange watch(watch_name_, "all_reduce", count * 8);
+  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_DOUBLE, MPI_SUM, as_mpi(comm_));
+  this->count(Collective::all_reduce, count, sizeof(double));
+}
+
+void Communicator::all_reduce_host(float* data, int64_t count) {
+  if (size_ == 1 || compute_only_) return;
+  refuse_overlapped("all_reduce_host");
+  WatchedExchange watch(watch_name_, "all_reduce", count * 4);
+  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_SUM, as_mpi(comm_));
+  this->count(Collective::all_reduce, count);
+}
+
+void Communicator::all_reduce_max_host(float* data, int64_t count) {
+  if (size_ == 1 || compute_only_) return;
+  refuse_overlapped("all_reduce_max_host");
+  WatchedExchange watch(watch_name_, "all_reduce_max", count * 4);
+  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_FLOAT, MPI_MAX, as_mpi(comm_));
+  this->count(Collective::all_reduce_max, count);
+}
+
+void Communicator::all_gather_host(const float* send, int64_t count, float* recv) {
+  refuse_overlapped("all_gather_host");
+  const bool in_place = send == recv + static_cast<int64_t>(rank_) * count;
+  if (size_ == 1) {
+    if (!in_place) std::memcpy(recv, send, count * sizeof(float));
+    return;
+  }
+  WatchedExchange watch(watch_name_, "all_gather", count * 4);
+  const int n = to_mpi_count(count);
+  MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, MPI_FLOAT, recv, n, MPI_FLOAT, as_mpi(comm_));
+  this->count(Collective::all_gather, count);
+}
+
 // `send` may be this rank's own slot of `recv` (recv + rank·count): that is MPI_IN_PLACE.
 void Communicator::all_gather(const float* send, int64_t count, float* recv) {
   BOOSTLM_KERNEL("comm");
@@ -336,8 +373,8 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
     this->count(Collective::all_gather, count);
     return;
   }
-  if (size_ == 1) {
-    if (!in_place) std::memcpy(recv, send, count * sizeof(float));
+  if (size_ == 1) {  // the data may be device memory (a group of one has no transport)
+    if (!in_place) device_copy(recv, send, count * sizeof(float));
     return;
   }
   WatchedExchange watch(watch_name_, "all_gather", count * 4);
@@ -363,8 +400,8 @@ void Communicator::reduce_scatter(const float* send, float* recv,
     this->count(Collective::reduce_scatter, total);
     return;
   }
-  if (size_ == 1) {
-    std::memcpy(recv, send, counts[0] * sizeof(float));
+  if (size_ == 1) {  // the data may be device memory (a group of one has no transport)
+    device_copy(recv, send, counts[0] * sizeof(float));
     return;
   }
   WatchedExchange watch(watch_name_, "reduce_scatter", total * 4);

@@ -88,6 +88,13 @@ class Communicator {
   void all_reduce(float* data, int64_t count);
   void all_reduce_max(float* data, int64_t count);
   void all_reduce(double* data, int64_t count);  // for norms and other statistics
+  // Control data on the host (a loss, a norm's partial sums, a stop flag, timings): over MPI
+  // whatever the group's device transport, since a GPU collective reads device memory only.
+  // Counted as the calls above are.
+  void all_reduce_host(double* data, int64_t count);
+  void all_reduce_host(float* data, int64_t count);
+  void all_reduce_max_host(float* data, int64_t count);
+  void all_gather_host(const float* send, int64_t count, float* recv);
   // recv = the `count` elements of every rank, in rank order (size·count elements).
   void all_gather(const float* send, int64_t count, float* recv);
   // Sums `send` (Σ counts elements) over the group; rank i receives the counts[i] elements that
@@ -106,7 +113,7 @@ class Communicator {
   void barrier();
 
   // Device memory (comm/transport.h): from this call on, the data pointers of every collective and
-  // send/recv above are device pointers, moved by `transport` (NCCL, or staged through host memory)
+  // send/recv above but the _host ones are device pointers, moved by `transport` (NCCL, or staged through host memory)
   // and counted exactly as on the host path. broadcast_bytes and barrier stay on MPI (control data
   // lives on the host). nullptr returns to host memory.
   void set_device_transport(std::unique_ptr<DeviceTransport> transport);

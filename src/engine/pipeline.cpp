@@ -131,7 +131,7 @@ double PipelineTimes::one_f_one_b_fraction(int stages, int64_t micro_batches) {
 PipelineTimes Pipeline::gather_times() {
   const float mine[2] = {static_cast<float>(stats_.step_s), static_cast<float>(stats_.compute_s)};
   std::vector<float> all(2 * stages_);
-  pp_.all_gather(mine, 2, all.data());
+  pp_.all_gather_host(mine, 2, all.data());  // host timings
   PipelineTimes t;
   for (int s = 0; s < stages_; ++s) {
     t.span_s = std::max<double>(t.span_s, all[2 * s]);

@@ -70,7 +70,7 @@ std::vector<double> time_reps(Communicator* sync, int reps, Body&& body) {
     const double t0 = now_s();
     body();
     float dt = static_cast<float>(now_s() - t0);
-    if (sync) sync->all_reduce_max(&dt, 1);  // the slowest rank, as a TP step waits for it
+    if (sync) sync->all_reduce_max_host(&dt, 1);  // the slowest rank, as a TP step waits for it
     if (i > 0) out.push_back(dt);
   }
   std::sort(out.begin(), out.end());
@@ -268,7 +268,7 @@ Link measure_link(Communicator& comm, std::string& note) {
   const double factor = ring_factor(Collective::all_reduce, comm.size());
   for (int64_t n = 256; n <= kMaxElements; n *= 4) {
     const auto reps =
-        time_reps(&comm, n > (1 << 20) ? 5 : 11, [&] { comm.all_reduce(buf.data(), n); });
+        time_reps(&comm, n > (1 << 20) ? 5 : 11, [&] { comm.all_reduce_host(buf.data(), n); });
     bytes.push_back(factor * n * 4.0);
     seconds.push_back(reps[reps.size() / 2]);
   }
@@ -317,7 +317,7 @@ double measure_overlap_cost(Communicator& comm, const Link& link, std::string& n
   };
   const std::vector<std::function<void()>> tasks = {[&] { chunk(c0, x0); }, [&] { chunk(c1, x1); }};
   const double overlapped = time_reps(&comm, 5, [&] { overlap.run(tasks); })[2];
-  const double last = time_reps(&comm, 5, [&] { comm.all_reduce(x0.data(), count); })[2];
+  const double last = time_reps(&comm, 5, [&] { comm.all_reduce_host(x0.data(), count); })[2];
   const double bytes = 2.0 * kSegments * ring_factor(Collective::all_reduce, comm.size()) *
                        static_cast<double>(count) * 4;
   const double cost = std::max(0.0, overlapped - alone - last) / bytes;

@@ -556,7 +556,7 @@ StepRecord TrainingRun::step() {
   // Control data over the world: the mean loss over DP replicas, and whether any rank was
   // signalled (so every rank saves and stops at the same step).
   double control[2] = {loss / static_cast<double>(o_.grad_accum), g_signal.load() ? 1.0 : 0.0};
-  grid_.world().all_reduce(control, 2);
+  grid_.world().all_reduce_host(control, 2);
   r.loss = control[0] / grid_.shape().world();
   r.signalled = control[1] > 0;
   r.lr = schedule_.at(state_.step);
