@@ -207,6 +207,15 @@ const char* to_string(OverlapMode mode) {
 
 int overlap_chunks(OverlapMode mode, int chunks, Communicator& tp) {
   if (tp.size() == 1 || mode == OverlapMode::off) return 1;
+  // On a device the TP collectives are NCCL's (or staged), already asynchronous on their stream;
+  // the overlap's progress thread drives host-memory MPI collectives only.
+  if (tp.device_transport()) {
+    if (mode == OverlapMode::on)
+      throw error("--tp-overlap on: the overlap hides host (MPI) collectives behind compute; with "
+                  "--device cuda the TP collectives run on the device (NCCL or staged): use "
+                  "--tp-overlap off or auto");
+    return 1;
+  }
   if (mode == OverlapMode::automatic && !tp.spans_hosts()) return 1;
   return chunks;
 }

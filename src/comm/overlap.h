@@ -41,7 +41,8 @@ class Communicator;
 enum class OverlapMode { off, on, automatic };
 OverlapMode parse_overlap_mode(const std::string& text);  // on, off, auto; throws Error
 const char* to_string(OverlapMode mode);
-// The chunks a micro-batch is split into (1: no overlap). Collective over `tp` for auto.
+// The chunks a micro-batch is split into (1: no overlap). Collective over `tp` for auto. A group
+// with a device transport takes none (auto) or refuses `on` (Error).
 int overlap_chunks(OverlapMode mode, int chunks, Communicator& tp);
 // The progress thread's poll interval in microseconds: CommOverlap::kPollMicroseconds, or the
 // value of BOOSTLM_OVERLAP_POLL_US (`text`, nullptr when unset; for measuring the choice), from 1
