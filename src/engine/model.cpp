@@ -477,21 +477,21 @@ void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
 
 double Model::grad_sum_squares(int64_t begin, int64_t end, Communicator* dp) {
   if (end < 0) end = grads_.size();
-  double sharded = 0, replicated = 0;
+  // Replicated tensors hold the same gradient on every TP rank: counted once, on TP rank 0. One
+  // sum per part (a device reads two values back, not one per tensor).
+  std::vector<IndexRange> sharded, replicated;
   for (const auto& p : table_.entries()) {
     const int64_t lo = std::max(p.offset, begin), hi = std::min(p.offset + p.numel, end);
     if (lo >= hi) continue;
-    const double s = sum_squares(grads_.data() + lo, hi - lo);
-    if (tp_->size() > 1 && p.shard_axis < 0)
-      replicated += s;
-    else
-      sharded += s;
+    (tp_->size() > 1 && p.shard_axis < 0 ? replicated : sharded).push_back({lo, hi});
   }
-  // Replicated tensors hold the same gradient on every TP rank: count them once.
-  double total = sharded + (tp_->rank() == 0 ? replicated : 0.0);
-  tp_->all_reduce(&total, 1);
-  if (dp) dp->all_reduce(&total, 1);
-  pp_->all_reduce(&total, 1);
+  double total = sum_squares_ranges(grads_.data(), sharded);
+  if (tp_->rank() == 0 && !replicated.empty())
+    total += sum_squares_ranges(grads_.data(), replicated);
+  // Host values: over MPI whatever the groups' device transports.
+  tp_->all_reduce_host(&total, 1);
+  if (dp) dp->all_reduce_host(&total, 1);
+  pp_->all_reduce_host(&total, 1);
   return total;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -29,6 +30,13 @@ struct Bf16Copy {
 
 // Σ x² in double precision (for the global gradient norm).
 double sum_squares(const float* x, int64_t n);
+// Σ over the ranges, in order, of each range's sum_squares (the same bits as those calls added in
+// double): the gradient norm's sharded and replicated parts in one result each, so a device
+// reads one value back per part instead of one per tensor.
+struct IndexRange {
+  int64_t begin = 0, end = 0;  // elements [begin, end)
+};
+double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges);
 // x *= s
 void scale_inplace(float* x, int64_t n, float s);
 

@@ -233,6 +233,8 @@
      bf16_t* params_bf16),                                                                       \
     (params, grads, m, v, n, h, params_bf16))                                                    \
   X(double, sum_squares, sum_squares, (const float* x, int64_t n), (x, n))                       \
+  X(double, sum_squares_ranges, sum_squares_ranges,                                              \
+    (const float* x, const std::vector<IndexRange>& ranges), (x, ranges))                        \
   X(void, scale_inplace, scale_inplace, (float* x, int64_t n, float s), (x, n, s))               \
   /* kernels/elementwise.h */                                                                    \
   X(void, add, add, (const float* a, const float* b, float* out, int64_t n), (a, b, out, n))     \
@@ -261,6 +263,11 @@ struct KernelTable {
   // How the backend's GEMMs of a precision run ("oneDNN bf16 matmul", a fallback, "cuBLASLt"):
   // not a kernel, said in a run's first line (kernels/gemm.h's gemm_engine).
   const char* (*describe_gemm)(DType compute) = nullptr;
+  // The backend's own measurement of its GEMM rate (kernels/gemm_measure.h), where timing the
+  // interface's gemm on the host clock would be wrong (a GPU's calls return before they run);
+  // null: timed on the host clock there.
+  double (*measure_gemm_gflops)(int64_t M, int64_t N, int64_t K, DType compute, int reps) = nullptr;
+  double (*measure_peak_gemm_gflops)(DType compute) = nullptr;
 #define BOOSTLM_KERNEL_ENTRY(ret, function, entry, params, args) ret(*entry) params = nullptr;
   BOOSTLM_KERNEL_LIST(BOOSTLM_KERNEL_ENTRY)
 #undef BOOSTLM_KERNEL_ENTRY

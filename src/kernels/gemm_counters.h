@@ -46,5 +46,12 @@ std::vector<GemmShapeTime> gemm_recorded_shape_times();
 // took `seconds`. Adds it to the counters and the profile's "gemm" phase, and records `count`
 // shapes while recording.
 void count_gemm_call(const GemmShape& shape, int64_t count, double seconds);
+// For a backend whose GEMM times arrive after the call (a GPU's, measured with events): the call
+// is counted at once with count_gemm_call(shape, count, 0), and its seconds added later here (to
+// the counters, the profile's "gemm" phase and the shape's time while recording).
+void add_gemm_seconds(const GemmShape& shape, int64_t count, double seconds);
+// What books such late times (the backend's event collection; it waits for the GEMMs timed so
+// far): gemm_counters() and gemm_recorded_shape_times() run it first. nullptr: none.
+void set_gemm_time_collector(void (*collect)());
 
 }  // namespace boostlm

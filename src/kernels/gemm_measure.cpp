@@ -4,11 +4,14 @@
 #include <chrono>
 
 #include "core/buffer.h"
+#include "kernels/backend.h"
 #include "kernels/gemm.h"
 
 namespace boostlm {
 
 double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int reps) {
+  if (const auto measure = active_kernels().measure_gemm_gflops)
+    return measure(M, N, K, compute, reps);
   Buffer<float> a(M * K, 0.01f), b(K * N, 0.01f), c(M * N);
   Buffer<bf16_t> a16, b16;
   if (compute == DType::bf16) {
@@ -31,6 +34,7 @@ double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int r
 }
 
 double measure_peak_gemm_gflops(DType compute) {
+  if (const auto measure = active_kernels().measure_peak_gemm_gflops) return measure(compute);
   double best = 0;
   for (const int64_t n : {512, 768, 1024, 2048})
     best = std::max(best, measure_gemm_gflops(n, n, n, compute, 6));

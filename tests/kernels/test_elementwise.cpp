@@ -377,6 +377,12 @@ TEST(AdamW, WritesTheRoundedWeightsInItsPass) {
 TEST(SumSquares, IsExactInDouble) {
   std::vector<float> x = {3.0f, 4.0f, 12.0f};
   EXPECT_DOUBLE_EQ(sum_squares(x.data(), 3), 169.0);
+  // Ranges: each range's sum added in order, the same bits as separate calls.
+  const std::vector<float> y = random_vector(1000, 5);
+  const double expected = sum_squares(y.data() + 3, 400) + sum_squares(y.data() + 500, 7) +
+                          sum_squares(y.data() + 600, 400);
+  EXPECT_EQ(sum_squares_ranges(y.data(), {{3, 403}, {500, 507}, {600, 1000}}), expected);
+  EXPECT_EQ(sum_squares_ranges(y.data(), {}), 0.0);
 }
 
 }  // namespace

@@ -40,6 +40,12 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
   }
 }
 
+double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges) {
+  double total = 0.0;
+  for (const IndexRange& r : ranges) total += cpu::sum_squares(x + r.begin, r.end - r.begin);
+  return total;
+}
+
 double sum_squares(const float* x, int64_t n) {
   BOOSTLM_KERNEL("optimizer");
   double sum = 0.0;

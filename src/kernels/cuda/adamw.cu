@@ -83,6 +83,11 @@ void sum_squares(const float* x, int64_t n, double* result, void* workspace, siz
   BOOSTLM_CHECK_LAUNCH();
 }
 
+void sum_values(const double* values, int64_t n, double* result, cudaStream_t stream) {
+  sum_partials_kernel<kReduceBlock><<<1, kReduceBlock, 0, stream>>>(values, n, result);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
 void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(n);
   if (g.grid == 0) return;

@@ -4,6 +4,7 @@
 // weights divided by the sum), in a block-wide order.
 #include <cub/block/block_reduce.cuh>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -55,11 +56,45 @@ __global__ void attention_cached_kernel(int64_t first_pos, int64_t n_heads, int6
   }
 }
 
+// The kernel's static shared memory (CUB's temp storage and the two totals, with room for the
+// compiler's alignment), which a block's limit counts with the dynamic scores.
+constexpr int64_t kCachedStaticShared =
+    static_cast<int64_t>(sizeof(cub::BlockReduce<float, kCachedBlock>::TempStorage)) +
+    2 * static_cast<int64_t>(sizeof(float)) + 256;
+// Without cudaFuncSetAttribute a block has 48 KiB, static and dynamic together.
+constexpr int64_t kDefaultSharedBytes = 48 << 10;
+
+// The device's opt-in maximum of shared memory per block (227 KiB on sm_90), less the static part.
+int64_t dynamic_shared_limit() {
+  static const int64_t limit = [] {
+    int device = 0, optin = 0;
+    BOOSTLM_CHECK_CUDA(cudaGetDevice(&device));
+    BOOSTLM_CHECK_CUDA(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return std::max<int64_t>(optin, kDefaultSharedBytes) - kCachedStaticShared;
+  }();
+  return limit;
+}
+
 }  // namespace
 
 int64_t attention_cached_max_keys() {
-  return (48 << 10) / static_cast<int64_t>(sizeof(float));
+  return dynamic_shared_limit() / static_cast<int64_t>(sizeof(float));
 }
+
+namespace {
+// Raises the kernel's dynamic shared-memory limit to the device's maximum, once (an attribute of
+// the function, set on the host without waiting for the device).
+void allow_all_shared_memory() {
+  static const bool raised = [] {
+    BOOSTLM_CHECK_CUDA(cudaFuncSetAttribute(attention_cached_kernel,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(dynamic_shared_limit())));
+    return true;
+  }();
+  (void)raised;
+}
+}  // namespace
 
 void attention_cached_forward(int64_t n, int64_t first_pos, int64_t n_heads, int64_t n_kv_heads,
                               int64_t head_dim, const float* q, const float* k_cache,
@@ -69,9 +104,11 @@ void attention_cached_forward(int64_t n, int64_t first_pos, int64_t n_heads, int
   if (keys > attention_cached_max_keys())
     throw error("generation on the GPU: ", keys, " cached positions exceed the ",
                 attention_cached_max_keys(), " the cached attention kernel holds in shared memory");
+  const int64_t dynamic_bytes = keys * static_cast<int64_t>(sizeof(float));
+  if (kCachedStaticShared + dynamic_bytes > kDefaultSharedBytes) allow_all_shared_memory();
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(n_heads));
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  attention_cached_kernel<<<grid, kCachedBlock, keys * sizeof(float), stream>>>(
+  attention_cached_kernel<<<grid, kCachedBlock, dynamic_bytes, stream>>>(
       first_pos, n_heads, n_heads / n_kv_heads, head_dim, scale, q, k_cache, v_cache, out);
   BOOSTLM_CHECK_LAUNCH();
 }

@@ -171,10 +171,8 @@ GemmPlan& GemmContext::plan(const GemmKey& key) {
 }
 
 void GemmContext::count(const GemmShape& shape, int64_t members, EventTimer::Interval interval) {
-  if (timer_)
-    timed_.push_back({interval, shape, members});
-  else
-    count_gemm_call(shape, members, 0.0);
+  count_gemm_call(shape, members, 0.0);  // calls and FLOPs now; the seconds when collected
+  if (timer_) timed_.push_back({interval, shape, members});
 }
 
 void GemmContext::collect_timings() {
@@ -182,7 +180,7 @@ void GemmContext::collect_timings() {
   timer_->collect([&](EventTimer::Interval interval, double seconds) {
     for (auto it = timed_.begin(); it != timed_.end(); ++it)
       if (it->interval == interval) {
-        count_gemm_call(it->shape, it->members, seconds);
+        add_gemm_seconds(it->shape, it->members, seconds);
         timed_.erase(it);
         return;
       }

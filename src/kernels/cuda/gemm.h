@@ -16,12 +16,12 @@
 //    which cuBLASLt does not offer. beta (the residual and gradient accumulation) is the one fusion
 //    the engine's GEMMs need, and it is in the matmul itself.
 //  - Plans (the matmul descriptor, the four layouts and the heuristic's algorithm) are built once
-//  per
-//    GemmKey (gemm_plan.h: shape, strides, batch, precision, beta ≠ 0, alignments) and cached in
+//    per GemmKey (gemm_plan.h: shape, strides, batch, precision, beta ≠ 0, alignments) and cached in
 //    the context. The heuristic is asked once per key; the first algorithm it returns is kept.
-//  - Each call is counted in kernels/gemm_counters.h. With a timer (set_timer), its time is
-//    measured with events on the stream and counted when collect_timings() runs; without one, it is
-//    counted at once with 0 seconds (GEMM FLOPs still add up; the time is unknown).
+//  - Each call is counted in kernels/gemm_counters.h at once (calls, FLOPs). With a timer
+//    (set_timer), its time is measured with events on the stream and added when collect_timings()
+//    runs (the kernel table's context has one, collected whenever the counters are read); without
+//    one its time stays 0.
 //
 // A context's workspace serves one stream at a time: use one context per stream that runs GEMMs.
 #pragma once
@@ -84,8 +84,8 @@ class GemmContext {
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
   EventTimer* timer() const { return timer_; }
-  // Books one call of `members` GEMMs of `shape`: timed by `interval` of timer() (counted at
-  // collect_timings), or, without a timer, counted now with 0 seconds.
+  // Books one call of `members` GEMMs of `shape` now, its seconds from `interval` of timer() at
+  // collect_timings (no timer: 0 seconds).
   void count(const GemmShape& shape, int64_t members, EventTimer::Interval interval);
 
  private:

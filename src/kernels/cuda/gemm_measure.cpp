@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/event_timer.h"
 #include "kernels/cuda/kernels.h"
@@ -60,9 +61,17 @@ double measure_gemm_gflops(GemmContext& ctx, int64_t M, int64_t N, int64_t K, DT
 }
 
 double measure_peak_gemm_gflops(GemmContext& ctx, DType compute, cudaStream_t stream) {
+  int device = 0, sms = 0;
+  BOOSTLM_CHECK_CUDA(cudaGetDevice(&device));
+  BOOSTLM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   double best = 0;
-  for (const int64_t n : kPeakGemmSizes)
-    best = std::max(best, measure_gemm_gflops(ctx, n, n, n, compute, 5, stream));
+  if (sms < kSmallDeviceSMs) {
+    for (const int64_t n : kSmallDeviceGemmSizes)
+      best = std::max(best, measure_gemm_gflops(ctx, n, n, n, compute, 5, stream));
+  } else {
+    for (const int64_t n : kPeakGemmSizes)
+      best = std::max(best, measure_gemm_gflops(ctx, n, n, n, compute, 5, stream));
+  }
   return best;
 }
 

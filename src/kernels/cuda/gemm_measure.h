@@ -21,8 +21,12 @@ double measure_gemm_gflops(GemmContext& ctx, int64_t M, int64_t N, int64_t K, DT
 
 // The fastest of n³ products at the sizes of kPeakGemmSizes: a GPU reaches its rate only on large
 // products (an H100/H200 needs n ≥ 4096 to fill its 132 SMs with 128x256 tiles several times
-// over), so the sizes are larger than the CPU's.
+// over), so the sizes are larger than the CPU's. A device of fewer than kSmallDeviceSMs
+// multiprocessors (the emulated device reports the host's cores, and computes on them) is measured
+// on kSmallDeviceGemmSizes instead: 16384³ would take minutes there.
 inline constexpr int64_t kPeakGemmSizes[] = {2048, 4096, 8192, 16384};
+inline constexpr int kSmallDeviceSMs = 16;
+inline constexpr int64_t kSmallDeviceGemmSizes[] = {256, 512, 1024};
 double measure_peak_gemm_gflops(GemmContext& ctx, DType compute, cudaStream_t stream);
 
 }  // namespace boostlm::cuda

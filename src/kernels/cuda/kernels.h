@@ -66,6 +66,9 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
 size_t sum_squares_workspace_bytes(int64_t n);
 void sum_squares(const float* x, int64_t n, double* result, void* workspace, size_t workspace_bytes,
                  cudaStream_t stream);
+// *result (device memory) = Σ values[0..n) in index order, in one block (n up to a few thousand:
+// the per-range sums of sum_squares_ranges).
+void sum_values(const double* values, int64_t n, double* result, cudaStream_t stream);
 void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream);
 
 // ---- Embedding (kernels/embedding.h). A token outside [0, V) gives a zero row (the CPU backend
@@ -227,7 +230,9 @@ void attention_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq, c
 // The plain reference attention for the tests (attention_reference.cu): one thread per output
 // element, no tiles, the same bf16 roundings; quadratic work per thread, test shapes only.
 // Generation's attention over a KV cache (kernels/attention.h): one block per (token, head), the
-// token's scores in shared memory, so at most attention_cached_max_keys() cached positions.
+// token's scores in shared memory, so at most attention_cached_max_keys() cached positions: the
+// device's opt-in shared memory per block less the kernel's static part (about 58 k on sm_90; the
+// kernel opts in past the default 48 KiB, which held 12 k).
 int64_t attention_cached_max_keys();
 void attention_cached_forward(int64_t n, int64_t first_pos, int64_t n_heads, int64_t n_kv_heads,
                               int64_t head_dim, const float* q, const float* k_cache,

@@ -1,9 +1,14 @@
 #include "kernels/cuda/table.h"
 
+#include <algorithm>
+
 #include "core/device.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/event_timer.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_measure.h"
+#include "kernels/gemm_counters.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/plans.h"
 
@@ -15,8 +20,14 @@ cudaStream_t stream() {
   return buffer_stream();
 }
 
+// The engine's GEMMs, each timed with events on the stream (GEMM counters and MFU read real device
+// time, not the host's enqueue time); the times are booked when the counters are read.
 GemmContext& gemm_context() {
-  static GemmContext* context = new GemmContext();  // never destroyed: see device_allocator()
+  static GemmContext* context = [] {  // never destroyed: see device_allocator()
+    auto* c = new GemmContext();
+    c->set_timer(new EventTimer(cuda_event_api()));
+    return c;
+  }();
   return *context;
 }
 
@@ -147,6 +158,24 @@ double sum_squares(const float* x, int64_t n, cudaStream_t s) {
   return value;
 }
 
+// One sum per range into a device array (the workspace reused in stream order), then their sum
+// in range order: one download for the lot.
+double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges, cudaStream_t s) {
+  if (ranges.empty()) return 0.0;
+  int64_t longest = 0;
+  for (const IndexRange& r : ranges) longest = std::max(longest, r.end - r.begin);
+  const Scratch results(ranges.size() * sizeof(double), s), total(sizeof(double), s),
+      w(sum_squares_workspace_bytes(longest), s);
+  for (size_t i = 0; i < ranges.size(); ++i)
+    cuda::sum_squares(x + ranges[i].begin, ranges[i].end - ranges[i].begin,
+                      results.as<double>() + i, w.data(), w.bytes(), s);
+  cuda::sum_values(results.as<double>(), static_cast<int64_t>(ranges.size()), total.as<double>(),
+                   s);
+  double value = 0;
+  device_download(&value, total.data(), sizeof value);
+  return value;
+}
+
 }  // namespace adapted
 
 namespace {
@@ -166,6 +195,13 @@ const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
     t.backend = "cuda";
+    // The GEMM rate MFU divides by, timed with events on the stream (gemm_measure.h).
+    t.measure_gemm_gflops = [](int64_t M, int64_t N, int64_t K, DType compute, int reps) {
+      return cuda::measure_gemm_gflops(gemm_context(), M, N, K, compute, reps, stream());
+    };
+    t.measure_peak_gemm_gflops = [](DType compute) {
+      return cuda::measure_peak_gemm_gflops(gemm_context(), compute, stream());
+    };
     t.describe_gemm = [](DType compute) {
       return compute == DType::f32 ? "cuBLASLt (fp32, TF32 where --tf32 allows)"
                                    : "cuBLASLt (bf16 inputs, fp32 accumulation)";
@@ -184,6 +220,7 @@ void start_backend() {
   set_buffer_stream(s);
   install_device_buffers();
   use_kernels(kernel_table());
+  set_gemm_time_collector([] { gemm_context().collect_timings(); });
 }
 
 }  // namespace boostlm::cuda
