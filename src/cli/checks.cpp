@@ -60,6 +60,11 @@ CLI::Validator number_in(double min, double max, bool max_inclusive) {
   });
 }
 
+CLI::Validator share() {
+  return make("(0,1]", "a number above 0 and at most 1",
+              [](double v) { return std::isfinite(v) && v > 0 && v <= 1; });
+}
+
 CLI::Validator positive() {
   return make(">0", "a finite number above 0", [](double v) { return std::isfinite(v) && v > 0; });
 }

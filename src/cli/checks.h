@@ -18,6 +18,8 @@ CLI::Validator at_least(int64_t min);
 CLI::Validator number_in(double min, double max, bool max_inclusive);
 // A finite number > 0, and a finite number >= 0.
 CLI::Validator positive();
+// A share in (0, 1]: above 0, at most 1 (--top-p, --energy: 0 would keep nothing).
+CLI::Validator share();
 CLI::Validator non_negative();
 
 // Shows every option's default in the help of `app` and its subcommands added after this call.

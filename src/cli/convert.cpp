@@ -127,7 +127,7 @@ void add_convert(CLI::App& app) {
   computed_default(cmd->add_option("--energy", a->low_rank.energy,
                                    "--to: per projection family, the smallest rank keeping this "
                                    "share of every layer's Σσ² (instead of ranks)"))
-      ->check(number_in(0.0, 1.0, true));
+      ->check(share());
   cmd->add_option("--data,-d", a->data,
                   "--to: directory from `boostlm prepare` (its val shards, in order) or token "
                   "shard to report the loss on before and after")

@@ -155,6 +155,10 @@ void add_eval(CLI::App& app) {
     }
     if (batches->count() + batches_alias->count() > 0)
       warn("eval --text scores every token of the text; --eval-batches is ignored");
+    if (a->stride > a->seq_len)
+      throw error("--stride ", a->stride, " is more than -t ", a->seq_len,
+                  ": the windows would skip the tokens between them; give at most -t (-t itself: "
+                  "consecutive windows)");
     if (a->per_token && a->stride > 0 && a->stride < a->seq_len)
       throw error("--per-token scores consecutive windows of -t; drop --stride or give --stride ",
                   a->seq_len);

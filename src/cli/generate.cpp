@@ -35,7 +35,7 @@ void add_generate(CLI::App& app) {
       ->check(at_least(0));
   cmd->add_option("--top-p", a->sample.top_p,
                   "sample among the most likely tokens holding this much probability (1: all)")
-      ->check(number_in(0.0, 1.0, true));
+      ->check(share());
   cmd->add_option("--seed", a->sample.seed, "sampling seed");
   auto no_cache = std::make_shared<bool>(false);
   cmd->add_flag("--no-cache", *no_cache,

@@ -69,16 +69,20 @@ void add_prepare(CLI::App& app) {
   cmd->add_option("--seed", options->seed, "split hash and tokenizer-sample seed");
   cmd->add_option("--text-field", options->text_field, "JSONL: the field holding the text")
       ->capture_default_str();
-  const std::map<std::string, InputFormat> formats = {
-      {"auto", InputFormat::automatic}, {"text", InputFormat::text}, {"jsonl", InputFormat::jsonl}};
-  cmd->add_option("--format", options->format, "auto (by file name), text or jsonl")
-      ->transform(CLI::CheckedTransformer(formats, CLI::ignore_case));
-  const std::map<std::string, BadRecordPolicy> policies = {{"error", BadRecordPolicy::error},
-                                                           {"skip", BadRecordPolicy::skip}};
-  cmd->add_option("--on-bad-record", options->on_bad_record,
+  // Words on the command line, mapped in the callback (a CLI11 transformer would print its map,
+  // "{auto->0,...} OR {0,2,1}", in --help).
+  auto format = std::make_shared<std::string>("auto");
+  cmd->add_option("--format", *format,
+                  "auto (a .jsonl/.json/.ndjson name, else the first non-blank line decides), "
+                  "text or jsonl")
+      ->check(CLI::IsMember({"auto", "text", "jsonl"}, CLI::ignore_case))
+      ->capture_default_str();
+  auto on_bad_record = std::make_shared<std::string>("error");
+  cmd->add_option("--on-bad-record", *on_bad_record,
                   "a malformed line, a missing or empty field, a truncated compressed file or a "
                   "vanished input: error (stop) or skip (count it and go on)")
-      ->transform(CLI::CheckedTransformer(policies, CLI::ignore_case));
+      ->check(CLI::IsMember({"error", "skip"}, CLI::ignore_case))
+      ->capture_default_str();
   cmd->add_option("--threads", options->threads, "encoding threads (default: the cores)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--shard-tokens", options->shard_tokens, "tokens per output shard")
@@ -90,7 +94,14 @@ void add_prepare(CLI::App& app) {
   cmd->add_option("--progress", *progress,
                   "a progress line on stderr: on, off, or auto (when stderr is a terminal)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
-  cmd->callback([options, progress] {
+  cmd->callback([options, progress, format, on_bad_record] {
+    const std::string f = CLI::detail::to_lower(*format);
+    options->format = f == "text" ? InputFormat::text
+                      : f == "jsonl" ? InputFormat::jsonl
+                                     : InputFormat::automatic;
+    options->on_bad_record = CLI::detail::to_lower(*on_bad_record) == "skip"
+                                 ? BadRecordPolicy::skip
+                                 : BadRecordPolicy::error;
     options->progress = *progress == "on" || (*progress == "auto" && ::isatty(STDERR_FILENO) != 0);
     if (mpi_world_size() > 1) throw error("prepare runs in one process; start it without mpirun");
     const PrepareSummary s = while_doing("preparing the corpus into --out " + options->output_dir,

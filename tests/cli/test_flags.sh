@@ -204,4 +204,20 @@ out=$("$boostlm" convert --help)
 grep -qE -- "-b,--batch-size INT:>=1=8 " <<< "$out" && grep -qE -- "--eval-batches INT:>=1=20 " <<< "$out" ||
   fail "convert --help defaults: $out"
 
+# Issue 37's messages: a share of 0 is refused where the flag is parsed, not after the work
+# started; a --stride past -t is refused instead of silently clamped; no help prints a CLI11
+# transformer's map ("{auto->0,...} OR {0,2,1}").
+expect_error "--energy 0" "--energy: 0 is out of range: a number above 0 and at most 1" "$boostlm" convert --to svd \
+  --checkpoint "$work/dense" --energy 0 -o "$work/e0"
+expect_error "--top-p 0" "--top-p: 0 is out of range: a number above 0 and at most 1" "$boostlm" generate --checkpoint "$work/run" \
+  -p "Line" --top-p 0
+echo "Line 1 of the text, with words such as river, mountain." > "$work/eval.txt"
+expect_error "--stride past -t" "--stride 40 is more than -t 16" "$boostlm" eval \
+  --checkpoint "$work/run" --text "$work/eval.txt" -b 1 -t 16 --stride 40
+for command in prepare train eval init generate convert launch plan calibrate "bench layouts" \
+               "bench ablations" "bench gemm" "bench step" "bench pipeline" "bench tokenizer"; do
+  out=$("$boostlm" $command --help 2>&1) || fail "$command --help: exit $?"
+  grep -E -- '->|OR \{|ENUM' <<< "$out" && fail "$command --help shows a transformer's map"
+done
+
 finish "flag vocabulary, help, messages and eval windows checked"
