@@ -41,7 +41,9 @@
 // mpirun runs as a supervised child in a process group of its own (launch_restart.cpp): a Ctrl-C or
 // SIGTERM reaches the launcher alone, which asks every rank to save and stop (SIGUSR1, forwarded by
 // mpirun) and exits 130; with --max-restarts K > 0 a failed job is run again.
+#include <netdb.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -122,6 +124,24 @@ Hostfile describe_hostfile(const std::string& path) {
   file.hosts = count_hosts(entries);
   for (const HostfileEntry& e : entries) file.slots += e.slots > 0 ? e.slots : 1;
   return file;
+}
+
+// Every host of a (real) hostfile resolves, checked before mpirun: Open MPI's own message for a
+// name that does not ("ORTE was unable to reliably start one or more daemons ... PATH and
+// LD_LIBRARY_PATH") does not name the host.
+void check_hosts_resolve(const std::string& path) {
+  for (const HostfileEntry& e : parse_hostfile(read_text_file(path), path)) {
+    if (e.host == "localhost") continue;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    addrinfo* found = nullptr;
+    const int status = getaddrinfo(e.host.c_str(), nullptr, &hints, &found);
+    if (found) freeaddrinfo(found);
+    if (status != 0)
+      throw error("--hostfile ", path, " line ", e.line, ": host '", e.host,
+                  "' does not resolve (", gai_strerror(status),
+                  "): correct the name, or add it to /etc/hosts or DNS");
+  }
 }
 
 std::string this_executable() {
@@ -313,9 +333,12 @@ void add_launch(CLI::App& app) {
       std::printf("%s\n", to_shell(plan).c_str());
       return;
     }
+    const bool emulated =
+        o->emulated || (!o->hostfile.empty() && describe_hostfile(o->hostfile).emulated);
+    if (!o->hostfile.empty() && !emulated) check_hosts_resolve(o->hostfile);
     // Restarts probe the hosts through the agent mpirun uses (launch_restart.cpp reads it from
     // Open MPI's environment variable): on an emulated cluster, the namespace agent.
-    if (o->emulated || (!o->hostfile.empty() && describe_hostfile(o->hostfile).emulated))
+    if (emulated)
       setenv("OMPI_MCA_plm_rsh_agent", (this_executable() + " netns-agent").c_str(), 1);
     const RestartPolicy policy{o->max_restarts, o->min_ranks, o->ranks, o->hostfile};
     exit_code() = run_with_restarts(

@@ -124,4 +124,9 @@ expect_error "naive-tp rank" "the v projections' rank 6 (v_rank) is not divisibl
   "$boostlm" launch -n 4 -- train -c "$work/v6.json" -d "$work/data" -o "$work/x" --tp 4 \
   --layout naive-tp --steps 1 -b 2 -t 32
 
+# A hostfile host that does not resolve is named before mpirun starts (issue 37 §5).
+printf "localhost slots=1\nno-such-host.invalid slots=1\n" > "$work/hosts"
+expect_error "unresolvable host" "line 2: host 'no-such-host.invalid' does not resolve" \
+  "$boostlm" launch --hostfile "$work/hosts" -- train --steps 1
+
 finish "all refusal checks passed"
