@@ -219,11 +219,9 @@ void Executor::begin_block(std::uint64_t linear_block) {
                                 static_cast<unsigned>(linear_block / (std::uint64_t{grid.x} * grid.y))};
   ++block_serial_;
   static_used_ = 0;
-  if (settings().poison) {
-    // Shared memory holds what no thread of this block wrote: 0xFF bytes, NaN in fp32 and bf16.
-    std::memset(arena_, 0xFF, static_high_water_);
-    std::memset(dynamic_shared(), 0xFF, round_up(dynamic_bytes_, 16));
-  }
+  // Shared memory holds what no thread of this block wrote: 0xFF bytes, NaN in fp32 and bf16 (the
+  // static variables are poisoned as the block first reaches each, in static_shared).
+  if (settings().poison) std::memset(dynamic_shared(), 0xFF, round_up(dynamic_bytes_, 16));
   for (unsigned t = 0; t < thread_count_; ++t) {
     threads_[t].state = State::runnable;
     threads_[t].fiber = -1;
@@ -390,6 +388,7 @@ void* Executor::static_shared(device::SharedSlot& slot, std::size_t bytes, std::
   const std::size_t offset = round_up(static_used_, std::max<std::size_t>(align, 1));
   static_used_ = offset + bytes;
   check_shared_limit();
+  if (settings().poison) std::memset(arena_ + offset, 0xFF, bytes);
   slot.block_serial = block_serial_;
   slot.offset = static_cast<std::uint32_t>(offset);
   return arena_ + offset;
