@@ -3,8 +3,10 @@
 // runtime's error names and strings.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "cuda_emulator/internal.h"
 
@@ -38,7 +40,10 @@ cudaDeviceProp emulated_properties() {
   p.minor = 0;
   p.textureAlignment = 512;
   p.texturePitchAlignment = 32;
-  p.multiProcessorCount = 132;
+  // The host's cores, not an H200's 132: the device computes on them, and the backend sizes work
+  // by this count (kernels/cuda/gemm_measure.h measures the GEMM peak on products of 256..1024
+  // below 16 SMs; at 132 it multiplied 16384x16384 matrices, hours on one core).
+  p.multiProcessorCount = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   p.canMapHostMemory = 1;
   p.concurrentKernels = 1;
   p.asyncEngineCount = 3;
