@@ -218,13 +218,10 @@ void check_canaries(const char* after) {
     if (!canaries_intact(a)) canary_fault(a, after);
 }
 
-std::vector<Range> allocations_named_by(const void* bytes, std::size_t size) {
+std::vector<Range> allocations_named_by(const std::vector<const void*>& pointers) {
   std::vector<Range> found;
-  const char* b = static_cast<const char*>(bytes);
-  for (std::size_t offset = 0; offset + sizeof(void*) <= size; offset += sizeof(void*)) {
-    const void* word;
-    std::memcpy(&word, b + offset, sizeof word);
-    const Range r = device_allocation_of(word);
+  for (const void* pointer : pointers) {
+    const Range r = device_allocation_of(pointer);
     if (!r.begin) continue;
     if (std::none_of(found.begin(), found.end(), [&](const Range& f) { return f.begin == r.begin; }))
       found.push_back(r);

@@ -38,8 +38,8 @@ void set_device_access(bool open);
 // Faults naming `after` when a canary next to an allocation was overwritten.
 void check_canaries(const char* after);
 
-// The live allocations that `bytes` (a launch's copied arguments) point into, in address order.
-std::vector<Range> allocations_named_by(const void* bytes, std::size_t size);
+// The live allocations that `pointers` (a launch's arguments) point into, in their order.
+std::vector<Range> allocations_named_by(const std::vector<const void*>& pointers);
 
 // Installs the SIGSEGV / SIGBUS / SIGABRT handlers that explain a fault of the emulated device
 // (once per process) and an alternate signal stack for the calling thread.

@@ -51,7 +51,7 @@ void record_launch(const KernelLaunch& launch) {
                 ++launches, launch.name, launch.file, launch.line, c.grid.x, c.grid.y, c.grid.z,
                 c.block.x, c.block.y, c.block.z, c.shared_bytes);
   std::string line = head;
-  for (const memory::Range& r : memory::allocations_named_by(launch.param_bytes, launch.param_size)) {
+  for (const memory::Range& r : memory::allocations_named_by(launch.pointers)) {
     char part[64];
     std::snprintf(part, sizeof part, " %zu:%016" PRIx64, r.bytes, hash_bytes(r.begin, r.bytes));
     line += part;

@@ -1,6 +1,7 @@
 // The launch log that compares two runs bit for bit (BOOSTLM_CUDA_EMULATOR_RECORD=path): after
 // each kernel, one line with the launch's number, kernel, site and geometry, and a 64-bit hash of
-// every byte of each device allocation its arguments point into (the memory it can write). Two
+// every byte of each device allocation its arguments point into (the memory it can write: its
+// pointer arguments and the words of its struct and lambda arguments). Two
 // runs of the same program in two thread orders must write identical logs; a line that differs
 // names the first kernel whose output depends on the order (a race) or on memory no thread wrote
 // (poison read under one order and a written value under another). scripts: compare_records.py.

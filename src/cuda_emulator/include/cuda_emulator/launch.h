@@ -13,10 +13,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace cuda_emulator {
 
@@ -40,10 +42,27 @@ struct KernelLaunch {
   const void* function = nullptr;  // the kernel (its attributes: cudaFuncSetAttribute)
   LaunchConfig config;
   void (*run_thread)(const void* params) = nullptr;
-  std::shared_ptr<const void> params;  // the arguments, converted and copied at the launch
-  const void* param_bytes = nullptr;   // the copied arguments as bytes (pointers found in them
-  std::size_t param_size = 0;          // name the memory the launch may write: record.cpp)
+  std::shared_ptr<const void> params;  // the arguments, copied at the launch
+  // What the arguments point to: each pointer argument, and every aligned word of each class
+  // argument (a struct or lambda holding pointers); record.cpp hashes the allocations they name.
+  // Integers and floats are not read as pointers: a float and the padding after it can look like
+  // a device address.
+  std::vector<const void*> pointers;
 };
+
+template <typename T>
+void add_pointers(const T& value, std::vector<const void*>& out) {
+  if constexpr (std::is_pointer_v<T> && !std::is_function_v<std::remove_pointer_t<T>>) {
+    out.push_back(static_cast<const void*>(value));
+  } else if constexpr (std::is_class_v<T>) {
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&value);
+    for (std::size_t offset = 0; offset + sizeof(void*) <= sizeof(T); offset += alignof(void*)) {
+      const void* word;
+      std::memcpy(&word, bytes + offset, sizeof word);
+      out.push_back(word);
+    }
+  }
+}
 
 // Checks the launch as CUDA does (cudaErrorInvalidConfiguration, cudaErrorInvalidValue: kept for
 // cudaGetLastError, nothing enqueued) and otherwise enqueues it on its stream.
@@ -94,8 +113,7 @@ class Launcher {
       const Bound& b = *static_cast<const Bound*>(p);
       std::apply(b.body, b.params);
     };
-    launch.param_bytes = &bound->params;
-    launch.param_size = sizeof(Params);
+    std::apply([&](const auto&... p) { (add_pointers(p, launch.pointers), ...); }, bound->params);
     launch.params = std::move(bound);
     submit_launch(std::move(launch));
   }
