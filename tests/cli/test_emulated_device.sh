@@ -10,7 +10,11 @@
 #               whose losses are those of one uninterrupted run on the device, bit for bit
 #  eval, generate  the cuda run's checkpoint scored and continued (greedy, with the KV cache and
 #               its cached-attention kernel, and without) as on the CPU
-# Tiny runs (d_model 32, 16 tokens, batch 2, 3 steps): the emulator is ~100x slower than the CPU.
+# Tiny runs (d_model 32, 16 tokens, batch 2, 3 steps): the emulator is ~100x slower than the CPU;
+# the whole test takes 1.5-3 minutes on 2 shared cores. It catches host memory handed to a device
+# collective (the trainer's control all-reduce before d028a0b: the emulated NCCL refuses it, naming
+# ncclAllReduce; the staged copy refuses it too) and a group of one memcpy'ing device memory (ZeRO-1
+# saving at dp 1 before d028a0b: the emulator faults on the host's access).
 # Usage: test_emulated_device.sh path/to/boostlm
 set -uo pipefail
 boostlm=$(realpath "$1")
