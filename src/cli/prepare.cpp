@@ -90,6 +90,8 @@ void add_prepare(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--resume", options->resume,
                 "continue an interrupted prepare into the same --out from its complete shards");
+  cmd->add_flag("--overwrite", options->overwrite,
+                "replace the preparation already in --out (without it, one there is refused)");
   auto progress = std::make_shared<std::string>("auto");
   cmd->add_option("--progress", *progress,
                   "a progress line on stderr: on, off, or auto (when stderr is a terminal)")

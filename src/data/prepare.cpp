@@ -787,13 +787,104 @@ void write_meta(const PrepareSummary& summary, const PrepareOptions& options,
 
 }  // namespace
 
+namespace {
+
+// What prepare writes into its output directory: shards, records, the tokenizer and its sample.
+bool is_prepare_output(const std::string& name) {
+  const bool shard = (name.rfind("train", 0) == 0 || name.rfind("val", 0) == 0) &&
+                     name.find(".bin") != std::string::npos;
+  return shard || name == "meta.json" || name.rfind("progress.json", 0) == 0 ||
+         name.rfind("tokenizer", 0) == 0;
+}
+
+// A preparation is never replaced or read by accident: an --out that holds one needs --overwrite
+// (or --resume), no input may lie inside --out (a rerun would read its own shards and meta.json,
+// and deleting them first would destroy them), and an input given twice would double its data.
+void check_inputs_and_output(const PrepareOptions& options, const std::vector<std::string>& paths,
+                             const fs::path& out) {
+  std::error_code ec;
+  const fs::path out_abs = fs::weakly_canonical(out, ec);
+  auto inside_out = [&](const std::string& path) {
+    const fs::path p = fs::weakly_canonical(path, ec);
+    const auto [o, _] = std::mismatch(out_abs.begin(), out_abs.end(), p.begin(), p.end());
+    return o == out_abs.end();
+  };
+  for (const std::string& argument : options.input_files)
+    if (fs::is_directory(argument, ec) && inside_out(argument))
+      throw error("prepare: the input directory ", argument, " is the output directory --out ",
+                  out.string(), " or lies inside it: prepare would read its own shards; write to ",
+                  "another --out");
+  std::vector<std::pair<std::string, std::string>> seen;  // canonical path, as given
+  for (const std::string& path : paths) {
+    if (inside_out(path))
+      throw error("prepare: the input ", path, " lies inside the output directory --out ",
+                  out.string(), ": prepare would read its own output; write to another --out or ",
+                  "move the input");
+    const std::string canonical = fs::weakly_canonical(path, ec).string();
+    for (const auto& [c, given] : seen)
+      if (c == canonical)
+        throw error("prepare: the input ", path, " is given twice (also as ", given,
+                    "): its documents would be counted twice; give each input once");
+    seen.emplace_back(canonical, path);
+  }
+  if (options.resume || options.overwrite || !fs::is_directory(out, ec)) return;
+  std::string found;
+  if (fs::exists(out / "meta.json", ec)) {
+    found = "a preparation (meta.json)";
+  } else if (fs::exists(out / "progress.json", ec)) {
+    found = "an interrupted preparation (progress.json)";
+  } else {
+    for (const auto& entry : fs::directory_iterator(out, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (is_prepare_output(name) && name.find(".bin") != std::string::npos) {
+        found = "shards (" + name + ")";
+        break;
+      }
+    }
+  }
+  if (!found.empty())
+    throw error("prepare: --out ", out.string(), " already holds ", found,
+                ": give --overwrite to replace it, --resume to continue an interrupted one, or "
+                "another --out");
+}
+
+// After a failure, what this run wrote goes (shards, records, a trained or copied tokenizer), and
+// the directory too if this run made it and it is left empty. An interrupted run (a signal) does
+// not come here: its shards and progress.json stay for --resume.
+void remove_failed_output(const fs::path& out, bool created) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(out, ec))
+    if (is_prepare_output(entry.path().filename().string())) fs::remove(entry.path(), ec);
+  if (created && fs::is_empty(out, ec)) fs::remove(out, ec);
+}
+
+PrepareSummary prepare_into(const PrepareOptions& options, const std::vector<std::string>& paths,
+                            const fs::path& out);
+
+}  // namespace
+
 PrepareSummary prepare_corpus(const PrepareOptions& options) {
   check_options(options);
-  const double start = now_seconds();
-  const double start_cpu = process_cpu_seconds();
   const std::vector<std::string> paths = expand_inputs(options.input_files);
   const fs::path out(options.output_dir);
+  check_inputs_and_output(options, paths, out);
+  std::error_code ec;
+  const bool created = !fs::exists(out, ec);
   fs::create_directories(out);
+  try {
+    return prepare_into(options, paths, out);
+  } catch (...) {
+    if (!options.resume) remove_failed_output(out, created);
+    throw;
+  }
+}
+
+namespace {
+
+PrepareSummary prepare_into(const PrepareOptions& options, const std::vector<std::string>& paths,
+                            const fs::path& out) {
+  const double start = now_seconds();
+  const double start_cpu = process_cpu_seconds();
 
   PrepareSummary summary;
   summary.meta_path = (out / "meta.json").string();
@@ -964,6 +1055,8 @@ PrepareSummary prepare_corpus(const PrepareOptions& options) {
   summary.cpu_seconds = process_cpu_seconds() - start_cpu;
   return summary;
 }
+
+}  // namespace
 
 std::string prepared_tokenizer_file(const std::string& dir) {
   const fs::path meta_path = fs::path(dir) / "meta.json";

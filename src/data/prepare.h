@@ -51,6 +51,7 @@ struct PrepareOptions {
   int threads = 1;                     // encoding threads (1: everything on the calling thread)
   int64_t shard_tokens = 100'000'000;  // tokens per shard
   bool resume = false;                 // continue from progress.json's complete shards
+  bool overwrite = false;              // replace a preparation already in output_dir
   bool progress = false;               // a progress line on stderr
   // The tokenizer's training sample: a seeded reservoir of this many documents, each cut to
   // sample_document_bytes, so at most their product is held (default 128 MiB).

@@ -27,7 +27,10 @@ prep() { "$boostlm" prepare --tokenizer "$tok" --val-fraction 0.05 --threads 2 -
 
 # 1: killed after a few shards, resumed: the same shards and meta.json as one uninterrupted run.
 prep "$work/large.jsonl.gz" -o "$work/whole" --shard-tokens 20000 > /dev/null || fail "uninterrupted prepare"
-prep "$work/large.jsonl.gz" -o "$work/cut" --shard-tokens 20000 > /dev/null 2>&1 &
+# Started directly, not through prep: $! of a backgrounded function is the subshell's, and killing
+# it left prepare running beside the resume below (the two then raced over the same directory).
+"$boostlm" prepare --tokenizer "$tok" --val-fraction 0.05 --threads 2 --progress off \
+  "$work/large.jsonl.gz" -o "$work/cut" --shard-tokens 20000 > /dev/null 2>&1 &
 pid=$!
 shards() { python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['shards']))" "$1" 2>/dev/null || echo 0; }
 for _ in $(seq 1 600); do
@@ -80,5 +83,23 @@ run=(train -c "$work/dense.json" -d "$work/cut" -b 2 -t 16 --shuffle --eval-batc
 "$boostlm" train -c "$work/dense.json" -d "$work/cut/meta.json" -b 2 -t 16 --eval-batches 1 \
   -o "$work/by_meta" --steps 2 > /dev/null 2>&1 ||
   fail "train --data DIR/meta.json"
+
+# Issue 37 §3: prepare never destroys a preparation. An existing one is refused without
+# --overwrite and left as it was; the output directory is never read as input; an input given
+# twice is refused; a failed prepare leaves nothing behind.
+meta_before=$(md5sum "$work/whole/meta.json")
+expect_error "prepare into a preparation" "already holds a preparation (meta.json): give --overwrite" \
+  prep "$work/small.jsonl.gz" -o "$work/whole"
+[[ "$(md5sum "$work/whole/meta.json")" == "$meta_before" ]] || fail "a refused prepare changed meta.json"
+expect_error "prepare DIR -o DIR" "is the output directory --out" \
+  prep "$work/whole" -o "$work/whole" --overwrite
+[[ "$(md5sum "$work/whole/meta.json")" == "$meta_before" ]] || fail "prepare DIR -o DIR changed it"
+ls "$work/whole"/train_*.bin > /dev/null 2>&1 || fail "prepare DIR -o DIR removed the shards"
+expect_error "an input twice" "is given twice" prep "$work/small.jsonl.gz" "$work/./small.jsonl.gz" -o "$work/twice"
+prep "$work/small.jsonl.gz" -o "$work/small-again" > /dev/null || fail "prepare small"
+prep "$work/small.jsonl.gz" -o "$work/small-again" --overwrite > /dev/null || fail "prepare --overwrite"
+printf '{"text": "one"}\n{"text": 5}\n' > "$work/bad.jsonl"
+expect_error "a bad record" "is not a string" "$boostlm" prepare "$work/bad.jsonl" -o "$work/failed" --vocab-size 300
+[[ -e "$work/failed" ]] && fail "a failed prepare left $(ls "$work/failed")"
 
 finish "prepare: killed at $killed_at shards and resumed to the same bytes; peak RSS ${small_kb} kB (1x) vs ${large_kb} kB (10x); resumed training on shards exact"
