@@ -128,8 +128,9 @@ Hostfile describe_hostfile(const std::string& path) {
 
 // Every host of a (real) hostfile resolves, checked before mpirun: Open MPI's own message for a
 // name that does not ("ORTE was unable to reliably start one or more daemons ... PATH and
-// LD_LIBRARY_PATH") does not name the host.
-void check_hosts_resolve(const std::string& path) {
+// LD_LIBRARY_PATH") does not name the host. With restarts allowed such a host is one that does
+// not answer: it is named here, and the restart after the first attempt leaves it out.
+void check_hosts_resolve(const std::string& path, bool restarts) {
   for (const HostfileEntry& e : parse_hostfile(read_text_file(path), path)) {
     if (e.host == "localhost") continue;
     addrinfo hints{};
@@ -137,10 +138,16 @@ void check_hosts_resolve(const std::string& path) {
     addrinfo* found = nullptr;
     const int status = getaddrinfo(e.host.c_str(), nullptr, &hints, &found);
     if (found) freeaddrinfo(found);
-    if (status != 0)
-      throw error("--hostfile ", path, " line ", e.line, ": host '", e.host,
-                  "' does not resolve (", gai_strerror(status),
-                  "): correct the name, or add it to /etc/hosts or DNS");
+    if (status == 0) continue;
+    if (restarts) {
+      std::fprintf(stderr,
+                   "boostlm launch: --hostfile %s line %d: host '%s' does not resolve (%s): the "
+                   "first attempt will fail, and a restart leaves it out\n",
+                   path.c_str(), e.line, e.host.c_str(), gai_strerror(status));
+      continue;
+    }
+    throw error("--hostfile ", path, " line ", e.line, ": host '", e.host, "' does not resolve (",
+                gai_strerror(status), "): correct the name, or add it to /etc/hosts or DNS");
   }
 }
 
@@ -335,7 +342,7 @@ void add_launch(CLI::App& app) {
     }
     const bool emulated =
         o->emulated || (!o->hostfile.empty() && describe_hostfile(o->hostfile).emulated);
-    if (!o->hostfile.empty() && !emulated) check_hosts_resolve(o->hostfile);
+    if (!o->hostfile.empty() && !emulated) check_hosts_resolve(o->hostfile, o->max_restarts > 0);
     // Restarts probe the hosts through the agent mpirun uses (launch_restart.cpp reads it from
     // Open MPI's environment variable): on an emulated cluster, the namespace agent.
     if (emulated)

@@ -52,8 +52,8 @@ extern "C" void forward_signal(int sig) {
   g_stop_count = g_stop_count + 1;
   if (first) g_stop_signal = sig;
   static const char kSaving[] =
-      "\nboostlm launch: stopping: the ranks save a checkpoint and stop (signal again to stop "
-      "without saving)\n";
+      "\nboostlm launch: stopping: asking the ranks to save a checkpoint and stop (signal again "
+      "to stop without saving)\n";
   static const char kAbort[] = "\nboostlm launch: stopping without saving\n";
   if (first)
     (void)!write(STDERR_FILENO, kSaving, sizeof kSaving - 1);
@@ -372,9 +372,20 @@ int run_with_restarts(const RestartPolicy& policy, std::vector<std::string> comm
     const int code = exit_code_of(status);
     if (code == 0) return 0;
     if (g_stop_signal) {
-      std::fprintf(stderr, "boostlm launch: stopped by %s: not restarting\n",
-                   strsignal(g_stop_signal));
-      return kInterruptedExitCode;
+      // What happened, not what was asked: train exits kInterruptedExitCode once every rank has
+      // saved; anything else (a rank that crashed or was killed while saving) saved nothing.
+      if (code == kInterruptedExitCode) {
+        std::fprintf(stderr,
+                     "boostlm launch: stopped by %s: the job saved a checkpoint (continue it with "
+                     "--resume); not restarting\n",
+                     strsignal(g_stop_signal));
+        return kInterruptedExitCode;
+      }
+      std::fprintf(stderr,
+                   "boostlm launch: stopped by %s, but the job ended with %s: this stop saved "
+                   "nothing (earlier checkpoints are kept); not restarting\n",
+                   strsignal(g_stop_signal), describe(status).c_str());
+      return code == kInterruptedExitCode ? 1 : code;
     }
     if (code == kExecFailed) return code;
     if (restart == policy.max_restarts) {

@@ -1,14 +1,18 @@
 #include <cstdio>
 #include <new>
+#include <string_view>
 
 #include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "train/trainer.h"
 
 int main(int argc, char** argv) {
   // Under mpirun every rank runs the same command (MPI starts only then); a failure on any rank
   // ends the whole job with that rank's message instead of leaving the others waiting.
+  // train saves and stops on a stop signal; its handlers go in before anything that takes time.
+  if (argc > 1 && std::string_view(argv[1]) == "train") boostlm::install_stop_signal_handlers();
   boostlm::mpi_start(&argc, &argv);
   CLI::App app{"boostlm: training low-rank LLaMA models (BOOST, arXiv 2512.12131)"};
   app.require_subcommand(1);

@@ -94,8 +94,15 @@ void prune_checkpoints(const fs::path& checkpoints, int64_t keep, const std::str
   }
 }
 
+// A run is what a completed step leaves: a line of metrics or a checkpoint. A directory that a run
+// made and left before its first step (config.json, an empty metrics.jsonl, no checkpoint) holds
+// none, and the next `train -o` takes it over without --overwrite.
 bool holds_run(const fs::path& run) {
-  return fs::exists(run / kMetrics) || fs::exists(run / kConfig) || fs::exists(run / kCheckpoints);
+  std::error_code ec;
+  const auto metrics_bytes = fs::file_size(run / kMetrics, ec);
+  if (!ec && metrics_bytes > 0) return true;
+  ec.clear();
+  return fs::is_directory(run / kCheckpoints, ec) && !fs::is_empty(run / kCheckpoints, ec);
 }
 
 void claim_run_directory(const fs::path& run, const std::string& resume_dir, bool overwrite) {
@@ -107,7 +114,7 @@ void claim_run_directory(const fs::path& run, const std::string& resume_dir, boo
   }
   if (!overwrite)
     throw error("--out ", run.string(), " already holds a run (",
-                fs::exists(run / kMetrics) ? "metrics.jsonl" : "config.json or checkpoints/",
+                fs::exists(run / kMetrics) ? "metrics.jsonl" : "checkpoints/",
                 "). To continue it add --resume ", run.string(),
                 "; to replace it add --overwrite (its metrics and checkpoints are deleted); or "
                 "choose another --out");

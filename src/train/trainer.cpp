@@ -50,6 +50,14 @@ extern "C" void on_signal(int sig) {
 }
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
 
+}  // namespace
+
+void install_stop_signal_handlers() {
+  for (int sig : kStopSignals) std::signal(sig, on_signal);
+}
+
+namespace {
+
 double peak_rss_mb() {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
@@ -691,7 +699,7 @@ TrainResult TrainingRun::run() {
                  gemm_engine(o_.precision),
                  to_string(model_->layout()).c_str(), grid_.shape().tp, grid_.shape().pp,
                  grid_.shape().dp, tokens_per_step_, state_.step, o_.steps);
-  g_signal.store(0);
+  // Not cleared here: a stop asked for during start-up is honoured after the first step.
   std::vector<void (*)(int)> old_handlers;
   for (int sig : kStopSignals) old_handlers.push_back(std::signal(sig, on_signal));
 
@@ -735,6 +743,7 @@ TrainResult TrainingRun::run() {
   if (tty_) std::fprintf(stderr, "\n");
   for (size_t i = 0; i < std::size(kStopSignals); ++i)
     std::signal(kStopSignals[i], old_handlers[i]);
+  g_signal.store(0);  // this run's request is spent
   result.checkpoint = last_checkpoint_;
   result.steps_done = state_.step;
   result.seconds = now_s() - start;

@@ -79,6 +79,12 @@ struct TrainResult {
 
 TrainResult train(const TrainOptions& options);
 
+// SIGINT, SIGTERM and SIGUSR1 (what `launch` forwards) become a request to save and stop, from
+// this call on: cli/main.cpp makes it first thing for `train`, before MPI starts, so that a stop
+// during start-up is not a death by the default action. A request made before the first step is
+// honoured after it (that step is saved). Idempotent.
+void install_stop_signal_handlers();
+
 // What validation scores (train's val loss, eval --data, convert --data): the first `windows`
 // windows of the evaluation sequence of `shards` (data/loader.h, EvalWindows: each shard's windows
 // of batch_size·seq_len + 1 tokens from its token 0, one shard after the other).

@@ -196,4 +196,11 @@ fi
 kill -TERM "$launcher"; wait "$launcher"; code=$?
 [ "$code" -eq 130 ] || fail "no-restart: SIGTERM to the launcher gave exit $code, not 130"
 
+# --- start-up: a run directory left before its first step completed holds no run -------------
+# (issue 37: a Ctrl-C during start-up left an empty metrics.jsonl that blocked the next train -o).
+# A directory that holds no completed step is no run: train -o takes it without --overwrite.
+mkdir -p "$work/empty-run" && : > "$work/empty-run/metrics.jsonl" && echo '{}' > "$work/empty-run/config.json"
+"$boostlm" train -c "$work/cola.json" -d "$work/data" -t 16 -b 2 --steps 1 --eval-batches 1 \
+  -o "$work/empty-run" > /dev/null 2>&1 || fail "start-up: a directory without a completed step was refused"
+
 finish "faults: stall, restart, shrink, interrupt and no-restart behave"
