@@ -13,7 +13,19 @@ cmake --build build -j "$(nproc)"
 # each for ~10 s from its seed corpus (label "fuzz"; scripts/fuzz.sh runs them longer).
 cmake -S . -B build-fuzz -G Ninja -DBOOSTLM_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14
 cmake --build build-fuzz -j "$(nproc)"
+# The CUDA backend executed on the emulated CUDA device (src/cuda_emulator, issue 38): the same
+# .cu sources built with the host compiler against the project's emulation runtime, cuBLASLt and
+# NCCL, in a build directory of its own; only what its tests need is built (the kernels' tests,
+# the device collectives' tests, the emulator's own tests and the boostlm binary that the engine
+# test runs with --device cuda). No GPU is needed or used.
+cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=EMULATE
+cmake --build build-emu -j "$(nproc)" --target boostlm boostlm_cuda_tests boostlm_comm_cuda_tests \
+  boostlm_cuda_emulator_tests boostlm_emu_cublaslt_tests boostlm_emu_gemm_mapping_tests \
+  boostlm_emu_nccl_tests boostlm_emu_nccl_transport_tests
 # Tests run one at a time: each already uses every core (OpenMP), and OpenMP processes that
 # share cores spin against each other (two at once run ~70x slower here).
 ctest --test-dir build --output-on-failure "$@"
 ctest --test-dir build-fuzz --output-on-failure "$@"
+# On the emulated device: the kernel tests in two thread orders with poison on, compared bit for
+# bit; the collectives, cuBLASLt and NCCL; the engine with --device cuda against --device cpu.
+ctest --test-dir build-emu -L cuda_emulator --output-on-failure "$@"

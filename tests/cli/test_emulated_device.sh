@@ -107,6 +107,11 @@ echo "tp 2: $((SECONDS - started)) s so far"
 expect_error "BOOSTLM_NCCL=2 under --device cuda" "BOOSTLM_NCCL=2: expected 1" \
   env BOOSTLM_NCCL=2 "$boostlm" launch -n 2 -- train --device cuda -c cola.json -o nccl-refused \
   "${common[@]}" --steps 1 -b 2 --tp 2
+# F3: --tp-overlap on over device collectives is refused at start, with the reason (it drives
+# host MPI collectives; auto takes none on a device), not by an assertion mid-step.
+expect_error "--tp-overlap on under --device cuda" "--tp-overlap on: the overlap hides host (MPI) collectives" \
+  "$boostlm" launch -n 2 -- train --device cuda -c cola.json -o overlap-refused \
+  "${common[@]}" --steps 1 -b 2 --tp 2 --tp-overlap on
 
 # DP 2 with ZeRO-1 and PP 2: a rank's -b 1 twice, as one process's -b 1 --grad-accum 2 (whose
 # validation windows are theirs too).
