@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -50,10 +52,34 @@ extern "C" void on_signal(int sig) {
 }
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
 
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kStopSignals) sigaddset(&set, sig);
+  return set;
+}
+
+// A stop signal pending for this thread or the process, taken without being delivered: the stop
+// signals are blocked (install_stop_signal_handlers) and polled at each step's end, so no handler
+// ever interrupts a kernel. (Delivered asynchronously, one SIGINT in about ten during a step was
+// followed by heap corruption inside oneDNN, "corrupted size vs. prev_size": issue 37.)
+bool poll_stop_signal() {
+  const sigset_t set = stop_signal_set();
+  const timespec now{0, 0};
+  siginfo_t info;
+  const int sig = sigtimedwait(&set, &info, &now);
+  if (sig > 0) g_signal.store(sig);
+  return g_signal.load() != 0;
+}
+
 }  // namespace
 
 void install_stop_signal_handlers() {
+  // The handler only stands in for a thread that does not block them (a library's own thread
+  // that unblocks signals): it sets the flag, as the poll does.
   for (int sig : kStopSignals) std::signal(sig, on_signal);
+  const sigset_t set = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // threads made after this inherit the mask
 }
 
 namespace {
@@ -563,7 +589,7 @@ StepRecord TrainingRun::step() {
   r.stages = pipeline_->gather_times();  // for the metrics
   // Control data over the world: the mean loss over DP replicas, and whether any rank was
   // signalled (so every rank saves and stops at the same step).
-  double control[2] = {loss / static_cast<double>(o_.grad_accum), g_signal.load() ? 1.0 : 0.0};
+  double control[2] = {loss / static_cast<double>(o_.grad_accum), poll_stop_signal() ? 1.0 : 0.0};
   grid_.world().all_reduce_host(control, 2);
   r.loss = control[0] / grid_.shape().world();
   r.signalled = control[1] > 0;
@@ -702,6 +728,9 @@ TrainResult TrainingRun::run() {
   // Not cleared here: a stop asked for during start-up is honoured after the first step.
   std::vector<void (*)(int)> old_handlers;
   for (int sig : kStopSignals) old_handlers.push_back(std::signal(sig, on_signal));
+  sigset_t old_mask;
+  const sigset_t stop_set = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &stop_set, &old_mask);
 
   TrainResult result;
   const double start = now_s();
@@ -741,6 +770,8 @@ TrainResult TrainingRun::run() {
   }
   if (!result.diverged && !result.interrupted) save("final");
   if (tty_) std::fprintf(stderr, "\n");
+  poll_stop_signal();  // taken, so that unblocking below does not deliver it
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   for (size_t i = 0; i < std::size(kStopSignals); ++i)
     std::signal(kStopSignals[i], old_handlers[i]);
   g_signal.store(0);  // this run's request is spent
