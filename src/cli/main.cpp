@@ -1,6 +1,12 @@
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <string_view>
+#include <thread>
 
 #include "cli/checks.h"
 #include "cli/commands.h"
@@ -8,12 +14,34 @@
 #include "core/error.h"
 #include "train/trainer.h"
 
+namespace {
+
+// Ranks started without `launch` (srun --mpi=pmix, a bare mpirun) get no OMP_NUM_THREADS, and
+// OpenMP would give each all the cores: two ranks on two cores then spin against each other, 47x
+// slower per step under srun (issue 39). Where OMP_NUM_THREADS is unset, a rank takes the cores it
+// is bound to when the scheduler bound it to fewer than the machine's, else its share of them
+// (the machine's over its host's ranks, MPI's own count), as `launch` would have set.
+void set_rank_threads() {
+  if (std::getenv("OMP_NUM_THREADS") || boostlm::mpi_world_size() == 1) return;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int usable = cores;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) usable = std::max(1, CPU_COUNT(&mask));
+  const int threads =
+      usable < cores ? usable : std::max(1, cores / std::max(1, boostlm::mpi_local_size()));
+  omp_set_num_threads(threads);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Under mpirun every rank runs the same command (MPI starts only then); a failure on any rank
   // ends the whole job with that rank's message instead of leaving the others waiting.
   // train saves and stops on a stop signal; its handlers go in before anything that takes time.
   if (argc > 1 && std::string_view(argv[1]) == "train") boostlm::install_stop_signal_handlers();
   boostlm::mpi_start(&argc, &argv);
+  set_rank_threads();
   CLI::App app{"boostlm: training low-rank LLaMA models (BOOST, arXiv 2512.12131)"};
   app.require_subcommand(1);
   boostlm::cli::show_defaults(app);

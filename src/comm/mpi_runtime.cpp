@@ -35,6 +35,10 @@ bool mpi_thread_multiple() {
   return g_thread_multiple;
 }
 
+namespace {
+int g_local_rank = 0, g_local_size = 1;  // the shared-memory split's, set by mpi_start
+}  // namespace
+
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
 }
@@ -56,7 +60,20 @@ int mpi_start(int* argc, char*** argv) {
   }
   g_previous_abort_handler = set_abort_handler(abort_job_on_assert);
   set_warning_rank(mpi_world_rank());
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &g_local_rank);
+  MPI_Comm_size(local, &g_local_size);
+  MPI_Comm_free(&local);
   return mpi_world_size();
+}
+
+int mpi_local_rank() {
+  return mpi_active() ? g_local_rank : 0;
+}
+
+int mpi_local_size() {
+  return mpi_active() ? g_local_size : 1;
 }
 
 void mpi_stop() {

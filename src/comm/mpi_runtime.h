@@ -17,6 +17,12 @@ void mpi_stop();  // MPI_Finalize if mpi_start initialised MPI
 bool mpi_active();
 int mpi_world_rank();  // 0 without MPI
 int mpi_world_size();  // 1 without MPI
+// This process's rank among the ranks of its host, and their number: an MPI shared-memory split of
+// the world (MPI_COMM_TYPE_SHARED) made once by mpi_start; 0 and 1 without MPI. What a host is
+// for the GPU a rank takes, the memory check and the ranks' threads, however the ranks were
+// started (launch, mpirun, srun --mpi=pmix), not from the launcher's variables.
+int mpi_local_rank();
+int mpi_local_size();
 // Whether MPI granted MPI_THREAD_MULTIPLE (what comm/overlap.h's progress thread needs).
 bool mpi_thread_multiple();
 

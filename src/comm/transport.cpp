@@ -2,10 +2,12 @@
 // message flow, the choice of GPU and of transport (comm/transport.h).
 #include "comm/transport.h"
 
+
 #include <cstdlib>
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/mpi_runtime.h"
 #include "core/error.h"
 
 namespace boostlm {
@@ -52,7 +54,9 @@ int device_for_local_rank(int local_rank, int visible_devices) {
 }
 
 int local_rank_from_env(const std::function<const char*(const char*)>& getenv) {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
+  // Under srun no OMPI_ variable is set and SLURM_LOCALID is the rank's; under mpirun inside an
+  // allocation SLURM_LOCALID is Open MPI's daemon's (0 for every rank), but OMPI_'s comes first.
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
     const char* value = getenv(name);
     if (value == nullptr || *value == '\0') continue;
     char* end = nullptr;
@@ -62,7 +66,7 @@ int local_rank_from_env(const std::function<const char*(const char*)>& getenv) {
                   "integer >= 0, as mpirun sets it)");
     return static_cast<int>(rank);
   }
-  return 0;
+  return mpi_local_rank();  // MPI's own split (0 without MPI)
 }
 
 bool nccl_requested(const char* env_value) {

@@ -87,8 +87,9 @@ void bootstrap_unique_id(Communicator& group, const std::function<UniqueId()>& m
 // The GPU of a rank: its rank among the processes of its host (`boostlm launch` and mpirun set
 // OMPI_COMM_WORLD_LOCAL_RANK), modulo the devices it can see. Throws Error without devices.
 int device_for_local_rank(int local_rank, int visible_devices);
-// This process's rank on its host: OMPI_COMM_WORLD_LOCAL_RANK, else MPI_LOCALRANKID (MPICH), else
-// 0 (a single process). `getenv` is passed in for the tests.
+// This process's rank on its host: OMPI_COMM_WORLD_LOCAL_RANK (mpirun, launch), else SLURM_LOCALID
+// (srun), else MPI_LOCALRANKID (MPICH), else MPI's shared-memory split (mpi_local_rank: 0 for a
+// single process). `getenv` is passed in for the tests.
 int local_rank_from_env(const std::function<const char*(const char*)>& getenv);
 
 // Whether to use NCCL where it is built: BOOSTLM_NCCL unset or 1 means yes, 0 means the staged

@@ -1,5 +1,6 @@
 #include "train/memory_check.h"
 
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "plan/memory.h"
 #include "plan/step_model.h"
@@ -90,9 +92,7 @@ double available_memory_bytes() {
 }
 
 int ranks_on_this_machine() {
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int n = local ? std::atoi(local) : 1;
-  return std::max(1, n);
+  return std::max(1, mpi_local_size());  // MPI's own split, however the ranks were started
 }
 
 void check_memory_fits(const RankMemoryNeed& need, int local_ranks, double available,

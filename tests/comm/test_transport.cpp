@@ -115,11 +115,17 @@ TEST(Transport, LocalRankFromTheLaunchersEnvironment) {
       return nullptr;
     };
   };
-  EXPECT_EQ(local_rank_from_env(env({})), 0);
+  // No variable: MPI's own shared-memory split (0 in one process; this rank's under mpirun).
+  EXPECT_EQ(local_rank_from_env(env({})), mpi_local_rank());
   EXPECT_EQ(local_rank_from_env(env({{"OMPI_COMM_WORLD_LOCAL_RANK", "3"}})), 3);
   EXPECT_EQ(local_rank_from_env(env({{"MPI_LOCALRANKID", "2"}})), 2);
   EXPECT_EQ(
       local_rank_from_env(env({{"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"MPI_LOCALRANKID", "5"}})), 1);
+  // srun sets no OMPI_ variable, and SLURM_LOCALID is the rank's; under mpirun inside an
+  // allocation SLURM_LOCALID is the daemon's (0 for every rank), so Open MPI's comes first.
+  EXPECT_EQ(local_rank_from_env(env({{"SLURM_LOCALID", "1"}})), 1);
+  EXPECT_EQ(local_rank_from_env(env({{"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"SLURM_LOCALID", "0"}})),
+            1);
   EXPECT_THROW(local_rank_from_env(env({{"OMPI_COMM_WORLD_LOCAL_RANK", "one"}})), Error);
   EXPECT_THROW(local_rank_from_env(env({{"OMPI_COMM_WORLD_LOCAL_RANK", "-1"}})), Error);
 }

@@ -232,6 +232,7 @@ TEST(Bpe, PrepareCarriesTheTokenizerConfigBesideATokenizerJson) {
         {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}}},
       {"special_tokens", {{"</s>", {{"id", "</s>"}, {"ids", {257}}}}}}};
   test::write_bytes(dir.file("hub/tokenizer.json"), with_eos.dump());
+  options.overwrite = true;  // replaces the preparation above
   prepare_corpus(options);
   EXPECT_FALSE(fs::exists(dir.file("out/tokenizer_config.json")));
   EXPECT_EQ(Tokenizer::load(dir.file("out/tokenizer.json")).eos_id(), 257);

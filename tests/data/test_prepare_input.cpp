@@ -77,6 +77,7 @@ PrepareOptions options_for(const std::vector<std::string>& inputs, const std::st
   options.val_fraction = 0.2;
   options.seed = 3;
   options.shard_tokens = 700;
+  options.overwrite = true;  // the tests prepare into one directory again (refusal: NeverDestroys...)
   return options;
 }
 
@@ -143,6 +144,25 @@ TEST(PrepareInput, EveryFormatAndCompressionGivesTheSameShards) {
   EXPECT_EQ(
       all_shards(prepare_corpus(options_for({dir.file("tree/*/*.txt")}, dir.file("by_glob")))),
       reference);
+}
+
+// Issue 37 §3: an existing preparation is refused without --overwrite and left as it was, the
+// output directory is never read as input, and an input given twice is refused.
+TEST(PrepareInput, NeverDestroysAPreparation) {
+  TempDir dir;
+  test::write_bytes(dir.file("a.txt"), as_text(documents_of(20, 5)));
+  PrepareOptions options = options_for({dir.file("a.txt")}, dir.file("out"));
+  options.overwrite = false;
+  prepare_corpus(options);
+  const std::string meta = test::read_bytes(dir.file("out/meta.json"));
+  expect_error([&] { prepare_corpus(options); }, {"already holds a preparation (meta.json)",
+                                                  "--overwrite"});
+  PrepareOptions self = options_for({dir.file("out")}, dir.file("out"));
+  expect_error([&] { prepare_corpus(self); }, {"is the output directory --out"});
+  EXPECT_EQ(test::read_bytes(dir.file("out/meta.json")), meta);
+  PrepareOptions twice = options_for({dir.file("a.txt"), dir.file("./a.txt")}, dir.file("two"));
+  expect_error([&] { prepare_corpus(twice); }, {"is given twice"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("two/meta.json")));
 }
 
 TEST(PrepareInput, ABadRecordIsAnErrorNamingFileAndLineOrSkippedAndCounted) {
