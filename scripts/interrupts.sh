@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Counts lost runs under stop signals (issue 37 §2): N times, a tiny CoLA run is started (in one
 # process, or under `boostlm launch -n 2 --tp 2`, alternately) and sent SIGINT at a random moment
-# from 0.3 s (start-up) to 3 s (mid-training). A run is kept when it exits 130 with a checkpoint
-# that `latest` names and whose weights file exists; anything else is lost, and printed.
+# from when it takes the signal (start-up) to 2.7 s later (mid-training). A run is kept when it
+# exits 130 with a checkpoint that `latest` names and whose weights file exists; anything else is
+# lost, and printed.
 # Usage: scripts/interrupts.sh [N] [path/to/boostlm]   (default 200, build/boostlm)
 set -uo pipefail
 n=${1:-200}
@@ -29,7 +30,15 @@ for i in $(seq 1 "$n"); do
     setsid "$boostlm" launch -n 2 -- "${train[@]}" --tp 2 -o run > out.txt 2> log.txt &
   fi
   pid=$!
-  sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.3 + 2.7 * r / 32767 }')"
+  # From the moment the program takes SIGINT (its handlers or mask are in place: a signal before
+  # that, while the dynamic loader runs, meets the SIG_IGN a background job inherits and is
+  # discarded, which no program can save), then a random 0 to 2.7 s: start-up to mid-training.
+  for _ in $(seq 1 100); do
+    mask=$(awk '/^Sig(Blk|Cgt):/ { print $2 }' "/proc/$pid/status" 2> /dev/null | tr '\n' ' ')
+    for m in $mask; do (( (16#$m >> 1) & 1 )) && break 2; done
+    sleep 0.01
+  done
+  sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 2.7 * r / 32767 }')"
   kill -INT "$pid"
   wait "$pid"
   code=$?
