@@ -316,9 +316,7 @@ void Communicator::all_reduce(double* data, int64_t count) {
     this->count(Collective::all_reduce, count, sizeof(double));
     return;
   }
-  WatchedExchange watch(watch_name_, "all_reduce", count * 8);
-  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_DOUBLE, MPI_SUM, as_mpi(comm_));
-  this->count(Collective::all_reduce, count, sizeof(double));
+  all_reduce_host(data, count);
 }
 
 void Communicator::all_reduce_host(double* data, int64_t count) {
