@@ -33,8 +33,9 @@ if(BOOSTLM_NATIVE AND BOOSTLM_BUILD_HAS_AVX512)
   get_target_property(boostlm_cpu_kernel_sources boostlm_kernels_cpu SOURCES)
   add_library(boostlm_kernels_cpu_avx2 STATIC ${boostlm_cpu_kernel_sources})
   # After the project's -march=native: the later -march wins, and -mno-avx512f drops every AVX-512
-  # extension that -march=native spelled out.
-  target_compile_options(boostlm_kernels_cpu_avx2 PRIVATE -march=x86-64-v3 -mno-avx512f -mtune=generic)
+  # extension that -march=native spelled out. (The AVX2 kernel tests compile with them too.)
+  set(BOOSTLM_AVX2_FLAGS -march=x86-64-v3 -mno-avx512f -mtune=generic)
+  target_compile_options(boostlm_kernels_cpu_avx2 PRIVATE ${BOOSTLM_AVX2_FLAGS})
   target_link_libraries(boostlm_kernels_cpu_avx2 PUBLIC boostlm_base OpenMP::OpenMP_CXX
                                                  PRIVATE DNNL::dnnl)
 endif()
