@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -532,6 +533,43 @@ TEST(EmulatedDevice, ShufflesExchangeTheLanesValues) {
     EXPECT_EQ(forward[32 + l], static_cast<float>(l ^ 1));
   }
   EXPECT_EQ(reverse, forward);
+}
+
+// ---- The words of a class argument that the launch record reads as pointers.
+
+struct PaddedArgument {  // a pointer, then a bool and seven bytes of padding
+  float* data;
+  bool flag;
+};
+
+// The padding of a class argument keeps what the caller's stack held; once a device address sat
+// there, the launch record named an allocation the kernel never touches, in one thread order and
+// not the other (cuda_emulator_orders_identical failed on an rmsnorm functor that way).
+TEST(EmulatedDevice, PaddingOfAClassArgumentIsNotReadAsAPointer) {
+  float* device = nullptr;
+  CHECK_CUDA(cudaMalloc(&device, 64 * sizeof(float)));
+  PaddedArgument argument;
+  std::memset(&argument, 0, sizeof argument);
+  argument.data = nullptr;
+  float* stale = device + 8;
+  std::memcpy(reinterpret_cast<char*>(&argument) + offsetof(PaddedArgument, flag), &stale,
+              sizeof stale);  // the flag's word holds a device address
+  argument.flag = true;       // and the flag overwrites its lowest byte only
+
+  std::vector<const void*> words;
+  cuda_emulator::add_pointers(argument, words);
+  ASSERT_EQ(words.size(), 2u);
+  EXPECT_NE(words[1], reinterpret_cast<const void*>(std::uintptr_t{1}));  // what it would read
+
+  PaddedArgument copied = argument;
+  cuda_emulator::clear_padding(copied);
+  EXPECT_TRUE(copied.flag);
+  words.clear();
+  cuda_emulator::add_pointers(copied, words);
+  ASSERT_EQ(words.size(), 2u);
+  EXPECT_EQ(words[0], nullptr);
+  EXPECT_EQ(words[1], reinterpret_cast<const void*>(std::uintptr_t{1}));
+  cudaFree(device);
 }
 
 TEST(EmulatedDevice, DescribesAnEmulatedSm90Device) {

@@ -50,6 +50,15 @@ struct KernelLaunch {
   std::vector<const void*> pointers;
 };
 
+// Zeroes the padding of a class argument copied at the launch. The kernel never reads it, but
+// add_pointers reads every aligned word: padding keeps whatever the caller's stack held (often a
+// device address from an earlier call), which would name an allocation the kernel does not touch,
+// differently from run to run.
+template <typename T>
+void clear_padding(T& value) {
+  if constexpr (std::is_class_v<T> && std::is_trivially_copyable_v<T>) __builtin_clear_padding(&value);
+}
+
 template <typename T>
 void add_pointers(const T& value, std::vector<const void*>& out) {
   if constexpr (std::is_pointer_v<T> && !std::is_function_v<std::remove_pointer_t<T>>) {
@@ -113,6 +122,7 @@ class Launcher {
       const Bound& b = *static_cast<const Bound*>(p);
       std::apply(b.body, b.params);
     };
+    std::apply([](auto&... p) { (clear_padding(p), ...); }, bound->params);
     std::apply([&](const auto&... p) { (add_pointers(p, launch.pointers), ...); }, bound->params);
     launch.params = std::move(bound);
     submit_launch(std::move(launch));
