@@ -18,19 +18,32 @@ namespace {
 
 // Ranks started without `launch` (srun --mpi=pmix, a bare mpirun) get no OMP_NUM_THREADS, and
 // OpenMP would give each all the cores: two ranks on two cores then spin against each other, 47x
-// slower per step under srun (issue 39). Where OMP_NUM_THREADS is unset, a rank takes the cores it
-// is bound to when the scheduler bound it to fewer than the machine's, else its share of them
-// (the machine's over its host's ranks, MPI's own count), as `launch` would have set.
+// slower per step under srun (issue 39). Where OMP_NUM_THREADS is unset, a process takes the
+// cores it is bound to when the scheduler bound it to fewer than the machine's; else the CPUs
+// Slurm gave its task (SLURM_CPUS_PER_TASK, set by --cpus-per-task: the scheduler's count, which
+// is the only one that knows about the other jobs on the node); else, a rank of several, its share
+// of the machine's cores (the machine's over its host's ranks, MPI's own count), as `launch`
+// would have set.
 void set_rank_threads() {
-  if (std::getenv("OMP_NUM_THREADS") || boostlm::mpi_world_size() == 1) return;
+  if (std::getenv("OMP_NUM_THREADS")) return;
   cpu_set_t mask;
   CPU_ZERO(&mask);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int usable = cores;
   if (sched_getaffinity(0, sizeof mask, &mask) == 0) usable = std::max(1, CPU_COUNT(&mask));
-  const int threads =
-      usable < cores ? usable : std::max(1, cores / std::max(1, boostlm::mpi_local_size()));
-  omp_set_num_threads(threads);
+  if (usable < cores) {
+    omp_set_num_threads(usable);
+    return;
+  }
+  if (const char* slurm = std::getenv("SLURM_CPUS_PER_TASK")) {
+    const int given = std::atoi(slurm);
+    if (given >= 1) {
+      omp_set_num_threads(std::min(given, cores));
+      return;
+    }
+  }
+  if (boostlm::mpi_world_size() > 1)
+    omp_set_num_threads(std::max(1, cores / std::max(1, boostlm::mpi_local_size())));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -719,12 +720,13 @@ TrainResult TrainingRun::run() {
   if (root_)
     std::fprintf(stderr,
                  "boostlm train: %s %s, %.2fM parameters, %s (GEMM: %s), layout %s, tp %d x pp "
-                 "%d x dp %d, %ld tokens/step, steps %ld..%ld\n",
+                 "%d x dp %d, %ld tokens/step, steps %ld..%ld, %d thread%s per rank\n",
                  to_string(config_.arch).c_str(), model_source().c_str(),
                  model_->full_params().parameter_count() / 1e6, to_string(o_.precision).c_str(),
                  gemm_engine(o_.precision),
                  to_string(model_->layout()).c_str(), grid_.shape().tp, grid_.shape().pp,
-                 grid_.shape().dp, tokens_per_step_, state_.step, o_.steps);
+                 grid_.shape().dp, tokens_per_step_, state_.step, o_.steps, omp_get_max_threads(),
+                 omp_get_max_threads() == 1 ? "" : "s");
   // Not cleared here: a stop asked for during start-up is honoured after the first step.
   std::vector<void (*)(int)> old_handlers;
   for (int sig : kStopSignals) old_handlers.push_back(std::signal(sig, on_signal));
