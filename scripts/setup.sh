@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs every build and runtime dependency of boostlm from Debian 12's packages.
 # Idempotent: packages already present are skipped by apt.
+#   scripts/setup.sh [--slurm]
+# --slurm adds Debian's Slurm and munge, for scripts/slurm.sh and its tests (a machine that only
+# trains does not need a scheduler's daemons; on a machine with systemd, installing them starts
+# munge).
 set -euo pipefail
 
 packages=(
@@ -16,6 +20,12 @@ packages=(
   gnuplot-nox                      # scripts/results.sh draws its plots with gnuplot
   clang-14 libclang-rt-14-dev      # the fuzz targets (tests/fuzz): clang's libFuzzer and sanitizers
 )
+
+case ${1:-} in
+  --slurm) packages+=(slurm-wlm munge) ;;  # slurmctld, slurmd and the client commands
+  "") ;;
+  *) echo "usage: setup.sh [--slurm]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

