@@ -38,6 +38,14 @@
 //    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set; they are set for mpirun when euid is 0.
 //  - `--stdin none`: mpirun runs in a process group of its own (below), outside a terminal's
 //    foreground group, where reading the terminal would stop it; no boostlm command reads stdin.
+//  - Inside a Slurm allocation (SLURM_JOB_ID set, no --hostfile; --launcher srun|mpirun chooses):
+//    the ranks are started by `srun --mpi=pmix` on the allocation's nodes, as Slurm's users start
+//    MPI jobs, so that Slurm tracks, signals and accounts for every rank (mpirun would start its
+//    daemons through srun too, but its own signal handling would end the ranks before a save).
+//    N defaults to the allocation's tasks (SLURM_NTASKS); threads per rank to SLURM_CPUS_PER_TASK,
+//    else the cores of this node over its ranks (ranks / SLURM_JOB_NUM_NODES, rounded up).
+//    `--kill-on-bad-exit=1` does what orte_abort_on_non_zero_status does for mpirun; binding is
+//    Slurm's (its TaskPlugin), not ours.
 // mpirun runs as a supervised child in a process group of its own (launch_restart.cpp): a Ctrl-C or
 // SIGTERM reaches the launcher alone, which asks every rank to save and stop (SIGUSR1, forwarded by
 // mpirun) and exits 130; with --max-restarts K > 0 a failed job is run again.
@@ -78,7 +86,24 @@ struct LaunchOptions {
   std::string subnet;     // the hosts' network, for btl/oob_tcp_if_include
   int max_restarts = 0;   // 0: a failed job is not run again
   int min_ranks = 0;      // 0: as many as --ranks (never shrink)
+  std::string launcher = "auto";  // auto: srun inside a Slurm allocation, else mpirun
 };
+
+// Whether this process runs inside a Slurm allocation (sbatch, salloc, srun).
+bool in_slurm_allocation() {
+  return std::getenv("SLURM_JOB_ID") != nullptr;
+}
+
+bool uses_srun(const LaunchOptions& o) {
+  if (o.launcher == "srun") return true;
+  return o.launcher == "auto" && o.hostfile.empty() && in_slurm_allocation();
+}
+
+int int_from_env(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  const int parsed = value ? std::atoi(value) : 0;
+  return parsed > 0 ? parsed : fallback;
+}
 
 // What an Open MPI hostfile says ("host [slots=N] ...", '#' starts a comment), and the marker line
 // scripts/cluster.sh writes first: "# boostlm-emulated-cluster name=... rate=R subnet=S ...".
@@ -189,7 +214,32 @@ void add_hostfile_flags(const LaunchOptions& o, const Hostfile& file, const std:
   if (!file.rate.empty()) a.insert(a.end(), {"-x", "BOOSTLM_LINK_RATE=" + file.rate});
 }
 
+// srun on the allocation's nodes (see the top of this file).
+MpirunCommand plan_srun(const LaunchOptions& o, const std::vector<std::string>& command) {
+  if (!o.hostfile.empty()) throw error("launch --launcher srun takes its nodes from Slurm: drop --hostfile");
+  if (!in_slurm_allocation())
+    throw error("launch --launcher srun runs inside a Slurm allocation (sbatch, salloc): no SLURM_JOB_ID here");
+  const int ranks = o.ranks ? o.ranks : int_from_env("SLURM_NTASKS", 0);
+  if (ranks == 0) throw error("launch: give -n RANKS (the allocation does not say its tasks)");
+  const int nodes = int_from_env("SLURM_JOB_NUM_NODES", 1);
+  const int ranks_per_node = (ranks + nodes - 1) / nodes;
+  int threads = o.threads_per_rank;
+  if (threads == 0) threads = int_from_env("SLURM_CPUS_PER_TASK", 0);
+  if (threads == 0) threads = std::max(1, available_cpus() / ranks_per_node);
+  MpirunCommand plan;
+  plan.srun = true;
+  if (geteuid() == 0) {
+    plan.env = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
+  }
+  plan.env.emplace_back("OMP_NUM_THREADS", std::to_string(threads));  // srun passes the environment
+  plan.argv = {"srun", "--mpi=pmix", "--ntasks", std::to_string(ranks), "--kill-on-bad-exit=1",
+               "--input=none", this_executable()};
+  plan.argv.insert(plan.argv.end(), command.begin(), command.end());
+  return plan;
+}
+
 MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>& command) {
+  if (uses_srun(o)) return plan_srun(o, command);
   const int cores = available_cpus();
   const std::string exe = this_executable();
   MpirunCommand plan;
@@ -301,7 +351,12 @@ void add_launch(CLI::App& app) {
                                    "OpenMP threads per rank (default: the cores divided among "
                                    "the ranks)"))
       ->check(CLI::Range(1, 1 << 16));
-  cmd->add_flag("--dry-run", o->dry_run, "print the mpirun command instead of running it");
+  cmd->add_option("--launcher", o->launcher,
+                  "what starts the ranks: mpirun, or srun (the nodes of the Slurm allocation "
+                  "this runs in); auto: srun inside an allocation without --hostfile")
+      ->check(CLI::IsMember({"auto", "mpirun", "srun"}))
+      ->default_val("auto");
+  cmd->add_flag("--dry-run", o->dry_run, "print the mpirun (or srun) command instead of running it");
   cmd->add_option("--max-restarts", o->max_restarts,
                   "when the job fails (a rank dies, the communication watchdog fires), run it "
                   "again up to this many times; train resumes from its latest checkpoint")

@@ -37,6 +37,7 @@ namespace fs = std::filesystem;
 constexpr int kExecFailed = 127;
 
 volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_child_srun = 0;  // the child is srun: two SIGINTs abort its step
 volatile sig_atomic_t g_stop_signal = 0;  // the first SIGINT or SIGTERM
 volatile sig_atomic_t g_stop_count = 0;
 
@@ -59,7 +60,17 @@ extern "C" void forward_signal(int sig) {
     (void)!write(STDERR_FILENO, kSaving, sizeof kSaving - 1);
   else
     (void)!write(STDERR_FILENO, kAbort, sizeof kAbort - 1);
-  if (g_child > 0) kill(g_child, first ? SIGUSR1 : SIGTERM);
+  if (g_child <= 0) return;
+  if (first) {
+    kill(g_child, SIGUSR1);  // mpirun and srun both pass it on to every rank
+  } else if (g_child_srun) {
+    // srun ends the step (SIGKILL to every task) on two SIGINTs within a second; run_child
+    // sends another in case these two reach it as one.
+    kill(g_child, SIGINT);
+    kill(g_child, SIGINT);
+  } else {
+    kill(g_child, SIGTERM);
+  }
 }
 
 void install_forwarding() {
@@ -99,15 +110,22 @@ int run_child(const MpirunCommand& plan) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != launcher) _exit(kExecFailed);  // it died before the line above
     exec_plan(plan);
-    std::fprintf(stderr, "boostlm launch: cannot run mpirun: %s%s\n", std::strerror(errno),
+    std::fprintf(stderr, "boostlm launch: cannot run %s: %s%s\n", plan.argv[0].c_str(), std::strerror(errno),
                  errno == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "");
     _exit(kExecFailed);
   }
   setpgid(pid, pid);  // also here, so it holds before the first signal whichever runs first
+  g_child_srun = plan.srun;
   g_child = pid;
   if (g_stop_signal) kill(pid, SIGUSR1);  // it arrived while mpirun was being started
   int status = 0;
+  bool aborted = false;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    if (plan.srun && g_stop_count >= 2 && !aborted) {
+      aborted = true;
+      usleep(200 * 1000);
+      kill(pid, SIGINT);
+    }
   }
   g_child = 0;
   return status;

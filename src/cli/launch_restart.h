@@ -14,6 +14,7 @@ namespace boostlm::cli {
 struct MpirunCommand {
   std::vector<std::pair<std::string, std::string>> env;  // set for mpirun
   std::vector<std::string> argv;
+  bool srun = false;  // argv is srun (inside a Slurm allocation), not mpirun
 };
 
 // Replaces this process with the plan's mpirun (its environment set, stdio flushed first). Returns
