@@ -8,11 +8,11 @@
 #include "core/file_io.h"
 #include "data/tokenizer.h"
 #include "engine/model.h"
+#include "model/lowrank_convert.h"
 #include "train/checkpoint.h"
 #include "train/gguf_export.h"
 #include "train/hf_export.h"
 #include "train/hf_import.h"
-#include "train/lowrank_convert.h"
 #include "train/trainer.h"
 
 namespace boostlm::cli {
