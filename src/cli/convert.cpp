@@ -1,5 +1,8 @@
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/checks.h"
 #include "cli/commands.h"
@@ -8,16 +11,18 @@
 #include "core/file_io.h"
 #include "data/tokenizer.h"
 #include "engine/model.h"
+#include "formats/gguf_export.h"
+#include "formats/hf_export.h"
+#include "formats/hf_import.h"
+#include "model/lowrank_convert.h"
 #include "train/checkpoint.h"
-#include "train/gguf_export.h"
-#include "train/hf_export.h"
-#include "train/hf_import.h"
-#include "train/lowrank_convert.h"
 #include "train/trainer.h"
 
 namespace boostlm::cli {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 template <class Args>
 void convert_to_low_rank(Args& a) {
@@ -72,13 +77,64 @@ std::string canonical_dtype(const std::string& dtype, bool gguf) {
               "--to-gguf)");
 }
 
+// The converters (formats/) write a model; what they write is read here from the checkpoint, and
+// everything that can be refused is refused before its weights are read.
+GgufExportSummary export_checkpoint_to_gguf(const std::string& checkpoint, const std::string& out,
+                                            GgufExportOptions options) {
+  const std::string dir = resolve_checkpoint(checkpoint);
+  verify_checkpoint(dir);
+  const ModelConfig config = read_checkpoint_config(dir);
+  check_gguf_exportable(config, dir);
+  const std::string tokenizer = gguf_tokenizer_of(dir);
+  check_gguf_out(out, options);
+  auto model = std::make_unique<Model>(config, DType::f32);
+  load_checkpoint_weights(dir, *model);
+  if (options.name.empty())
+    options.name = fs::absolute(checkpoint).lexically_normal().filename().string();
+  if (options.name.empty())
+    options.name = fs::absolute(checkpoint).lexically_normal().parent_path().filename().string();
+  return export_to_gguf({&config, &model->params(), &model->weights()}, tokenizer, out, options);
+}
+
+std::string export_checkpoint_to_hf(const std::string& checkpoint, const std::string& out,
+                                    const HfExportOptions& options) {
+  const std::string dir = resolve_checkpoint(checkpoint);
+  verify_checkpoint(dir);
+  const ModelConfig config = read_checkpoint_config(dir);
+  check_hf_exportable(config, options);
+  nlohmann::json source_config;
+  try {
+    source_config = nlohmann::json::parse(read_text_file((fs::path(dir) / "config.json").string()));
+  } catch (const nlohmann::json::exception&) {
+  }  // read_checkpoint_config above has already named any problem
+  // The dtype an imported model came in (import_hf_checkpoint), which --dtype auto writes back.
+  const std::string imported = source_config.value("hf_torch_dtype", std::string("float32"));
+  Model model(config, DType::f32);
+  load_checkpoint_weights(dir, model);
+  return export_to_hf({&config, &model.params(), &model.weights()}, find_tokenizer(dir), imported,
+                      out, options);
+}
+
+// A Hugging Face directory as a boostlm checkpoint (fp32), its dtype kept in config.json.
+ModelConfig import_hf_checkpoint(const std::string& dir, const std::string& out) {
+  const HfModel hf = read_hf_model(dir);
+  CheckpointWrite w;
+  w.config = &hf.config;
+  w.table = &hf.table;
+  w.weights = &hf.weights;
+  w.tokenizer_path = hf.tokenizer;
+  w.config_extra = {{"hf_torch_dtype", hf.torch_dtype}};
+  save_checkpoint(out, w);
+  return hf.config;
+}
+
 template <class Args>
 void convert_to_gguf(const Args& a) {
   GgufExportOptions options;
   options.dtype = canonical_dtype(a.hf.dtype, true);
   const GgufExportSummary summary =
       while_doing("exporting " + a.to_gguf + " to --out " + a.out,
-                  [&] { return export_to_gguf(a.to_gguf, a.out, options); });
+                  [&] { return export_checkpoint_to_gguf(a.to_gguf, a.out, options); });
   for (const std::string& note : summary.notes) std::printf("convert: %s\n", note.c_str());
   std::printf("convert: %s -> %s (GGUF v3, llama, %s, %lld tensors, %llu bytes)\n",
               a.to_gguf.c_str(), a.out.c_str(), summary.file_type.c_str(),
@@ -156,8 +212,9 @@ void add_convert(CLI::App& app) {
       if (!is_hf_directory(a->from_hf))
         throw error("--from-hf ", a->from_hf, ": not a Hugging Face model directory (it needs ",
                     "config.json and model.safetensors or model.safetensors.index.json)");
-      const ModelConfig config = while_doing("importing " + a->from_hf + " into --out " + a->out,
-                                             [&] { return convert_from_hf(a->from_hf, a->out); });
+      const ModelConfig config =
+          while_doing("importing " + a->from_hf + " into --out " + a->out,
+                      [&] { return import_hf_checkpoint(a->from_hf, a->out); });
       std::printf("convert: %s (llama, %lld layers, d=%lld) -> %s\n", a->from_hf.c_str(),
                   static_cast<long long>(config.n_layers), static_cast<long long>(config.d_model),
                   a->out.c_str());
@@ -165,8 +222,9 @@ void add_convert(CLI::App& app) {
       convert_to_gguf(*a);
     } else if (!a->to_hf.empty()) {
       a->hf.dtype = canonical_dtype(a->hf.dtype, false);
-      const std::string dtype = while_doing("exporting " + a->to_hf + " to --out " + a->out,
-                                            [&] { return export_to_hf(a->to_hf, a->out, a->hf); });
+      const std::string dtype = while_doing("exporting " + a->to_hf + " to --out " + a->out, [&] {
+        return export_checkpoint_to_hf(a->to_hf, a->out, a->hf);
+      });
       std::printf("convert: %s -> %s (%s)\n", a->to_hf.c_str(), a->out.c_str(), dtype.c_str());
     } else if (!a->to.empty()) {
       convert_to_low_rank(*a);

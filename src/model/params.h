@@ -30,4 +30,13 @@ float low_rank_factor_std(int64_t d_in, int64_t d_out, int64_t rank);
 // input_layernorm, q, k, v, o, post_attention_layernorm, gate, up, down, then model.norm, lm_head.
 ParamTable build_param_table(const ModelConfig& config);
 
+// A model's configuration and its full fp32 tensors, laid out by build_param_table(*config): what
+// one process holds of it, and what the converters of formats/ other programs' files are written
+// from.
+struct ModelTensors {
+  const ModelConfig* config = nullptr;
+  const ParamTable* table = nullptr;
+  const FlatBuffer* weights = nullptr;
+};
+
 }  // namespace boostlm

@@ -10,10 +10,11 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/tokenizer.h"
+#include "formats/hf_export.h"
+#include "formats/hf_import.h"
+#include "formats/safetensors.h"
 #include "parallel/sharding.h"
-#include "train/hf_import.h"
 #include "train/run_dir.h"
-#include "train/safetensors.h"
 
 namespace boostlm {
 
@@ -105,34 +106,6 @@ void write_checkpoint_files(const fs::path& temp, const CheckpointWrite& what) {
 }
 
 }  // namespace
-
-nlohmann::json hf_config(const ModelConfig& c) {
-  nlohmann::json j = {{"model_type", c.low_rank() ? "cola" : "llama"},
-                      {"architectures", {c.low_rank() ? "BoostlmForCausalLM" : "LlamaForCausalLM"}},
-                      {"hidden_size", c.d_model},
-                      {"intermediate_size", c.d_ff},
-                      {"num_attention_heads", c.n_heads},
-                      {"num_key_value_heads", c.n_kv_heads},
-                      {"num_hidden_layers", c.n_layers},
-                      {"vocab_size", c.vocab_size},
-                      {"rms_norm_eps", float_as_decimal(c.rms_eps)},
-                      {"rope_theta", float_as_decimal(c.rope_theta)},
-                      {"max_position_embeddings", c.max_seq_len},
-                      {"tie_word_embeddings", c.tied_embeddings},
-                      {"hidden_act", "silu"},
-                      {"torch_dtype", "float32"},
-                      {"boostlm", c.to_json()}};
-  if (c.low_rank()) {
-    // The ranks as boostlm's config writes them: the shorthands where a kind's families agree,
-    // else each family's (q_rank ... down_rank).
-    const nlohmann::json own = c.to_json();
-    for (const auto& [field, value] : own.items())
-      if (field.ends_with("_rank")) j[field] = value;
-    j["lr_act"] = c.arch == Arch::cola;  // CoLA: SiLU between the factors
-    j["mlp_gate_act"] = c.mlp_gate_act;
-  }
-  return j;
-}
 
 void gather_full_state(Model& model, AdamW& optimizer, ZeroStage1* zero, FlatBuffer& local_m,
                        FlatBuffer& local_v, FlatBuffer& full_weights, FlatBuffer& full_m,
@@ -262,7 +235,8 @@ ModelConfig read_checkpoint_config(const std::string& dir) {
 }
 
 void load_checkpoint_weights(const std::string& dir, Model& model) {
-  if (is_hf_directory(dir)) return load_hf_weights(dir, model.params(), model.weights());
+  if (is_hf_directory(dir))
+    return load_hf_weights(dir, model.params(), model.weights(), slice_tensor);
   const std::string path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsReader reader(path);
   // A named copy: the tensors are read on the host and uploaded.

@@ -55,7 +55,7 @@ CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer = nullp
 
 void save_checkpoint(const std::string& dir, const CheckpointWrite& what);
 
-// A Hugging Face LLaMA directory (train/hf_import.h) is accepted wherever a checkpoint is: it is
+// A Hugging Face LLaMA directory (formats/hf_import.h) is accepted wherever a checkpoint is: it is
 // verified, configured and loaded by its own rules.
 
 // A checkpoint directory, or a run directory whose checkpoints/latest names one.
@@ -84,7 +84,5 @@ void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState
 // optimizer that owns only part of them (ZeRO); returns the optimizer's step count.
 int64_t load_training_state(const std::string& dir, const ParamTable& table, FlatBuffer& exp_avg,
                             FlatBuffer& exp_avg_sq, TrainingState& state);
-
-nlohmann::json hf_config(const ModelConfig& config);
 
 }  // namespace boostlm

@@ -2,8 +2,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "formats/safetensors.h"
 #include "fuzz_util.h"
-#include "train/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace boostlm;

@@ -1,7 +1,7 @@
 // SentencePiece model files (tokenizer.model) as `convert --to-gguf` reads their protobuf.
 #include "core/error.h"
+#include "formats/gguf_vocab.h"
 #include "fuzz_util.h"
-#include "train/gguf_vocab.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace boostlm;

@@ -11,9 +11,9 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "formats/hf_import.h"
+#include "formats/safetensors.h"
 #include "train/checkpoint.h"
-#include "train/hf_import.h"
-#include "train/safetensors.h"
 #include "train_fixture.h"
 
 namespace boostlm {

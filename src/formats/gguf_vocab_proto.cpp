@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "train/gguf_vocab.h"
+#include "formats/gguf_vocab.h"
 
 namespace boostlm {
 

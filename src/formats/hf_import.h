@@ -22,12 +22,10 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/param_table.h"
+#include "formats/safetensors.h"
 #include "model/config.h"
-#include "train/safetensors.h"
 
 namespace boostlm {
-
-class Model;
 
 // A directory whose config.json has no boostlm section (boostlm writes one into every checkpoint)
 // and which holds model.safetensors or model.safetensors.index.json.
@@ -59,12 +57,26 @@ class HfTensors {
 // Checks config.json and that every weight file opens (train/checkpoint.h's verify_checkpoint).
 void verify_hf_directory(const std::string& dir);
 
-// Fills `weights` (laid out by `table`, full or this rank's shards) from the directory; throws
-// Error on a missing, wrongly shaped or unexpected tensor (biases named as such).
-void load_hf_weights(const std::string& dir, const ParamTable& table, FlatBuffer& weights);
+// Keeps this rank's slice of a full tensor (parallel/sharding.h's slice_tensor), for a table of
+// shards.
+using SliceTensor = void (*)(const ParamInfo& info, const float* full, float* local);
 
-// Writes the directory as a boostlm checkpoint at `out` (fp32; its dtype is kept in config.json
-// as "hf_torch_dtype" so the export can write it back); returns the model's configuration.
-ModelConfig convert_from_hf(const std::string& dir, const std::string& out);
+// Fills `weights` (laid out by `table`: full tensors, or this rank's shards sliced by `slice`)
+// from the directory; throws Error on a missing, wrongly shaped or unexpected tensor (biases
+// named as such).
+void load_hf_weights(const std::string& dir, const ParamTable& table, FlatBuffer& weights,
+                     SliceTensor slice = nullptr);
+
+// A directory's model whole, in fp32, with what `convert --from-hf` keeps of it: its tokenizer
+// file (tokenizer.model, else tokenizer.json; empty: none) and the torch dtype of most of its
+// tensors, which the checkpoint keeps (config.json's "hf_torch_dtype") so an export writes it back.
+struct HfModel {
+  ModelConfig config;
+  ParamTable table;
+  FlatBuffer weights;
+  std::string tokenizer;
+  std::string torch_dtype;
+};
+HfModel read_hf_model(const std::string& dir);
 
 }  // namespace boostlm

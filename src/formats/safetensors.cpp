@@ -1,4 +1,4 @@
-#include "train/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "train/hf_import.h"
+#include "formats/hf_import.h"
 
 #include <cmath>
 #include <filesystem>
@@ -10,8 +10,6 @@
 #include "core/file_io.h"
 #include "data/tokenizer.h"
 #include "model/params.h"
-#include "parallel/sharding.h"
-#include "train/checkpoint.h"
 
 namespace boostlm {
 
@@ -219,7 +217,8 @@ void verify_hf_directory(const std::string& dir) {
   HfTensors tensors(dir);
 }
 
-void load_hf_weights(const std::string& dir, const ParamTable& table, FlatBuffer& weights) {
+void load_hf_weights(const std::string& dir, const ParamTable& table, FlatBuffer& weights,
+                     SliceTensor slice) {
   const ModelConfig config = read_hf_config(dir);
   const HfTensors tensors(dir);
   const ParamTable full = build_param_table(config);
@@ -239,26 +238,23 @@ void load_hf_weights(const std::string& dir, const ParamTable& table, FlatBuffer
       tensors.read(p.name, p.shape, host.data() + p.offset);
       continue;
     }
+    BOOSTLM_ASSERT_MSG(slice, "a table of shards needs a slice function");
     scratch.resize(p.full_numel());
     tensors.read(p.name, p.shape, scratch.data());
-    slice_tensor(p, scratch.data(), host.data() + p.offset);
+    slice(p, scratch.data(), host.data() + p.offset);
   }
   host.upload();
 }
 
-ModelConfig convert_from_hf(const std::string& dir, const std::string& out) {
-  const ModelConfig config = read_hf_config(dir);
-  const ParamTable table = build_param_table(config);
-  FlatBuffer weights(table.total_elements());
-  load_hf_weights(dir, table, weights);
-  CheckpointWrite w;
-  w.config = &config;
-  w.table = &table;
-  w.weights = &weights;
-  w.tokenizer_path = find_tokenizer(dir);  // tokenizer.model, else tokenizer.json, else none
-  w.config_extra = {{"hf_torch_dtype", torch_dtype_of(HfTensors(dir).main_dtype())}};
-  save_checkpoint(out, w);
-  return config;
+HfModel read_hf_model(const std::string& dir) {
+  HfModel model;
+  model.config = read_hf_config(dir);
+  model.table = build_param_table(model.config);
+  model.weights = FlatBuffer(model.table.total_elements());
+  load_hf_weights(dir, model.table, model.weights);
+  model.tokenizer = find_tokenizer(dir);  // tokenizer.model, else tokenizer.json, else none
+  model.torch_dtype = torch_dtype_of(HfTensors(dir).main_dtype());
+  return model;
 }
 
 }  // namespace boostlm

@@ -1,4 +1,4 @@
-#include "train/lowrank_convert.h"
+#include "model/lowrank_convert.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,4 +1,4 @@
-#include "train/gguf_writer.h"
+#include "formats/gguf_writer.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// Dense → low rank by truncated SVD (train/lowrank_convert.h).
+// Dense → low rank by truncated SVD (model/lowrank_convert.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "engine/model.h"
 #include "kernels/svd.h"
 #include "test_util.h"
-#include "train/lowrank_convert.h"
+#include "model/lowrank_convert.h"
 
 namespace boostlm {
 namespace {

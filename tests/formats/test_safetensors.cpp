@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "train/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace boostlm {
 namespace {

@@ -15,6 +15,11 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/params.h"
+
 namespace boostlm {
 
 struct HfExportOptions {
@@ -24,13 +29,25 @@ struct HfExportOptions {
   int64_t shard_bytes = int64_t{5} << 30;  // larger models are written in shards of at most this
 };
 
-// The text of src/train/modeling_boostlm.py, compiled in (CMakeLists.txt).
+// The text of src/formats/modeling_boostlm.py, compiled in (CMakeLists.txt).
 std::string_view modeling_boostlm_py();
 inline constexpr const char* kModelingFile = "modeling_boostlm.py";
 
-// Writes `out` (which must not exist, or be an empty directory) from the checkpoint `checkpoint`.
+// config.json's fields for `config` under Hugging Face's names (model_type, architectures, the
+// LLaMA shape, a low-rank model's ranks), with boostlm's own configuration under "boostlm": what
+// every boostlm checkpoint's config.json holds (train/checkpoint.h), and an export's without it.
+nlohmann::json hf_config(const ModelConfig& config);
+
+// Throws Error when `config` cannot be written as a Hugging Face directory (a dense MLP with no
+// SiLU on its gate, which LLaMA has) or `options` cannot be used; called before weights are read.
+void check_hf_exportable(const ModelConfig& config, const HfExportOptions& options);
+
+// Writes `out` (which must not exist, or be an empty directory) from `model`, with `tokenizer`
+// (tokenizer.model or tokenizer.json, and the tokenizer_config.json beside it; empty: none) copied
+// in. `imported_dtype` is the torch dtype the model was imported from, which dtype "auto" writes.
 // Returns the torch dtype written.
-std::string export_to_hf(const std::string& checkpoint, const std::string& out,
+std::string export_to_hf(const ModelTensors& model, const std::string& tokenizer,
+                         const std::string& imported_dtype, const std::string& out,
                          const HfExportOptions& options);
 
 }  // namespace boostlm

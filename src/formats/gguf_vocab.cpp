@@ -1,4 +1,4 @@
-#include "train/gguf_vocab.h"
+#include "formats/gguf_vocab.h"
 
 #include <sentencepiece_processor.h>
 

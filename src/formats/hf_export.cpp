@@ -1,4 +1,4 @@
-#include "train/hf_export.h"
+#include "formats/hf_export.h"
 
 #include <unistd.h>
 
@@ -14,9 +14,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/tokenizer.h"
-#include "engine/model.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace boostlm {
 
@@ -28,9 +26,9 @@ struct DtypeInfo {
   std::string torch, safetensors;
 };
 
-DtypeInfo resolve_dtype(const std::string& requested, const nlohmann::json& config) {
+DtypeInfo resolve_dtype(const std::string& requested, const std::string& imported) {
   std::string torch = requested;
-  if (torch == "auto") torch = config.value("hf_torch_dtype", std::string("float32"));
+  if (torch == "auto") torch = imported;
   if (torch == "float32" || torch == "fp32") return {"float32", "F32"};
   if (torch == "bfloat16" || torch == "bf16") return {"bfloat16", "BF16"};
   if (torch == "float16" || torch == "fp16") return {"float16", "F16"};
@@ -53,7 +51,7 @@ std::vector<unsigned char> encode(const float* values, int64_t n, const std::str
 
 nlohmann::json export_config(const ModelConfig& c, const std::string& torch_dtype,
                              const std::string& tokenizer) {
-  // The fields boostlm's checkpoints carry too (checkpoint.h hf_config), less boostlm's own
+  // The fields boostlm's checkpoints carry too (hf_config), less boostlm's own
   // section (an exported directory is read as a Hugging Face one), plus what HF's loader expects.
   nlohmann::json j = hf_config(c);
   j.erase("boostlm");
@@ -81,15 +79,15 @@ nlohmann::json export_config(const ModelConfig& c, const std::string& torch_dtyp
   return j;
 }
 
-void write_weights(const fs::path& dir, const Model& model, const DtypeInfo& dtype,
+void write_weights(const fs::path& dir, const ModelTensors& model, const DtypeInfo& dtype,
                    int64_t shard_bytes) {
   // Tensors in order, grouped into shards of at most shard_bytes (a larger tensor alone).
   std::vector<std::vector<RawTensorToWrite>> shards(1);
   std::vector<std::vector<unsigned char>> storage;
-  storage.reserve(model.params().entries().size());
+  storage.reserve(model.table->entries().size());
   int64_t in_shard = 0, total = 0;
-  for (const auto& p : model.params().entries()) {
-    storage.push_back(encode(model.weights().view(p), p.numel, dtype.safetensors));
+  for (const auto& p : model.table->entries()) {
+    storage.push_back(encode(model.weights->view(p), p.numel, dtype.safetensors));
     const auto bytes = static_cast<int64_t>(storage.back().size());
     if (in_shard > 0 && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
     shards.back().push_back({p.name, dtype.safetensors, p.shape, storage.back().data()});
@@ -114,23 +112,47 @@ void write_weights(const fs::path& dir, const Model& model, const DtypeInfo& dty
 
 }  // namespace
 
-std::string export_to_hf(const std::string& checkpoint, const std::string& out,
-                         const HfExportOptions& options) {
+nlohmann::json hf_config(const ModelConfig& c) {
+  nlohmann::json j = {{"model_type", c.low_rank() ? "cola" : "llama"},
+                      {"architectures", {c.low_rank() ? "BoostlmForCausalLM" : "LlamaForCausalLM"}},
+                      {"hidden_size", c.d_model},
+                      {"intermediate_size", c.d_ff},
+                      {"num_attention_heads", c.n_heads},
+                      {"num_key_value_heads", c.n_kv_heads},
+                      {"num_hidden_layers", c.n_layers},
+                      {"vocab_size", c.vocab_size},
+                      {"rms_norm_eps", float_as_decimal(c.rms_eps)},
+                      {"rope_theta", float_as_decimal(c.rope_theta)},
+                      {"max_position_embeddings", c.max_seq_len},
+                      {"tie_word_embeddings", c.tied_embeddings},
+                      {"hidden_act", "silu"},
+                      {"torch_dtype", "float32"},
+                      {"boostlm", c.to_json()}};
+  if (c.low_rank()) {
+    // The ranks as boostlm's config writes them: the shorthands where a kind's families agree,
+    // else each family's (q_rank ... down_rank).
+    const nlohmann::json own = c.to_json();
+    for (const auto& [field, value] : own.items())
+      if (field.ends_with("_rank")) j[field] = value;
+    j["lr_act"] = c.arch == Arch::cola;  // CoLA: SiLU between the factors
+    j["mlp_gate_act"] = c.mlp_gate_act;
+  }
+  return j;
+}
+
+void check_hf_exportable(const ModelConfig& config, const HfExportOptions& options) {
   if (options.shard_bytes <= 0) throw error("--shard-size must be positive");
-  const std::string dir = resolve_checkpoint(checkpoint);
-  verify_checkpoint(dir);
-  const ModelConfig config = read_checkpoint_config(dir);
   if (!config.low_rank() && !config.mlp_gate_act)
     throw error("convert --to-hf: the checkpoint's MLP has no SiLU on the gate (mlp_gate_act ",
                 "false), which LLaMA has; it cannot be written as a LlamaForCausalLM");
-  nlohmann::json source_config;
-  try {
-    source_config = nlohmann::json::parse(read_text_file((fs::path(dir) / "config.json").string()));
-  } catch (const nlohmann::json::exception&) {
-  }  // read_checkpoint_config above has already named any problem
-  const DtypeInfo dtype = resolve_dtype(options.dtype, source_config);
-  Model model(config, DType::f32);
-  load_checkpoint_weights(dir, model);
+}
+
+std::string export_to_hf(const ModelTensors& model, const std::string& tokenizer,
+                         const std::string& imported_dtype, const std::string& out,
+                         const HfExportOptions& options) {
+  check_hf_exportable(*model.config, options);
+  const ModelConfig& config = *model.config;
+  const DtypeInfo dtype = resolve_dtype(options.dtype, imported_dtype);
 
   const fs::path final_dir = fs::absolute(out).lexically_normal();
   if (fs::exists(final_dir) && !(fs::is_directory(final_dir) && fs::is_empty(final_dir)))
@@ -143,7 +165,7 @@ std::string export_to_hf(const std::string& checkpoint, const std::string& out,
   fs::remove_all(temp);
   fs::create_directories(temp);
   try {
-    const std::string tok = find_tokenizer(dir);
+    const std::string& tok = tokenizer;
     write_weights(temp, model, dtype, options.shard_bytes);
     write_file_atomically((temp / "config.json").string(),
                           export_config(config, dtype.torch, tok).dump(2) + "\n");

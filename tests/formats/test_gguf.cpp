@@ -10,7 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/file_io.h"
-#include "train/gguf_writer.h"
+#include "formats/gguf_writer.h"
 
 namespace boostlm {
 namespace {

@@ -6,7 +6,7 @@
 #include "core/file_io.h"
 #include "data/bpe.h"
 #include "data/tokenizer.h"
-#include "train/gguf_vocab.h"
+#include "formats/gguf_vocab.h"
 
 namespace boostlm {
 namespace {

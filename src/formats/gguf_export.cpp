@@ -1,4 +1,4 @@
-#include "train/gguf_export.h"
+#include "formats/gguf_export.h"
 
 #include <cstring>
 #include <filesystem>
@@ -6,11 +6,9 @@
 
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "engine/model.h"
+#include "formats/gguf_vocab.h"
+#include "formats/gguf_writer.h"
 #include "kernels/gemm.h"
-#include "train/checkpoint.h"
-#include "train/gguf_vocab.h"
-#include "train/gguf_writer.h"
 
 namespace boostlm {
 
@@ -44,9 +42,9 @@ GgmlType parse_gguf_dtype(const std::string& dtype) {
 // The projection `prefix` (…q_proj, …mlp.down_proj) as the Hugging Face matrix W [d_out, d_in]:
 // a dense weight as stored, a svd pair multiplied out, W = (A·B)ᵀ = Bᵀ·Aᵀ, in fp32 (each element a
 // sum of `rank` products: the factored model's function up to rounding).
-std::vector<float> projection_matrix(const Model& model, const std::string& prefix) {
-  const ParamTable& table = model.params();
-  const FlatBuffer& w = model.weights();
+std::vector<float> projection_matrix(const ModelTensors& model, const std::string& prefix) {
+  const ParamTable& table = *model.table;
+  const FlatBuffer& w = *model.weights;
   if (const ParamInfo* dense = table.find(prefix + ".weight")) {
     const float* v = w.view(*dense);
     return {v, v + dense->numel};
@@ -102,10 +100,10 @@ void add_tensor(GgufWriter& writer, TensorPlan& plan, const std::string& name, i
   ++plan.summary->tensors;
 }
 
-std::function<std::vector<float>()> stored(const Model& model, const std::string& name) {
+std::function<std::vector<float>()> stored(const ModelTensors& model, const std::string& name) {
   return [&model, name] {
-    const ParamInfo& p = model.params().at(name);
-    const float* v = model.weights().view(p);
+    const ParamInfo& p = model.table->at(name);
+    const float* v = model.weights->view(p);
     return std::vector<float>(v, v + p.numel);
   };
 }
@@ -212,8 +210,8 @@ void add_byte_level_bpe_tokenizer(GgufWriter& w, const std::string& tokenizer_pa
 
 // Every tensor, in llama.cpp's names and order: the embedding, per block its norms and
 // projections (q and k reordered for llama.cpp's RoPE), the final norm and the head.
-void add_model_tensors(GgufWriter& writer, TensorPlan& plan, const Model& m) {
-  const ModelConfig& c = m.config();
+void add_model_tensors(GgufWriter& writer, TensorPlan& plan, const ModelTensors& m) {
+  const ModelConfig& c = *m.config;
   add_tensor(writer, plan, "token_embd.weight", c.vocab_size, c.d_model,
              stored(m, "model.embed_tokens.weight"));
   struct Projection {
@@ -253,8 +251,10 @@ void add_model_tensors(GgufWriter& writer, TensorPlan& plan, const Model& m) {
     add_tensor(writer, plan, "output.weight", c.vocab_size, c.d_model, stored(m, "lm_head.weight"));
 }
 
+}  // namespace
+
 // The checkpoint's tokenizer file (find_tokenizer: tokenizer.model, else tokenizer.json).
-std::string tokenizer_of(const std::string& dir) {
+std::string gguf_tokenizer_of(const std::string& dir) {
   const std::string path = find_tokenizer(dir);
   if (path.empty())
     throw error("convert --to-gguf: ", dir, " has no tokenizer.model or tokenizer.json, and a ",
@@ -263,7 +263,7 @@ std::string tokenizer_of(const std::string& dir) {
   return path;
 }
 
-void check_exportable(const ModelConfig& c, const std::string& dir) {
+void check_gguf_exportable(const ModelConfig& c, const std::string& dir) {
   if (c.arch == Arch::cola)
     throw error("convert --to-gguf: ", dir, " is a cola model, y = σ(x A) B with σ = SiLU between ",
                 "the factors: no single matrix W computes it, so it cannot be multiplied out into ",
@@ -276,20 +276,17 @@ void check_exportable(const ModelConfig& c, const std::string& dir) {
                 "), which RoPE cannot pair");
 }
 
-}  // namespace
-
-GgufExportSummary export_to_gguf(const std::string& checkpoint, const std::string& out,
-                                 const GgufExportOptions& options) {
-  const GgmlType type = parse_gguf_dtype(options.dtype);
-  const std::string dir = resolve_checkpoint(checkpoint);
-  verify_checkpoint(dir);
-  const ModelConfig config = read_checkpoint_config(dir);
-  check_exportable(config, dir);
-  const std::string tokenizer = tokenizer_of(dir);
+void check_gguf_out(const std::string& out, const GgufExportOptions& options) {
+  parse_gguf_dtype(options.dtype);
   if (fs::exists(out))
     throw error("convert --to-gguf: --out ", out, " exists; remove it or give another path");
-  auto model = std::make_unique<Model>(config, DType::f32);
-  load_checkpoint_weights(dir, *model);
+}
+
+GgufExportSummary export_to_gguf(const ModelTensors& model, const std::string& tokenizer,
+                                 const std::string& out, const GgufExportOptions& options) {
+  const GgmlType type = parse_gguf_dtype(options.dtype);
+  const ModelConfig& config = *model.config;
+  check_gguf_out(out, options);
 
   GgufExportSummary summary;
   summary.file_type = to_string(type);
@@ -297,13 +294,8 @@ GgufExportSummary export_to_gguf(const std::string& checkpoint, const std::strin
     summary.notes.push_back(
         "svd factors multiplied out: each projection written as W = (A·B)ᵀ "
         "(fp32; the factored model's function up to rounding)");
-  std::string name = options.name;
-  if (name.empty()) name = fs::absolute(checkpoint).lexically_normal().filename().string();
-  if (name.empty())
-    name = fs::absolute(checkpoint).lexically_normal().parent_path().filename().string();
-
   GgufWriter writer;
-  add_hyperparameters(writer, config, name, type);
+  add_hyperparameters(writer, config, options.name, type);
   if (tokenizer_file_name(tokenizer) == "tokenizer.json") {
     add_byte_level_bpe_tokenizer(writer, tokenizer, config.vocab_size, summary);
   } else {
@@ -311,7 +303,7 @@ GgufExportSummary export_to_gguf(const std::string& checkpoint, const std::strin
   }
   TensorPlan plan{type, &summary};
 
-  add_model_tensors(writer, plan, *model);
+  add_model_tensors(writer, plan, model);
   const fs::path parent = fs::absolute(out).parent_path();
   fs::create_directories(parent);
   summary.bytes = writer.write(out);
