@@ -3,6 +3,8 @@
 // host gone), and decides from mpirun's exit status alone.
 #include "cli/launch_restart.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,10 +62,9 @@ extern "C" void forward_signal(int sig) {
     (void)!write(STDERR_FILENO, kSaving, sizeof kSaving - 1);
   else
     (void)!write(STDERR_FILENO, kAbort, sizeof kAbort - 1);
-  if (g_child <= 0) return;
-  if (first) {
-    kill(g_child, SIGUSR1);  // mpirun and srun both pass it on to every rank
-  } else if (g_child_srun) {
+  // The first reaches the ranks from run_child, once they can take it (StopGate).
+  if (g_child <= 0 || first) return;
+  if (g_child_srun) {
     // srun ends the step (SIGKILL to every task) on two SIGINTs within a second; run_child
     // sends another in case these two reach it as one.
     kill(g_child, SIGINT);
@@ -96,14 +97,142 @@ void exec_plan(const MpirunCommand& plan) {
 
 namespace {
 
-// Runs mpirun and waits for it; returns its wait status.
-int run_child(const MpirunCommand& plan) {
+void write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// mpirun's stderr, passed on as it comes, except Open MPI's boxed notice "Primary job terminated
+// normally, but 1 process returned a non-zero exit code ... aborted" after a stop the user asked
+// for: every rank then exits 130 on purpose, and the box reads as a failure next to the
+// launcher's own account of the stop. Only a box (a line of dashes, lines, a line of dashes) is
+// held back until it is complete; everything else goes through at once, partial lines too.
+class StderrFilter {
+ public:
+  void feed(const char* data, size_t size) {
+    for (size_t i = 0; i < size; ++i) take(data[i]);
+    flush_pending();
+  }
+  void finish() {
+    flush_pending();
+    write_all(STDERR_FILENO, held_.data(), held_.size());
+    held_.clear();
+    state_ = State::kText;
+  }
+
+ private:
+  enum class State { kText, kFirstLine, kBox };
+
+  static bool is_rule(const std::string& text, size_t from) {  // "-----...\n" from `from`
+    const size_t end = text.size() - 1;  // the newline
+    return end - from >= 10 && text.find_first_not_of('-', from) == end;
+  }
+
+  void take(char c) {
+    switch (state_) {
+      case State::kText:
+        if (line_start_ && c == '-') {
+          flush_pending();
+          state_ = State::kFirstLine;
+          held_ = "-";
+        } else {
+          pending_ += c;
+        }
+        line_start_ = c == '\n';
+        return;
+      case State::kFirstLine:
+        held_ += c;
+        if (c != '\n') return;
+        if (is_rule(held_, 0)) {
+          state_ = State::kBox;
+          line_begin_ = held_.size();
+        } else {
+          pending_ += held_;
+          held_.clear();
+          state_ = State::kText;
+          line_start_ = true;
+        }
+        return;
+      case State::kBox:
+        held_ += c;
+        if (c != '\n') return;
+        if (is_rule(held_, line_begin_) && line_begin_ > 0) {
+          const bool drop = g_stop_signal && held_.find("terminated normally, but") != std::string::npos;
+          if (!drop) pending_ += held_;
+          held_.clear();
+          state_ = State::kText;
+          line_start_ = true;
+        } else if (held_.size() > kLongestBox) {  // not a box after all: let it through
+          pending_ += held_;
+          held_.clear();
+          state_ = State::kText;
+          line_start_ = true;
+        } else {
+          line_begin_ = held_.size();
+        }
+        return;
+    }
+  }
+
+  void flush_pending() {
+    write_all(STDERR_FILENO, pending_.data(), pending_.size());
+    pending_.clear();
+  }
+
+  static constexpr size_t kLongestBox = 16384;  // Open MPI's notices are a few hundred bytes
+  State state_ = State::kText;
+  bool line_start_ = true;
+  std::string pending_, held_;
+  size_t line_begin_ = 0;  // where the box's current line starts in held_
+};
+
+// When a stop can be passed on to the ranks. A rank reached by SIGUSR1 before its main() has
+// blocked the stop signals dies of it, and mpirun drops one that comes before it has ranks to
+// pass it to: either loses the stop (issue 37: 3 of ~117 Ctrl-Cs during start-up). A train rank
+// blocks them first thing in main(), and world rank 0 writes the run directory's config.json
+// only after MPI_Init, which every rank reaches after that line: a config.json written since
+// this attempt began says that every rank can take the signal (and saves after its first step).
+// Other commands have no such marker and get the signal at once.
+std::string option_value(const std::vector<std::string>& words,
+                         std::initializer_list<std::string_view> names);
+
+class StopGate {
+ public:
+  explicit StopGate(const std::vector<std::string>& command) {
+    if (command.empty() || command.front() != "train") return;
+    const std::string out = option_value(command, {"-o", "--out"});
+    if (!out.empty()) marker_ = fs::path(out) / "config.json";
+    began_ = fs::file_time_type::clock::now();
+  }
+  bool open() const {
+    if (marker_.empty()) return true;
+    std::error_code error;
+    const fs::file_time_type written = fs::last_write_time(marker_, error);
+    return !error && written >= began_;
+  }
+
+ private:
+  fs::path marker_;
+  fs::file_time_type began_;
+};
+
+// Runs mpirun and waits for it, its stderr through StderrFilter; returns its wait status.
+int run_child(const MpirunCommand& plan, const StopGate& gate) {
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t launcher = getpid();
+  int errors[2];
+  if (pipe2(errors, O_CLOEXEC) != 0)
+    throw error("cannot start mpirun: pipe failed: ", std::strerror(errno));
   const pid_t pid = fork();
   if (pid < 0) throw error("cannot start mpirun: fork failed: ", std::strerror(errno));
   if (pid == 0) {
+    dup2(errors[1], STDERR_FILENO);  // dup2 clears close-on-exec on the copy
     setpgid(0, 0);  // out of the terminal's foreground group: stop signals come from the launcher
     // A launcher killed outright (SIGKILL, timeout -k) cannot pass anything on: mpirun then gets
     // SIGTERM from the kernel and ends the job, instead of running on unsupervised.
@@ -117,16 +246,53 @@ int run_child(const MpirunCommand& plan) {
   setpgid(pid, pid);  // also here, so it holds before the first signal whichever runs first
   g_child_srun = plan.srun;
   g_child = pid;
-  if (g_stop_signal) kill(pid, SIGUSR1);  // it arrived while mpirun was being started
+  close(errors[1]);
   int status = 0;
   bool aborted = false;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  bool stop_passed = false;
+  const auto pass_stop_on = [&] {  // the first stop signal, to every rank, once they can take it
+    if (g_stop_signal && !stop_passed && g_stop_count < 2 && gate.open()) {
+      stop_passed = true;
+      kill(pid, SIGUSR1);  // mpirun and srun both pass it on to every rank
+    }
+  };
+  const auto abort_srun_step = [&] {  // srun: a second SIGINT within the second (see forward_signal)
+    pass_stop_on();
     if (plan.srun && g_stop_count >= 2 && !aborted) {
       aborted = true;
       usleep(200 * 1000);
       kill(pid, SIGINT);
     }
+  };
+  // Until mpirun's stderr closes; a process it left behind may hold the pipe open, so once mpirun
+  // has exited the rest is read for one more second at most.
+  StderrFilter filter;
+  bool exited = false;
+  auto deadline = std::chrono::steady_clock::now();
+  for (;;) {
+    pollfd readable{errors[0], POLLIN, 0};
+    const int ready = poll(&readable, 1, 200);
+    abort_srun_step();
+    if (ready > 0) {
+      char buffer[4096];
+      const ssize_t n = read(errors[0], buffer, sizeof buffer);
+      if (n > 0) {
+        filter.feed(buffer, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0 || errno != EINTR) break;
+      continue;
+    }
+    if (ready < 0 && errno != EINTR) break;
+    if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    }
+    if (exited && std::chrono::steady_clock::now() > deadline) break;
   }
+  filter.finish();
+  close(errors[0]);
+  while (!exited && waitpid(pid, &status, 0) < 0 && errno == EINTR) abort_srun_step();
   g_child = 0;
   return status;
 }
@@ -386,7 +552,7 @@ int run_with_restarts(const RestartPolicy& policy, std::vector<std::string> comm
     }
   } remove_live_hostfile{policy, hostfile};
   for (int restart = 0;; ++restart) {
-    const int status = run_child(plan(shape.ranks, hostfile, shape.command));
+    const int status = run_child(plan(shape.ranks, hostfile, shape.command), StopGate(shape.command));
     const int code = exit_code_of(status);
     if (code == 0) return 0;
     if (g_stop_signal) {

@@ -10,7 +10,10 @@ set(BOOSTLM_KERNEL_COMMON_SOURCES
 )
 include(${CMAKE_CURRENT_LIST_DIR}/cpu/sources.cmake)
 add_library(boostlm_kernels ALIAS boostlm_kernels_cpu)
-# The CUDA backend beside it, built (and tested) when CUDA is enabled; not yet behind the alias.
+# The CUDA backend beside it, built (and tested) when CUDA is enabled (or emulated): a library of
+# its own that fills the whole kernel table and is linked into the boostlm binary, where
+# `--device cuda` selects its table at run time (kernels/dispatch.h). The alias stays the CPU
+# backend's, which every build has and every device falls back on for host work.
 if(BOOSTLM_WITH_CUDA)
   include(${CMAKE_CURRENT_LIST_DIR}/cuda/sources.cmake)
 endif()

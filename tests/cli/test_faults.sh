@@ -171,6 +171,8 @@ interrupt() {
     fail "$name: exit $code, checkpoint '${saved}': $(grep -v '^step' "$run.log" | tail -5) $(cat "$run.out")"
   fi
   left_behind "$run" && fail "$name: processes left behind"
+  # Open MPI's box for ranks that exit non-zero reads as a failure after a stop that saved.
+  grep -q "terminated normally, but" "$run.log" && fail "$name: Open MPI's failure notice after a clean stop"
 }
 interrupt interrupt launcher --max-restarts 2
 interrupt interrupt-group group --max-restarts 2
