@@ -62,9 +62,10 @@ extern "C" void forward_signal(int sig) {
     (void)!write(STDERR_FILENO, kSaving, sizeof kSaving - 1);
   else
     (void)!write(STDERR_FILENO, kAbort, sizeof kAbort - 1);
-  // The first reaches the ranks from run_child, once they can take it (StopGate).
-  if (g_child <= 0 || first) return;
-  if (g_child_srun) {
+  if (g_child <= 0) return;
+  if (first) {
+    kill(g_child, SIGUSR1);  // mpirun and srun both pass it on to every rank
+  } else if (g_child_srun) {
     // srun ends the step (SIGKILL to every task) on two SIGINTs within a second; run_child
     // sends another in case these two reach it as one.
     kill(g_child, SIGINT);
@@ -191,38 +192,8 @@ class StderrFilter {
   size_t line_begin_ = 0;  // where the box's current line starts in held_
 };
 
-// When a stop can be passed on to the ranks. A rank reached by SIGUSR1 before its main() has
-// blocked the stop signals dies of it, and mpirun drops one that comes before it has ranks to
-// pass it to: either loses the stop (issue 37: 3 of ~117 Ctrl-Cs during start-up). A train rank
-// blocks them first thing in main(), and world rank 0 writes the run directory's config.json
-// only after MPI_Init, which every rank reaches after that line: a config.json written since
-// this attempt began says that every rank can take the signal (and saves after its first step).
-// Other commands have no such marker and get the signal at once.
-std::string option_value(const std::vector<std::string>& words,
-                         std::initializer_list<std::string_view> names);
-
-class StopGate {
- public:
-  explicit StopGate(const std::vector<std::string>& command) {
-    if (command.empty() || command.front() != "train") return;
-    const std::string out = option_value(command, {"-o", "--out"});
-    if (!out.empty()) marker_ = fs::path(out) / "config.json";
-    began_ = fs::file_time_type::clock::now();
-  }
-  bool open() const {
-    if (marker_.empty()) return true;
-    std::error_code error;
-    const fs::file_time_type written = fs::last_write_time(marker_, error);
-    return !error && written >= began_;
-  }
-
- private:
-  fs::path marker_;
-  fs::file_time_type began_;
-};
-
 // Runs mpirun and waits for it, its stderr through StderrFilter; returns its wait status.
-int run_child(const MpirunCommand& plan, const StopGate& gate) {
+int run_child(const MpirunCommand& plan) {
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t launcher = getpid();
@@ -246,18 +217,11 @@ int run_child(const MpirunCommand& plan, const StopGate& gate) {
   setpgid(pid, pid);  // also here, so it holds before the first signal whichever runs first
   g_child_srun = plan.srun;
   g_child = pid;
+  if (g_stop_signal) kill(pid, SIGUSR1);  // it arrived while mpirun was being started
   close(errors[1]);
   int status = 0;
   bool aborted = false;
-  bool stop_passed = false;
-  const auto pass_stop_on = [&] {  // the first stop signal, to every rank, once they can take it
-    if (g_stop_signal && !stop_passed && g_stop_count < 2 && gate.open()) {
-      stop_passed = true;
-      kill(pid, SIGUSR1);  // mpirun and srun both pass it on to every rank
-    }
-  };
   const auto abort_srun_step = [&] {  // srun: a second SIGINT within the second (see forward_signal)
-    pass_stop_on();
     if (plan.srun && g_stop_count >= 2 && !aborted) {
       aborted = true;
       usleep(200 * 1000);
@@ -552,7 +516,7 @@ int run_with_restarts(const RestartPolicy& policy, std::vector<std::string> comm
     }
   } remove_live_hostfile{policy, hostfile};
   for (int restart = 0;; ++restart) {
-    const int status = run_child(plan(shape.ranks, hostfile, shape.command), StopGate(shape.command));
+    const int status = run_child(plan(shape.ranks, hostfile, shape.command));
     const int code = exit_code_of(status);
     if (code == 0) return 0;
     if (g_stop_signal) {
