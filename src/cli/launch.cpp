@@ -214,11 +214,19 @@ void add_hostfile_flags(const LaunchOptions& o, const Hostfile& file, const std:
   if (!file.rate.empty()) a.insert(a.end(), {"-x", "BOOSTLM_LINK_RATE=" + file.rate});
 }
 
+// Open MPI's consent to run as root (see the top of this file), for mpirun or srun's ranks.
+std::vector<std::pair<std::string, std::string>> run_as_root_env() {
+  if (geteuid() != 0) return {};
+  return {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
+}
+
 // srun on the allocation's nodes (see the top of this file).
 MpirunCommand plan_srun(const LaunchOptions& o, const std::vector<std::string>& command) {
-  if (!o.hostfile.empty()) throw error("launch --launcher srun takes its nodes from Slurm: drop --hostfile");
+  if (!o.hostfile.empty())
+    throw error("launch --launcher srun takes its nodes from Slurm: drop --hostfile");
   if (!in_slurm_allocation())
-    throw error("launch --launcher srun runs inside a Slurm allocation (sbatch, salloc): no SLURM_JOB_ID here");
+    throw error("launch --launcher srun runs inside a Slurm allocation (sbatch, salloc): no ",
+                "SLURM_JOB_ID here");
   const int ranks = o.ranks ? o.ranks : int_from_env("SLURM_NTASKS", 0);
   if (ranks == 0) throw error("launch: give -n RANKS (the allocation does not say its tasks)");
   const int nodes = int_from_env("SLURM_JOB_NUM_NODES", 1);
@@ -228,9 +236,7 @@ MpirunCommand plan_srun(const LaunchOptions& o, const std::vector<std::string>& 
   if (threads == 0) threads = std::max(1, available_cpus() / ranks_per_node);
   MpirunCommand plan;
   plan.srun = true;
-  if (geteuid() == 0) {
-    plan.env = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
-  }
+  plan.env = run_as_root_env();
   plan.env.emplace_back("OMP_NUM_THREADS", std::to_string(threads));  // srun passes the environment
   plan.argv = {"srun", "--mpi=pmix", "--ntasks", std::to_string(ranks), "--kill-on-bad-exit=1",
                "--input=none", this_executable()};
@@ -243,9 +249,7 @@ MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>
   const int cores = available_cpus();
   const std::string exe = this_executable();
   MpirunCommand plan;
-  if (geteuid() == 0) {
-    plan.env = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
-  }
+  plan.env = run_as_root_env();
   const Hostfile file = o.hostfile.empty() ? Hostfile{} : describe_hostfile(o.hostfile);
   if (o.hostfile.empty() && o.emulated)
     throw error("launch --emulated needs the --hostfile that scripts/cluster.sh up wrote");
@@ -356,7 +360,8 @@ void add_launch(CLI::App& app) {
                   "this runs in); auto: srun inside an allocation without --hostfile")
       ->check(CLI::IsMember({"auto", "mpirun", "srun"}))
       ->default_val("auto");
-  cmd->add_flag("--dry-run", o->dry_run, "print the mpirun (or srun) command instead of running it");
+  cmd->add_flag("--dry-run", o->dry_run,
+                "print the mpirun (or srun) command instead of running it");
   cmd->add_option("--max-restarts", o->max_restarts,
                   "when the job fails (a rank dies, the communication watchdog fires), run it "
                   "again up to this many times; train resumes from its latest checkpoint")

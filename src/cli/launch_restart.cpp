@@ -163,7 +163,8 @@ class StderrFilter {
         held_ += c;
         if (c != '\n') return;
         if (is_rule(held_, line_begin_) && line_begin_ > 0) {
-          const bool drop = g_stop_signal && held_.find("terminated normally, but") != std::string::npos;
+          const bool drop =
+              g_stop_signal && held_.find("terminated normally, but") != std::string::npos;
           if (!drop) pending_ += held_;
           held_.clear();
           state_ = State::kText;
@@ -210,7 +211,8 @@ int run_child(const MpirunCommand& plan) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != launcher) _exit(kExecFailed);  // it died before the line above
     exec_plan(plan);
-    std::fprintf(stderr, "boostlm launch: cannot run %s: %s%s\n", plan.argv[0].c_str(), std::strerror(errno),
+    std::fprintf(stderr, "boostlm launch: cannot run %s: %s%s\n", plan.argv[0].c_str(),
+                 std::strerror(errno),
                  errno == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "");
     _exit(kExecFailed);
   }
@@ -221,7 +223,8 @@ int run_child(const MpirunCommand& plan) {
   close(errors[1]);
   int status = 0;
   bool aborted = false;
-  const auto abort_srun_step = [&] {  // srun: a second SIGINT within the second (see forward_signal)
+  // srun: a second SIGINT within the second (see forward_signal).
+  const auto abort_srun_step = [&] {
     if (plan.srun && g_stop_count >= 2 && !aborted) {
       aborted = true;
       usleep(200 * 1000);
