@@ -28,11 +28,12 @@ bundle=${2:-device-bundle}
 prepare() {
   local build=${BUILD:-build}
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=ON > /dev/null || exit 1
-  cmake --build "$build" -j "$(nproc)" --target boostlm boostlm_cuda_tests boostlm_comm_cuda_tests \
-    || exit 1
+  cmake --build "$build" -j "$(nproc)" --target boostlm boostlm_cuda_tests \
+    boostlm_cuda_backend_tests boostlm_comm_cuda_tests || exit 1
   rm -rf "$bundle"
   mkdir -p "$bundle/bin" "$bundle/lib"
   cp "$build/boostlm" "$build/tests/kernels/cuda/boostlm_cuda_tests" \
+    "$build/tests/kernels/cuda/boostlm_cuda_backend_tests" \
     "$build/tests/comm/boostlm_comm_cuda_tests" "$bundle/bin/"
   cp "$0" "$bundle/"
   # The libraries a GPU machine's image lacks: everything the binaries load but the C and C++
@@ -190,6 +191,9 @@ run() {
   grep -m1 "no GPU" "$out/cuda_tests.txt" | sed 's/^/  skip reason: /' >> "$out/notes.txt"
   # The GPU's measured GEMM rates (CudaGemm.MeasuresTheGemmRate), what MFU is measured against.
   grep -E '^(fp32|bf16) GEMM 2048\^3: ' "$out/cuda_tests.txt" | sed 's/^/| /; s/: / | /; s/$/ |/' >> "$summary"
+  # The backend as the engine starts it: MFU's GEMM rate and the GEMM counters in device time.
+  timeout 120 "$bundle/bin/boostlm_cuda_backend_tests" > "$out/cuda_backend_tests.txt" 2>&1
+  echo "| cuda backend tests (exit $?) | $(grep -m1 -E 'PASSED|FAILED' "$out/cuda_backend_tests.txt") |" >> "$summary"
 
   comm_tests "$out" "$summary"
   engine_check "$out" > "$out/engine.md"

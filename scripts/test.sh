@@ -23,7 +23,7 @@ emulated=0
 if [[ -f /usr/local/cuda/include/cuda_runtime_api.h || -n "${CUDA_HOME:-}" ]]; then
   emulated=1
   cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=EMULATE
-  cmake --build build-emu -j "$(nproc)" --target boostlm boostlm_cuda_tests \
+  cmake --build build-emu -j "$(nproc)" --target boostlm boostlm_cuda_tests boostlm_cuda_backend_tests \
     boostlm_comm_cuda_tests boostlm_cuda_emulator_tests boostlm_emu_cublaslt_tests \
     boostlm_emu_gemm_mapping_tests boostlm_emu_nccl_tests boostlm_emu_nccl_transport_tests
 else

@@ -5,7 +5,7 @@
 #  one process  dense, svd and cola, fp32 and bf16
 #  launch -n 2  TP 2 in btp, naive-tp and dense-tp (NCCL, i.e. comm/nccl_transport.cpp on the
 #               emulated NCCL), btp again with BOOSTLM_NCCL=0 (the staged path: device -> host ->
-#               MPI -> device), DP 2 with ZeRO-1, PP 2
+#               MPI -> device) and in bf16, DP 2 with ZeRO-1, PP 2
 #  checkpoints  ZeRO-1 at dp 1 saving (its all-gather over a group of one), a resume on the device
 #               whose losses are those of one uninterrupted run on the device, bit for bit
 #  eval, generate  the cuda run's checkpoint scored and continued (greedy, with the KV cache and
@@ -101,6 +101,10 @@ parallel btp-tp2 cola cola-fp32-cpu -b 2 --tp 2 --layout btp
 parallel naive-tp2 cola cola-fp32-cpu -b 2 --tp 2 --layout naive-tp
 parallel dense-tp2 dense dense-fp32-cpu -b 2 --tp 2 --layout dense-tp
 BOOSTLM_NCCL=0 parallel btp-tp2-staged cola cola-fp32-cpu -b 2 --tp 2 --layout btp
+# bf16 across ranks: the bf16 GEMMs and kept activations on each rank's device, the collectives
+# over NCCL, against the one-process CPU bf16 run with bf16's tolerances.
+train btp-tp2-bf16 2 cuda cola -b 2 --tp 2 --layout btp --precision bf16 &&
+  compare btp-tp2-bf16 cola-bf16-cpu btp-tp2-bf16 "$bf16_tol" "$bf16_why" "$bf16_step1_tol"
 echo "tp 2: $((SECONDS - started)) s so far"
 # The device transport is what the ranks use: a bad BOOSTLM_NCCL is read, and refused, when the
 # groups are set up for --device cuda (the CPU device has no transport to choose).

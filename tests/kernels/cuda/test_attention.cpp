@@ -14,8 +14,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
@@ -253,6 +256,56 @@ TEST_F(CudaAttention, IsDeterministic) {
     EXPECT_TRUE(all_near(a.dq, b.dq, 0, 0));
     EXPECT_TRUE(all_near(a.dk, b.dk, 0, 0));
     EXPECT_TRUE(all_near(a.dv, b.dv, 0, 0));
+  }
+}
+
+// The cached attention of generation (one block per new token and head, every key's score in
+// shared memory) past the 48 KiB a block has without cudaFuncSetAttribute: 12 288 keys of fp32
+// scores, less the kernel's static shared memory (issue 38's F4: the kernel neither counted its
+// static part nor opted in, so generation failed near 12 k cached positions; the emulated device
+// refuses a launch over the limit as a GPU does). Against the CPU backend's kernel: 12 288 keys,
+// whose scores alone fill 48 KiB (before the fix the launch, with its static part, was over the
+// limit), past it, and at the kernel's own maximum, which a position more is refused at. Seen
+// failing on the code before a513c98: the maximum read 12 288 and 12 790 keys were refused.
+TEST_F(CudaAttention, CachedAttentionHoldsMoreKeysThanTheDefaultSharedMemory) {
+  const int64_t default_keys = (48 << 10) / static_cast<int64_t>(sizeof(float));
+  const int64_t max_keys = cuda::attention_cached_max_keys();
+  int device = 0, optin = 0;
+  BOOSTLM_CHECK_CUDA(cudaGetDevice(&device));
+  BOOSTLM_CHECK_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  ASSERT_GT(optin, 48 << 10) << "a device without opt-in shared memory (before sm_70)";
+  EXPECT_GT(max_keys, default_keys);
+  EXPECT_LE(max_keys * static_cast<int64_t>(sizeof(float)), optin);
+
+  const int64_t n_heads = 2, n_kv_heads = 1, head_dim = 8;
+  // {new tokens, cached positions before them}
+  const std::pair<int64_t, int64_t> cases[] = {
+      {1, default_keys - 1}, {2, default_keys + 500}, {1, max_keys - 1}};
+  for (const auto& [n, first_pos] : cases) {
+    SCOPED_TRACE("keys " + std::to_string(first_pos + n));
+    const int64_t keys = first_pos + n, ldq = n_heads * head_dim, ldkv = n_kv_heads * head_dim;
+    const std::vector<float> q = random_floats(n * ldq, 11), k = random_floats(keys * ldkv, 12),
+                             v = random_floats(keys * ldkv, 13);
+    std::vector<float> want(n * ldq);
+    attention_cached_forward(n, first_pos, n_heads, n_kv_heads, head_dim, q.data(), k.data(),
+                             v.data(), want.data());
+    DeviceArray<float> dq(q), dk(k), dv(v), out(std::vector<float>(n * ldq, 9.0f));
+    cuda::attention_cached_forward(n, first_pos, n_heads, n_kv_heads, head_dim, dq.get(), dk.get(),
+                                   dv.get(), out.get(), stream);
+    sync();
+    // The weights are summed over ~10^4 keys in other orders on the two sides.
+    EXPECT_TRUE(all_near(out.download(), want, 1e-5, 1e-4));
+  }
+
+  DeviceArray<float> q(std::vector<float>(n_heads * head_dim)),
+      kv(std::vector<float>((max_keys + 1) * n_kv_heads * head_dim)),
+      out(std::vector<float>(n_heads * head_dim));
+  try {
+    cuda::attention_cached_forward(1, max_keys, n_heads, n_kv_heads, head_dim, q.get(), kv.get(),
+                                   kv.get(), out.get(), stream);
+    ADD_FAILURE() << max_keys + 1 << " keys were taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cached positions exceed"), std::string::npos) << e.what();
   }
 }
 
