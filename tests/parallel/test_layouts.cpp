@@ -370,6 +370,11 @@ TEST(TpOverlap, DeferredHeadGradientEqualsTheStepWithoutOverlap) {
 // In bf16 grouping rounds the same values (the concatenated A's rounding is each A's, the latent
 // is rounded once for all its readers as for each): grouped and ungrouped steps differ only in
 // the fp32 summation order inside oneDNN's kernels, far below bf16's own error (2^-9 relative).
+// But where two fp32 sums an ulp apart round to neighbouring bf16 values, that element moves by
+// 2^-9: on an Ice Lake Xeon (bf16 matmul without AVX512-BF16, blocked differently for the
+// concatenated and the separate products) the gradients differed by up to 2.2e-5 in norm, on a
+// Zen 5 by less than 1e-5. Bound 1e-4, as for bf16's overlapped chunks above: a wrong gradient
+// (a dropped term, a stale or unscaled latent) is off by 1e-2 or more.
 TEST(Grouping, Bf16StepEqualsTheUngroupedOne) {
   const int world = mpi_world_size();
   const int64_t B = 2, T = 8;
@@ -394,7 +399,7 @@ TEST(Grouping, Bf16StepEqualsTheUngroupedOne) {
       EXPECT_NEAR(grouped_loss, ungrouped_loss, 1e-6 * std::abs(ungrouped_loss)) << name;
       for (const auto& p : grouped->params().entries())
         EXPECT_LT(relative_error(grouped->grads().view(p), ungrouped->grads().view(p), p.numel),
-                  1e-5)
+                  1e-4)
             << p.name << " " << name;
     }
 }

@@ -124,30 +124,47 @@ inline __mmask16 first_lanes(int64_t n) {
 }
 #endif
 
-// Σ term(j) for j < n, within about 1e-7 relative whatever n: fp32 vector lanes sum blocks of
-// kSumBlock terms (a few adds per lane), and the blocks' sums are added in double. A plain
-// `omp simd` fp32 reduction adds n / lanes terms in each lane, and its rounding errors grow with
-// the row: 1.1e-4 off a double-precision log-sum-exp at V = 32003 on AVX2 (issue 37); the
-// reduction kernels (cross-entropy, RMSNorm's sums) are held to 1e-6 at V = 128 k.
+// Σ term(j) for j < n, within about 1e-7 relative whatever n: fp32 lanes sum blocks of kSumBlock
+// terms (a few adds per lane), and the blocks' sums are added in double. A plain `omp simd` fp32
+// reduction adds n / lanes terms in each lane, and its rounding errors grow with the row: 1.1e-4
+// off a double-precision log-sum-exp at V = 32003 on AVX2 (issue 37); the reduction kernels
+// (cross-entropy, RMSNorm's sums) are held to 1e-6 at V = 128 k.
+//
+// The order of the additions is the code's, not the compiler's: term j goes into fp32 lane
+// (j - block start) % kSumLanes, in order, and a block's lanes are added in lane order in double.
+// An `omp simd reduction` leaves the lane count and the tail to the vectoriser, which chose
+// differently for two inlined copies of one sum on an Ice Lake Xeon (-march=native), so a fused
+// kernel and the separate ones it must equal bit for bit differed in the last bit (issue 37:
+// OnlineNorm.Bf16InputIsTheRoundedInputAndItsStatistic, and the cross-entropy's lse).
 inline constexpr int64_t kSumBlock = 64;
+inline constexpr int64_t kSumLanes = 16;
+// One block [b, e), e - b <= kSumBlock, in that order; term may write (each j is taken once).
+template <typename Term>
+inline double block_sum(int64_t b, int64_t e, Term term) {
+  float lanes[kSumLanes] = {};
+  int64_t j = b;
+  for (; j + kSumLanes <= e; j += kSumLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] += term(j + l);
+  }
+  for (int64_t l = 0; j < e; ++j, ++l) lanes[l] += term(j);
+  double total = 0.0;
+  for (int64_t l = 0; l < kSumLanes; ++l) total += lanes[l];
+  return total;
+}
 template <typename Term>
 inline float accurate_sum(int64_t n, Term term) {
   double total = 0.0;
-  for (int64_t b = 0; b < n; b += kSumBlock) {
-    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = b; j < e; ++j) s += term(j);
-    total += s;
-  }
+  for (int64_t b = 0; b < n; b += kSumBlock)
+    total += block_sum(b, b + kSumBlock < n ? b + kSumBlock : n, term);
   return static_cast<float>(total);
 }
 
 // A softmax row's exponentials: returns Σ exp(x[c]·scale − shift) over c < valid; with `out`,
 // also writes those values there (fp32 or rounded to bf16; out may be x) and 0 for valid <= c < n.
 // The cross-entropy's rows (valid = n, scale 1) and attention's tile rows (valid: the causal
-// columns) both run on it. The sum is accurate_sum's: fp32 lanes over 128 values (8 adds each),
-// flushed into double.
+// columns) both run on it. The sum: with 512-bit vectors, 16 fp32 lanes over 128 values (8 adds
+// each) flushed into double; else accurate_sum's.
 template <typename Out>
 inline float exp_sum_row(const float* x, int64_t n, int64_t valid, float scale, float shift,
                          Out* out) {
@@ -179,21 +196,14 @@ inline float exp_sum_row(const float* x, int64_t n, int64_t valid, float scale, 
   flush();
   return static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi)));
 #else
-  double total = 0.0;
-  for (int64_t b = 0; b < valid; b += kSumBlock) {
-    const int64_t e = b + kSumBlock < valid ? b + kSumBlock : valid;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t c = b; c < e; ++c) {
-      const float v = exp_vec(x[c] * scale - shift);
-      if (out) put(out + c, v);
-      sum += v;
-    }
-    total += sum;
-  }
+  const float total = accurate_sum(valid, [&](int64_t c) {
+    const float v = exp_vec(x[c] * scale - shift);
+    if (out) put(out + c, v);
+    return v;
+  });
   if (out)
     for (int64_t c = valid; c < n; ++c) put(out + c, 0.0f);
-  return static_cast<float>(total);
+  return total;
 #endif
 }
 
