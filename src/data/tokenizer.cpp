@@ -143,6 +143,56 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+namespace {
+
+constexpr std::string_view kWordMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// Whether cutting a text at a single space (between two printable ASCII characters) and encoding
+// the parts leaves the ids unchanged. It does when no piece can span the space: every piece holds
+// U+2581 only at its start, or is a run of it alone (a run cannot reach across a single space);
+// and the model writes " y" inside a text as U+2581 y, and a text "y" as U+2581 y too (the dummy
+// prefix), with no mark at the end (not treat_whitespace_as_suffix). The normaliser's flags are
+// not in SentencePiece's public headers, so the second part is read off the model's own output.
+bool pieces_stop_at_spaces(const sentencepiece::SentencePieceProcessor& processor) {
+  for (int id = 0; id < processor.GetPieceSize(); ++id) {
+    if (processor.IsControl(id) || processor.IsUnknown(id) || processor.IsByte(id)) continue;
+    const std::string& piece = processor.IdToPiece(id);
+    const size_t mark = piece.find(kWordMark, 1);
+    if (mark == std::string::npos) continue;
+    for (size_t i = 0; i < piece.size(); i += kWordMark.size())
+      if (piece.compare(i, kWordMark.size(), kWordMark) != 0) return false;  // x▁y or ▁x▁
+  }
+  std::vector<std::string> pieces;
+  if (!processor.Encode("ab cd", &pieces).ok()) return false;
+  std::string joined;
+  for (const std::string& piece : pieces) joined += piece;
+  if (joined != std::string(kWordMark) + "ab" + std::string(kWordMark) + "cd") return false;
+  std::vector<int> whole, first, second;
+  return processor.Encode("ab cd", &whole).ok() && processor.Encode("ab", &first).ok() &&
+         processor.Encode("cd", &second).ok() && first.size() + second.size() == whole.size() &&
+         std::equal(first.begin(), first.end(), whole.begin()) &&
+         std::equal(second.begin(), second.end(), whole.begin() + first.size());
+}
+
+bool printable_ascii(char c) { return c > ' ' && c < 0x7F; }
+
+// Where to cut `text` after `begin`: a single space at least half a chunk on, between printable
+// ASCII characters, nearest below begin + chunk, else the first above it; text.size() if none.
+size_t next_cut(std::string_view text, size_t begin, size_t chunk) {
+  if (text.size() - begin <= chunk) return text.size();
+  auto cut_at = [&](size_t i) {
+    return text[i] == ' ' && printable_ascii(text[i - 1]) && i + 1 < text.size() &&
+           printable_ascii(text[i + 1]);
+  };
+  for (size_t i = begin + chunk; i > begin + chunk / 2; --i)
+    if (cut_at(i)) return i;
+  for (size_t i = begin + chunk + 1; i + 1 < text.size(); ++i)
+    if (cut_at(i)) return i;
+  return text.size();
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::load(const std::string& given) {
   std::string path = given;
   if (std::filesystem::is_directory(given)) {
@@ -169,6 +219,7 @@ Tokenizer Tokenizer::load(const std::string& given) {
                 "); boostlm reads SentencePiece .model files and Hugging Face tokenizer.json");
   }
   tokenizer.processor_ = std::move(processor);
+  tokenizer.splits_at_spaces_ = pieces_stop_at_spaces(*tokenizer.processor_);
   return tokenizer;
 }
 
@@ -223,6 +274,18 @@ std::string Tokenizer::train(const std::vector<std::string>& input_files,
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   if (bpe_) return bpe_->encode(text);
+  if (!splits_at_spaces_ || text.size() <= kSentencePieceChunkBytes) return encode_whole(text);
+  std::vector<int32_t> ids;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = next_cut(text, begin, kSentencePieceChunkBytes);
+    const std::vector<int32_t> part = encode_whole(text.substr(begin, end - begin));
+    ids.insert(ids.end(), part.begin(), part.end());
+    begin = end + 1;  // the space, which the next part's dummy prefix writes
+  }
+  return ids;
+}
+
+std::vector<int32_t> Tokenizer::encode_whole(std::string_view text) const {
   std::vector<int> ids;
   const auto status = processor_->Encode(text, &ids);
   if (!status.ok()) throw error(path_, ": encode failed: ", status.ToString());

@@ -44,8 +44,18 @@ class Tokenizer {
   ~Tokenizer();
 
   // The ids of `text`, without BOS or EOS. Safe to call from several threads at once. A
-  // tokenizer.json first replaces ill-formed UTF-8 (one U+FFFD per maximal subpart).
+  // tokenizer.json first replaces ill-formed UTF-8 (one U+FFFD per maximal subpart). A
+  // SentencePiece model whose pieces never span a word boundary (see splits_at_spaces) encodes
+  // a long text in pieces of about kSentencePieceChunkBytes cut at single spaces, with the same
+  // ids: SentencePiece's encoder holds the whole text's symbols and merge candidates at once, so
+  // one 50 MB line took 280 s and 4.3 GB (normal text: ~15 s and 0.3 GB).
   std::vector<int32_t> encode(std::string_view text) const;
+  static constexpr size_t kSentencePieceChunkBytes = 32 << 10;
+  // Whether encode() may cut a SentencePiece model's input at single spaces: every piece holds
+  // the word-boundary mark U+2581 only as its first character (or is made of it alone), and the
+  // model writes a space as that mark at the start of a word with a dummy prefix, so that the
+  // ids of "x y" are those of "x" followed by those of "y". False for a tokenizer.json.
+  bool splits_at_spaces() const { return splits_at_spaces_; }
   std::string decode(const std::vector<int32_t>& ids) const;
 
   int64_t vocab_size() const;
@@ -61,6 +71,8 @@ class Tokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;  // one of these two
   std::unique_ptr<BpeTokenizer> bpe_;
   std::string path_;
+  bool splits_at_spaces_ = false;
+  std::vector<int32_t> encode_whole(std::string_view text) const;
 };
 
 // The tokenizer in directory `dir` (a checkpoint, prepared data, a Hugging Face model):
