@@ -276,6 +276,14 @@ MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>
   }
   a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(threads)});
   a.insert(a.end(), {"--mca", "orte_abort_on_non_zero_status", "1", "--stdin", "none"});
+  // A train rank starts with SIGUSR1 ignored, through a shell that execs it: the launcher's stop
+  // reaches the ranks as SIGUSR1 (forwarded by mpirun), whose default action kills a rank that
+  // has not reached main, where train blocks it (loading its libraries takes a few hundred ms
+  // where the CUDA ones are linked): 3 runs in 20 lost so, interrupted during start-up (issue 37
+  // §2). Ignored there, it is dropped instead, and the launcher sends it again until the job
+  // ends (run_child). An ignored signal stays ignored across exec; train's own handlers replace it.
+  if (!command.empty() && command.front() == "train")
+    a.insert(a.end(), {"/bin/sh", "-c", "trap \"\" USR1; exec \"$0\" \"$@\""});
   a.push_back(exe);
   a.insert(a.end(), command.begin(), command.end());
   return plan;

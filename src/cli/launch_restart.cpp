@@ -210,6 +210,9 @@ int run_child(const MpirunCommand& plan) {
     // SIGTERM from the kernel and ends the job, instead of running on unsupervised.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != launcher) _exit(kExecFailed);  // it died before the line above
+    // mpirun catches SIGUSR1 to pass it on, and puts back the disposition it found when it takes
+    // its handler down at the end: ignored, a stop resent then (see resend_stop) cannot kill it.
+    if (!plan.srun) signal(SIGUSR1, SIG_IGN);
     exec_plan(plan);
     std::fprintf(stderr, "boostlm launch: cannot run %s: %s%s\n", plan.argv[0].c_str(),
                  std::strerror(errno),
@@ -223,6 +226,17 @@ int run_child(const MpirunCommand& plan) {
   close(errors[1]);
   int status = 0;
   bool aborted = false;
+  // mpirun: the first stop's SIGUSR1 again every second until the job ends, for a rank that
+  // dropped it while it was starting (plan_mpirun) or did not exist yet. A train rank takes one
+  // stop and consumes the rest; a second stop signal (SIGTERM to mpirun) ends the resending.
+  auto last_stop = std::chrono::steady_clock::now();
+  const auto resend_stop = [&] {
+    if (plan.srun || g_stop_count != 1) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_stop < std::chrono::seconds(1)) return;
+    last_stop = now;
+    kill(pid, SIGUSR1);
+  };
   // srun: a second SIGINT within the second (see forward_signal).
   const auto abort_srun_step = [&] {
     if (plan.srun && g_stop_count >= 2 && !aborted) {
@@ -240,6 +254,7 @@ int run_child(const MpirunCommand& plan) {
     pollfd readable{errors[0], POLLIN, 0};
     const int ready = poll(&readable, 1, 200);
     abort_srun_step();
+    if (!exited) resend_stop();
     if (ready > 0) {
       char buffer[4096];
       const ssize_t n = read(errors[0], buffer, sizeof buffer);
