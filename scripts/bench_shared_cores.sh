@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Threads on shared cores (issue 37): generate's tokens/s and a training step's time, on an idle
-# machine and beside LOAD busy processes, for each OpenMP wait policy, in one run:
-#   default   libgomp's own choice (OMP_WAIT_POLICY and GOMP_SPINCOUNT unset), all the cores
-#   passive   OMP_WAIT_POLICY=passive: a waiting thread sleeps at once
-#   spinN     GOMP_SPINCOUNT=N: a waiting thread spins N times, then sleeps
-#   threadsN  OMP_NUM_THREADS=N
-# Usage: [POLICIES="default passive ..."] scripts/bench_shared_cores.sh [LOAD [ROUNDS]]
-# (default: the four above with spin10000 and threads1; 2 x cores busy loops; 3 rounds)
+# Threads on shared cores (issue 37 §4, core/threads.h): generate's tokens/s and a training step's
+# time, on an idle machine and beside LOAD busy processes, for each threading policy, in one run:
+#   adaptive  boostlm's default: the thread governor shrinks the OpenMP team while other work
+#             holds cores (libgomp's own wait policy, all the cores at start)
+#   fixed     BOOSTLM_THREADS=fixed: the whole team always (boostlm before the governor)
+#   passive   fixed, with OMP_WAIT_POLICY=passive: a waiting thread sleeps at once
+#   spinN     fixed, with GOMP_SPINCOUNT=N: a waiting thread spins N times, then sleeps
+#   threadsN  fixed, with OMP_NUM_THREADS=N
+# Usage: [POLICIES="adaptive fixed ..."] scripts/bench_shared_cores.sh [LOAD [ROUNDS]]
+# (default: adaptive fixed passive threads1; 2 x cores busy loops; 3 rounds)
 # MODEL (default configs/tiny-cola.json, the quickstart's) with a small vocabulary, freshly
 # initialised: its speed, not its text, is measured. Each figure is the median of the rounds;
 # run it alone (a build beside it is load it does not count).
@@ -28,15 +30,17 @@ model=${MODEL:-configs/tiny-cola.json}
 "$boostlm" init -c "$model" --vocab-size 320 -o "$work/model" \
   --tokenizer "$work/data/tokenizer.model" > /dev/null
 
-# run POLICY COMMAND...: the command under the wait policy's environment.
+# run POLICY COMMAND...: the command under the policy's environment.
 run() {
   local policy=$1
   shift
+  local keep=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_NUM_THREADS -u BOOSTLM_THREADS)
   case $policy in
-    default) env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_NUM_THREADS "$@" ;;
-    passive) env -u GOMP_SPINCOUNT -u OMP_NUM_THREADS OMP_WAIT_POLICY=passive "$@" ;;
-    spin*) env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS GOMP_SPINCOUNT=${policy#spin} "$@" ;;
-    threads*) env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_NUM_THREADS=${policy#threads} "$@" ;;
+    adaptive) "${keep[@]}" "$@" ;;
+    fixed) "${keep[@]}" BOOSTLM_THREADS=fixed "$@" ;;
+    passive) "${keep[@]}" BOOSTLM_THREADS=fixed OMP_WAIT_POLICY=passive "$@" ;;
+    spin*) "${keep[@]}" BOOSTLM_THREADS=fixed GOMP_SPINCOUNT=${policy#spin} "$@" ;;
+    threads*) "${keep[@]}" BOOSTLM_THREADS=fixed OMP_NUM_THREADS=${policy#threads} "$@" ;;
     *) echo "bench_shared_cores: unknown policy $policy" >&2; exit 2 ;;
   esac
 }
@@ -64,7 +68,7 @@ for state in idle loaded; do
   if [ "$state" = loaded ]; then
     for ((i = 0; i < load; i++)); do (while :; do :; done) & busy+=($!); done
   fi
-  for policy in ${POLICIES:-default passive spin10000 threads1}; do
+  for policy in ${POLICIES:-adaptive fixed passive threads1}; do
     g=() t=()
     for ((r = 0; r < rounds; r++)); do
       g+=("$(tokens_per_s "$policy")")

@@ -11,6 +11,19 @@
 
 namespace boostlm::cli {
 
+namespace {
+
+// "2 threads", or "2 threads, 1 while other work held the cores" (core/threads.h).
+std::string threads_used(const GenerateStats& stats) {
+  std::string text =
+      std::to_string(stats.threads) + (stats.threads == 1 ? " thread" : " threads");
+  if (stats.fewest_threads < stats.threads)
+    text += ", " + std::to_string(stats.fewest_threads) + " while other work held the cores";
+  return text;
+}
+
+}  // namespace
+
 void add_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "sample text from a checkpoint");
   add_device_option(*cmd);
@@ -84,10 +97,10 @@ void add_generate(CLI::App& app) {
     const int64_t later = stats.new_tokens - 1;
     std::fprintf(stderr,
                  "generate: %lld prompt tokens in %.3f s (with the first new token); %lld more "
-                 "tokens at %.1f tokens/s (%s)\n",
+                 "tokens at %.1f tokens/s (%s, %s)\n",
                  static_cast<long long>(stats.prompt_tokens), stats.prefill_s,
                  static_cast<long long>(later), later > 0 ? later / stats.decode_s : 0.0,
-                 a->sample.kv_cache ? "KV cache" : "no cache");
+                 a->sample.kv_cache ? "KV cache" : "no cache", threads_used(stats).c_str());
   });
 }
 

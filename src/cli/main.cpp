@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "train/trainer.h"
 
 namespace {
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   boostlm::cli::finish_help(app);
   int code = 0;
   try {
+    boostlm::ThreadGovernor::instance();  // checks BOOSTLM_THREADS before any work
     boostlm::cli::check_command_name(app, argc, argv);
     app.parse(argc, argv);
     code = boostlm::cli::exit_code();

@@ -1,6 +1,6 @@
 # The lowest floor (src/core: errors, dtypes, buffers and their allocator, parameter tables, RNG,
-# timers, file and host-file helpers): boostlm_base, which everything else links. It knows no
-# kernels, processes or models.
+# timers, file and host-file helpers, the thread governor): boostlm_base, which everything else
+# links. It knows no kernels, processes or models.
 add_library(boostlm_base STATIC
   ${CMAKE_CURRENT_LIST_DIR}/error.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dtype.cpp
@@ -13,6 +13,7 @@ add_library(boostlm_base STATIC
   ${CMAKE_CURRENT_LIST_DIR}/file_io.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hostfile.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fiber.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/threads.cpp
 )
 target_include_directories(boostlm_base PUBLIC ${PROJECT_SOURCE_DIR}/src)
 # OpenMP: the initialisation RNG fills tensors in parallel.

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/threads.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
@@ -163,7 +164,11 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt,
   if (o.kv_cache) cache = std::make_unique<KvDecoder>(model);
   GenerateStats s;
   s.prompt_tokens = static_cast<int64_t>(prompt.size());
+  ThreadGovernor& governor = ThreadGovernor::instance();
+  s.threads = s.fewest_threads = governor.threads();
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    governor.tick();
+    s.fewest_threads = std::min(s.fewest_threads, governor.threads());
     const auto start = std::chrono::steady_clock::now();
     if (!cache) {
       const int64_t T = std::min<int64_t>(context.size(), window);

@@ -30,6 +30,7 @@ struct GenerateStats {
   int64_t prompt_tokens = 0, new_tokens = 0;
   double prefill_s = 0;  // the prompt (cache) or the first token (no cache)
   double decode_s = 0;   // every token after the first
+  int threads = 0, fewest_threads = 0;  // the OpenMP team at the start, and its smallest size
 };
 
 // Incremental decoding of one sequence by the model's weights (dense, svd or cola): the keys and

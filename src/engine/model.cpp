@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/fiber.h"
 #include "core/profile.h"
+#include "core/threads.h"
 #include "kernels/adamw.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
@@ -234,8 +235,10 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
   BOOSTLM_PHASE("block_forward");
   for_each_chunk([&](Layout& blocks, int c, int64_t row0) {
     const int64_t at = row0 * rc;
-    for (int64_t l = first_layer_; l < last_layer_; ++l)
+    for (int64_t l = first_layer_; l < last_layer_; ++l) {
+      ThreadGovernor::instance().tick();  // the team may shrink or grow between blocks
       blocks.block_forward(l, resid(l) + at, resid(l + 1) + at);
+    }
     held_[c] = {last_layer_ - 1, micro_};
   });
 }
@@ -422,6 +425,7 @@ void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
         [&](Layout& blocks, int c, int64_t row0) {
           const int64_t at = row0 * rc;
           for (int64_t l = last_layer_ - 1; l >= first_layer_; --l) {
+            ThreadGovernor::instance().tick();
             // Whole-block recomputation: rerun the block's forward (collectives included) to
             // rebuild its activations, unless they are the ones the forward pass left in the slot.
             if (options().recompute == Recompute::block &&

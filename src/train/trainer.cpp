@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/profile.h"
+#include "core/threads.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/shard.h"
@@ -167,6 +168,7 @@ double evaluate(Model& model, const EvalSet& set, int64_t batch_size, int64_t se
   Pipeline pipeline(model);
   double total = 0;
   for (int64_t i = 0; i < set.windows; ++i) {
+    ThreadGovernor::instance().tick();
     const Batch b = windows.window(i);
     total += pipeline.forward({b.inputs.data(), b.targets.data()}, batch_size, seq_len);
   }
@@ -183,6 +185,7 @@ TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens
   double total = 0;
   // Rows of `length` targets from token `start`: inputs tokens[start, ...), targets one later.
   auto run = [&](int64_t start, int64_t rows, int64_t length) {
+    ThreadGovernor::instance().tick();
     const float loss =
         pipeline.forward({tokens.data() + start, tokens.data() + start + 1}, rows, length);
     total += static_cast<double>(loss) * static_cast<double>(rows * length);
@@ -193,6 +196,7 @@ TokenScore evaluate_every_token(Model& model, const std::vector<int32_t>& tokens
     // Sliding windows [start, end) of targets; [start, scored) was scored by the windows before.
     int64_t scored = 0;
     for (int64_t start = 0; scored < targets; start += stride) {
+      ThreadGovernor::instance().tick();
       const int64_t end = std::min(start + seq_len, targets);
       const int64_t context = scored - start;  // targets of this window already scored
       const double whole =
@@ -248,6 +252,7 @@ struct StepRecord {
   double overlap_wait_s = 0, overlap_hidden_s = 0;  // --tp-overlap's collectives (comm/overlap.h)
   PipelineTimes stages;
   bool finite = true, signalled = false;
+  int threads = 1;  // the OpenMP team that ran it (core/threads.h)
 };
 
 // A training run in pieces: the constructor sets it up (grid, checkpoint, data, model, optimizer,
@@ -390,6 +395,8 @@ void TrainingRun::restore(const std::string& resume_dir, const std::string& init
 
 StepRecord TrainingRun::step() {
   StepRecord r;
+  ThreadGovernor::instance().tick();
+  r.threads = ThreadGovernor::instance().threads();
   const double t0 = now_s();
   const CommOverlap::Stats overlap_before =
       model_->overlap() ? model_->overlap()->stats() : CommOverlap::Stats{};
@@ -445,6 +452,7 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
       {"grad_norm", r.grad_norm},
       {"step_ms", r.seconds * 1e3},
       {"tokens_per_s", tokens_per_step_ / r.seconds},
+      {"threads", r.threads},
       {"mfu", mfu},
       {"tokens_seen", state_.tokens_seen},
       {"peak_rss_mb", peak_rss_mb()},
@@ -534,13 +542,14 @@ TrainResult TrainingRun::run() {
   if (root_)
     std::fprintf(stderr,
                  "boostlm train: %s %s, %.2fM parameters, %s (GEMM: %s), layout %s, tp %d x pp "
-                 "%d x dp %d, %ld tokens/step, steps %ld..%ld, %d thread%s per rank\n",
+                 "%d x dp %d, %ld tokens/step, steps %ld..%ld, %d thread%s per rank%s\n",
                  to_string(config_.arch).c_str(), model_source().c_str(),
                  model_->full_params().parameter_count() / 1e6, to_string(o_.precision).c_str(),
                  gemm_engine(o_.precision),
                  to_string(model_->layout()).c_str(), grid_.shape().tp, grid_.shape().pp,
                  grid_.shape().dp, tokens_per_step_, state_.step, o_.steps, omp_get_max_threads(),
-                 omp_get_max_threads() == 1 ? "" : "s");
+                 omp_get_max_threads() == 1 ? "" : "s",
+                 ThreadGovernor::instance().describe().c_str());
   // Not cleared here: a stop asked for during start-up is honoured after the first step.
   std::vector<void (*)(int)> old_handlers;
   for (int sig : kStopSignals) old_handlers.push_back(std::signal(sig, on_signal));

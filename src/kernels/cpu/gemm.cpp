@@ -2,6 +2,7 @@
 #include "kernels/cpu/kernels.h"
 
 #include <immintrin.h>
+#include <omp.h>
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "core/device.h"
 #include "core/profile.h"
+#include "core/threads.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/gemm_counters.h"
 
@@ -22,11 +24,18 @@ namespace boostlm::cpu {
 namespace {
 
 // Matmul primitives are expensive to create; one is built per distinct shape (batch and strides
-// included) and reused.
+// included) and thread count, and reused. A primitive keeps the thread count it was created with:
+// oneDNN divides the work by it then and runs that many threads whatever the team is later.
+// fp32 primitives are made for the team of the moment, so they follow the thread governor
+// (core/threads.h) when it shrinks the team on shared cores; their results are the same bits on
+// any team. bf16 ones are not: oneDNN's bf16 blocking sums some small weight-gradient products
+// in a different order on another thread count (seen at 3 threads: 2e-9 in the K and V factors'
+// gradients), so they are made for the process's starting team whatever the team is, and keep
+// it: a run's bits never depend on the machine's load, at the price of those GEMMs not adapting.
 struct MatmulEngine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+  using Key = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                          int64_t, int64_t, int64_t, int64_t, float, float>;
   struct Cached {
     dnnl::matmul::primitive_desc pd;
@@ -131,7 +140,11 @@ void matmul(dnnl::memory::data_type type, Trans ta, Trans tb, int64_t M, int64_t
   using dnnl::memory;
   MatmulEngine& e = matmul_engine();
   const int64_t count = batch.count;
-  MatmulEngine::Key key{static_cast<int>(type),
+  const int team = omp_get_max_threads();
+  const int threads =
+      type == dnnl::memory::data_type::bf16 ? ThreadGovernor::instance().max_threads() : team;
+  MatmulEngine::Key key{threads,
+                        static_cast<int>(type),
                         static_cast<int>(ta),
                         static_cast<int>(tb),
                         count,
@@ -159,8 +172,10 @@ void matmul(dnnl::memory::data_type type, Trans ta, Trans tb, int64_t M, int64_t
       ops.append_sum(beta);
       attr.set_post_ops(ops);
     }
+    if (threads != team) omp_set_num_threads(threads);  // oneDNN reads the team at creation
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, e.engine);
     it = e.primitives.emplace(key, MatmulEngine::Cached{pd, dnnl::matmul(pd)}).first;
+    if (threads != team) omp_set_num_threads(team);
   }
   const dnnl::matmul::primitive_desc& pd = it->second.pd;
   memory a_mem(pd.src_desc(), e.engine, const_cast<void*>(a.data));
