@@ -15,8 +15,7 @@ namespace {
 
 // "2 threads", or "2 threads, 1 while other work held the cores" (core/threads.h).
 std::string threads_used(const GenerateStats& stats) {
-  std::string text =
-      std::to_string(stats.threads) + (stats.threads == 1 ? " thread" : " threads");
+  std::string text = std::to_string(stats.threads) + (stats.threads == 1 ? " thread" : " threads");
   if (stats.fewest_threads < stats.threads)
     text += ", " + std::to_string(stats.fewest_threads) + " while other work held the cores";
   return text;

@@ -5,10 +5,8 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string_view>
 
 #include "core/error.h"
@@ -20,14 +18,14 @@ ThreadPolicy::ThreadPolicy(int max_threads)
     : max_threads_(std::max(1, max_threads)), threads_(max_threads_) {}
 
 int ThreadPolicy::next(const CpuShareSample& window, double now_s) {
-  int busy = 0, waiting = 0, free = 0;
+  int busy = 0, waiting = 0, unhindered = 0;
   for (const ThreadTimes& t : window.threads) {
     const double runnable_s = t.run_s + t.wait_s;
     if (window.seconds <= 0 || runnable_s < kBusy * window.seconds) continue;
     ++busy;
     const double share = t.run_s / runnable_s;
     waiting += share < kContended;
-    free += share > kFree;
+    unhindered += share > kFree;
   }
   if (busy == 0) return threads_;  // nothing ran (reading, waiting for a peer): nothing learnt
   if (waiting > 0) {
@@ -35,7 +33,7 @@ int ThreadPolicy::next(const CpuShareSample& window, double now_s) {
     trying_ = false;
     retry_at_s_ = now_s + retry_after_s_;
     threads_ = std::max(1, threads_ - waiting);
-  } else if (free == busy) {
+  } else if (unhindered == busy) {
     if (trying_) {
       trying_ = false;  // the full team ran without waiting: the cores are free again
       retry_after_s_ = kFirstRetry_s;
@@ -64,9 +62,7 @@ ThreadGovernor& ThreadGovernor::instance() {
 }
 
 ThreadGovernor::ThreadGovernor()
-    : mode_(Mode::adaptive),
-      policy_(omp_get_max_threads()),
-      fewest_(omp_get_max_threads()) {
+    : mode_(Mode::adaptive), policy_(omp_get_max_threads()), fewest_(omp_get_max_threads()) {
   const bool asked = adaptive_asked();
   CpuShareSample probe;
   if (policy_.max_threads() == 1)  // a rank that launch gave one core, or OMP_NUM_THREADS=1
@@ -76,16 +72,23 @@ ThreadGovernor::ThreadGovernor()
   else if (!read(&probe))
     mode_ = Mode::no_schedstat;
   adaptive_ = mode_ == Mode::adaptive;
+  trace_ = std::getenv("BOOSTLM_THREADS_TRACE") != nullptr;
 }
 
-int ThreadGovernor::threads() const { return adaptive_ ? policy_.threads() : omp_get_max_threads(); }
+int ThreadGovernor::threads() const {
+  return adaptive_ ? policy_.threads() : omp_get_max_threads();
+}
 
 std::string ThreadGovernor::describe() const {
   switch (mode_) {
-    case Mode::adaptive: return " (fewer while other work holds the cores)";
-    case Mode::fixed: return " (BOOSTLM_THREADS=fixed)";
-    case Mode::no_schedstat: return " (fixed: the kernel keeps no schedstat)";
-    case Mode::one_thread: break;
+    case Mode::adaptive:
+      return " (fewer while other work holds the cores)";
+    case Mode::fixed:
+      return " (BOOSTLM_THREADS=fixed)";
+    case Mode::no_schedstat:
+      return " (fixed: the kernel keeps no schedstat)";
+    case Mode::one_thread:
+      break;
   }
   return "";
 }
@@ -134,7 +137,7 @@ void ThreadGovernor::tick() {
   window_start_s_ = now;
   const int before = policy_.threads();
   const int threads = policy_.next(window, now);
-  if (std::getenv("BOOSTLM_THREADS_TRACE")) {
+  if (trace_) {
     std::fprintf(stderr, "threads: %.3f s", window.seconds);
     for (auto& t : window.threads) std::fprintf(stderr, " [%.3f %.3f]", t.run_s, t.wait_s);
     std::fprintf(stderr, " -> %d\n", threads);

@@ -19,7 +19,8 @@
 // thread count splits rows, never a reduction), and so do oneDNN's sgemm and fp32 matmul on the
 // shapes tested; oneDNN's bf16 matmul does not, so it keeps the starting team (kernels/cpu/
 // gemm.cpp). Tested in Model.StepIsTheSameOnEveryThreadCount (1, 2 and 3 threads).
-// BOOSTLM_THREADS=fixed keeps the team at its starting size (OMP_NUM_THREADS, or what main chose).
+// BOOSTLM_THREADS=fixed keeps the team at its starting size (OMP_NUM_THREADS, or what main chose);
+// BOOSTLM_THREADS_TRACE=1 prints each window's per-thread run and wait seconds and the team chosen.
 #pragma once
 
 #include <cstdint>
@@ -73,9 +74,9 @@ class ThreadGovernor {
   // Cheap (a clock read) except every kWindow_s, when it samples and may change the team.
   void tick();
   bool adaptive() const { return adaptive_; }
-  int threads() const;        // the team now
+  int threads() const;                                       // the team now
   int max_threads() const { return policy_.max_threads(); }  // the team at start
-  int fewest_threads() const { return fewest_; }  // the smallest team so far
+  int fewest_threads() const { return fewest_; }             // the smallest team so far
   // For a run's first line, after its thread count: " (fewer while other work holds the
   // cores)", " (BOOSTLM_THREADS=fixed)", " (fixed: no schedstat)", or "" for one thread.
   std::string describe() const;
@@ -98,7 +99,7 @@ class ThreadGovernor {
   };
   enum class Mode { adaptive, one_thread, fixed, no_schedstat };
   Mode mode_;
-  bool adaptive_ = false;
+  bool adaptive_ = false, trace_ = false;
   ThreadPolicy policy_;
   bool started_ = false;
   double window_start_s_ = 0;

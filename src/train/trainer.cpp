@@ -545,10 +545,9 @@ TrainResult TrainingRun::run() {
                  "%d x dp %d, %ld tokens/step, steps %ld..%ld, %d thread%s per rank%s\n",
                  to_string(config_.arch).c_str(), model_source().c_str(),
                  model_->full_params().parameter_count() / 1e6, to_string(o_.precision).c_str(),
-                 gemm_engine(o_.precision),
-                 to_string(model_->layout()).c_str(), grid_.shape().tp, grid_.shape().pp,
-                 grid_.shape().dp, tokens_per_step_, state_.step, o_.steps, omp_get_max_threads(),
-                 omp_get_max_threads() == 1 ? "" : "s",
+                 gemm_engine(o_.precision), to_string(model_->layout()).c_str(), grid_.shape().tp,
+                 grid_.shape().pp, grid_.shape().dp, tokens_per_step_, state_.step, o_.steps,
+                 omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s",
                  ThreadGovernor::instance().describe().c_str());
   // Not cleared here: a stop asked for during start-up is honoured after the first step.
   std::vector<void (*)(int)> old_handlers;

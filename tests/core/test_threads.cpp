@@ -15,8 +15,8 @@ CpuShareSample window(std::vector<ThreadTimes> threads, double seconds = 0.2) {
 
 const CpuShareSample kIdle2 = window({{0.2, 0.0}, {0.199, 0.001}});
 const CpuShareSample kShared2 = window({{0.1, 0.1}, {0.1, 0.1}});  // another process, 2 cores
-const CpuShareSample kAlone1 = window({{0.2, 0.001}});                // one thread, not waiting
-const CpuShareSample kShared1 = window({{0.08, 0.12}});              // one thread, waiting
+const CpuShareSample kAlone1 = window({{0.2, 0.001}});             // one thread, not waiting
+const CpuShareSample kShared1 = window({{0.08, 0.12}});            // one thread, waiting
 
 TEST(ThreadPolicy, AnIdleMachineKeepsTheWholeTeam) {
   ThreadPolicy policy(2);
