@@ -9,6 +9,8 @@
 #   threadsN  fixed, with OMP_NUM_THREADS=N
 # Usage: [POLICIES="adaptive fixed ..."] scripts/bench_shared_cores.sh [LOAD [ROUNDS]]
 # (default: adaptive fixed passive threads1; 2 x cores busy loops; 3 rounds)
+# PRECISION (default fp32) is train's --precision; in bf16 oneDNN's bf16 matmul keeps the whole
+# team (kernels/cpu/gemm.cpp), so there only the other kernels adapt.
 # MODEL (default configs/tiny-cola.json, the quickstart's) with a small vocabulary, freshly
 # initialised: its speed, not its text, is measured. Each figure is the median of the rounds;
 # run it alone (a build beside it is load it does not count).
@@ -54,7 +56,8 @@ tokens_per_s() {  # POLICY
 step_ms() {  # POLICY: the median step time of 30 steps after 5
   rm -rf "$work/run"
   run "$1" timeout 600 "$boostlm" train -c "$model" -d "$work/data" -o "$work/run" \
-    -b 4 -t 128 --steps 35 --eval-interval 0 --eval-batches 1 --save-interval 0 > /dev/null 2>&1
+    -b 4 -t 128 --steps 35 --eval-interval 0 --eval-batches 1 --save-interval 0 \
+    --precision "${PRECISION:-fp32}" > /dev/null 2>&1
   python3 -c "
 import json, statistics, sys
 ms = [json.loads(l)['step_ms'] for l in open(sys.argv[1])][5:]
@@ -78,4 +81,4 @@ for state in idle loaded; do
   done
   stop_load
 done
-echo "($(nproc) cores; loaded: $load busy processes; median of $rounds rounds)"
+echo "($(nproc) cores; loaded: $load busy processes; train in ${PRECISION:-fp32}; median of $rounds rounds)"

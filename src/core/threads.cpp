@@ -79,6 +79,15 @@ int ThreadGovernor::threads() const {
   return adaptive_ ? policy_.threads() : omp_get_max_threads();
 }
 
+void ThreadGovernor::hold(const char* why) {
+  if (mode_ == Mode::one_thread || mode_ == Mode::held) return;
+  if (adaptive_ && policy_.threads() != policy_.max_threads())
+    omp_set_num_threads(policy_.max_threads());
+  mode_ = Mode::held;
+  held_for_ = why;
+  adaptive_ = false;
+}
+
 std::string ThreadGovernor::describe() const {
   switch (mode_) {
     case Mode::adaptive:
@@ -87,6 +96,8 @@ std::string ThreadGovernor::describe() const {
       return " (BOOSTLM_THREADS=fixed)";
     case Mode::no_schedstat:
       return " (fixed: the kernel keeps no schedstat)";
+    case Mode::held:
+      return std::string(" (fixed: ") + held_for_ + ")";
     case Mode::one_thread:
       break;
   }

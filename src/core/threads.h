@@ -78,14 +78,11 @@ class ThreadGovernor {
   int max_threads() const { return policy_.max_threads(); }  // the team at start
   int fewest_threads() const { return fewest_; }             // the smallest team so far
   // For a run's first line, after its thread count: " (fewer while other work holds the
-  // cores)", " (BOOSTLM_THREADS=fixed)", " (fixed: no schedstat)", or "" for one thread.
+  // cores)", " (BOOSTLM_THREADS=fixed)", " (fixed: <why>)", or "" for one thread.
   std::string describe() const;
-  // Keeps the team as it is from now on, as BOOSTLM_THREADS=fixed: for a caller (a test, a
-  // measurement) that sets the thread count itself.
-  void hold() {
-    mode_ = Mode::fixed;
-    adaptive_ = false;
-  }
+  // Keeps the whole team from now on (restored if it had shrunk), for `why` (said in describe()):
+  // for a caller that sets the thread count itself (a test) or kernels that keep theirs.
+  void hold(const char* why);
   static constexpr double kWindow_s = 0.2;
 
  private:
@@ -97,9 +94,10 @@ class ThreadGovernor {
   struct Times {
     uint64_t run_ns = 0, wait_ns = 0;
   };
-  enum class Mode { adaptive, one_thread, fixed, no_schedstat };
+  enum class Mode { adaptive, one_thread, fixed, no_schedstat, held };
   Mode mode_;
   bool adaptive_ = false, trace_ = false;
+  const char* held_for_ = "";
   ThreadPolicy policy_;
   bool started_ = false;
   double window_start_s_ = 0;

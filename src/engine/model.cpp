@@ -116,6 +116,12 @@ void Model::bind() {
     BOOSTLM_ASSERT(entries[0].name == "model.embed_tokens.weight");
     bf16_begin_ = entries.size() > 1 ? entries[1].offset : table_.total_elements();
   }
+  // oneDNN's bf16 matmul runs the team it was made with; beside it, a smaller team for the other
+  // kernels was slower on shared cores than the whole one (bf16 tiny cola beside 4 busy processes
+  // on 2 cores: 757 against 626 ms per step; the pool's idle thread must be woken for each
+  // matmul), so such a run keeps its threads.
+  if (gemm_keeps_threads(compute_))
+    ThreadGovernor::instance().hold("oneDNN's bf16 matmul keeps its threads");
   if (compute_ == DType::bf16)
     weights_bf16_.resize(table_.total_elements() - bf16_begin_);
   else

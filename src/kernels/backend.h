@@ -263,6 +263,10 @@ struct KernelTable {
   // How the backend's GEMMs of a precision run ("oneDNN bf16 matmul", a fallback, "cuBLASLt"):
   // not a kernel, said in a run's first line (kernels/gemm.h's gemm_engine).
   const char* (*describe_gemm)(DType compute) = nullptr;
+  // Whether the backend's GEMMs of a precision keep the thread count they were made with (oneDNN's
+  // bf16 matmul primitives, kernels/cpu/gemm.cpp): the thread governor then holds the whole team
+  // (core/threads.h). Null: they do not.
+  bool (*gemm_keeps_threads)(DType compute) = nullptr;
   // The backend's own measurement of its GEMM rate (kernels/gemm_measure.h), where timing the
   // interface's gemm on the host clock would be wrong (a GPU's calls return before they run);
   // null: timed on the host clock there.

@@ -38,6 +38,11 @@ const char* gemm_engine(DType compute) {
   return t.describe_gemm ? t.describe_gemm(compute) : t.backend;
 }
 
+bool gemm_keeps_threads(DType compute) {
+  const KernelTable& t = active();
+  return t.gemm_keeps_threads != nullptr && t.gemm_keeps_threads(compute);
+}
+
 int kernel_table_size() {
   int n = 0;
 #define BOOSTLM_COUNT_ENTRY(ret, function, entry, params, args) ++n;

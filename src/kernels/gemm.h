@@ -65,6 +65,11 @@ void gemm_batched(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
 // it: on a CPU without AVX-512, bf16 GEMMs run as fp32 GEMMs of the widened operands).
 const char* gemm_engine(DType compute);
 
+// Whether the active backend's GEMMs of `compute` precision keep the thread count they were made
+// with whatever the OpenMP team is later (on the CPU: bf16 on oneDNN's bf16 matmul). A model that
+// runs them holds the thread governor's whole team (core/threads.h).
+bool gemm_keeps_threads(DType compute);
+
 // Rounds a rows x cols fp32 block (row stride ld) to bf16, contiguous (row stride cols).
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst);
 

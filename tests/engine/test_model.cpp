@@ -192,7 +192,7 @@ TEST(Model, Bf16LossAndGradientsAgreeWithFp32) {
 // team: made for the team of the moment, the svd and cola K and V factors' bf16 gradients were
 // 2e-9 off on 3 threads) and the attention is tiled: the thread count splits rows, never a sum.
 TEST(Model, StepIsTheSameOnEveryThreadCount) {
-  ThreadGovernor::instance().hold();  // the test sets the team itself
+  ThreadGovernor::instance().hold("the test sets the team");
   const int threads_before = omp_get_max_threads();
   for (Arch arch : {Arch::dense, Arch::svd, Arch::cola})
     for (DType compute : {DType::f32, DType::bf16}) {

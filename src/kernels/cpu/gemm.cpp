@@ -307,6 +307,10 @@ bool bf16_matmul_available() {
   return available;
 }
 
+bool gemm_keeps_threads(DType compute) {
+  return compute == DType::bf16 && bf16_matmul_available();
+}
+
 const char* describe_gemm(DType compute) {
   if (compute == DType::f32) return "oneDNN fp32 (sgemm and matmul)";
   return bf16_matmul_available()

@@ -19,5 +19,6 @@ BOOSTLM_KERNEL_LIST(BOOSTLM_CPU_KERNEL_DECLARATION)
 bool bf16_matmul_available();
 // How this backend's GEMMs of `compute` precision run, for the run's first line.
 const char* describe_gemm(DType compute);
+bool gemm_keeps_threads(DType compute);  // bf16 where oneDNN's bf16 matmul runs it
 
 }  // namespace boostlm::cpu

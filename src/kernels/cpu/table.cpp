@@ -9,6 +9,7 @@ const KernelTable& cpu_kernel_table() {
     KernelTable t;
     t.backend = "cpu";
     t.describe_gemm = &cpu::describe_gemm;
+    t.gemm_keeps_threads = &cpu::gemm_keeps_threads;
 #define BOOSTLM_CPU_KERNEL_ENTRY(ret, function, entry, params, args) t.entry = &cpu::function;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CPU_KERNEL_ENTRY)
 #undef BOOSTLM_CPU_KERNEL_ENTRY
