@@ -49,7 +49,7 @@ run() {
 
 tokens_per_s() {  # POLICY
   run "$1" timeout 300 "$boostlm" generate --checkpoint "$work/model" -p "Line 1 of" \
-    --max-new-tokens 200 --temperature 0 2>&1 > /dev/null |
+    --max-new-tokens 1000 --temperature 0 2>&1 > /dev/null |
     sed -n 's/.* \([0-9.]*\) tokens\/s.*/\1/p' | tail -1
 }
 
