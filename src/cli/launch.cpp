@@ -47,8 +47,9 @@
 //    `--kill-on-bad-exit=1` does what orte_abort_on_non_zero_status does for mpirun; binding is
 //    Slurm's (its TaskPlugin), not ours.
 // mpirun runs as a supervised child in a process group of its own (launch_restart.cpp): a Ctrl-C or
-// SIGTERM reaches the launcher alone, which asks every rank to save and stop (SIGUSR1, forwarded by
-// mpirun) and exits 130; with --max-restarts K > 0 a failed job is run again.
+// SIGTERM reaches the launcher alone, which asks every rank to save and stop (a train rank by
+// SIGURG, which mpirun forwards) and exits 130; with --max-restarts K > 0 a failed job is run
+// again.
 #include <netdb.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -57,6 +58,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -276,15 +278,19 @@ MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>
   }
   a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(threads)});
   a.insert(a.end(), {"--mca", "orte_abort_on_non_zero_status", "1", "--stdin", "none"});
-  // A train rank starts with SIGUSR1 ignored, through a shell that execs it: the launcher's stop
-  // reaches the ranks as SIGUSR1 (forwarded by mpirun), whose default action kills a rank that
-  // has not reached main, where train blocks it (loading its libraries takes a few hundred ms
-  // where the CUDA ones are linked): 3 of 20 launch runs interrupted 0-2.7 s after start were
-  // lost so (issue 37 §2). Ignored there, it is dropped instead, and the launcher sends it again
-  // until the job ends (run_child). An ignored signal stays ignored across exec; train's own
-  // handlers replace it.
-  if (!command.empty() && command.front() == "train")
-    a.insert(a.end(), {"/bin/sh", "-c", "trap \"\" USR1; exec \"$0\" \"$@\""});
+  // A train rank is asked to stop with SIGURG, which mpirun passes on when told to. Its default
+  // action is to ignore it: a rank that has not reached train's main, where the stop signals are
+  // blocked and polled, drops it instead of dying, and the launcher sends it again every second
+  // until the job ends (run_child). SIGUSR1 killed ranks still loading their libraries (a few
+  // hundred ms where the CUDA ones are linked): 3 of 20 launch runs interrupted 0-2.7 s after
+  // start were lost so (issue 37 section 2). Starting the rank with it ignored, through
+  // `/bin/sh -c 'trap "" USR1; exec ...'`, left the shell's start-up, where mpirun's handler had
+  // just been reset to the default action by exec, open: 1 start in 10 died under a stop sent
+  // every 5 ms. Other commands keep SIGUSR1, whose default action ends them.
+  if (!command.empty() && command.front() == "train") {
+    a.insert(a.end(), {"--mca", "ess_base_forward_signals", "SIGURG"});
+    plan.stop_signal = SIGURG;
+  }
   a.push_back(exe);
   a.insert(a.end(), command.begin(), command.end());
   return plan;

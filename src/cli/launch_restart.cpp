@@ -39,16 +39,18 @@ namespace fs = std::filesystem;
 constexpr int kExecFailed = 127;
 
 volatile sig_atomic_t g_child = 0;
-volatile sig_atomic_t g_child_srun = 0;  // the child is srun: two SIGINTs abort its step
-volatile sig_atomic_t g_stop_signal = 0;  // the first SIGINT or SIGTERM
+volatile sig_atomic_t g_child_srun = 0;        // the child is srun: two SIGINTs abort its step
+volatile sig_atomic_t g_child_stop = SIGUSR1;  // the child's MpirunCommand::stop_signal
+volatile sig_atomic_t g_stop_signal = 0;       // the first SIGINT or SIGTERM
 volatile sig_atomic_t g_stop_count = 0;
 
 // mpirun runs in a process group of its own (run_child), so a Ctrl-C at a terminal or a signal to
 // the launcher's process group reaches this process alone, once, and is passed on from here only.
 // mpirun's own SIGINT/SIGTERM handling would not do: it sends the ranks SIGTERM and kills them one
 // second later (odls_base_sigkill_timeout), too soon for a checkpoint, and a second SIGINT (the
-// same signal reaching it directly and from here) kills them at once. SIGUSR1 is passed on to
-// every rank instead (Open MPI forwards it), and a train rank saves and stops on it. A second
+// same signal reaching it directly and from here) kills them at once. The plan's stop signal is
+// passed on to every rank instead (SIGURG for train, SIGUSR1 for the rest: Open MPI forwards them),
+// and a train rank saves and stops on it. A second
 // stop signal gives up on the save: SIGTERM to mpirun, which ends the job.
 extern "C" void forward_signal(int sig) {
   const bool first = g_stop_count == 0;
@@ -64,7 +66,7 @@ extern "C" void forward_signal(int sig) {
     (void)!write(STDERR_FILENO, kAbort, sizeof kAbort - 1);
   if (g_child <= 0) return;
   if (first) {
-    kill(g_child, SIGUSR1);  // mpirun and srun both pass it on to every rank
+    kill(g_child, g_child_stop);  // mpirun and srun both pass it on to every rank
   } else if (g_child_srun) {
     // srun ends the step (SIGKILL to every task) on two SIGINTs within a second; run_child
     // sends another in case these two reach it as one.
@@ -108,11 +110,14 @@ void write_all(int fd, const char* data, size_t size) {
   }
 }
 
-// mpirun's stderr, passed on as it comes, except Open MPI's boxed notice "Primary job terminated
-// normally, but 1 process returned a non-zero exit code ... aborted" after a stop the user asked
-// for: every rank then exits 130 on purpose, and the box reads as a failure next to the
-// launcher's own account of the stop. Only a box (a line of dashes, lines, a line of dashes) is
-// held back until it is complete; everything else goes through at once, partial lines too.
+// mpirun's stderr, passed on as it comes, except what reads as a failure, or is noise, after a
+// stop the user asked for: Open MPI's boxed notices that ranks exited non-zero ("Primary job
+// terminated normally, but 1 process returned a non-zero exit code ... aborted", and "mpirun
+// detected that one or more processes exited with non-zero status ... Exit code: 130"), as every
+// rank then exits 130 on purpose, and its line "mpirun: Forwarding signal 23 to job" for each stop
+// passed on. The launcher gives its own account of the stop. Only a box (a line of dashes, lines, a
+// line of dashes) or a line that may be the forwarding one is held back until it is complete;
+// everything else goes through at once, partial lines too.
 class StderrFilter {
  public:
   void feed(const char* data, size_t size) {
@@ -127,24 +132,59 @@ class StderrFilter {
   }
 
  private:
-  enum class State { kText, kFirstLine, kBox };
+  enum class State { kText, kFirstLine, kBox, kForwarding };
+  static constexpr std::string_view kForwardingLine = "mpirun: Forwarding signal ";
 
   static bool is_rule(const std::string& text, size_t from) {  // "-----...\n" from `from`
-    const size_t end = text.size() - 1;  // the newline
+    const size_t end = text.size() - 1;                        // the newline
     return end - from >= 10 && text.find_first_not_of('-', from) == end;
+  }
+
+  // A notice that ranks exited non-zero, where each exit was a stop's 130.
+  static bool is_stop_notice(const std::string& box) {
+    if (box.find("terminated normally, but") != std::string::npos) return true;
+    if (box.find("exited with non-zero status") == std::string::npos) return false;
+    bool stopped = false;
+    for (size_t at = box.find("Exit code:"); at != std::string::npos;
+         at = box.find("Exit code:", at + 1)) {
+      const size_t value = box.find_first_not_of(' ', at + 10);
+      if (value == std::string::npos || box.compare(value, 4, "130\n") != 0) return false;
+      stopped = true;
+    }
+    return stopped;
+  }
+
+  void release_held() {
+    pending_ += held_;
+    held_.clear();
+    state_ = State::kText;
+    line_start_ = true;
   }
 
   void take(char c) {
     switch (state_) {
       case State::kText:
-        if (line_start_ && c == '-') {
+        if (line_start_ && (c == '-' || c == kForwardingLine[0])) {
           flush_pending();
-          state_ = State::kFirstLine;
-          held_ = "-";
+          state_ = c == '-' ? State::kFirstLine : State::kForwarding;
+          held_ = c;
         } else {
           pending_ += c;
         }
         line_start_ = c == '\n';
+        return;
+      case State::kForwarding:
+        held_ += c;
+        if (held_.size() <= kForwardingLine.size()) {
+          if (c != kForwardingLine[held_.size() - 1]) {  // another line: let it through
+            release_held();
+            line_start_ = c == '\n';
+          }
+          return;
+        }
+        if (c != '\n') return;
+        if (g_stop_signal) held_.clear();
+        release_held();
         return;
       case State::kFirstLine:
         held_ += c;
@@ -153,27 +193,17 @@ class StderrFilter {
           state_ = State::kBox;
           line_begin_ = held_.size();
         } else {
-          pending_ += held_;
-          held_.clear();
-          state_ = State::kText;
-          line_start_ = true;
+          release_held();
         }
         return;
       case State::kBox:
         held_ += c;
         if (c != '\n') return;
         if (is_rule(held_, line_begin_) && line_begin_ > 0) {
-          const bool drop =
-              g_stop_signal && held_.find("terminated normally, but") != std::string::npos;
-          if (!drop) pending_ += held_;
-          held_.clear();
-          state_ = State::kText;
-          line_start_ = true;
+          if (g_stop_signal && is_stop_notice(held_)) held_.clear();
+          release_held();
         } else if (held_.size() > kLongestBox) {  // not a box after all: let it through
-          pending_ += held_;
-          held_.clear();
-          state_ = State::kText;
-          line_start_ = true;
+          release_held();
         } else {
           line_begin_ = held_.size();
         }
@@ -210,8 +240,9 @@ int run_child(const MpirunCommand& plan) {
     // SIGTERM from the kernel and ends the job, instead of running on unsupervised.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != launcher) _exit(kExecFailed);  // it died before the line above
-    // mpirun catches SIGUSR1 to pass it on, and puts back the disposition it found when it takes
-    // its handler down at the end: ignored, a stop resent then (see resend_stop) cannot kill it.
+    // mpirun catches the stop signal to pass it on, and puts back the disposition it found when
+    // it takes its handler down at the end: SIGUSR1 ignored, a stop resent then (see resend_stop)
+    // cannot kill it (SIGURG is ignored by default).
     if (!plan.srun) signal(SIGUSR1, SIG_IGN);
     exec_plan(plan);
     std::fprintf(stderr, "boostlm launch: cannot run %s: %s%s\n", plan.argv[0].c_str(),
@@ -221,12 +252,13 @@ int run_child(const MpirunCommand& plan) {
   }
   setpgid(pid, pid);  // also here, so it holds before the first signal whichever runs first
   g_child_srun = plan.srun;
+  g_child_stop = plan.stop_signal;
   g_child = pid;
-  if (g_stop_signal) kill(pid, SIGUSR1);  // it arrived while mpirun was being started
+  if (g_stop_signal) kill(pid, plan.stop_signal);  // it arrived while mpirun was being started
   close(errors[1]);
   int status = 0;
   bool aborted = false;
-  // mpirun: the first stop's SIGUSR1 again every second until the job ends, for a rank that
+  // mpirun: the first stop's signal again every second until the job ends, for a rank that
   // dropped it while it was starting (plan_mpirun) or did not exist yet. A train rank takes one
   // stop and consumes the rest; a second stop signal (SIGTERM to mpirun) ends the resending.
   auto last_stop = std::chrono::steady_clock::now();
@@ -235,7 +267,7 @@ int run_child(const MpirunCommand& plan) {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_stop < std::chrono::seconds(1)) return;
     last_stop = now;
-    kill(pid, SIGUSR1);
+    kill(pid, plan.stop_signal);
   };
   // srun: a second SIGINT within the second (see forward_signal).
   const auto abort_srun_step = [&] {

@@ -47,13 +47,15 @@ namespace fs = std::filesystem;
 namespace {
 
 // SIGINT and SIGTERM stop a run in one process; under `boostlm launch` the launcher turns either
-// into SIGUSR1 to mpirun, which passes it on to every rank (mpirun's own SIGINT/SIGTERM handling
-// kills the ranks one second after asking them to stop: too soon to save a checkpoint).
+// into SIGURG to mpirun (SIGUSR1 to srun), which passes it on to every rank (mpirun's own
+// SIGINT/SIGTERM handling kills the ranks one second after asking them to stop: too soon to save
+// a checkpoint). SIGURG's default action is to ignore it, so a rank that has not reached main
+// drops it unharmed; the launcher sends it again until the job ends.
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) {
   g_signal.store(sig);
 }
-constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGURG};
 
 sigset_t stop_signal_set() {
   sigset_t set;

@@ -29,7 +29,7 @@ struct TrainOptions {
   bool overwrite = false;   // replace an earlier run in out_dir (its metrics and checkpoints)
   // Train a checkpoint (--resume, --init-from) on data of another tokenizer, with a warning.
   bool allow_tokenizer_change = false;
-  int64_t vocab_size = 0;   // overrides the preset's when > 0
+  int64_t vocab_size = 0;  // overrides the preset's when > 0
 
   GridShape grid;                    // TP × PP × DP; the job must have grid.world() ranks
   std::optional<LayoutKind> layout;  // default: dense-tp for dense, btp for low-rank
@@ -79,10 +79,10 @@ struct TrainResult {
 
 TrainResult train(const TrainOptions& options);
 
-// SIGINT, SIGTERM and SIGUSR1 (what `launch` forwards) become a request to save and stop, from
-// this call on: cli/main.cpp makes it first thing for `train`, before MPI starts, so that a stop
-// during start-up is not a death by the default action. A request made before the first step is
-// honoured after it (that step is saved). Idempotent.
+// SIGINT, SIGTERM, SIGUSR1 and SIGURG (what `launch` and srun forward) become a request to save and
+// stop, from this call on: cli/main.cpp makes it first thing for `train`, before MPI starts, so
+// that a stop during start-up is not a death by the default action. A request made before the first
+// step is honoured after it (that step is saved). Idempotent.
 void install_stop_signal_handlers();
 
 // What validation scores (train's val loss, eval --data, convert --data): the first `windows`

@@ -15,6 +15,7 @@
 #            and does not restart.
 #  no-restart --max-restarts 0: a killed rank ends the job, which is not run again; mpirun runs in
 #            a process group of its own under the launcher.
+#  start-up  a stop during start-up, resent every 5 ms, kills no rank: every run saves and exits 130.
 # Usage: test_faults.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
@@ -171,8 +172,11 @@ interrupt() {
     fail "$name: exit $code, checkpoint '${saved}': $(grep -v '^step' "$run.log" | tail -5) $(cat "$run.out")"
   fi
   left_behind "$run" && fail "$name: processes left behind"
-  # Open MPI's box for ranks that exit non-zero reads as a failure after a stop that saved.
-  grep -q "terminated normally, but" "$run.log" && fail "$name: Open MPI's failure notice after a clean stop"
+  # Open MPI's boxes for ranks that exit non-zero read as a failure after a stop that saved; its
+  # line for each signal passed on is noise beside the launcher's own account.
+  grep -q "terminated normally, but\|exited with non-zero status" "$run.log" &&
+    fail "$name: Open MPI's failure notice after a clean stop: $(cat "$run.log")"
+  grep -q "Forwarding signal" "$run.log" && fail "$name: mpirun's forwarding line: $(cat "$run.log")"
 }
 interrupt interrupt launcher --max-restarts 2
 interrupt interrupt-group group --max-restarts 2
@@ -205,4 +209,28 @@ mkdir -p "$work/empty-run" && : > "$work/empty-run/metrics.jsonl" && echo '{}' >
 "$boostlm" train -c "$work/cola.json" -d "$work/data" -t 16 -b 2 --steps 1 --eval-batches 1 \
   -o "$work/empty-run" > /dev/null 2>&1 || fail "start-up: a directory without a completed step was refused"
 
-finish "faults: stall, restart, shrink, interrupt and no-restart behave"
+# --- start-up interrupt: a stop before the ranks can take it is not fatal ----------------------
+# SIGINT to the launcher as soon as mpirun runs, and its stop signal to mpirun every 5 ms from then
+# on: a rank still starting drops it (SIGURG, ignored by default) and takes a later one; every run
+# saves its first step and exits 130. (Ranks started with SIGUSR1 ignored by a shell lost 1 start
+# in 10 so: issue 37.)
+for i in 1 2 3; do
+  run=$work/startup-$i
+  setsid "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --steps 100000 > "$run.out" 2> "$run.log" &
+  launcher=$!
+  mpirun_pid=""
+  for _ in $(seq 1 400); do mpirun_pid=$(pgrep -P "$launcher" mpirun) && break; sleep 0.005; done
+  kill -INT "$launcher"
+  deadline=$((SECONDS + 60))
+  while kill -0 "$launcher" 2> /dev/null && ((SECONDS < deadline)); do
+    kill -URG "$mpirun_pid" 2> /dev/null
+    sleep 0.005
+  done
+  wait "$launcher"; code=$?
+  saved=$(cat "$run/checkpoints/latest" 2> /dev/null)
+  [ "$code" -eq 130 ] && [ -n "$saved" ] && [ -f "$run/checkpoints/$saved/model.safetensors" ] ||
+    fail "start-up interrupt $i: exit $code, checkpoint '$saved': $(tail -4 "$run.log")"
+done
+echo "ok   start-up interrupt: 3 runs stopped before their first step under a stop every 5 ms saved"
+
+finish "faults: stall, restart, shrink, interrupt, no-restart and start-up interrupts behave"
