@@ -287,7 +287,7 @@ MpirunCommand plan_mpirun(const LaunchOptions& o, const std::vector<std::string>
   // `/bin/sh -c 'trap "" USR1; exec ...'`, left the shell's start-up, where mpirun's handler had
   // just been reset to the default action by exec, open: 1 start in 10 died under a stop sent
   // every 5 ms. Other commands keep SIGUSR1, whose default action ends them.
-  if (!command.empty() && command.front() == "train") {
+  if (is_train(command)) {
     a.insert(a.end(), {"--mca", "ess_base_forward_signals", "SIGURG"});
     plan.stop_signal = SIGURG;
   }

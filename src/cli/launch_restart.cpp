@@ -50,8 +50,8 @@ volatile sig_atomic_t g_stop_count = 0;
 // second later (odls_base_sigkill_timeout), too soon for a checkpoint, and a second SIGINT (the
 // same signal reaching it directly and from here) kills them at once. The plan's stop signal is
 // passed on to every rank instead (SIGURG for train, SIGUSR1 for the rest: Open MPI forwards them),
-// and a train rank saves and stops on it. A second
-// stop signal gives up on the save: SIGTERM to mpirun, which ends the job.
+// and a train rank saves and stops on it. A second stop signal gives up on the save: SIGTERM to
+// mpirun, which ends the job.
 extern "C" void forward_signal(int sig) {
   const bool first = g_stop_count == 0;
   g_stop_count = g_stop_count + 1;
@@ -87,6 +87,10 @@ void install_forwarding() {
 }
 
 }  // namespace
+
+bool is_train(const std::vector<std::string>& command) {
+  return !command.empty() && command.front() == "train";
+}
 
 void exec_plan(const MpirunCommand& plan) {
   for (const auto& [name, value] : plan.env) setenv(name.c_str(), value.c_str(), 1);
@@ -135,8 +139,9 @@ class StderrFilter {
   enum class State { kText, kFirstLine, kBox, kForwarding };
   static constexpr std::string_view kForwardingLine = "mpirun: Forwarding signal ";
 
-  static bool is_rule(const std::string& text, size_t from) {  // "-----...\n" from `from`
-    const size_t end = text.size() - 1;                        // the newline
+  // Whether text holds "-----...\n" from `from`.
+  static bool is_rule(const std::string& text, size_t from) {
+    const size_t end = text.size() - 1;  // the newline
     return end - from >= 10 && text.find_first_not_of('-', from) == end;
   }
 
@@ -387,10 +392,6 @@ int int_option(const std::vector<std::string>& words, std::initializer_list<std:
                int fallback) {
   const std::string value = option_value(words, names);
   return value.empty() ? fallback : std::atoi(value.c_str());
-}
-
-bool is_train(const std::vector<std::string>& command) {
-  return !command.empty() && command.front() == "train";
 }
 
 // A train command resumes from its run's latest checkpoint (train's --resume takes the run

@@ -24,6 +24,9 @@ struct MpirunCommand {
   int stop_signal = SIGUSR1;
 };
 
+// Whether the command is `train` (what launch saves on a stop and resumes on a restart).
+bool is_train(const std::vector<std::string>& command);
+
 // Replaces this process with the plan's mpirun (its environment set, stdio flushed first). Returns
 // only when the exec failed, with errno saying why.
 void exec_plan(const MpirunCommand& plan);
