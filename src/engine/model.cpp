@@ -119,9 +119,10 @@ void Model::bind() {
   // oneDNN's bf16 matmul runs the team it was made with; beside it, a smaller team for the other
   // kernels was slower on shared cores than the whole one (bf16 tiny cola beside 4 busy processes
   // on 2 cores: 757 against 626 ms per step; the pool's idle thread must be woken for each
-  // matmul), so such a run keeps its threads.
+  // matmul), so such a run keeps its threads; so does every run where oneDNN's fp32 GEMMs depend
+  // on the thread count (below AVX-512).
   if (gemm_keeps_threads(compute_))
-    ThreadGovernor::instance().hold("oneDNN's bf16 matmul keeps its threads");
+    ThreadGovernor::instance().hold("oneDNN's GEMMs here keep their threads");
   if (compute_ == DType::bf16)
     weights_bf16_.resize(table_.total_elements() - bf16_begin_);
   else

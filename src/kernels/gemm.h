@@ -66,7 +66,8 @@ void gemm_batched(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
 const char* gemm_engine(DType compute);
 
 // Whether the active backend's GEMMs of `compute` precision keep the thread count they were made
-// with whatever the OpenMP team is later (on the CPU: bf16 on oneDNN's bf16 matmul). A model that
+// with whatever the OpenMP team is later, or sum differently on another team (on the CPU: bf16 on
+// oneDNN's bf16 matmul; every GEMM where oneDNN has no AVX-512 kernels). A model that
 // runs them holds the thread governor's whole team (core/threads.h).
 bool gemm_keeps_threads(DType compute);
 

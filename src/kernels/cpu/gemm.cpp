@@ -307,8 +307,19 @@ bool bf16_matmul_available() {
   return available;
 }
 
+// Whether oneDNN runs its AVX-512 (or newer) kernels here. Below them its fp32 GEMMs split sums
+// by the thread count: under ONEDNN_MAX_CPU_ISA=AVX2 a dense step's gradients on 3 threads were
+// not those on 1 (Model.StepIsTheSameOnEveryThreadCount), so there a model keeps its team.
+bool fp32_gemm_follows_threads() {
+  static const bool avx512 = [] {
+    const unsigned core = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
+    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & core) == core;
+  }();
+  return avx512;
+}
+
 bool gemm_keeps_threads(DType compute) {
-  return compute == DType::bf16 && bf16_matmul_available();
+  return (compute == DType::bf16 && bf16_matmul_available()) || !fp32_gemm_follows_threads();
 }
 
 const char* describe_gemm(DType compute) {
