@@ -43,7 +43,7 @@ for i in $(seq 1 "$n"); do
   wait "$pid"
   code=$?
   latest=$(cat run/checkpoints/latest 2> /dev/null)
-  if [ "$code" -ne 130 ] || [ -z "$latest" ] || [ ! -f "run/checkpoints/$latest/model.safetensors" ]; then
+  if [ "$code" -ne 130 ] || [ -z "$latest" ] || [ ! -f "run/checkpoints/$latest/index.json" ]; then
     lost=$((lost + 1))
     echo "lost $i ($how): exit $code, latest '$latest': $(grep -v '^step' log.txt | tail -2 | tr '\n' ' ')"
   fi

@@ -48,10 +48,12 @@ fi
 # communication know no model, and the layouts know nothing of the runtime or the planner above
 # them (engine/, plan/: the planner implements the layouts' WorkSink, not the reverse). Other
 # programs' file formats (formats/) stand on the model and the data alone: the trainer uses them,
-# never the reverse, and they know no processes, layouts or runtime.
+# never the reverse, and they know no processes, layouts or runtime. Sharded checkpoints
+# (checkpoint/) stand on the formats and the communicators: the trainer uses them, never the reverse.
 upward=$(grep -rn '#include "parallel/\|#include "engine/\|#include "train/\|#include "plan/\|#include "formats/' \
   src/model src/kernels src/comm src/core src/data; grep -rn '#include "engine/\|#include "train/\|#include "plan/\|#include "formats/' src/parallel
-  grep -rn '#include "comm/\|#include "parallel/\|#include "engine/\|#include "train/\|#include "plan/\|#include "bench/\|#include "cli/' src/formats)
+  grep -rn '#include "comm/\|#include "parallel/\|#include "engine/\|#include "train/\|#include "plan/\|#include "bench/\|#include "cli/' src/formats
+  grep -rn '#include "train/\|#include "plan/\|#include "bench/\|#include "cli/\|#include "engine/\|#include "parallel/' src/checkpoint)
 if [[ -n $upward ]]; then
   echo "FAIL: an include that points up a floor:"
   echo "$upward"

@@ -94,6 +94,7 @@ nlohmann::json to_json(const plan::StepConfig& c, const StepPrediction& p) {
           {"gemm_utilisation", p.gemm_utilisation},
           {"memory_bytes", p.memory.total()},
           {"activation_bytes", p.memory.activations},
+          {"checkpoint_staging_bytes", p.memory.checkpoint_staging},  // host memory
           {"fits", p.memory.fits()},
           {"links", {{"tp", p.tp_link}, {"dp", p.dp_link}, {"pp", p.pp_link}}}};
 }

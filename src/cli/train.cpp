@@ -101,16 +101,22 @@ void add_train(CLI::App& app) {
   cmd->add_option("--save-interval", o->save_interval, "steps between checkpoints (0: end only)")
       ->check(at_least(0));
   cmd->add_option("--keep", o->keep_checkpoints, "checkpoints kept")->check(at_least(1));
+  auto async_save = std::make_shared<std::string>("on");
+  cmd->add_option("--async-save", *async_save,
+                  "write checkpoints in the background (on): training waits only while each "
+                  "rank copies its shard; off waits for the files")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)")
       ->check(at_least(1));
   add_comm_timeout(*cmd);
-  cmd->callback([cmd, o, precision, layout, rmsnorm, grouping, recompute, overlap] {
+  cmd->callback([cmd, o, precision, layout, rmsnorm, grouping, recompute, overlap, async_save] {
     // What the user typed, as opposed to a default: on --resume it overrides the checkpoint's.
     for (const CLI::Option* option : cmd->get_options())
       if (option->count() > 0 && !option->get_lnames().empty())
         o->given.insert("--" + option->get_lnames().front());
     o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
     o->tp_overlap = parse_overlap_mode(*overlap);
+    o->async_save = *async_save == "on";
     o->precision = parse_dtype(*precision);
     if (!layout->empty()) o->layout = parse_layout(*layout);
     const TrainResult r = train(*o);

@@ -429,6 +429,38 @@ void Communicator::broadcast_bytes(void* data, int64_t bytes, int root) {
   MPI_Bcast(data, to_mpi_count(bytes), MPI_BYTE, root, as_mpi(comm_));
 }
 
+std::vector<std::string> Communicator::gather_text(const std::string& text, int root) {
+  BOOSTLM_ASSERT_MSG(root >= 0 && root < size_, "gather_text: root out of range");
+  if (size_ == 1) return {text};
+  WatchedExchange watch(watch_name_, "gather_text", static_cast<int64_t>(text.size()));
+  const int length = to_mpi_count(static_cast<int64_t>(text.size()));
+  std::vector<int> lengths(rank_ == root ? size_ : 0), displacements(lengths.size());
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, as_mpi(comm_));
+  std::string all;
+  if (rank_ == root) {
+    int64_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      displacements[r] = to_mpi_count(total);
+      total += lengths[r];
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displacements.data(),
+              MPI_CHAR, root, as_mpi(comm_));
+  std::vector<std::string> out;
+  for (size_t r = 0; r < lengths.size(); ++r)
+    out.push_back(all.substr(static_cast<size_t>(displacements[r]), static_cast<size_t>(lengths[r])));
+  return out;
+}
+
+void Communicator::broadcast_text(std::string& text, int root) {
+  if (size_ == 1) return;
+  int64_t length = static_cast<int64_t>(text.size());
+  broadcast_bytes(&length, sizeof length, root);
+  text.resize(static_cast<size_t>(length));
+  if (length > 0) broadcast_bytes(text.data(), length, root);
+}
+
 void Communicator::send(const float* data, int64_t count, int dest, int tag) {
   BOOSTLM_KERNEL("comm");
   refuse_overlapped("send");

@@ -103,6 +103,10 @@ class Communicator {
   void reduce_scatter(const float* send, float* recv, const std::vector<int64_t>& counts);
   void broadcast(float* data, int64_t count, int root);
   void broadcast_bytes(void* data, int64_t bytes, int root);  // not counted: control data
+  // Every rank's `text` at `root` (rank order; empty elsewhere). Not counted: control data.
+  std::vector<std::string> gather_text(const std::string& text, int root);
+  // Root's `text` on every rank. Not counted: control data.
+  void broadcast_text(std::string& text, int root);
   void send(const float* data, int64_t count, int dest, int tag);
   void recv(float* data, int64_t count, int source, int tag);
 

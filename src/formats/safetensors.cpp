@@ -205,6 +205,18 @@ void SafetensorsReader::check_layout() const {
     throw bad(data_size - offset, " bytes after the last tensor that no tensor describes");
 }
 
+const unsigned char* SafetensorsReader::f32_bytes(const std::string& name, int64_t n) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw error(source_, ": missing tensor '", name, "'");
+  const Entry& e = it->second;
+  if (e.dtype != "F32")
+    throw error(source_, ": tensor '", name, "' has dtype ", e.dtype, ", expected F32");
+  if (numel(e.shape) != n)
+    throw error(source_, ": tensor '", name, "' has shape ", shape_string(e.shape), ", expected ",
+                n, " elements");
+  return data_ + data_start_ + e.begin;
+}
+
 void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>& shape,
                              float* out) const {
   auto it = entries_.find(name);

@@ -61,6 +61,10 @@ class SafetensorsReader {
   // dtype is not F32, BF16 or F16 (Hugging Face checkpoints), or it holds NaN or infinite values
   // (a diverged or corrupt save).
   void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  // The stored bytes of an F32 tensor `name` of `numel` elements, in place (mapped, at any
+  // alignment): a sharded checkpoint copies the parts it needs from them. Throws Error if it is
+  // missing, of another dtype or of another size.
+  const unsigned char* f32_bytes(const std::string& name, int64_t numel) const;
 
  private:
   void parse_header();

@@ -191,9 +191,11 @@ double optimizer_seconds(const Device& dev, const StepConfig& c, double params) 
   return elementwise_seconds(dev, bytes, 3, 1.0);
 }
 
+// What this engine allocates, on every backend: activations in fp32 but for the parts it keeps in
+// the compute precision (rank_memory subtracts those), unless the caller states a width.
 MemoryEstimate stage_memory(const Hardware& hw, const StepConfig& c, const Placement& pl,
                             int stage) {
-  MemoryEstimate m = rank_memory(c, stage, activation_bytes(hw, c));
+  MemoryEstimate m = rank_memory(c, stage, c.activation_bytes > 0 ? c.activation_bytes : 4.0);
   m.capacity = pl.device->memory_bytes;
   return m;
 }
@@ -221,6 +223,7 @@ MemoryEstimate rank_memory(const StepConfig& c, int stage, double bytes_per_acti
                          bf16_kept_elements(mb, stage_layers(c.config, c.pp, stage) * in_flight)) *
                      (bytes_per_activation - 2);
   m.workspace = static_cast<double>(workspace_elements(mb)) * bytes_per_activation;
+  m.checkpoint_staging = m.weights + m.optimizer;
   return m;
 }
 

@@ -50,6 +50,9 @@ struct StepConfig {
 struct MemoryEstimate {
   double weights = 0, grads = 0, optimizer = 0, weights_bf16 = 0;  // bytes per rank
   double activations = 0, workspace = 0;
+  // Host memory, not the device's: the staging buffer a checkpoint is copied into before it is
+  // written in the background (checkpoint/saver.h), at most the rank's weights and moments.
+  double checkpoint_staging = 0;
   double capacity = 0;
   double total() const {
     return weights + grads + optimizer + weights_bf16 + activations + workspace;

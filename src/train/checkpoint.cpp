@@ -1,5 +1,8 @@
 #include "train/checkpoint.h"
 
+#include "checkpoint/index.h"
+#include "checkpoint/reader.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,102 +27,34 @@ namespace {
 
 constexpr const char* kChecksums = "checksums.json";
 
-// The tensors of `table` in a host copy of a flat buffer (HostView).
-std::vector<TensorToWrite> tensors_of(const ParamTable& table, const float* host,
-                                      const std::string& suffix) {
-  std::vector<TensorToWrite> out;
-  for (const auto& p : table.entries()) {
-    BOOSTLM_ASSERT_MSG(p.shard_axis < 0, "checkpoints hold full tensors; gather shards first");
-    out.push_back({p.name + suffix, p.shape, host + p.offset});
-  }
-  return out;
-}
-
-// A named copy: the host's view of a flat buffer for writing it to a file (a download).
-HostView<const float> host_copy(const FlatBuffer& buffer) {
-  return HostView<const float>(buffer.data(), buffer.size(), HostAccess::read, "checkpoint save");
-}
-
-// Reads the full tensor `name` and keeps this rank's slice of it.
-void read_slice(const SafetensorsReader& reader, const std::string& name, const ParamInfo& p,
-                float* local, std::vector<float>& scratch) {
-  if (p.shard_axis < 0) {
-    reader.read(name, p.shape, local);
-    return;
-  }
-  scratch.resize(p.full_numel());
-  reader.read(name, p.shape, scratch.data());
-  slice_tensor(p, scratch.data(), local);
-}
-
-void write_json(const fs::path& path, const nlohmann::json& json, nlohmann::json& checksums) {
-  const std::string text = json.dump(2) + "\n";
-  AtomicFile file(path.string());
-  file.write(text);
-  checksums[path.filename().string()] = Checksum64::hex(file.checksum());
-  file.commit();
-}
-
-// Every file of a checkpoint, written into `temp`, with checksums.json last.
-void write_checkpoint_files(const fs::path& temp, const CheckpointWrite& what) {
-  nlohmann::json checksums = nlohmann::json::object();
-  {
-    const auto weights = host_copy(*what.weights);
-    checksums["model.safetensors"] = Checksum64::hex(write_safetensors(
-        (temp / "model.safetensors").string(), tensors_of(*what.table, weights.data(), ""),
-        {{"format", "pt"}, {"producer", "boostlm"}}));
-  }
-  nlohmann::json config = hf_config(*what.config);
-  if (what.config_extra.is_object()) config.update(what.config_extra);
-  write_json(temp / "config.json", config, checksums);
-  if (!what.tokenizer_path.empty()) {
-    // tokenizer.model or tokenizer.json by content; a tokenizer.json brings the
-    // tokenizer_config.json beside it (its BOS and EOS).
-    std::vector<std::pair<std::string, fs::path>> files = {
-        {tokenizer_file_name(what.tokenizer_path), what.tokenizer_path}};
-    const fs::path config = fs::path(what.tokenizer_path).parent_path() / "tokenizer_config.json";
-    if (files[0].first == "tokenizer.json" && fs::is_regular_file(config))
-      files.emplace_back("tokenizer_config.json", config);
-    for (const auto& [name, source] : files) {
-      const std::string bytes = read_text_file(source.string());
-      AtomicFile file((temp / name).string());
-      file.write(bytes);
-      checksums[name] = Checksum64::hex(file.checksum());
-      file.commit();
-    }
-  }
-  if (what.exp_avg && what.exp_avg_sq && what.state) {
-    const auto m = host_copy(*what.exp_avg), v = host_copy(*what.exp_avg_sq);
-    std::vector<TensorToWrite> moments = tensors_of(*what.table, m.data(), ".exp_avg");
-    for (auto& t : tensors_of(*what.table, v.data(), ".exp_avg_sq")) moments.push_back(t);
-    checksums["optimizer.safetensors"] =
-        Checksum64::hex(write_safetensors((temp / "optimizer.safetensors").string(), moments));
-    const nlohmann::json state = {{"step", what.state->step},
-                                  {"tokens_seen", what.state->tokens_seen},
-                                  {"optimizer_step", what.optimizer_step},
-                                  {"loader", what.state->loader},
-                                  {"extra", what.state->extra}};
-    write_json(temp / "trainer_state.json", state, checksums);
-  }
-  write_file_atomically((temp / kChecksums).string(), checksums.dump(2) + "\n");
-  fsync_directory(temp.string());
-}
+std::string json_text(const nlohmann::json& json) { return json.dump(2) + "\n"; }
 
 }  // namespace
 
-void gather_full_state(Model& model, AdamW& optimizer, ZeroStage1* zero, FlatBuffer& local_m,
-                       FlatBuffer& local_v, FlatBuffer& full_weights, FlatBuffer& full_m,
-                       FlatBuffer& full_v) {
-  model.gather_full(model.weights(), full_weights);
-  if (zero) {
-    zero->all_gather_range(optimizer.first_moment(), local_m);
-    zero->all_gather_range(optimizer.second_moment(), local_v);
-    model.gather_full(local_m, full_m);
-    model.gather_full(local_v, full_v);
-  } else {
-    model.gather_full(optimizer.first_moment(), full_m);
-    model.gather_full(optimizer.second_moment(), full_v);
+RootFiles checkpoint_root_files(const ModelConfig& model_config, const nlohmann::json& extra,
+                                const std::string& tokenizer_path, const TrainingState* state,
+                                int64_t optimizer_step) {
+  RootFiles files;
+  nlohmann::json config = hf_config(model_config);
+  if (extra.is_object()) config.update(extra);
+  files.texts.emplace_back("config.json", json_text(config));
+  if (!tokenizer_path.empty()) {
+    // tokenizer.model or tokenizer.json by content; a tokenizer.json brings the
+    // tokenizer_config.json beside it (its BOS and EOS).
+    const std::string name = tokenizer_file_name(tokenizer_path);
+    files.copies.emplace_back(name, tokenizer_path);
+    const fs::path beside = fs::path(tokenizer_path).parent_path() / "tokenizer_config.json";
+    if (name == "tokenizer.json" && fs::is_regular_file(beside))
+      files.copies.emplace_back("tokenizer_config.json", beside.string());
   }
+  if (state)
+    files.texts.emplace_back("trainer_state.json",
+                             json_text({{"step", state->step},
+                                        {"tokens_seen", state->tokens_seen},
+                                        {"optimizer_step", optimizer_step},
+                                        {"loader", state->loader},
+                                        {"extra", state->extra}}));
+  return files;
 }
 
 CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer,
@@ -140,35 +75,23 @@ CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer,
 
 void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
   BOOSTLM_ASSERT(what.config && what.table && what.weights);
-  const fs::path final_dir = fs::absolute(dir).lexically_normal();
-  const fs::path parent = final_dir.parent_path();
-  fs::create_directories(parent);
-  // Hidden siblings of the final directory, unique to this process: .NAME.tmp.PID, .NAME.old.PID.
-  auto sibling = [&](const char* tag) {
-    std::string name = ".";
-    name += final_dir.filename().string();
-    name += tag;
-    name += std::to_string(::getpid());
-    return parent / name;
-  };
-  const fs::path temp = sibling(".tmp.");
-  fs::remove_all(temp);
-  fs::create_directories(temp);
-  try {
-    write_checkpoint_files(temp, what);
-  } catch (...) {  // a full disk: free what the failed save took; the earlier checkpoints stay
-    std::error_code ignored;
-    fs::remove_all(temp, ignored);
-    throw;
+  for (const auto& p : what.table->entries())
+    BOOSTLM_ASSERT_MSG(p.shard_axis < 0, "save_checkpoint saves whole tensors; a job of several "
+                                         "ranks saves through CheckpointSaver");
+  const bool moments = what.exp_avg && what.exp_avg_sq && what.state;
+  RankState state;
+  state.table = what.table;
+  state.full_table = what.table;
+  state.weights = what.weights;
+  if (moments) {
+    state.exp_avg = what.exp_avg;
+    state.exp_avg_sq = what.exp_avg_sq;
   }
-
-  // Swap into place: an existing checkpoint of the same name is moved aside first, then removed.
-  const fs::path old = sibling(".old.");
-  const bool replace = fs::exists(final_dir);
-  if (replace) fs::rename(final_dir, old);
-  fs::rename(temp, final_dir);
-  fsync_directory(parent.string());
-  if (replace) fs::remove_all(old);
+  Communicator self;
+  CheckpointSaver saver(self, ShardRanks{}, /*async=*/false);
+  saver.begin(dir, state,
+              checkpoint_root_files(*what.config, what.config_extra, what.tokenizer_path,
+                                    moments ? what.state : nullptr, what.optimizer_step));
 }
 
 std::string resolve_checkpoint(const std::string& path) {
@@ -194,7 +117,7 @@ std::string resolve_checkpoint(const std::string& path) {
               "with checkpoints/latest");
 }
 
-void verify_checkpoint(const std::string& dir) {
+void verify_checkpoint(const std::string& dir, bool contents) {
   const fs::path d(dir);
   if (!fs::is_directory(d)) throw error("checkpoint: '", dir, "' is not a directory");
   if (is_hf_directory(dir)) return verify_hf_directory(dir);
@@ -206,6 +129,7 @@ void verify_checkpoint(const std::string& dir) {
        parse_checksums(read_text_file(checksums_path), checksums_path)) {
     const fs::path path = d / file;
     if (!fs::exists(path)) throw error("checkpoint: '", dir, "' is missing ", file);
+    if (!contents && path.extension() == ".safetensors") continue;  // checked when read
     MappedFile mapped(path.string());
     const std::string actual = Checksum64::hex(Checksum64::of(mapped.data(), mapped.size()));
     if (actual != expected)
@@ -237,26 +161,30 @@ ModelConfig read_checkpoint_config(const std::string& dir) {
 void load_checkpoint_weights(const std::string& dir, Model& model) {
   if (is_hf_directory(dir))
     return load_hf_weights(dir, model.params(), model.weights(), slice_tensor);
-  const std::string path = (fs::path(dir) / "model.safetensors").string();
-  SafetensorsReader reader(path);
-  // A named copy: the tensors are read on the host and uploaded.
+  CheckpointReader reader(dir);
+  // A named copy: the pieces are read on the host and uploaded.
   HostView<float> weights(model.weights().data(), model.weights().size(), HostAccess::write,
                           "checkpoint load");
-  std::vector<float> scratch;
   for (const auto& p : model.params().entries()) {
-    if (!reader.has(p.name)) throw error("checkpoint: ", path, " is missing tensor '", p.name, "'");
-    read_slice(reader, p.name, p, weights.data() + p.offset, scratch);
+    if (!reader.has(p.name)) throw error("checkpoint: ", dir, " is missing tensor '", p.name, "'");
+    reader.read(p.name, piece_of(p), weights.data() + p.offset);
   }
   weights.upload();
-  for (const auto& [name, entry] : reader.entries())
-    if (!model.full_params().find(name))
-      throw error("checkpoint: ", path, " has tensor '", name,
+  for (const auto& [name, entry] : reader.index().tensors) {
+    const bool moment = name.size() > 8 && (name.ends_with(".exp_avg") || name.ends_with(".exp_avg_sq"));
+    if (!moment && !model.full_params().find(name))
+      throw error("checkpoint: ", dir, " has tensor '", name,
                   "' that this model does not (does the config match the checkpoint?)");
+  }
 }
 
 bool has_training_state(const std::string& dir) {
-  return fs::exists(fs::path(dir) / "trainer_state.json") &&
-         fs::exists(fs::path(dir) / "optimizer.safetensors");
+  if (!fs::exists(fs::path(dir) / "trainer_state.json")) return false;
+  if (!fs::exists(fs::path(dir) / kIndexFile))
+    return fs::exists(fs::path(dir) / "optimizer.safetensors");
+  for (const auto& [name, t] : CheckpointIndex::of_directory(dir).tensors)
+    if (name.ends_with(".exp_avg")) return true;
+  return false;
 }
 
 TrainingState read_trainer_state(const std::string& dir) {
@@ -267,19 +195,23 @@ TrainingState read_trainer_state(const std::string& dir) {
 }
 
 int64_t load_training_state(const std::string& dir, const ParamTable& table, FlatBuffer& exp_avg,
-                            FlatBuffer& exp_avg_sq, TrainingState& state) {
+                            FlatBuffer& exp_avg_sq, TrainingState& state, int64_t begin,
+                            int64_t end) {
   if (!has_training_state(dir))
     throw error("checkpoint: '", dir, "' holds weights only (no optimizer or trainer state); ",
                 "it cannot be resumed, only used to initialise a new run");
-  const std::string opt_path = (fs::path(dir) / "optimizer.safetensors").string();
-  SafetensorsReader reader(opt_path);
+  if (end < 0) end = table.total_elements();
+  BOOSTLM_ASSERT(exp_avg.size() >= end - begin && exp_avg_sq.size() >= end - begin);
+  CheckpointReader reader(dir);
   // A named copy: the moments are read on the host and uploaded.
   HostView<float> m(exp_avg.data(), exp_avg.size(), HostAccess::write, "checkpoint load");
   HostView<float> v(exp_avg_sq.data(), exp_avg_sq.size(), HostAccess::write, "checkpoint load");
-  std::vector<float> scratch;
   for (const auto& p : table.entries()) {
-    read_slice(reader, p.name + ".exp_avg", p, m.data() + p.offset, scratch);
-    read_slice(reader, p.name + ".exp_avg_sq", p, v.data() + p.offset, scratch);
+    const TensorPiece want = piece_of(p, begin, end);
+    if (want.numel() == 0) continue;
+    const int64_t at = p.offset + want.flat_begin - begin;
+    reader.read(p.name + ".exp_avg", want, m.data() + at);
+    reader.read(p.name + ".exp_avg_sq", want, v.data() + at);
   }
   m.upload();
   v.upload();
@@ -288,9 +220,9 @@ int64_t load_training_state(const std::string& dir, const ParamTable& table, Fla
 }
 
 void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state) {
-  BOOSTLM_ASSERT_MSG(optimizer.whole(), "a ZeRO optimizer loads through the buffer overload");
   optimizer.set_steps_taken(load_training_state(dir, optimizer.table(), optimizer.first_moment(),
-                                                optimizer.second_moment(), state));
+                                                optimizer.second_moment(), state,
+                                                optimizer.begin(), optimizer.end()));
 }
 
 }  // namespace boostlm

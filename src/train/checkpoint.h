@@ -1,16 +1,21 @@
-// Checkpoints: a directory that is either complete or absent.
+// Checkpoints: a directory that is either complete or absent (checkpoint/saver.h commits it).
 //
-//   model.safetensors      full tensors with the names and shapes of SPEC §2 (fp32)
+//   model.safetensors, or model-rRRRRR.safetensors per rank that wrote weights: fp32 pieces of
+//                          the tensors of SPEC §2, under their names
+//   optimizer.safetensors, or optimizer-rRRRRR.safetensors: AdamW moments, "<name>.exp_avg" and
+//                          "<name>.exp_avg_sq", pieces likewise                (training state)
+//   index.json             every tensor's full shape and which file holds which piece of it
+//                          (checkpoint/index.h); absent in checkpoints written before sharding,
+//                          whose two files hold whole tensors
 //   config.json            Hugging Face style (model_type llama for dense, cola for low-rank),
 //                          with boostlm's own config under "boostlm"
 //   tokenizer.model        the sentencepiece model the data was prepared with (when known), or
 //   tokenizer.json         a Hugging Face byte-level BPE (with its tokenizer_config.json, if any)
-//   optimizer.safetensors  AdamW moments: "<name>.exp_avg", "<name>.exp_avg_sq"   (training state)
 //   trainer_state.json     step, tokens seen, loader position, RNG, optimizer step (training state)
 //   checksums.json         Checksum64 of every other file, written last
 //
-// The directory is assembled under a temporary name, every file fsynced, then renamed into place,
-// so a crash never leaves a half checkpoint that looks whole; loading verifies every checksum.
+// Whatever grid wrote it, any grid reads it: each rank reads the pieces of the tensors it holds
+// (checkpoint/reader.h), never the whole model.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +26,8 @@
 #include "data/tokenizer.h"
 #include "model/config.h"
 #include "engine/model.h"
-#include "engine/data_parallel.h"
-#include "train/checkpoint_json.h"
+#include "checkpoint/checkpoint_json.h"
+#include "checkpoint/saver.h"
 #include "train/optimizer.h"
 
 namespace boostlm {
@@ -41,15 +46,13 @@ struct CheckpointWrite {
   nlohmann::json config_extra;  // optional: more fields for config.json (e.g. hf_torch_dtype)
 };
 
-// The checkpoint of a model that holds its tensors whole (one process, no TP).
-// A sharded run's weights and AdamW moments as full tensors, for its checkpoint: under ZeRO-1
-// the DP ranks' owned ranges first (into local_m/local_v: every element of this rank's shards),
-// then the TP shards. Every rank of the job calls it (collectives); the full_* buffers hold
-// model.full_params().total_elements() elements.
-void gather_full_state(Model& model, AdamW& optimizer, ZeroStage1* zero, FlatBuffer& local_m,
-                       FlatBuffer& local_v, FlatBuffer& full_weights, FlatBuffer& full_m,
-                       FlatBuffer& full_v);
+// The small files every checkpoint has beside its tensors (config.json, the tokenizer and, with
+// `state`, trainer_state.json), for the rank that commits it.
+RootFiles checkpoint_root_files(const ModelConfig& config, const nlohmann::json& config_extra,
+                                const std::string& tokenizer_path, const TrainingState* state,
+                                int64_t optimizer_step);
 
+// The checkpoint of a model in one process (its tables whole).
 CheckpointWrite checkpoint_of(const Model& model, const AdamW* optimizer = nullptr,
                               const TrainingState* state = nullptr, std::string tokenizer = "");
 
@@ -61,8 +64,10 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what);
 // A checkpoint directory, or a run directory whose checkpoints/latest names one.
 std::string resolve_checkpoint(const std::string& path);
 
-// Checks that the directory is complete and that every file matches checksums.json.
-void verify_checkpoint(const std::string& dir);
+// Checks that the directory is complete and that every file matches checksums.json. With
+// `contents` false the tensor files are only checked to exist: a reader checks a file's checksum
+// when it first opens it (checkpoint/reader.h), so that a rank of a job reads only its pieces.
+void verify_checkpoint(const std::string& dir, bool contents = true);
 
 // The tokenizer a checkpoint's model was trained with: its tokenizer.model or tokenizer.json (whose
 // hash checksums.json holds); unknown when it has none (`boostlm init` without --tokenizer, data without one).
@@ -80,9 +85,10 @@ bool has_training_state(const std::string& dir);
 TrainingState read_trainer_state(const std::string& dir);
 // The optimizer's moments (sliced like the weights) and the trainer's state.
 void load_training_state(const std::string& dir, AdamW& optimizer, TrainingState& state);
-// The same into moment buffers laid out by `table` (this rank's shards, every element), for an
-// optimizer that owns only part of them (ZeRO); returns the optimizer's step count.
+// The same into moment buffers that hold flat range [begin, end) of a buffer laid out by `table`
+// (end < 0: all of it; ZeRO-1: this DP rank's range); returns the optimizer's step count.
 int64_t load_training_state(const std::string& dir, const ParamTable& table, FlatBuffer& exp_avg,
-                            FlatBuffer& exp_avg_sq, TrainingState& state);
+                            FlatBuffer& exp_avg_sq, TrainingState& state, int64_t begin = 0,
+                            int64_t end = -1);
 
 }  // namespace boostlm

@@ -68,14 +68,12 @@ RankMemoryNeed estimate_rank_memory(const TrainOptions& o, const ModelConfig& co
     // This CPU engine keeps activations in fp32 whatever the compute precision.
     const plan::MemoryEstimate m = plan::rank_memory(c, stage, 4.0);
     const double state = m.weights + m.grads + m.optimizer + m.weights_bf16;
-    if (state + m.activations + m.workspace > need.model_state + need.activations) {
+    if (state + m.activations + m.workspace + m.checkpoint_staging > need.total() - need.data) {
       need.model_state = state;
       need.activations = m.activations + m.workspace;
+      need.checkpoint = m.checkpoint_staging;  // the rank's shard, staged for its save
     }
   }
-  const double full_params =
-      static_cast<double>(plan::stage_param_elements(layout, config, 1, 1, 0));
-  need.checkpoint = 3 * full_params * 4;  // weights and two moments, gathered on every rank
   need.data = static_cast<double>(train_tokens) * 4;
   return need;
 }
@@ -104,7 +102,7 @@ void check_memory_fits(const RankMemoryNeed& need, int local_ranks, double avail
   advice += ", more --tp or --pp ranks (on more machines), or a smaller model";
   throw error("this run needs about ", gib(need.total()), " per rank (model state ",
               gib(need.model_state), ", activations ", gib(need.activations),
-              ", checkpoint buffers ", gib(need.checkpoint), ", tokens ", gib(need.data), "), ",
+              ", checkpoint staging ", gib(need.checkpoint), ", tokens ", gib(need.data), "), ",
               local_ranks, local_ranks == 1 ? " rank" : " ranks", " on this machine need ",
               gib(need.total() * local_ranks), ", and it has ", gib(available), " available. Try ",
               advice);

@@ -1,6 +1,6 @@
 // Refusing a run that cannot fit, before it allocates: the planner's count of what a rank holds
-// (weights, gradients, AdamW moments, kept activations, workspace) plus what the trainer adds
-// (the full-model buffers it gathers checkpoints into, the training tokens), against the memory
+// (weights, gradients, AdamW moments, kept activations, workspace, the staging buffer of its
+// checkpoint shard) plus the training tokens, against the memory
 // this machine has for the ranks it runs.
 #pragma once
 
@@ -15,7 +15,7 @@ namespace boostlm {
 struct RankMemoryNeed {
   double model_state = 0;  // weights, gradients, moments, bf16 copy (the largest stage's)
   double activations = 0;  // kept for backward, recomputation area, workspace
-  double checkpoint = 0;   // full-model weights and moments gathered for checkpoints
+  double checkpoint = 0;   // the staging buffer of this rank's checkpoint shard
   double data = 0;         // the training tokens
   double total() const { return model_state + activations + checkpoint + data; }
 };

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/checkpoint_json.h"
+#include "checkpoint/checkpoint_json.h"
 #include "train/trainer.h"
 
 namespace boostlm {

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -255,6 +256,7 @@ struct StepRecord {
   PipelineTimes stages;
   bool finite = true, signalled = false;
   int threads = 1;  // the OpenMP team that ran it (core/threads.h)
+  float peak_rss_mb = 0;  // the largest of every rank's peak resident memory
 };
 
 // A training run in pieces: the constructor sets it up (grid, checkpoint, data, model, optimizer,
@@ -271,7 +273,13 @@ class TrainingRun {
   float validate();
   void log(const StepRecord& record, bool evaluated, float val_loss, double start_s,
            int64_t first_step);
-  std::string save(const char* why);
+  // Begins a checkpoint of this step (every rank its share; `wait`: until it is committed) and
+  // returns its directory; the one in flight is finished first.
+  std::string save(const char* why, bool wait);
+  // What a committed save leaves to world rank 0: `latest`, pruning, the message, the metrics.
+  void settle(const std::optional<SaveResult>& committed);
+  // Runs one of the saver's collectives, naming the checkpoint and the last good one on failure.
+  std::optional<SaveResult> saving(const std::function<std::optional<SaveResult>()>& call);
   void restore(const std::string& resume_dir, const std::string& init_dir);
   // Where the model's config came from, for the banner: --config, else the checkpoint's.
   std::string model_source() const {
@@ -292,8 +300,11 @@ class TrainingRun {
   std::optional<ZeroStage1> zero_;
   std::optional<AdamW> optimizer_;
   std::optional<GradReducer> reducer_;
-  FlatBuffer local_m_, local_v_;  // ZeRO-1: every element of this rank's shards' moments
-  FlatBuffer full_weights_, full_m_, full_v_;  // gathered for checkpoints
+  std::optional<CheckpointSaver> saver_;
+  std::string saving_dir_;      // the checkpoint in flight
+  std::string saving_why_;
+  int64_t saved_step_ = -1;     // the step of the last checkpoint begun
+  nlohmann::json save_note_;    // for the next metrics line: saves begun and committed
   TrainingState state_;
   LrSchedule schedule_;
   fs::path run_dir_;
@@ -348,8 +359,10 @@ TrainingRun::TrainingRun(const TrainOptions& given)
                      use_zero() ? zero_->end() : -1);
   reducer_.emplace(model_->params(), config_.n_layers, model_->grads(), grid_.dp(),
                    o.bucket_mb << 20);
-  local_m_ = FlatBuffer(use_zero() ? elements : 0);
-  local_v_ = FlatBuffer(use_zero() ? elements : 0);
+  saver_.emplace(grid_.world(),
+                 ShardRanks{grid_.tp_rank(), grid_.shape().tp, grid_.pp_rank(), grid_.shape().pp,
+                            grid_.dp_rank(), grid_.shape().dp},
+                 o.async_save);
   restore(resume_dir_, init_dir_);
   if (state_.step >= o.steps)
     throw error("the checkpoint is already at step ", state_.step, " of --steps ", o.steps,
@@ -370,23 +383,13 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   peak_gflops_ = measure_peak_gemm_gflops(o.precision) * grid_.shape().world();
   tokens_per_step_ = o.batch_size * o.seq_len * o.grad_accum * grid_.shape().dp;
   tty_ = root_ && o.progress && ::isatty(STDERR_FILENO);
-  const int64_t full = model_->full_params().total_elements();
-  full_weights_ = FlatBuffer(full);
-  full_m_ = FlatBuffer(full);
-  full_v_ = FlatBuffer(full);
 }
 
 void TrainingRun::restore(const std::string& resume_dir, const std::string& init_dir) {
   if (!resume_dir.empty()) {
     load_checkpoint_weights(resume_dir, *model_);
-    if (use_zero()) {
-      optimizer_->set_steps_taken(
-          load_training_state(resume_dir, model_->params(), local_m_, local_v_, state_));
-      zero_->take_range(local_m_, optimizer_->first_moment());
-      zero_->take_range(local_v_, optimizer_->second_moment());
-    } else {
-      load_training_state(resume_dir, *optimizer_, state_);
-    }
+    // Each rank reads the pieces it holds: its shards' moments, under ZeRO-1 its range of them.
+    load_training_state(resume_dir, *optimizer_, state_);
     loader_->load_state(state_.loader);
   } else if (!init_dir.empty()) {
     load_checkpoint_weights(init_dir, *model_);
@@ -428,6 +431,8 @@ StepRecord TrainingRun::step() {
     r.overlap_hidden_s = now.hidden_s() - overlap_before.hidden_s();
   }
   r.dp = grid_.dp().counts() - dp_before;
+  r.peak_rss_mb = static_cast<float>(peak_rss_mb());
+  grid_.world().all_reduce_max_host(&r.peak_rss_mb, 1);  // the largest rank's
   return r;
 }
 
@@ -438,14 +443,17 @@ float TrainingRun::validate() {
   try {
     return static_cast<float>(evaluate(*model_, data_.val, o_.batch_size, o_.seq_len));
   } catch (const Error& e) {
-    const std::string saved = save("validation failed");
+    const std::string saved = save("validation failed", true);
     throw error(e.what(), " (the trained weights are saved in ", saved, ")");
   }
 }
 
 void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, double start_s,
                       int64_t first_step) {
-  if (!root_) return;
+  if (!root_) {
+    save_note_ = nlohmann::json();
+    return;
+  }
   const double mfu = step_flops_ / r.seconds / (peak_gflops_ * 1e9);
   nlohmann::json line = {
       {"step", state_.step},
@@ -458,6 +466,7 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
       {"mfu", mfu},
       {"tokens_seen", state_.tokens_seen},
       {"peak_rss_mb", peak_rss_mb()},
+      {"peak_rss_mb_max", r.peak_rss_mb},
       {"activation_mb", model_->activation_bytes() / 1e6},
       {"optimizer_state_mb", 2.0 * (optimizer_->end() - optimizer_->begin()) * 4 / 1e6},
       {"comm", {{"tp", comm_json(r.tp)}, {"dp", comm_json(r.dp)}, {"pp", comm_json(r.pp)}}}};
@@ -479,6 +488,8 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
         {"bubble_fraction_1f1b", PipelineTimes::one_f_one_b_fraction(pp, o_.grad_accum)}};
   }
   if (evaluated && val_loss >= 0) line["val_loss"] = val_loss;
+  if (!save_note_.is_null()) line.update(save_note_);
+  save_note_ = nlohmann::json();
   metrics_.append(line);
 
   const double eta = (now_s() - start_s) / (state_.step - first_step) * (o_.steps - state_.step);
@@ -496,15 +507,43 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
     std::fprintf(stderr, "%sstep %ld: val loss %.4f\n", tty_ ? "\n" : "", state_.step, val_loss);
 }
 
-// Gathers full tensors (every rank takes part); world rank 0 writes, points `latest` at the new
-// checkpoint and prunes the old ones.
-std::string TrainingRun::save(const char* why) {
+std::optional<SaveResult> TrainingRun::saving(
+    const std::function<std::optional<SaveResult>()>& call) {
+  try {
+    return call();
+  } catch (const Error& e) {
+    const std::string last = latest_checkpoint_name(run_dir_ / "checkpoints");
+    throw error("cannot save checkpoint ", saving_dir_, ": ", e.what(), ". ",
+                last.empty() ? std::string("No earlier checkpoint of this run exists.")
+                             : "The last good checkpoint, " + last + ", is intact.");
+  }
+}
+
+void TrainingRun::settle(const std::optional<SaveResult>& done) {
+  if (!done) return;
+  const fs::path dir(done->dir);
+  last_checkpoint_ = done->dir;
+  save_note_["save_committed"].push_back({{"checkpoint", dir.filename().string()},
+                                          {"write_ms", done->write_s * 1e3},
+                                          {"total_ms", done->total_s * 1e3},
+                                          {"bytes", done->bytes}});
+  if (!root_) return;
+  const fs::path checkpoints = dir.parent_path();
+  write_file_atomically((checkpoints / "latest").string(), dir.filename().string() + "\n");
+  prune_checkpoints(checkpoints, o_.keep_checkpoints, dir.filename().string());
+  if (tty_) std::fprintf(stderr, "\n");
+  std::fprintf(stderr, "checkpoint (%s): %s\n", saving_why_.c_str(), done->dir.c_str());
+}
+
+std::string TrainingRun::save(const char* why, bool wait) {
+  const double waited_from = now_s();
+  settle(saving([&] { return saver_->finish(); }));  // one save in flight at a time
+  const double waited = now_s() - waited_from;
   char name[32];
   std::snprintf(name, sizeof name, "step_%06ld", state_.step);
-  const fs::path checkpoints = run_dir_ / "checkpoints";
-  const fs::path dir = checkpoints / name;
-  gather_full_state(*model_, *optimizer_, use_zero() ? &*zero_ : nullptr, local_m_, local_v_,
-                    full_weights_, full_m_, full_v_);
+  const fs::path dir = run_dir_ / "checkpoints" / name;
+  if (saved_step_ == state_.step) return dir.string();  // this step is saved already
+  RootFiles files;
   if (root_) {
     state_.loader = loader_->state();
     TrainOptions settings = o_;  // as resolved: a resume restores exactly what ran
@@ -513,31 +552,36 @@ std::string TrainingRun::save(const char* why) {
     settings.grid = grid_.shape();
     state_.extra = saved_run_settings(settings);
     state_.extra["arch"] = to_string(config_.arch);
-    CheckpointWrite w;
-    w.config = &config_;
-    w.table = &model_->full_params();
-    w.weights = &full_weights_;
-    w.exp_avg = &full_m_;
-    w.exp_avg_sq = &full_v_;
-    w.optimizer_step = optimizer_->steps_taken();
-    w.state = &state_;
-    w.tokenizer_path = data_.tokenizer;
-    try {
-      save_checkpoint(dir.string(), w);
-      write_file_atomically((checkpoints / "latest").string(), std::string(name) + "\n");
-    } catch (const std::exception& e) {
-      const std::string last = latest_checkpoint_name(checkpoints);
-      throw error("cannot save checkpoint ", dir.string(), ": ", e.what(), ". ",
-                  last.empty() ? std::string("No earlier checkpoint of this run exists.")
-                               : "The last good checkpoint, " + last + ", is intact.");
-    }
-    prune_checkpoints(checkpoints, o_.keep_checkpoints, name);
-    if (tty_) std::fprintf(stderr, "\n");
-    std::fprintf(stderr, "checkpoint (%s): %s\n", why, dir.c_str());
+    files = checkpoint_root_files(config_, nlohmann::json(), data_.tokenizer, &state_,
+                                  optimizer_->steps_taken());
+    files.grid = {{"tp", grid_.shape().tp},
+                  {"pp", grid_.shape().pp},
+                  {"dp", grid_.shape().dp},
+                  {"zero", o_.zero},
+                  {"layout", to_string(model_->layout())}};
   }
-  grid_.world().barrier();
-  last_checkpoint_ = dir.string();
-  return last_checkpoint_;
+  RankState state;
+  const Model& model = *model_;  // const: handing out the weights for writing dirties bf16's copy
+  state.table = &model.params();
+  state.weights = &model.weights();
+  state.exp_avg = &optimizer_->first_moment();
+  state.exp_avg_sq = &optimizer_->second_moment();
+  state.moments_begin = optimizer_->begin();
+  state.moments_end = optimizer_->end();
+  state.zero1 = use_zero();
+  state.full_table = root_ ? &model.full_params() : nullptr;
+  saving_dir_ = dir.string();
+  saving_why_ = why;
+  saved_step_ = state_.step;
+  // The stall: what the loop waits for (the copy to host memory; synchronous, the whole save).
+  const double t0 = now_s();
+  settle(saving([&] { return saver_->begin(dir.string(), state, std::move(files)); }));
+  save_note_["save"] = {{"checkpoint", name},
+                        {"async", saver_->async()},
+                        {"stall_ms", (now_s() - t0) * 1e3},
+                        {"wait_ms", waited * 1e3}};  // for the save before it to finish
+  if (wait) settle(saving([&] { return saver_->finish(); }));
+  return dir.string();
 }
 
 TrainResult TrainingRun::run() {
@@ -584,17 +628,22 @@ TrainResult TrainingRun::run() {
     const bool evaluate_now =
         (o_.eval_interval > 0 && state_.step % o_.eval_interval == 0) || state_.step == o_.steps;
     if (evaluate_now) result.val_loss = validate();
+    // A save in flight is committed once every rank has written it (a small collective).
+    settle(saving([&] { return saver_->poll(); }));
+    // An interrupt or the end waits for its checkpoint; an interval save goes on in the background.
+    if (r.signalled)
+      save("interrupted", true);
+    else if (state_.step == o_.steps)
+      save("final", true);
+    else if (o_.save_interval > 0 && state_.step % o_.save_interval == 0)
+      save("interval", false);
     log(r, evaluate_now, result.val_loss, start, first_step);
-
     if (r.signalled) {
-      save("interrupted");
       result.interrupted = true;
       break;
     }
-    if (o_.save_interval > 0 && state_.step % o_.save_interval == 0 && state_.step < o_.steps)
-      save("interval");
   }
-  if (!result.diverged && !result.interrupted) save("final");
+  settle(saving([&] { return saver_->finish(); }));  // a diverged run keeps its last good one
   if (tty_) std::fprintf(stderr, "\n");
   poll_stop_signal();  // taken, so that unblocking below does not deliver it
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);

@@ -2,7 +2,7 @@
 //
 // Every rank of the job runs this loop. Tensor parallelism lives inside the model (its layout);
 // data parallelism is the loader's share of the global batch plus the gradient reducer; world
-// rank 0 alone writes metrics, progress and checkpoints (gathered to full tensors first).
+// rank 0 alone writes metrics and progress; every rank writes its share of each checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +58,9 @@ struct TrainOptions {
   int64_t eval_batches = 20;
   int64_t save_interval = 0;  // 0: only at the end
   int64_t keep_checkpoints = 2;
+  // Checkpoints written in the background (checkpoint/saver.h): a step waits only while each rank
+  // copies its shard to host memory.
+  bool async_save = true;
   int64_t log_interval = 10;  // lines on a non-terminal stderr
   bool progress = true;
 

@@ -16,6 +16,10 @@
 #  no-restart --max-restarts 0: a killed rank ends the job, which is not run again; mpirun runs in
 #            a process group of its own under the launcher.
 #  start-up  a stop during start-up, resent every 5 ms, kills no rank: every run saves and exits 130.
+#  checkpoint faults (issue 46), on rank 1 only (BOOSTLM_CHECKPOINT_FAULT): it dies while writing
+#            its share of a checkpoint, its disk is full, or it writes slowly while a stop arrives:
+#            the earlier checkpoint stays whole and loadable, the next start removes the partial
+#            one, and a stop waits for the save in flight.
 # Usage: test_faults.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
@@ -165,7 +169,7 @@ interrupt() {
   wait "$launcher"; local code=$?
   local saved; saved=$(cat "$run/checkpoints/latest" 2> /dev/null)
   if [ "$code" -eq 130 ] && grep -q '"interrupted":true' "$run.out" && [ -n "$saved" ] &&
-     [ -f "$run/checkpoints/$saved/model.safetensors" ] && grep -q "not restarting" "$run.log" &&
+     [ -f "$run/checkpoints/$saved/index.json" ] && grep -q "not restarting" "$run.log" &&
      ! grep -q "restart 1 of" "$run.log"; then
     echo "ok   $name: exit 130, $(grep 'checkpoint (interrupted)' "$run.log")"
   else
@@ -228,9 +232,63 @@ for i in 1 2 3; do
   done
   wait "$launcher"; code=$?
   saved=$(cat "$run/checkpoints/latest" 2> /dev/null)
-  [ "$code" -eq 130 ] && [ -n "$saved" ] && [ -f "$run/checkpoints/$saved/model.safetensors" ] ||
+  [ "$code" -eq 130 ] && [ -n "$saved" ] && [ -f "$run/checkpoints/$saved/index.json" ] ||
     fail "start-up interrupt $i: exit $code, checkpoint '$saved': $(tail -4 "$run.log")"
 done
 echo "ok   start-up interrupt: 3 runs stopped before their first step under a stop every 5 ms saved"
 
-finish "faults: stall, restart, shrink, interrupt, no-restart and start-up interrupts behave"
+# --- checkpoint faults: one rank's share of a save goes wrong ---------------------------------
+ckpt_ok() { [ -f "$1/index.json" ] && "$boostlm" eval --checkpoint "$1" --data "$work/data" -b 2 -t 16 \
+  --eval-batches 1 > /dev/null 2>&1; }
+temporaries() { ls -a "$1/checkpoints" | grep '\.tmp\.' ; }
+# die: rank 1 dies after writing part of its share of the second checkpoint (step 4).
+run=$work/ckpt_die
+BOOSTLM_CHECKPOINT_FAULT='die@1#2' "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --steps 6 \
+  --save-interval 2 > "$run.out" 2> "$run.log"
+code=$?
+latest=$(cat "$run/checkpoints/latest" 2> /dev/null)
+if [ "$code" -ne 0 ] && [ "$latest" = step_000002 ] && ckpt_ok "$run/checkpoints/step_000002" &&
+   temporaries "$run" | grep -q '^\.step_000004\.tmp\.'; then
+  "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --resume "$run" > "$run.resume.out" \
+    2> "$run.resume.log"
+  if [ $? -eq 0 ] && grep -q 'removed .*\.step_000004\.tmp\.' "$run.resume.log" &&
+     [ "$(cat "$run/checkpoints/latest")" = step_000006 ] && [ -z "$(temporaries "$run")" ]; then
+    echo "ok   checkpoint, a rank dies mid-save: step_000002 intact; the resume removed the partial step_000004 and finished"
+  else
+    fail "checkpoint die: the resume: $(tail -3 "$run.resume.log")"
+  fi
+else
+  fail "checkpoint die: exit $code, latest '$latest', temporaries '$(temporaries "$run")': $(tail -3 "$run.log")"
+fi
+# full: rank 1's disk is full at the second save: the run ends naming the last good checkpoint.
+run=$work/ckpt_full
+BOOSTLM_CHECKPOINT_FAULT='full@1#2' "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --steps 6 \
+  --save-interval 2 > "$run.out" 2> "$run.log"
+code=$?
+if [ "$code" -ne 0 ] && grep -q 'rank 1: .*No space left on device' "$run.log" &&
+   grep -q 'The last good checkpoint, step_000002, is intact' "$run.log" &&
+   [ "$(cat "$run/checkpoints/latest")" = step_000002 ] && [ -z "$(temporaries "$run")" ] &&
+   ckpt_ok "$run/checkpoints/step_000002"; then
+  echo "ok   checkpoint, a full disk on one rank: $(grep -o 'The last good checkpoint, step_000002, is intact' "$run.log" | head -1), nothing left behind"
+else
+  fail "checkpoint full: exit $code: $(tail -3 "$run.log")"
+fi
+# slow: rank 1 takes 4 s over its share of the step-2 checkpoint; a stop meanwhile waits for it,
+# then saves the step it stopped at.
+run=$work/ckpt_slow
+BOOSTLM_CHECKPOINT_FAULT='slow@1#1:4' setsid "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" \
+  --steps 100000 --save-interval 2 --keep 1000 > "$run.out" 2> "$run.log" &
+launcher=$!
+wait_for steps_logged "$run" 3 || fail "checkpoint slow: the run did not start"
+kill -INT "$launcher"
+wait "$launcher"; code=$?
+latest=$(cat "$run/checkpoints/latest" 2> /dev/null)
+if [ "$code" -eq 130 ] && ckpt_ok "$run/checkpoints/step_000002" && [ -n "$latest" ] &&
+   [ "$latest" != step_000002 ] && ckpt_ok "$run/checkpoints/$latest" &&
+   [ -z "$(temporaries "$run")" ]; then
+  echo "ok   checkpoint, a stop during a slow save: exit 130, step_000002 and $latest both whole"
+else
+  fail "checkpoint slow: exit $code, latest '$latest': $(tail -3 "$run.log")"
+fi
+
+finish "faults: stall, restart, shrink, interrupt, no-restart, start-up interrupts and checkpoint faults behave"

@@ -1,7 +1,7 @@
 // A checkpoint's checksums.json, as verify_checkpoint reads it before opening the files it names.
 #include "core/error.h"
 #include "fuzz_util.h"
-#include "train/checkpoint_json.h"
+#include "checkpoint/checkpoint_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace boostlm;

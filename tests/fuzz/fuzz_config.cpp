@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "fuzz_util.h"
 #include "model/config.h"
-#include "train/checkpoint_json.h"
+#include "checkpoint/checkpoint_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace boostlm;

@@ -4,7 +4,7 @@
 #include "core/error.h"
 #include "data/loader.h"
 #include "fuzz_util.h"
-#include "train/checkpoint_json.h"
+#include "checkpoint/checkpoint_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace boostlm;

@@ -124,6 +124,14 @@ common='"vocab_size": 320, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 9
 run_case dense "{\"arch\": \"dense\", $common, \"n_kv_heads\": 2, \"tied_embeddings\": false, \"mlp_gate_act\": true}"
 run_case svd "{\"arch\": \"svd\", $common, \"n_kv_heads\": 2, \"attn_rank\": 16, \"mlp_rank\": 24, \"tied_embeddings\": true, \"mlp_gate_act\": false}"
 run_case cola "{\"arch\": \"cola\", $common, \"n_kv_heads\": 2, \"attn_rank\": 16, \"mlp_rank\": 24, \"tied_embeddings\": false, \"mlp_gate_act\": true}"
+# A checkpoint written by 4 ranks (TP 2 x PP 2, pieces in one file per rank): boostlm eval and the
+# oracle each assemble the tensors from the pieces its index.json names.
+"$boostlm" launch -n 4 -- train --init-from "$work/cola-init" -d "$work/data" -o "$work/cola-tp2pp2" \
+  -b $B -t $T --steps 2 --lr $LR --schedule constant --warmup 0 --tp 2 --pp 2 \
+  > "$work/cola-tp2pp2.log" 2>&1 || fail "cola at tp 2 x pp 2: $(tail -3 "$work/cola-tp2pp2.log")"
+[[ -f $work/cola-tp2pp2/checkpoints/step_000002/model-r00003.safetensors ]] ||
+  fail "cola at tp 2 x pp 2: no file of rank 3 in its checkpoint"
+eval_both "cola eval (checkpoint of TP 2 x PP 2)" "$work/cola-tp2pp2/checkpoints/step_000002"
 run_case cola-tied-mha "{\"arch\": \"cola\", $common, \"n_kv_heads\": 4, \"attn_rank\": 16, \"mlp_rank\": 24, \"tied_embeddings\": true, \"mlp_gate_act\": false}"
 
 finish "torch oracle: all checks passed"

@@ -73,6 +73,27 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   EXPECT_EQ(state.loader, saved.state.loader);
 }
 
+// A checkpoint written before sharding (issue 46): the same two files of whole tensors, no
+// index.json, checksums of what it has. It loads, and resumes, as it did.
+TEST(Checkpoint, ACheckpointFromBeforeShardingStillLoads) {
+  Saved saved("before_sharding");
+  fs::remove(saved.dir + "/index.json");
+  nlohmann::json sums = nlohmann::json::parse(read_text_file(saved.dir + "/checksums.json"));
+  ASSERT_TRUE(sums.contains("index.json"));
+  sums.erase("index.json");
+  write_file_atomically(saved.dir + "/checksums.json", sums.dump(2) + "\n");
+  verify_checkpoint(saved.dir);
+  Model model(saved.model.config(), DType::f32);
+  AdamW optimizer(model.params(), OptimizerConfig{});
+  TrainingState state;
+  EXPECT_TRUE(has_training_state(saved.dir));
+  load_checkpoint_weights(saved.dir, model);
+  load_training_state(saved.dir, optimizer, state);
+  EXPECT_TRUE(bit_equal(model.weights(), saved.model.weights()));
+  EXPECT_TRUE(bit_equal(optimizer.first_moment(), saved.optimizer.first_moment()));
+  EXPECT_TRUE(bit_equal(optimizer.second_moment(), saved.optimizer.second_moment()));
+}
+
 TEST(Checkpoint, SafetensorsHoldsTheSpecNamesAndShapesAndAnHfConfig) {
   Saved saved("names");
   SafetensorsReader reader(saved.dir + "/model.safetensors");
@@ -113,7 +134,10 @@ TEST(Checkpoint, RefusesMissingOrWronglyShapedTensors) {
   Saved saved("tensors");
   Model model(saved.model.config(), DType::f32);
   const std::string path = saved.dir + "/model.safetensors";
-  // Rewrite the file without one tensor, then with one tensor of the wrong shape.
+  // Rewrite the file without one tensor, then with one tensor of the wrong shape, as in a
+  // checkpoint from before sharding (no index.json) whose checksums are not checked.
+  fs::remove(saved.dir + "/index.json");
+  fs::remove(saved.dir + "/checksums.json");
   std::vector<TensorToWrite> tensors;
   for (const auto& p : saved.model.params().entries())
     if (p.name != "model.norm.weight")

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "train/checkpoint_json.h"
+#include "checkpoint/checkpoint_json.h"
 
 namespace boostlm {
 namespace {

@@ -164,7 +164,8 @@ class Config:
 
 def resolve_checkpoint(path):
     """A checkpoint directory, or a run directory's checkpoints/latest (as boostlm resolves it)."""
-    if os.path.exists(os.path.join(path, "model.safetensors")):
+    if any(os.path.exists(os.path.join(path, f))
+           for f in ("index.json", "model.safetensors", "checksums.json")):
         return path
     latest = os.path.join(path, "checkpoints", "latest")
     if os.path.exists(latest):
@@ -207,13 +208,54 @@ def read_safetensors(path):
     return tensors
 
 
+def read_checkpoint_weights(directory):
+    """{name: full float32 tensor} of a checkpoint's weights (SPEC §2's names, no moments).
+
+    A checkpoint written by several ranks keeps each tensor in pieces: index.json gives every
+    tensor's full shape and, per piece, its file and where it lies (a range along one axis, and
+    optionally a flat range of that box). Files are read one at a time (memory-mapped), each
+    piece copied into its tensor, so nothing but the weights themselves is ever held. A
+    checkpoint from before sharding has no index: its model.safetensors holds whole tensors.
+    """
+    index_path = os.path.join(directory, "index.json")
+    if not os.path.exists(index_path):
+        return read_safetensors(os.path.join(directory, "model.safetensors"))
+    with open(index_path, encoding="utf-8") as f:
+        index = json.load(f)
+    if index.get("format") != "boostlm-sharded" or index.get("version") != 1:
+        raise ValueError(f"{index_path}: not a boostlm-sharded index of version 1")
+    moment = (".exp_avg", ".exp_avg_sq")
+    wanted = {n: t for n, t in index["tensors"].items() if not n.endswith(moment)}
+    tensors = {n: torch.empty(tuple(t["shape"]), dtype=torch.float32) for n, t in wanted.items()}
+    by_file = {}
+    for name, t in wanted.items():
+        for piece in t["pieces"]:
+            by_file.setdefault(piece["file"], []).append((name, piece))
+    for file, pieces in sorted(by_file.items()):
+        stored = read_safetensors(os.path.join(directory, file))
+        for name, piece in pieces:
+            full = tensors[name]
+            box = full if "axis" not in piece else full.narrow(piece["axis"], piece["begin"],
+                                                                piece["size"])
+            data = stored[name]
+            if "flat" in piece:
+                lo, hi = piece["flat"]
+                flat = box.contiguous().reshape(-1)
+                flat[lo:hi] = data.reshape(-1)
+                box.copy_(flat.reshape(box.shape))
+            else:
+                box.copy_(data.reshape(box.shape))
+        del stored
+    return tensors
+
+
 def load_checkpoint(path):
     """(Config, CausalLM in fp32 with the checkpoint's weights) from a boostlm checkpoint."""
     directory = resolve_checkpoint(path)
     with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
         config = Config.from_hf(json.load(f))
     model = CausalLM(config)
-    weights = read_safetensors(os.path.join(directory, "model.safetensors"))
+    weights = read_checkpoint_weights(directory)
     # strict: every tensor of SPEC §2's table is present, with its shape, and nothing else.
     model.load_state_dict(weights, strict=True)
     return config, model
@@ -541,8 +583,7 @@ def compare_weights(model, reference_dir, initial, lr):
     differ slightly too, and a few such elements appear. A wrong gradient moves a large share of
     the elements differently instead.
     """
-    reference = read_safetensors(os.path.join(resolve_checkpoint(reference_dir),
-                                              "model.safetensors"))
+    reference = read_checkpoint_weights(resolve_checkpoint(reference_dir))
     worst_rel, worst_name, max_abs, off, total = 0.0, None, 0.0, 0, 0
     for name, p in model.state_dict().items():
         ref = reference[name]

@@ -1,4 +1,4 @@
-#include "train/checkpoint_json.h"
+#include "checkpoint/checkpoint_json.h"
 
 #include <limits>
 

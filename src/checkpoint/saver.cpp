@@ -1,0 +1,385 @@
+#include "checkpoint/saver.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "checkpoint/index.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/profile.h"
+#include "formats/safetensors.h"
+
+namespace boostlm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kChecksums = "checksums.json";
+
+// BOOSTLM_CHECKPOINT_FAULT=KIND@RANK[#N][:SECONDS], a test's fault in one rank's writer (every
+// save, or its N-th): die (the process ends after its model file), full (the write fails as on a
+// full disk), slow (the writer sleeps SECONDS, default 2, first).
+struct Fault {
+  std::string kind;
+  int rank = -1, save = 0;
+  double seconds = 2;
+};
+
+Fault fault_for(int rank, int save) {
+  const char* text = std::getenv("BOOSTLM_CHECKPOINT_FAULT");
+  if (!text || !*text) return {};
+  const std::string s = text;
+  Fault f;
+  const size_t at = s.find('@');
+  if (at == std::string::npos) throw error("BOOSTLM_CHECKPOINT_FAULT='", s, "': KIND@RANK[#N][:S]");
+  f.kind = s.substr(0, at);
+  if (f.kind != "die" && f.kind != "full" && f.kind != "slow")
+    throw error("BOOSTLM_CHECKPOINT_FAULT='", s, "': KIND is die, full or slow");
+  f.rank = std::atoi(s.c_str() + at + 1);
+  if (const size_t hash = s.find('#'); hash != std::string::npos)
+    f.save = std::atoi(s.c_str() + hash + 1);
+  if (const size_t colon = s.find(':'); colon != std::string::npos)
+    f.seconds = std::atof(s.c_str() + colon + 1);
+  if (f.rank != rank || (f.save > 0 && f.save != save)) return {};
+  return f;
+}
+
+std::string rank_file(const char* stem, int rank, int world) {
+  if (world == 1) return std::string(stem) + ".safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-r%05d.safetensors", stem, rank);
+  return buf;
+}
+
+nlohmann::json piece_to_json(const TensorPiece& p) {
+  return {{"shape", p.shape}, {"axis", p.axis}, {"begin", p.begin}, {"size", p.size},
+          {"flat", {p.flat_begin, p.flat_stop()}}};
+}
+
+TensorPiece piece_from_json(const nlohmann::json& j) {
+  TensorPiece p;
+  p.shape = j.at("shape").get<std::vector<int64_t>>();
+  p.axis = j.at("axis").get<int>();
+  p.begin = j.at("begin").get<int64_t>();
+  p.size = j.at("size").get<int64_t>();
+  p.flat_begin = j.at("flat")[0].get<int64_t>();
+  p.flat_end = j.at("flat")[1].get<int64_t>();
+  return p;
+}
+
+}  // namespace
+
+WriteAssignment assign_writers(const ParamTable& table, const ShardRanks& r, bool zero1,
+                               int64_t moments_begin, int64_t moments_end) {
+  const auto& entries = table.entries();
+  const size_t n = entries.size();
+  WriteAssignment w{std::vector<bool>(n), std::vector<bool>(n)};
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return entries[a].numel > entries[b].numel; });
+  // Bytes given so far to TP rank t of DP replica d (weights and moments, which go together
+  // without ZeRO).
+  std::vector<double> load(static_cast<size_t>(r.tp * r.dp), 0.0);
+  auto at = [&](int t, int d) -> double& { return load[static_cast<size_t>(d * r.tp + t)]; };
+  for (size_t i : order) {
+    const ParamInfo& p = entries[i];
+    const double bytes = static_cast<double>(p.numel) * (zero1 ? 4 : 12);
+    int best_t = 0, best_d = 0;
+    if (p.shard_axis >= 0 || r.tp == 1) {
+      // Each TP rank writes its own shard: one DP replica, the least loaded, for all of them.
+      double best = -1;
+      for (int d = 0; d < r.dp; ++d) {
+        double worst = 0;
+        for (int t = 0; t < r.tp; ++t) worst = std::max(worst, at(t, d));
+        if (best < 0 || worst < best) best = worst, best_d = d;
+      }
+      for (int t = 0; t < r.tp; ++t) at(t, best_d) += bytes;
+      w.weights[i] = best_d == r.dp_rank;
+    } else {
+      double best = -1;
+      for (int d = 0; d < r.dp; ++d)
+        for (int t = 0; t < r.tp; ++t)
+          if (best < 0 || at(t, d) < best) best = at(t, d), best_t = t, best_d = d;
+      at(best_t, best_d) += bytes;
+      w.weights[i] = best_t == r.tp_rank && best_d == r.dp_rank;
+    }
+    if (!zero1) w.moments[i] = w.weights[i];
+  }
+  if (!zero1) return w;
+  // ZeRO-1: this DP replica's range; an unsharded tensor's part of it is held by every TP rank.
+  std::vector<double> tp_load(static_cast<size_t>(r.tp), 0.0);
+  for (size_t i : order) {
+    const ParamInfo& p = entries[i];
+    const int64_t held = piece_of(p, moments_begin, moments_end).numel();
+    if (held == 0) continue;
+    if (p.shard_axis >= 0 || r.tp == 1) {
+      w.moments[i] = true;
+      continue;
+    }
+    const size_t t = static_cast<size_t>(
+        std::min_element(tp_load.begin(), tp_load.end()) - tp_load.begin());
+    tp_load[t] += static_cast<double>(held);
+    w.moments[i] = static_cast<int>(t) == r.tp_rank;
+  }
+  return w;
+}
+
+struct CheckpointSaver::Job {
+  std::string final_dir, temp_dir;
+  struct Item {
+    std::string name, file;
+    TensorPiece piece;
+    int64_t at = 0;  // in staging
+  };
+  std::vector<Item> items;
+  std::vector<float> staging;
+  std::string model_file, optimizer_file;
+  RootFiles root;
+  const ParamTable* full_table = nullptr;
+  bool with_moments = false;
+  Fault fault;
+  double begun_at = 0;
+
+  std::thread thread;
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;  // under mutex
+  std::string failure;  // why the write failed
+  std::map<std::string, std::string> checksums;
+  int64_t bytes = 0;
+  double write_s = 0;
+
+  void write() {
+    const double t0 = now_s();
+    try {
+      if (fault.kind == "slow")
+        std::this_thread::sleep_for(std::chrono::duration<double>(fault.seconds));
+      fs::create_directories(temp_dir);
+      for (const std::string& file : {model_file, optimizer_file}) {
+        std::vector<TensorToWrite> tensors;
+        for (const Item& it : items)
+          if (it.file == file)
+            tensors.push_back({it.name, it.piece.stored_shape(), staging.data() + it.at});
+        if (tensors.empty()) continue;
+        if (fault.kind == "full" && file == optimizer_file)
+          throw error("writing ", (fs::path(temp_dir) / file).string(),
+                      ": No space left on device (BOOSTLM_CHECKPOINT_FAULT)");
+        const std::string path = (fs::path(temp_dir) / file).string();
+        checksums[file] = Checksum64::hex(
+            write_safetensors(path, tensors, {{"format", "pt"}, {"producer", "boostlm"}}));
+        bytes += static_cast<int64_t>(fs::file_size(path));
+        if (fault.kind == "die") {
+          std::fprintf(stderr, "boostlm: BOOSTLM_CHECKPOINT_FAULT: this rank dies mid-save\n");
+          std::_Exit(86);
+        }
+      }
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    write_s = now_s() - t0;
+    std::lock_guard lock(mutex);
+    done = true;
+    finished.notify_all();
+  }
+
+  bool wait_for(double seconds) {
+    std::unique_lock lock(mutex);
+    finished.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done; });
+    return done;
+  }
+};
+
+CheckpointSaver::CheckpointSaver(Communicator& world, ShardRanks ranks, bool async)
+    : world_(world), ranks_(ranks), async_(async) {}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (job_ && job_->thread.joinable()) job_->thread.join();
+}
+
+std::optional<SaveResult> CheckpointSaver::begin(const std::string& dir, const RankState& s,
+                                                 RootFiles files) {
+  BOOSTLM_ASSERT_MSG(!job_, "CheckpointSaver::begin: finish the pending save first");
+  BOOSTLM_ASSERT(s.table && s.weights);
+  const double t0 = now_s();
+  auto job = std::make_unique<Job>();
+  job->begun_at = t0;
+  job->fault = fault_for(world_.rank(), ++saves_);
+  const fs::path final_dir = fs::absolute(dir).lexically_normal();
+  job->final_dir = final_dir.string();
+  int64_t pid = ::getpid();  // the root's names the temporary directory
+  world_.broadcast_bytes(&pid, sizeof pid, 0);
+  job->temp_dir = (final_dir.parent_path() /
+                   ("." + final_dir.filename().string() + ".tmp." + std::to_string(pid)))
+                      .string();
+  if (world_.rank() == 0) {
+    std::error_code ignored;
+    fs::remove_all(job->temp_dir, ignored);  // a leftover of this very process cannot exist; safe
+  }
+  job->model_file = rank_file("model", world_.rank(), world_.size());
+  job->optimizer_file = rank_file("optimizer", world_.rank(), world_.size());
+  job->with_moments = s.exp_avg && s.exp_avg_sq;
+  job->full_table = s.full_table;
+  const int64_t m_begin = s.moments_begin;
+  const int64_t m_end = s.moments_end < 0 ? s.table->total_elements() : s.moments_end;
+  const WriteAssignment w = assign_writers(*s.table, ranks_, s.zero1, m_begin, m_end);
+  // What this rank writes, and where each piece's elements start in its buffers.
+  struct Source {
+    const FlatBuffer* buffer;
+    int64_t at;
+  };
+  std::vector<Source> sources;
+  int64_t total = 0;
+  const auto& entries = s.table->entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParamInfo& p = entries[i];
+    if (w.weights[i]) {
+      job->items.push_back({p.name, job->model_file, piece_of(p), total});
+      sources.push_back({s.weights, p.offset});
+      total += p.numel;
+    }
+    if (!job->with_moments || !w.moments[i]) continue;
+    const TensorPiece held = s.zero1 ? piece_of(p, m_begin, m_end) : piece_of(p);
+    if (held.numel() == 0) continue;
+    const int64_t at = p.offset + held.flat_begin - m_begin;
+    for (const auto& [suffix, buffer] : {std::pair{".exp_avg", s.exp_avg},
+                                         std::pair{".exp_avg_sq", s.exp_avg_sq}}) {
+      job->items.push_back({p.name + suffix, job->optimizer_file, held, total});
+      sources.push_back({buffer, at});
+      total += held.numel();
+    }
+  }
+  // The stall: a copy of this rank's pieces (a download from a device) to host memory.
+  job->staging.resize(static_cast<size_t>(total));
+  for (size_t k = 0; k < job->items.size(); ++k)
+    device_download(job->staging.data() + job->items[k].at,
+                    sources[k].buffer->data() + sources[k].at,
+                    static_cast<size_t>(job->items[k].piece.numel()) * sizeof(float));
+  if (world_.rank() == 0) job->root = std::move(files);
+  stall_s_ = now_s() - t0;
+  job_ = std::move(job);
+  if (!async_) {
+    job_->write();
+    return finish();
+  }
+  job_->thread = std::thread([job = job_.get()] { job->write(); });
+  return std::nullopt;
+}
+
+std::optional<SaveResult> CheckpointSaver::poll() {
+  if (!job_) return std::nullopt;
+  return agree(/*wait=*/false);
+}
+
+std::optional<SaveResult> CheckpointSaver::finish() {
+  if (!job_) return std::nullopt;
+  return agree(/*wait=*/true);
+}
+
+std::optional<SaveResult> CheckpointSaver::agree(bool wait) {
+  for (;;) {
+    // Short waits between small all-reduces: no collective of the job lasts as long as the
+    // slowest disk, so the watchdog never mistakes a save for a hang.
+    const bool done = wait ? job_->wait_for(0.05) : job_->wait_for(0);
+    double ready = done ? 1.0 : 0.0;
+    world_.all_reduce_host(&ready, 1);
+    if (ready >= world_.size()) return commit();
+    if (!wait) return std::nullopt;
+  }
+}
+
+SaveResult CheckpointSaver::commit() {
+  Job& job = *job_;
+  if (job.thread.joinable()) job.thread.join();
+  nlohmann::json mine = {{"files", job.checksums},
+                         {"bytes", job.bytes},
+                         {"write_s", job.write_s},
+                         {"error", job.failure}};
+  nlohmann::json pieces = nlohmann::json::array();
+  if (job.failure.empty())
+    for (const Job::Item& it : job.items)
+      pieces.push_back({it.name, it.file, piece_to_json(it.piece)});
+  mine["pieces"] = std::move(pieces);
+  const std::vector<std::string> all = world_.gather_text(mine.dump(), 0);
+  SaveResult result;
+  result.dir = job.final_dir;
+  result.stall_s = stall_s_;
+  std::string failure;
+  if (world_.rank() == 0) {
+    try {
+      CheckpointIndex index;
+      index.grid = job.root.grid;
+      nlohmann::json checksums = nlohmann::json::object();
+      for (size_t r = 0; r < all.size(); ++r) {
+        const nlohmann::json j = nlohmann::json::parse(all[r]);
+        if (!j["error"].get<std::string>().empty())
+          throw error("rank ", r, ": ", j["error"].get<std::string>());
+        for (const auto& [file, sum] : j["files"].items()) checksums[file] = sum;
+        for (const auto& p : j["pieces"])
+          index.add(p[0].get<std::string>(), p[1].get<std::string>(), piece_from_json(p[2]));
+        result.bytes += j["bytes"].get<int64_t>();
+        result.write_s = std::max(result.write_s, j["write_s"].get<double>());
+      }
+      const std::string source = job.final_dir + " (being saved)";
+      index.check_complete(source);
+      if (job.full_table)
+        for (const ParamInfo& p : job.full_table->entries())
+          for (const std::string suffix : {"", ".exp_avg", ".exp_avg_sq"}) {
+            if (!suffix.empty() && !job.with_moments) continue;
+            auto it = index.tensors.find(p.name + suffix);
+            if (it == index.tensors.end() || it->second.shape != p.shape)
+              throw error(source, ": no rank wrote '", p.name, suffix, "' ", shape_string(p.shape));
+          }
+      const fs::path temp(job.temp_dir);
+      fs::create_directories(temp);
+      auto add_file = [&](const std::string& name, std::string_view bytes) {
+        AtomicFile file((temp / name).string());
+        file.write(bytes);
+        checksums[name] = Checksum64::hex(file.checksum());
+        file.commit();
+      };
+      for (const auto& [name, text] : job.root.texts) add_file(name, text);
+      for (const auto& [name, source_path] : job.root.copies)
+        add_file(name, read_text_file(source_path));
+      add_file(kIndexFile, index.to_json().dump(1) + "\n");
+      write_file_atomically((temp / kChecksums).string(), checksums.dump(2) + "\n");
+      fsync_directory(temp.string());
+      // Into place; an existing checkpoint of the same name is swapped out, then removed.
+      const fs::path final_dir(job.final_dir);
+      const fs::path old = final_dir.parent_path() /
+                           ("." + final_dir.filename().string() + ".old." +
+                            std::to_string(::getpid()));
+      const bool replace = fs::exists(final_dir);
+      if (replace) fs::rename(final_dir, old);
+      fs::rename(temp, final_dir);
+      fsync_directory(final_dir.parent_path().string());
+      if (replace) fs::remove_all(old);
+    } catch (const std::exception& e) {
+      failure = e.what();
+      std::error_code ignored;
+      fs::remove_all(job.temp_dir, ignored);  // what the failed save took; the others stay
+    }
+  }
+  world_.broadcast_text(failure, 0);
+  double times[2] = {result.write_s, static_cast<double>(result.bytes)};
+  world_.broadcast_bytes(times, sizeof times, 0);
+  result.write_s = times[0];
+  result.bytes = static_cast<int64_t>(times[1]);
+  result.total_s = now_s() - job.begun_at;
+  job_.reset();
+  if (!failure.empty()) throw error(failure);
+  return result;
+}
+
+}  // namespace boostlm
