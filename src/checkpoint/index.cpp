@@ -14,6 +14,7 @@ namespace {
 
 constexpr const char* kFormat = "boostlm-sharded";
 constexpr int kVersion = 1;
+constexpr int64_t kMaxRuns = int64_t{1} << 22;
 
 nlohmann::json piece_json(const StoredPiece& s) {
   nlohmann::json j = {{"file", s.file}};
@@ -115,6 +116,11 @@ CheckpointIndex CheckpointIndex::parse(std::string_view text, const std::string&
             p.size < 0 || p.begin + p.size > p.shape[static_cast<size_t>(p.axis)])
           throw error(where, ": a piece's axis, begin or size lies outside the tensor");
       }
+      // Its runs (one per index before the axis) are what reading it walks: a crafted index
+      // must not make that walk unbounded. A model's tensors have at most a vocabulary's rows.
+      int64_t runs = 1;
+      for (int a = 0; a < p.axis; ++a) runs *= std::max<int64_t>(1, p.shape[static_cast<size_t>(a)]);
+      if (runs > kMaxRuns) throw error(where, ": a piece of more than ", kMaxRuns, " runs");
       if (pj.contains("flat")) {
         const auto& f = pj["flat"];
         if (!f.is_array() || f.size() != 2 || !f[0].is_number_integer() ||
