@@ -38,7 +38,9 @@ phase "2/5 building boostlm"
 cuda=OFF
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then cuda=AUTO; fi
 quietly cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=$cuda
-quietly cmake --build build -j "$(nproc)"
+# Only the binary: the tests, benchmarks and tools are most of the build's targets, and
+# scripts/test.sh builds them (all of build/) before it runs them.
+quietly cmake --build build -j "$(nproc)" --target boostlm
 phase "3/5 corpus and tokenizer (Brown corpus + King James Bible, 8192-token BPE)"
 quietly ./scripts/fetch_corpus.sh
 if [[ ! -f data/prepared/meta.json ]]; then

@@ -18,9 +18,15 @@
 #  - one munged for all hosts, with a key and socket of its own in /run/boostlm-cluster/NAME-slurm
 #    (not /etc/munge: a machine's own munge and Slurm, if any, are not touched);
 #  - per host NAME-h<i>: slurmd in the host's network namespace (entered with nsenter: `ip netns
-#    exec` remounts /sys, where slurmd then finds no cgroup file system), its own UTS namespace
-#    (hostname NAME-h<i>) and its own mount namespace whose /tmp is NAME-slurm/tmp/NAME-h<i>
-#    (PMIx's and Open MPI's session directories would collide in one /tmp).
+#    exec` remounts /sys, where slurmd then finds no cgroup file system) and its own UTS namespace
+#    (hostname NAME-h<i>), but the file system of the shell that ran `up`: nothing is mounted
+#    over it, so a checkout and a job's files work from any path, /tmp included (issue 49).
+#    Each host's temporary files go to a directory of its own, NAME-slurm/tmp/NAME-h<i>, through
+#    the settings Slurm, PMIx and Open MPI read (their session directories would collide in one
+#    /tmp): TmpFS=NAME-slurm/tmp/%n (Slurm's PMIx plugin makes its client directory there), the
+#    daemons' TMPDIR, PMIX_SYSTEM_TMPDIR and PMIX_SERVER_TMPDIR, and a TaskProlog that gives
+#    every task (the batch script's too) TMPDIR, PMIX_SYSTEM_TMPDIR and OMPI_MCA_orte_tmpdir_base
+#    of its host, replacing what the submitter's environment carried there.
 # The generated slurm.conf is NAME-slurm/slurm.conf; Slurm's commands find it through SLURM_CONF
 # (`eval "$(scripts/slurm.sh env)"`). Each node has C CPUs (default: this machine's cores over N,
 # at least 1): the hosts share this machine's cores, so a job's tasks take --cpus-per-task of them
@@ -30,6 +36,9 @@
 # (a requeued job restarts within seconds, not the default two minutes), KillWait is 30 s.
 # Needs root, like cluster.sh; `down` stops exactly the processes it started (by the pids it
 # recorded, and the processes of the namespaces it made), then removes the network if `up` made it.
+# The daemons see the mounts of the shell that ran `up`: `up` (when Slurm is up already) and `env`
+# refuse, naming the path, a checkout that they do not see as the caller does (made visible by a
+# mount in another mount namespace), and a checkout under /run/boostlm-cluster, which `down` removes.
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -123,7 +132,8 @@ KillWait=30
 InactiveLimit=0
 MinJobAge=600
 JobRequeue=1
-TmpFS=/tmp
+TmpFS=$dir/tmp/%n
+TaskProlog=$dir/task_prolog.sh
 EOF
   for ((i = 0; i < hosts; i++)); do
     echo "NodeName=$name-h$i NodeAddr=$net.$((i + 2)) CPUs=$node_cpus State=UNKNOWN" >> "$conf"
@@ -131,14 +141,58 @@ EOF
   echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$conf"
 }
 
-# Runs a daemon in a namespace: network (nsenter, not `ip netns exec`), and its own UTS (hostname)
-# and mount namespace (a /tmp of its own). The daemon forks; its pid file says its pid.
+# Every task's temporary directories are its host's (slurmstepd runs this before each task, the
+# batch script included, and adds its `export` lines to the task's environment). An srun in the
+# batch script passes the first host's TMPDIR on to the other hosts' tasks: this replaces it.
+write_task_prolog() {
+  cat > "$dir/task_prolog.sh" << EOF
+#!/bin/sh
+# Written by scripts/slurm.sh for the emulated cluster $name: a task's temporary files stay on its host.
+tmp=$dir/tmp/\${SLURMD_NODENAME:-\$(hostname)}
+echo "export TMPDIR=\$tmp"
+echo "export PMIX_SYSTEM_TMPDIR=\$tmp"
+echo "export OMPI_MCA_orte_tmpdir_base=\$tmp"
+EOF
+  chmod 0755 "$dir/task_prolog.sh"
+}
+
+# Runs a daemon on a host: in its network namespace (nsenter, not `ip netns exec`) and a UTS
+# namespace of its own (hostname), with the host's temporary directory for it and for the job
+# steps it starts (slurmstepd, and the PMIx server in it, inherit the daemon's environment).
+# The mount namespace stays the caller's. The daemon forks; its pid file says its pid.
 start_in_host() {  # host, tmp dir, command words...
   local host=$1 tmp=$2
   shift 2
-  nsenter --net="/run/netns/$host" unshare --uts --mount --propagation private \
-    /bin/sh -c 'hostname "$1" && mount --bind "$2" /tmp && shift 2 && exec "$@"' \
-    sh "$host" "$tmp" "$@" 8>&-  # not the lock: a daemon holding it would block every later call
+  TMPDIR=$tmp PMIX_SYSTEM_TMPDIR=$tmp PMIX_SERVER_TMPDIR=$tmp \
+    nsenter --net="/run/netns/$host" unshare --uts \
+    /bin/sh -c 'hostname "$1" && shift && exec "$@"' \
+    sh "$host" "$@" 8>&-  # not the lock: a daemon holding it would block every later call
+}
+
+# Refuses, naming the path and the reason, a checkout the hosts cannot run from: one under
+# /run/boostlm-cluster (`down` removes that tree), or one the daemons do not see as this shell
+# does. They run in the mount namespace of the shell that ran `up`, so a directory that a mount
+# in another namespace shows here (a private bind, a container's volume) is another directory
+# for them, or none: compared by device and inode through /proc/PID/root.
+check_checkout() {
+  local checkout pid seen
+  checkout=$(cd "$here/.." && pwd -P)
+  case $checkout/ in
+    "$state_dir"/*) die "the checkout $checkout is under $state_dir, which 'slurm.sh down' removes: clone it elsewhere" ;;
+  esac
+  [ -f "$state" ] || return 0
+  pid=$(awk '$1 == "pid" && $3 == "slurmd" { print $2; exit }' "$state")
+  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2> /dev/null)" = slurmd ] || return 0
+  # The same mount namespace sees the same files (and one that cannot look into theirs, not root,
+  # cannot use the cluster anyway: munge's socket is root's).
+  [ "$(readlink /proc/self/ns/mnt)" != "$(readlink "/proc/$pid/ns/mnt" 2> /dev/null || echo unreadable)" ] || return 0
+  readlink "/proc/$pid/root" > /dev/null 2>&1 || return 0
+  seen=$(stat -Lc %d:%i "/proc/$pid/root$checkout" 2> /dev/null) || seen=missing
+  [ "$seen" = "$(stat -Lc %d:%i "$checkout")" ] ||
+    die "the checkout $checkout is not what the emulated hosts of $name see at that path" \
+      "($([ "$seen" = missing ] && echo "they find nothing there" || echo "they find another directory")):" \
+      "their daemons run in the mount namespace of the shell that ran 'up', not this one's." \
+      "Run from a checkout both see, or 'slurm.sh down --name $name' and 'up' again from here"
 }
 
 # A host's slurmd, in the host's namespaces; its pid recorded for `down`.
@@ -163,6 +217,7 @@ stop_pid() {
 slurm_up() {
   command -v slurmctld > /dev/null && command -v slurmd > /dev/null && command -v munged > /dev/null ||
     die "Slurm is not installed: run scripts/setup.sh --slurm (Debian's slurm-wlm and munge)"
+  check_checkout
   if [ -f "$state" ]; then
     [ "$(sed -n 's/^hosts //p' "$state")" = "$hosts" ] ||
       die "Slurm on $name is up with another number of hosts; run 'slurm.sh down --name $name' first"
@@ -203,6 +258,7 @@ slurm_up() {
   local node_cpus=${cpus:-$(($(nproc) / hosts))}
   ((node_cpus >= 1)) || node_cpus=1
   write_conf "$net" "$node_cpus"
+  write_task_prolog
 
   mungekey --create --keyfile="$dir/munge.key" > /dev/null
   munged --force --socket="$dir/munge.socket" --key-file="$dir/munge.key" \
@@ -268,8 +324,8 @@ revive_host() {
   [ -f "$state" ] || die "Slurm on $name is not up"
   ip netns pids "$target" 2> /dev/null | grep -q . && die "$target is running (kill-host first)"
   ip netns list | grep -q "^$target\b" || die "$target: no such host"
-  # As after a reboot: /tmp is empty, and what the steps that died with the host left in its
-  # spool is gone: PMIx names its socket and directory there by job and step, and a requeued job
+  # As after a reboot: its temporary directory is empty, and what the steps that died with the
+  # host left in its spool is gone: PMIx names its socket and directory there by job and step, and a requeued job
   # keeps its id, so its first step would find them taken and fail to launch (Slurm 22.05).
   find "$dir/spool/$target" -type s -delete 2> /dev/null || true
   rm -rf "$dir/spool/$target"/pmix.*
@@ -293,5 +349,7 @@ case $command in
   status)
     [ -f "$state" ] || { echo "Slurm on $name is not up"; exit 1; }
     sinfo -N ;;
-  env) echo "export SLURM_CONF=$conf" ;;
+  env)
+    check_checkout
+    echo "export SLURM_CONF=$conf" ;;
 esac

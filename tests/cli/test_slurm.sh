@@ -2,9 +2,13 @@
 # boostlm under a real Slurm (Debian's slurm-wlm) on a two-host emulated cluster (scripts/slurm.sh:
 # a slurmd per network-namespace host, a controller on a third), through the example batch
 # script examples/slurm/train_cpu.sbatch (srun --mpi=pmix, TP 2 btp, one rank per host):
-#  - a job across the two hosts gives one process's losses (relative 1e-5 over the first 20 steps:
-#    TP reorders fp32 sums), with one OpenMP thread per rank from --cpus-per-task (OMP_NUM_THREADS
-#    unset);
+#  - the cluster, brought up from a copy of the checkout under /tmp (its scripts, the example and
+#    the binary), gives each host's tasks a temporary directory of their own, and slurm.sh refuses
+#    a checkout that the hosts see otherwise (a bind mount in another mount namespace);
+#  - a job across the two hosts, run from that copy under /tmp (issue 49: the hosts once hid /tmp),
+#    gives one process's losses (relative 1e-5 over the first 20 steps: TP reorders fp32 sums),
+#    with one OpenMP thread per rank from --cpus-per-task (OMP_NUM_THREADS unset); the later jobs
+#    run from the checkout where it is, their files under /tmp too;
 #  - a time limit's warning (--signal=B:USR1) mid-run: every rank saves, the job requeues itself and
 #    the restarted job resumes; its losses equal an uninterrupted job's bit for bit;
 #  - scancel: a checkpoint, exit 130, no requeue;
@@ -34,28 +38,50 @@ if ! ip netns add "$probe" 2> /dev/null; then
 fi
 ip netns del "$probe"
 
-# The hosts have /tmp of their own: the job's files live where every host sees them.
-shared=$(mktemp -d /var/tmp/boostlm_slurm.XXXXXX)
+# A copy of the checkout under /tmp ($work is there): what the hosts run must be found at any
+# path. (A copy, not a bind mount: removing $work must never reach into the tree.)
+copy=$work/checkout
+mkdir -p "$copy/scripts" "$copy/examples/slurm" "$copy/build"
+cp "$repo/scripts/slurm.sh" "$repo/scripts/cluster.sh" "$copy/scripts/"
+cp "$batch" "$copy/examples/slurm/"
+cp "$boostlm" "$copy/build/boostlm"
+# The jobs' files, under /tmp as well: every host sees the whole file system.
+shared=$work/jobs
+mkdir "$shared"
 name=blms$(($$ % 100000))
-trap '"$slurm" down --name "$name" > /dev/null; rm -rf "$work" "$shared"' EXIT
-"$slurm" up 2 --name "$name" --cpus 1 > "$work/up.log" 2>&1 ||
+trap '"$copy/scripts/slurm.sh" down --name "$name" > /dev/null; rm -rf "$work"' EXIT
+"$copy/scripts/slurm.sh" up 2 --name "$name" --cpus 1 > "$work/up.log" 2>&1 ||
   { cat "$work/up.log"; echo "slurm.sh up failed"; exit 1; }
 export SLURM_CONF=/run/boostlm-cluster/$name-slurm/slurm.conf
 h1=$name-h1
+
+# ---- 0. Each host's tasks have a temporary directory of their own (TaskProlog), not /tmp.
+hosts_tmp=$(timeout 60 srun -N 2 --ntasks-per-node=1 -t 1 sh -c 'echo "$(hostname) $TMPDIR"' 2> "$work/srun.err" | sort)
+want="$name-h0 /run/boostlm-cluster/$name-slurm/tmp/$name-h0
+$name-h1 /run/boostlm-cluster/$name-slurm/tmp/$name-h1"
+[ "$hosts_tmp" = "$want" ] || fail "the hosts' TMPDIR: '$hosts_tmp' $(cat "$work/srun.err")"
+# A checkout that the hosts see otherwise: here a bind mount in a mount namespace of its own
+# (gone with it) shows the copy at $work/elsewhere, an empty directory for the hosts.
+mkdir "$work/elsewhere"
+expect_error "a checkout the hosts do not see" "the checkout $work/elsewhere is not what the emulated hosts" \
+  unshare --mount --propagation private sh -c 'mount --bind "$1" "$2" && "$2/scripts/slurm.sh" env --name "$3"' \
+  sh "$copy" "$work/elsewhere" "$name"
 
 tiny_corpus "$boostlm" "$shared"
 common=(-c "$shared/cola.json" -d "$shared/data" -b 4 -t 16 --lr 1e-2 --warmup 1
   --eval-interval 0 --eval-batches 1 --log-interval 100000)
 
 # submit NAME SBATCH_FLAGS... -- TRAIN_FLAGS...: the example script as a job; prints the job id.
+# The script and the binary are the checkout's where it is, or the copy's under /tmp with FROM=copy.
 submit() {
-  local job=$1 flags=()
+  local job=$1 flags=() root=$repo bin=$boostlm
   shift
+  if [ "${FROM:-}" = copy ]; then root=$copy bin=$copy/build/boostlm; fi
   while (($#)) && [ "$1" != -- ]; do flags+=("$1"); shift; done
   shift
   env -u OMP_NUM_THREADS sbatch --parsable -o "$shared/$job.out" \
-    --export="ALL,BOOSTLM=$boostlm" "${flags[@]}" "$batch" "$shared/$job" "${common[@]}" \
-    --tp 2 --layout btp "$@"
+    --export="ALL,BOOSTLM=$bin" "${flags[@]}" "$root/examples/slurm/train_cpu.sbatch" \
+    "$shared/$job" "${common[@]}" --tp 2 --layout btp "$@"
 }
 
 # The job's state (COMPLETED, CANCELLED, PENDING, ...) and restart count.
@@ -94,11 +120,15 @@ for a, b in zip(ref, run) if exact else zip(ref[:20], run[:20]):
 PY
 }
 
-# ---- 1. TP 2 btp across the two hosts against one process; the speed sets the later runs' length.
+# ---- 1. TP 2 btp across the two hosts, from the copy under /tmp, against one process; the speed
+# sets the later runs' length.
 OMP_NUM_THREADS=1 timeout 120 "$boostlm" train -o "$shared/one" "${common[@]}" --steps 300 \
   > /dev/null 2>&1 || fail "one process"
-job=$(submit across --time=5 -- --steps 300)
+job=$(FROM=copy submit across --time=5 -- --steps 300)
+scontrol show job "$job" | grep -q "Command=$copy/examples/slurm/train_cpu.sbatch" ||
+  fail "across: not the copy's script: $(scontrol show job "$job" | grep -o 'Command=[^ ]*')"
 await "$job" 120
+grep -q "execve\|No such file" "$shared/across.out" && fail "across: the hosts do not see $copy: $(grep -m1 'execve\|No such file' "$shared/across.out")"
 grep -q "on $name-h\[0-1\]" "$shared/across.out" || fail "across: not on both hosts: $(head -1 "$shared/across.out")"
 grep -q "exited with status 0" "$shared/across.out" || fail "across: $(tail -5 "$shared/across.out")"
 same_losses "$shared/one" "$shared/across" close || fail "across: losses differ from one process"
@@ -163,4 +193,4 @@ grep -q "restart 1 .*--resume $shared/node" "$out" || fail "node: the requeued j
 [ "$(job_state "$job")" = COMPLETED ] || fail "node: ended $(job_state "$job")"
 same_losses "$shared/reference" "$shared/node" exact || fail "node: losses differ from the uninterrupted job"
 
-finish "Slurm: TP 2 across two hosts, a time limit, scancel and a failed host: each saved, requeued and resumed as expected"
+finish "Slurm: from a checkout under /tmp and where it is, TP 2 across two hosts, a time limit, scancel and a failed host: each saved, requeued and resumed as expected"
