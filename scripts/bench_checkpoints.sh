@@ -85,5 +85,6 @@ for m in $models; do
     echo "| $m-cola | ${names[$g]} | $old | $peak | $ratio | $(field "$m-$g-async" stall) |" \
       "$(field "$m-$g-sync" stall) | $(field "$m-$g-async" total) | $(field "$m-$g-sync" total) |" \
       "$(files "$m-$g-async") |"
+    rm -rf "$work/$m-$g-"*/checkpoints  # a 350m checkpoint is 1.4 GB
   done
 done

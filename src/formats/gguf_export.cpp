@@ -44,16 +44,13 @@ GgmlType parse_gguf_dtype(const std::string& dtype) {
 // sum of `rank` products: the factored model's function up to rounding).
 std::vector<float> projection_matrix(const ModelTensors& model, const std::string& prefix) {
   const ParamTable& table = *model.table;
-  const FlatBuffer& w = *model.weights;
-  if (const ParamInfo* dense = table.find(prefix + ".weight")) {
-    const float* v = w.view(*dense);
-    return {v, v + dense->numel};
-  }
+  if (table.find(prefix + ".weight")) return model.tensor(prefix + ".weight");
   const ParamInfo& a = table.at(prefix + ".cola_a");  // [d_in, rank]
   const ParamInfo& b = table.at(prefix + ".cola_b");  // [rank, d_out]
   const int64_t d_in = a.shape[0], rank = a.shape[1], d_out = b.shape[1];
+  const std::vector<float> va = model.tensor(a.name), vb = model.tensor(b.name);
   std::vector<float> out(d_out * d_in);
-  gemm(Trans::T, Trans::T, d_out, d_in, rank, 1.0f, w.view(b), d_out, w.view(a), rank, 0.0f,
+  gemm(Trans::T, Trans::T, d_out, d_in, rank, 1.0f, vb.data(), d_out, va.data(), rank, 0.0f,
        out.data(), d_in, DType::f32);
   return out;
 }
@@ -101,11 +98,7 @@ void add_tensor(GgufWriter& writer, TensorPlan& plan, const std::string& name, i
 }
 
 std::function<std::vector<float>()> stored(const ModelTensors& model, const std::string& name) {
-  return [&model, name] {
-    const ParamInfo& p = model.table->at(name);
-    const float* v = model.weights->view(p);
-    return std::vector<float>(v, v + p.numel);
-  };
+  return [&model, name] { return model.tensor(name); };
 }
 
 void add_hyperparameters(GgufWriter& w, const ModelConfig& c, const std::string& name,

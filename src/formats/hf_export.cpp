@@ -81,31 +81,39 @@ nlohmann::json export_config(const ModelConfig& c, const std::string& torch_dtyp
 
 void write_weights(const fs::path& dir, const ModelTensors& model, const DtypeInfo& dtype,
                    int64_t shard_bytes) {
-  // Tensors in order, grouped into shards of at most shard_bytes (a larger tensor alone).
-  std::vector<std::vector<RawTensorToWrite>> shards(1);
-  std::vector<std::vector<unsigned char>> storage;
-  storage.reserve(model.table->entries().size());
+  // Tensors in order, grouped into shards of at most shard_bytes (a larger tensor alone), planned
+  // from their sizes first; then each shard is read, encoded and written in turn, so no more than
+  // one shard's tensors are in memory (a checkpoint read tensor by tensor stays on disk).
+  const size_t element_bytes = safetensors_element_bytes(dtype.safetensors);
+  std::vector<std::vector<const ParamInfo*>> shards(1);
   int64_t in_shard = 0, total = 0;
   for (const auto& p : model.table->entries()) {
-    storage.push_back(encode(model.weights->view(p), p.numel, dtype.safetensors));
-    const auto bytes = static_cast<int64_t>(storage.back().size());
+    const auto bytes = p.numel * static_cast<int64_t>(element_bytes);
     if (in_shard > 0 && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
-    shards.back().push_back({p.name, dtype.safetensors, p.shape, storage.back().data()});
+    shards.back().push_back(&p);
     in_shard += bytes;
     total += bytes;
   }
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
-  if (shards.size() == 1) {
-    write_safetensors_raw((dir / "model.safetensors").string(), shards[0], metadata);
-    return;
-  }
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
+    std::vector<std::vector<unsigned char>> storage;
+    std::vector<RawTensorToWrite> tensors;
+    storage.reserve(shards[s].size());
+    for (const ParamInfo* p : shards[s]) {
+      const std::vector<float> values = model.tensor(p->name);
+      storage.push_back(encode(values.data(), p->numel, dtype.safetensors));
+      tensors.push_back({p->name, dtype.safetensors, p->shape, storage.back().data()});
+    }
     char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-    write_safetensors_raw((dir / name).string(), shards[s], metadata);
-    for (const auto& t : shards[s]) weight_map[t.name] = name;
+    if (shards.size() == 1)
+      std::snprintf(name, sizeof name, "model.safetensors");
+    else
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    write_safetensors_raw((dir / name).string(), tensors, metadata);
+    for (const auto& t : tensors) weight_map[t.name] = name;
   }
+  if (shards.size() == 1) return;
   const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   write_file_atomically((dir / "model.safetensors.index.json").string(), index.dump(2) + "\n");
 }

@@ -1,5 +1,7 @@
 #include "model/params.h"
 
+#include "core/error.h"
+
 #include <cmath>
 
 namespace boostlm {
@@ -54,6 +56,18 @@ ParamTable build_param_table(const ModelConfig& c) {
   t.add("model.norm.weight", {d}, Init::ones, 0, false);
   if (!c.tied_embeddings) t.add("lm_head.weight", {c.vocab_size, d}, Init::normal, kDenseStd, true);
   return t;
+}
+
+std::vector<float> ModelTensors::tensor(const std::string& name) const {
+  const ParamInfo& p = table->at(name);
+  if (weights) {
+    const float* v = weights->view(p);
+    return {v, v + p.numel};
+  }
+  BOOSTLM_ASSERT_MSG(static_cast<bool>(read), "ModelTensors: neither weights nor a reader");
+  std::vector<float> out(static_cast<size_t>(p.numel));
+  read(p, out.data());
+  return out;
 }
 
 }  // namespace boostlm

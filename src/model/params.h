@@ -3,7 +3,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/param_table.h"
 #include "model/config.h"
@@ -32,11 +34,15 @@ ParamTable build_param_table(const ModelConfig& config);
 
 // A model's configuration and its full fp32 tensors, laid out by build_param_table(*config): what
 // one process holds of it, and what the converters of formats/ other programs' files are written
-// from.
+// from. The tensors are either in memory (`weights`) or read one at a time as a converter asks
+// for them (`read`: a checkpoint on disk, never the whole model in memory at once).
 struct ModelTensors {
   const ModelConfig* config = nullptr;
   const ParamTable* table = nullptr;
   const FlatBuffer* weights = nullptr;
+  std::function<void(const ParamInfo&, float*)> read;  // used when weights is null
+  // The full tensor `name`, from whichever.
+  std::vector<float> tensor(const std::string& name) const;
 };
 
 }  // namespace boostlm

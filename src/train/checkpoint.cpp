@@ -16,6 +16,7 @@
 #include "formats/hf_export.h"
 #include "formats/hf_import.h"
 #include "formats/safetensors.h"
+#include "model/params.h"
 #include "parallel/sharding.h"
 #include "train/run_dir.h"
 
@@ -177,6 +178,27 @@ void load_checkpoint_weights(const std::string& dir, Model& model) {
                   "' that this model does not (does the config match the checkpoint?)");
   }
 }
+
+CheckpointTensors::CheckpointTensors(const std::string& dir, const ModelConfig& config)
+    : config_(config), table_(build_param_table(config)) {
+  tensors_.config = &config_;
+  tensors_.table = &table_;
+  if (is_hf_directory(dir)) {
+    whole_ = FlatBuffer(table_.total_elements());
+    load_hf_weights(dir, table_, whole_, slice_tensor);
+    tensors_.weights = &whole_;
+    return;
+  }
+  reader_ = std::make_unique<CheckpointReader>(dir);
+  for (const auto& p : table_.entries())
+    if (!reader_->has(p.name))
+      throw error("checkpoint: ", dir, " is missing tensor '", p.name, "'");
+  tensors_.read = [reader = reader_.get()](const ParamInfo& p, float* out) {
+    reader->read(p.name, whole_piece(p.shape), out);
+  };
+}
+
+CheckpointTensors::~CheckpointTensors() = default;
 
 bool has_training_state(const std::string& dir) {
   if (!fs::exists(fs::path(dir) / "trainer_state.json")) return false;

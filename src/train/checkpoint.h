@@ -19,12 +19,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
 #include "model/config.h"
+#include "model/params.h"
 #include "engine/model.h"
 #include "checkpoint/checkpoint_json.h"
 #include "checkpoint/saver.h"
@@ -79,6 +81,23 @@ ModelConfig read_checkpoint_config(const std::string& dir);
 // Loads this rank's slice of every tensor into the model (whatever layout and TP size it was
 // saved at); throws Error on a missing, extra or wrongly shaped tensor.
 void load_checkpoint_weights(const std::string& dir, Model& model);
+
+// A checkpoint's weights as the converters of formats/ read them: tensor by tensor from its files
+// as they ask (a sharded checkpoint's pieces assembled one tensor at a time), so that the whole
+// model is never in memory at once; a Hugging Face directory is read whole.
+class CheckpointTensors {
+ public:
+  CheckpointTensors(const std::string& dir, const ModelConfig& config);
+  ~CheckpointTensors();
+  const ModelTensors& tensors() const { return tensors_; }
+
+ private:
+  ModelConfig config_;
+  ParamTable table_;
+  FlatBuffer whole_;  // a Hugging Face directory's
+  std::unique_ptr<class CheckpointReader> reader_;
+  ModelTensors tensors_;
+};
 
 bool has_training_state(const std::string& dir);
 // trainer_state.json alone: step, tokens seen, loader position and the run's saved settings.

@@ -132,6 +132,21 @@ run_case cola "{\"arch\": \"cola\", $common, \"n_kv_heads\": 2, \"attn_rank\": 1
 [[ -f $work/cola-tp2pp2/checkpoints/step_000002/model-r00003.safetensors ]] ||
   fail "cola at tp 2 x pp 2: no file of rank 3 in its checkpoint"
 eval_both "cola eval (checkpoint of TP 2 x PP 2)" "$work/cola-tp2pp2/checkpoints/step_000002"
+# convert --to-hf reads it tensor by tensor into shards of its own: every tensor of the export
+# equals the one the oracle assembles from the checkpoint's pieces, bit for bit.
+"$boostlm" convert --to-hf "$work/cola-tp2pp2/checkpoints/step_000002" --out "$work/cola-tp2pp2-hf" \
+  --shard-size 200000 > /dev/null || fail "convert --to-hf of the TP 2 x PP 2 checkpoint"
+[[ -f $work/cola-tp2pp2-hf/model.safetensors.index.json ]] || fail "the export is not in shards"
+PYTHONPATH=$(dirname "$oracle") "$python" - "$work/cola-tp2pp2/checkpoints/step_000002" \
+  "$work/cola-tp2pp2-hf" <<'PY' || fail "the export of the TP 2 x PP 2 checkpoint differs from it"
+import sys, torch
+from boostlm_torch import read_checkpoint_weights
+ours, export = read_checkpoint_weights(sys.argv[1]), read_checkpoint_weights(sys.argv[2])
+assert ours.keys() == export.keys(), sorted(set(ours) ^ set(export))
+bad = [n for n in ours if not torch.equal(ours[n], export[n])]
+assert not bad, bad
+print(f"  the export of the TP 2 x PP 2 checkpoint: {len(ours)} tensors, all equal")
+PY
 run_case cola-tied-mha "{\"arch\": \"cola\", $common, \"n_kv_heads\": 4, \"attn_rank\": 16, \"mlp_rank\": 24, \"tied_embeddings\": true, \"mlp_gate_act\": false}"
 
 finish "torch oracle: all checks passed"

@@ -165,7 +165,8 @@ class Config:
 def resolve_checkpoint(path):
     """A checkpoint directory, or a run directory's checkpoints/latest (as boostlm resolves it)."""
     if any(os.path.exists(os.path.join(path, f))
-           for f in ("index.json", "model.safetensors", "checksums.json")):
+           for f in ("index.json", "model.safetensors", "checksums.json",
+                     "model.safetensors.index.json")):
         return path
     latest = os.path.join(path, "checkpoints", "latest")
     if os.path.exists(latest):
@@ -218,6 +219,14 @@ def read_checkpoint_weights(directory):
     checkpoint from before sharding has no index: its model.safetensors holds whole tensors.
     """
     index_path = os.path.join(directory, "index.json")
+    hf_index = os.path.join(directory, "model.safetensors.index.json")
+    if not os.path.exists(index_path) and os.path.exists(hf_index):  # a Hugging Face export
+        with open(hf_index, encoding="utf-8") as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+        tensors = {}
+        for file in files:
+            tensors.update(read_safetensors(os.path.join(directory, file)))
+        return tensors
     if not os.path.exists(index_path):
         return read_safetensors(os.path.join(directory, "model.safetensors"))
     with open(index_path, encoding="utf-8") as f:
