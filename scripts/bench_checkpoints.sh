@@ -22,7 +22,7 @@ trap 'rm -rf "$work"' EXIT
 for i in $(seq 1 2000); do
   printf 'Line %d of the text, with words such as river, mountain, %d and sky.\n\n' "$i" $((i * 13))
 done > "$work/text.txt"
-"$boostlm" prepare "$work/text.txt" -o "$work/data" --vocab-size 500 --val-fraction 0.1 > /dev/null
+"$boostlm" prepare "$work/text.txt" -o "$work/data" --vocab-size 300 --val-fraction 0.1 > /dev/null
 
 grids=("1:" "2:--tp 2" "4:--tp 2 --pp 2" "4:--tp 2 --dp 2 --zero 1")
 names=("one process" "TP 2" "TP 2 x PP 2" "TP 2 x DP 2, ZeRO-1")
@@ -34,7 +34,7 @@ run() {
   local cmd=("$bin")
   ((ranks > 1)) && cmd+=(launch -n "$ranks" --)
   "${cmd[@]}" train -d "$work/data" -o "$work/$name" --overwrite -b 1 -t 64 --steps 4 \
-    --save-interval 2 --eval-interval 0 --progress off "$@" > "$work/$name.log" 2>&1 ||
+    --save-interval 2 --eval-interval 0 "$@" > "$work/$name.log" 2>&1 ||
     { echo "bench_checkpoints: $name failed: $(tail -3 "$work/$name.log")" >&2; exit 1; }
 }
 

@@ -177,7 +177,7 @@ PY
 ) |"
   done
   timeout 150 "$b" train --device cuda --resume "$w/ckpt-on/checkpoints/step_000004" \
-    -o "$w/ckpt-resumed" > "$w/ckpt-resumed.out" 2> "$w/ckpt-resumed.log" ||
+    -d "$w/data" -o "$w/ckpt-resumed" > "$w/ckpt-resumed.out" 2> "$w/ckpt-resumed.log" ||
     echo "train --resume: exit $?: $(tail -2 "$w/ckpt-resumed.log")" >> "$out/notes.txt"
   local straight resumed
   straight=$(grep -o '"train_loss":[^,}]*' "$w/ckpt-on.out" | tail -1 | cut -d: -f2)

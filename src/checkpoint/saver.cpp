@@ -136,15 +136,16 @@ WriteAssignment assign_writers(const ParamTable& table, const ShardRanks& r, boo
   return w;
 }
 
+struct CheckpointSaver::JobItem {
+  std::string name, file;
+  TensorPiece piece;
+  int64_t at = 0;  // in staging
+};
+
 struct CheckpointSaver::Job {
   std::string final_dir, temp_dir;
-  struct Item {
-    std::string name, file;
-    TensorPiece piece;
-    int64_t at = 0;  // in staging
-  };
-  std::vector<Item> items;
-  std::vector<float> staging;
+  std::vector<JobItem> items;
+  const float* staging = nullptr;  // the saver's staging buffer
   std::string model_file, optimizer_file;
   RootFiles root;
   const ParamTable* full_table = nullptr;
@@ -169,9 +170,9 @@ struct CheckpointSaver::Job {
       fs::create_directories(temp_dir);
       for (const std::string& file : {model_file, optimizer_file}) {
         std::vector<TensorToWrite> tensors;
-        for (const Item& it : items)
+        for (const JobItem& it : items)
           if (it.file == file)
-            tensors.push_back({it.name, it.piece.stored_shape(), staging.data() + it.at});
+            tensors.push_back({it.name, it.piece.stored_shape(), staging + it.at});
         if (tensors.empty()) continue;
         if (fault.kind == "full" && file == optimizer_file)
           throw error("writing ", (fs::path(temp_dir) / file).string(),
@@ -208,6 +209,52 @@ CheckpointSaver::~CheckpointSaver() {
   if (job_ && job_->thread.joinable()) job_->thread.join();
 }
 
+// Where each piece of a rank's share starts in its buffers.
+struct CheckpointSaver::ShareSource {
+  const FlatBuffer* buffer;
+  int64_t at;
+};
+
+// What this rank writes of `s` (assign_writers), as items laid out one after the other in the
+// staging buffer; returns their elements.
+int64_t CheckpointSaver::plan_share(const RankState& s, const ShardRanks& ranks,
+                                    const std::string& model_file,
+                                    const std::string& optimizer_file,
+                                    std::vector<JobItem>& items,
+                                    std::vector<ShareSource>& sources) {
+  const bool with_moments = s.exp_avg && s.exp_avg_sq;
+  const int64_t m_begin = s.moments_begin;
+  const int64_t m_end = s.moments_end < 0 ? s.table->total_elements() : s.moments_end;
+  const WriteAssignment w = assign_writers(*s.table, ranks, s.zero1, m_begin, m_end);
+  int64_t total = 0;
+  const auto& entries = s.table->entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParamInfo& p = entries[i];
+    if (w.weights[i]) {
+      items.push_back({p.name, model_file, piece_of(p), total});
+      sources.push_back({s.weights, p.offset});
+      total += p.numel;
+    }
+    if (!with_moments || !w.moments[i]) continue;
+    const TensorPiece held = s.zero1 ? piece_of(p, m_begin, m_end) : piece_of(p);
+    if (held.numel() == 0) continue;
+    const int64_t at = p.offset + held.flat_begin - m_begin;
+    for (const auto& [suffix, buffer] : {std::pair{".exp_avg", s.exp_avg},
+                                         std::pair{".exp_avg_sq", s.exp_avg_sq}}) {
+      items.push_back({p.name + suffix, optimizer_file, held, total});
+      sources.push_back({buffer, at});
+      total += held.numel();
+    }
+  }
+  return total;
+}
+
+void CheckpointSaver::reserve(const RankState& s) {
+  std::vector<JobItem> items;
+  std::vector<ShareSource> sources;
+  staging_.reserve(static_cast<size_t>(plan_share(s, ranks_, "", "", items, sources)));
+}
+
 std::optional<SaveResult> CheckpointSaver::begin(const std::string& dir, const RankState& s,
                                                  RootFiles files) {
   BOOSTLM_ASSERT_MSG(!job_, "CheckpointSaver::begin: finish the pending save first");
@@ -223,47 +270,20 @@ std::optional<SaveResult> CheckpointSaver::begin(const std::string& dir, const R
   job->temp_dir = (final_dir.parent_path() /
                    ("." + final_dir.filename().string() + ".tmp." + std::to_string(pid)))
                       .string();
-  if (world_.rank() == 0) {
-    std::error_code ignored;
-    fs::remove_all(job->temp_dir, ignored);  // a leftover of this very process cannot exist; safe
-  }
+  // No leftover of that name can exist: a failed save removes its own, and another process's has
+  // another PID. (Removing one here would race with the other ranks' writers.)
   job->model_file = rank_file("model", world_.rank(), world_.size());
   job->optimizer_file = rank_file("optimizer", world_.rank(), world_.size());
   job->with_moments = s.exp_avg && s.exp_avg_sq;
   job->full_table = s.full_table;
-  const int64_t m_begin = s.moments_begin;
-  const int64_t m_end = s.moments_end < 0 ? s.table->total_elements() : s.moments_end;
-  const WriteAssignment w = assign_writers(*s.table, ranks_, s.zero1, m_begin, m_end);
-  // What this rank writes, and where each piece's elements start in its buffers.
-  struct Source {
-    const FlatBuffer* buffer;
-    int64_t at;
-  };
-  std::vector<Source> sources;
-  int64_t total = 0;
-  const auto& entries = s.table->entries();
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const ParamInfo& p = entries[i];
-    if (w.weights[i]) {
-      job->items.push_back({p.name, job->model_file, piece_of(p), total});
-      sources.push_back({s.weights, p.offset});
-      total += p.numel;
-    }
-    if (!job->with_moments || !w.moments[i]) continue;
-    const TensorPiece held = s.zero1 ? piece_of(p, m_begin, m_end) : piece_of(p);
-    if (held.numel() == 0) continue;
-    const int64_t at = p.offset + held.flat_begin - m_begin;
-    for (const auto& [suffix, buffer] : {std::pair{".exp_avg", s.exp_avg},
-                                         std::pair{".exp_avg_sq", s.exp_avg_sq}}) {
-      job->items.push_back({p.name + suffix, job->optimizer_file, held, total});
-      sources.push_back({buffer, at});
-      total += held.numel();
-    }
-  }
+  std::vector<ShareSource> sources;
+  const int64_t total = plan_share(s, ranks_, job->model_file, job->optimizer_file, job->items,
+                                   sources);
   // The stall: a copy of this rank's pieces (a download from a device) to host memory.
-  job->staging.resize(static_cast<size_t>(total));
+  float* staging = staging_.reserve(static_cast<size_t>(total));
+  job->staging = staging;
   for (size_t k = 0; k < job->items.size(); ++k)
-    device_download(job->staging.data() + job->items[k].at,
+    device_download(staging + job->items[k].at,
                     sources[k].buffer->data() + sources[k].at,
                     static_cast<size_t>(job->items[k].piece.numel()) * sizeof(float));
   if (world_.rank() == 0) job->root = std::move(files);
@@ -308,7 +328,7 @@ SaveResult CheckpointSaver::commit() {
                          {"error", job.failure}};
   nlohmann::json pieces = nlohmann::json::array();
   if (job.failure.empty())
-    for (const Job::Item& it : job.items)
+    for (const JobItem& it : job.items)
       pieces.push_back({it.name, it.file, piece_to_json(it.piece)});
   mine["pieces"] = std::move(pieces);
   const std::vector<std::string> all = world_.gather_text(mine.dump(), 0);

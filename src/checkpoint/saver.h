@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
+#include "core/device.h"
 #include "core/param_table.h"
 
 namespace boostlm {
@@ -102,18 +103,29 @@ class CheckpointSaver {
   // Collective: waits for the pending save and commits it (nullopt when none is pending).
   std::optional<SaveResult> finish();
   bool async() const { return async_; }
+  // Allocates (and touches) the staging buffer for saves of `state` now, so that the first save
+  // does not pay for it: the trainer calls it at start-up.
+  void reserve(const RankState& state);
   // What the last begin() blocked this rank for (staging its pieces).
   double stall_s() const { return stall_s_; }
 
   struct Job;
+  struct JobItem;
+  struct ShareSource;
 
  private:
+  static int64_t plan_share(const RankState& s, const ShardRanks& ranks,
+                            const std::string& model_file, const std::string& optimizer_file,
+                            std::vector<JobItem>& items, std::vector<ShareSource>& sources);
   std::optional<SaveResult> agree(bool wait);
   SaveResult commit();
 
   Communicator& world_;
   ShardRanks ranks_;
   bool async_;
+  // The host copy of this rank's share: page-locked on a GPU, kept from one save to the next
+  // (a save in flight owns it until it is committed).
+  StagingBuffer staging_;
   double stall_s_ = 0;
   int saves_ = 0;  // begun by this process, for BOOSTLM_CHECKPOINT_FAULT's #N
   std::unique_ptr<Job> job_;

@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -235,6 +237,31 @@ void use_device_memory(const DeviceMemory* memory) {
 }
 const DeviceMemory* registered_device_memory() {
   return g_memory;
+}
+
+StagingBuffer::~StagingBuffer() {
+  if (data_) release_(data_);
+}
+
+float* StagingBuffer::reserve(std::size_t floats) {
+  if (floats <= capacity_ && data_) return data_;
+  if (data_) release_(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  const std::size_t bytes = std::max<std::size_t>(floats, 1) * sizeof(float);
+  if (g_memory && g_memory->host_allocate) {
+    data_ = static_cast<float*>(g_memory->host_allocate(bytes));
+    release_ = g_memory->host_release;
+  } else {
+    data_ = static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    release_ = std::free;
+  }
+  if (!data_) throw error("cannot allocate ", bytes, " bytes of host memory for a staging buffer");
+  // Touched now: a page's first touch can cost far more than the copy into it (35 MB/s in this
+  // project's VMs), and a save should pay only for the copy.
+  std::memset(data_, 0, bytes);
+  capacity_ = floats;
+  return data_;
 }
 
 bool device_memory_in_place() {

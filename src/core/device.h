@@ -78,6 +78,10 @@ struct DeviceMemory {
   // Between the device and host memory; they return when the host's side may be used.
   void (*download)(void* host, const void* src, std::size_t bytes) = nullptr;
   void (*upload)(void* dst, const void* host, std::size_t bytes) = nullptr;
+  // Page-locked host memory, which downloads fill at the link's speed (cudaMallocHost); null:
+  // ordinary host memory.
+  void* (*host_allocate)(std::size_t bytes) = nullptr;
+  void (*host_release)(void* block) = nullptr;
 };
 // `memory` must outlive its use (a backend's static); null: host memory again (cpu, cpu-checked).
 void use_device_memory(const DeviceMemory* memory);
@@ -95,6 +99,24 @@ void device_upload(void* dst, const void* host, std::size_t bytes);
 // held as long as the view); elsewhere a host copy, downloaded when the view is made (read,
 // read_write). A view that writes (write, read_write) takes effect on upload(), which a view of
 // device memory needs and one in place does without.
+// A host buffer that device downloads land in, kept from one use to the next (a checkpoint's
+// staging): page-locked where the device offers it, ordinary memory elsewhere; never zeroed.
+class StagingBuffer {
+ public:
+  StagingBuffer() = default;
+  ~StagingBuffer();
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+  // At least `floats` elements; what it held is not kept when it has to grow.
+  float* reserve(std::size_t floats);
+  float* data() const { return data_; }
+
+ private:
+  float* data_ = nullptr;
+  std::size_t capacity_ = 0;
+  void (*release_)(void*) = nullptr;
+};
+
 enum class HostAccess { read, write, read_write };
 
 template <class T>

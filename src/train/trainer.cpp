@@ -280,6 +280,7 @@ class TrainingRun {
   void settle(const std::optional<SaveResult>& committed);
   // Runs one of the saver's collectives, naming the checkpoint and the last good one on failure.
   std::optional<SaveResult> saving(const std::function<std::optional<SaveResult>()>& call);
+  RankState rank_state() const;  // what this rank saves
   void restore(const std::string& resume_dir, const std::string& init_dir);
   // Where the model's config came from, for the banner: --config, else the checkpoint's.
   std::string model_source() const {
@@ -364,6 +365,7 @@ TrainingRun::TrainingRun(const TrainOptions& given)
                             grid_.dp_rank(), grid_.shape().dp},
                  o.async_save);
   restore(resume_dir_, init_dir_);
+  saver_->reserve(rank_state());  // the staging buffer, allocated and touched before step 1
   if (state_.step >= o.steps)
     throw error("the checkpoint is already at step ", state_.step, " of --steps ", o.steps,
                 ": give a larger --steps to train on");
@@ -507,6 +509,20 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
     std::fprintf(stderr, "%sstep %ld: val loss %.4f\n", tty_ ? "\n" : "", state_.step, val_loss);
 }
 
+RankState TrainingRun::rank_state() const {
+  RankState state;
+  const Model& model = *model_;  // const: handing out the weights for writing dirties bf16's copy
+  state.table = &model.params();
+  state.weights = &model.weights();
+  state.exp_avg = &optimizer_->first_moment();
+  state.exp_avg_sq = &optimizer_->second_moment();
+  state.moments_begin = optimizer_->begin();
+  state.moments_end = optimizer_->end();
+  state.zero1 = use_zero();
+  state.full_table = root_ ? &model.full_params() : nullptr;
+  return state;
+}
+
 std::optional<SaveResult> TrainingRun::saving(
     const std::function<std::optional<SaveResult>()>& call) {
   try {
@@ -560,16 +576,7 @@ std::string TrainingRun::save(const char* why, bool wait) {
                   {"zero", o_.zero},
                   {"layout", to_string(model_->layout())}};
   }
-  RankState state;
-  const Model& model = *model_;  // const: handing out the weights for writing dirties bf16's copy
-  state.table = &model.params();
-  state.weights = &model.weights();
-  state.exp_avg = &optimizer_->first_moment();
-  state.exp_avg_sq = &optimizer_->second_moment();
-  state.moments_begin = optimizer_->begin();
-  state.moments_end = optimizer_->end();
-  state.zero1 = use_zero();
-  state.full_table = root_ ? &model.full_params() : nullptr;
+  const RankState state = rank_state();
   saving_dir_ = dir.string();
   saving_why_ = why;
   saved_step_ = state_.step;

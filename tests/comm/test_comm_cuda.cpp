@@ -197,10 +197,12 @@ TEST_F(CommCuda, NcclWatchdogAbortsAHungCollective) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
-        configure_watchdog(0.3);
         Communicator self;
         NcclTransport nccl(self, stream);
         DeviceArray<float> data(std::vector<float>(4, 1));
+        // After NCCL's set-up, which on a GPU's first use took longer than the timeout (H200,
+        // 2026-12-04: the watchdog fired in ncclCommInitRank instead of the collective).
+        configure_watchdog(0.3);
         static double hold_s = 5;
         BOOSTLM_CHECK_CUDA(cudaLaunchHostFunc(stream, sleep_on_stream, &hold_s));
         nccl.all_reduce(data.get(), 4, ElementType::f32, ReduceOp::sum)->wait();

@@ -71,6 +71,15 @@ void upload_device(void* dst, const void* host, std::size_t bytes) {
   BOOSTLM_CHECK_CUDA(cudaStreamSynchronize(buffer_stream()));
 }
 
+void* allocate_pinned_host(std::size_t bytes) {
+  void* block = nullptr;
+  BOOSTLM_CHECK_CUDA(cudaMallocHost(&block, bytes));
+  return block;
+}
+void free_pinned_host(void* block) {
+  BOOSTLM_CHECK_CUDA(cudaFreeHost(block));
+}
+
 const DeviceMemory kDeviceMemory = [] {
   DeviceMemory m;
   m.name = "cuda";
@@ -80,6 +89,8 @@ const DeviceMemory kDeviceMemory = [] {
   m.copy = copy_device;
   m.download = download_device;
   m.upload = upload_device;
+  m.host_allocate = allocate_pinned_host;
+  m.host_release = free_pinned_host;
   return m;
 }();
 }  // namespace
