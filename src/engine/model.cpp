@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/mpi_runtime.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/fiber.h"
 #include "core/profile.h"
@@ -61,6 +62,19 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
       stage_layer_range(config_.n_layers, pp_->size(), pp_->rank());
   const LayoutKind kind = layout.value_or(default_layout(config_));
   check_options(kind, options);
+  if (config_.arch == Arch::lax) {
+    // Each block's latents feed the next block's (model/lax.h): a block rerun alone, or a stage
+    // that starts after layer 0, would need the chain's latents carried to it, which is not built.
+    if (pp_->size() > 1)
+      throw error("arch lax: pipeline parallelism (--pp ", pp_->size(),
+                  ") is not supported yet: the latent chains would have to cross stage "
+                  "boundaries; train lax with --pp 1");
+    if (options.recompute == Recompute::block)
+      throw error("arch lax: --recompute block is not supported (a block rerun alone lacks the "
+                  "latents of the block before it); use --recompute lowrank (btp) or none");
+    if (current_device() == Device::cuda)
+      throw error("arch lax: the CUDA backend has no LaX kernels yet; use --device cpu");
+  }
   // Overlap hides TP collectives; with no TP group there are none, and without
   // MPI_THREAD_MULTIPLE the progress thread may not call MPI.
   int chunks = tp_->size() > 1 ? options.overlap_chunks : 1;
