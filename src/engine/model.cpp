@@ -78,6 +78,13 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
   // Overlap hides TP collectives; with no TP group there are none, and without
   // MPI_THREAD_MULTIPLE the progress thread may not call MPI.
   int chunks = tp_->size() > 1 ? options.overlap_chunks : 1;
+  if (chunks > 1 && config_.arch == Arch::lax && layout_traits(kind).shards_ranks) {
+    // LaX's crossing on latents split over r all-gathers and reduce-scatters them (parallel/
+    // lax_chain.cpp), collectives the overlapped path (comm/overlap.h) does not route.
+    warn("--tp-overlap: arch lax under " + to_string(kind) +
+         " has collectives the overlap cannot interleave: running without");
+    chunks = 1;
+  }
   if (chunks > 1 && !mpi_thread_multiple()) {
     warn("--tp-overlap needs MPI_THREAD_MULTIPLE, which this MPI did not grant: running without");
     chunks = 1;

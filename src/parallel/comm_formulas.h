@@ -31,6 +31,10 @@ namespace boostlm {
 // Per block, forward or backward.
 CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
                          bool backward, const BlockOptions& options = {});
+// LaX's crossing in block `layer` (model/lax.h; none in block 0 or for other architectures): the
+// collectives its layout adds (LayoutCost::lax_comm; none under btp), per --tp-overlap chunk.
+CommCounts block_lax_comm(LayoutKind layout, const ModelConfig& config, int64_t layer,
+                          int64_t tokens, int tp, bool backward, const BlockOptions& options = {});
 // Embedding, head and loss of one forward (+ backward) pass over `tokens` in `head_chunks` chunks.
 CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
                          int64_t head_chunks, bool backward);

@@ -32,6 +32,10 @@ int64_t stage_layers(const ModelConfig& c, int pp, int stage) {
 int64_t stage_param_elements(LayoutKind layout, const ModelConfig& c, int tp, int pp, int stage) {
   const int64_t vocab_shard = c.vocab_size / tp * c.d_model;
   int64_t n = stage_layers(c, pp, stage) * block_param_elements(layout, c, tp);
+  // LaX's gates and latent norms, in every block but the first (model/lax.h).
+  const auto [first, last] = stage_layer_range(c.n_layers, pp, stage);
+  if (c.arch == Arch::lax)
+    n += (last - std::max<int64_t>(first, 1)) * layout_cost(layout).lax_param_elements(c, tp);
   if (stage == 0) n += vocab_shard;
   if (stage == pp - 1) {
     n += c.d_model;  // final norm
