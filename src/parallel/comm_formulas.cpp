@@ -95,6 +95,12 @@ CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
     const int64_t skipped = last_stage ? m : (m == 1 ? 1 : 0);
     const int64_t reruns = m * (last - first) - skipped;
     for (int64_t i = 0; i < reruns; ++i) out += block_tp_comm(layout, c, N, tp, false, o);
+    // LaX: a rerun block after the model's first crosses its latents again (the skipped one is
+    // the stage's last block).
+    for (int64_t l = first; l < last; ++l) {
+      const int64_t runs = l + 1 == last ? m - skipped : m;
+      for (int64_t i = 0; i < runs; ++i) out += block_lax_comm(layout, c, l, N, tp, false, o);
+    }
   }
   return out;
 }
@@ -102,8 +108,12 @@ CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
 CommCounts pipeline_p2p_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int pp,
                              int stage, int64_t m, bool backward) {
   CommCounts out;
+  // LaX: the seven chains' latents cross with the residual, at the columns a rank holds.
+  const int64_t lax_cols = c.arch != Arch::lax                          ? 0
+                           : layout_traits(layout).shards_ranks ? latent_columns(c) / tp
+                                                                : latent_columns(c);
   const int64_t boundary =
-      N * (layout_traits(layout).hidden_sharded_residual ? c.d_model / tp : c.d_model);
+      N * ((layout_traits(layout).hidden_sharded_residual ? c.d_model / tp : c.d_model) + lax_cols);
   const bool has_next = stage + 1 < pp, has_prev = stage > 0;
   // Activations go forward: sent to the next stage, received from the previous one.
   if (has_next) add_collective(out, Collective::send, m, m * boundary);

@@ -28,7 +28,7 @@ constexpr float kLaxNormEps = 1e-6f;  // the LaX authors' LayerNorm eps
 void Layout::allocate_lax(int64_t N) {
   lax_kept_.clear();
   if (!lax()) return;
-  lax_kept_.resize(slots());
+  lax_kept_.resize(layers() * micro_slots_);  // per block even when whole blocks are recomputed
   int64_t widest = 0, widest_full = 0, full_total = 0, factors = 0;
   const auto dims = block_projections(config_);
   for (LaxKept& k : lax_kept_) {
@@ -81,7 +81,7 @@ GemmInput Layout::lax_gate_columns(const LaxWeights& w, int64_t& ld) {
 }
 
 const float* Layout::lax_latent(int64_t layer, const Group& g) {
-  LaxKept& k = lax_kept_[slot(layer)];
+  LaxKept& k = lax_kept_[lax_slot(layer)];
   const float* pre = k.pre[g.index].data();
   if (!has_lax_crossing(config_, layer)) return pre;  // block 0: z = u
   const ProjectionGroup group = members(layer, g);
@@ -96,18 +96,85 @@ const float* Layout::lax_latent(int64_t layer, const Group& g) {
   return lax_z_.data();
 }
 
+int64_t Layout::lax_boundary_columns() const {
+  if (!lax()) return 0;
+  int64_t cols = 0;
+  for (const Group& g : kGroups) cols += group_width(members(first_layer_, g));
+  return cols;
+}
+
+namespace {
+// Where group g's h starts in a boundary buffer: the groups before it, N rows each.
+template <typename Widths>
+int64_t boundary_offset(int g, int64_t N, Widths width_of) {
+  int64_t at = 0;
+  for (int i = 0; i < g; ++i) at += N * width_of(i);
+  return at;
+}
+}  // namespace
+
+void Layout::lax_chain_out(float* out) {
+  const int64_t N = batch_ * seq_len_, layer = last_layer_ - 1;
+  int64_t at = 0;
+  for (const Group& g : kGroups) {
+    const int64_t width = group_width(members(layer, g));
+    const float* z = lax_latent(layer, g);
+    if (config_.latent_act())
+      silu_forward(z, width, N, width, out + at, width);
+    else
+      copy_values(z, N * width, out + at);
+    at += N * width;
+  }
+}
+
+void Layout::lax_set_carry_in(const float* d) {
+  const int64_t N = batch_ * seq_len_;
+  int64_t at = 0;
+  for (const Group& g : kGroups) {
+    const int64_t width = group_width(members(last_layer_ - 1, g));
+    copy_values(d + at, N * width, lax_carry_[g.index].data());
+    lax_carry_layer_[g.index] = last_layer_;
+    at += N * width;
+  }
+}
+
+void Layout::lax_carry_out(float* d) const {
+  const int64_t N = batch_ * seq_len_;
+  int64_t at = 0;
+  for (const Group& g : kGroups) {
+    const int64_t width = group_width(members(first_layer_, g));
+    BOOSTLM_ASSERT_MSG(lax_carry_layer_[g.index] == first_layer_,
+                       "LaX: the stage's first block has not run its backward");
+    copy_values(lax_carry_[g.index].data(), N * width, d + at);
+    at += N * width;
+  }
+}
+
 void Layout::lax_chain_latent(int64_t layer, const Group& g) {
-  const ProjectionGroup group = members(layer, g);
-  const int64_t N = batch_ * seq_len_, width = group_width(group);
-  const float* z = lax_latent(layer, g);
+  const int64_t N = batch_ * seq_len_;
   const bool split = sharding().latents_split && tp_.size() > 1;
   // h = σ(z) (or z), this rank's columns: into lax_h_ when whole, else into lax_gather_ per
-  // member and gathered into lax_h_ (each member [N, r] after the one before).
+  // member and gathered into lax_h_ (each member [N, r] after the one before). The block before
+  // this stage's first: what the stage before sent.
   float* local = split ? lax_ds_.data() : lax_h_.data();
-  if (config_.latent_act())
-    silu_forward(z, width, N, width, local, width);
-  else
-    copy_columns(z, width, N, width, local, width);
+  if (layer < first_layer_) {
+    BOOSTLM_ASSERT_MSG(lax_chain_in_, "LaX: no latents from the stage before");
+    const int64_t width = group_width(members(first_layer_, g));
+    const int64_t at = boundary_offset(g.index, N, [&](int i) {
+      return group_width(members(first_layer_, kGroups[i]));
+    });
+    copy_values(lax_chain_in_ + at, N * width, local);
+    layer = first_layer_;  // only for the members' shapes below
+  } else {
+    const int64_t width = group_width(members(layer, g));
+    const float* z = lax_latent(layer, g);
+    if (config_.latent_act())
+      silu_forward(z, width, N, width, local, width);
+    else
+      copy_columns(z, width, N, width, local, width);
+  }
+  const ProjectionGroup group = members(layer, g);
+  const int64_t width = group_width(group);
   lax_h_ld_ = width;
   if (!split) return;
   // The members one after another, each whole: an all-gather of its [N, r/t] columns.
@@ -126,7 +193,7 @@ void Layout::lax_chain_latent(int64_t layer, const Group& g) {
 }
 
 const float* Layout::lax_forward(int64_t layer, const Group& g, const float* u, int64_t ldu) {
-  LaxKept& k = lax_kept_[slot(layer)];
+  LaxKept& k = lax_kept_[lax_slot(layer)];
   const ProjectionGroup group = members(layer, g);
   const int64_t N = batch_ * seq_len_, width = group_width(group);
   float* pre = k.pre[g.index].data();
@@ -134,7 +201,8 @@ const float* Layout::lax_forward(int64_t layer, const Group& g, const float* u, 
     copy_columns(u, ldu, N, width, pre, width);
     return pre;
   }
-  BOOSTLM_ASSERT_MSG(layer > first_layer_, "LaX: the block before has to run on this stage");
+  BOOSTLM_ASSERT_MSG(layer > first_layer_ || lax_chain_in_,
+                     "LaX: the block before runs on another stage, which sent no latents");
   lax_chain_latent(layer - 1, g);  // h_{l−1}: lax_h_
   const bool split = sharding().latents_split && tp_.size() > 1;
   float* s = lax_z_.data();
@@ -161,7 +229,7 @@ const float* Layout::lax_forward(int64_t layer, const Group& g, const float* u, 
 }
 
 void Layout::lax_backward(int64_t layer, const Group& g, float* d) {
-  LaxKept& k = lax_kept_[slot(layer)];
+  LaxKept& k = lax_kept_[lax_slot(layer)];
   const ProjectionGroup group = members(layer, g);
   const int64_t N = batch_ * seq_len_, width = group_width(group);
   // ∂L/∂h_l: from this block's B, and from the block above's gate.

@@ -276,9 +276,7 @@ int64_t Layout::bytes_of(const BlockActs& a) {
 }
 
 int64_t Layout::slot_bytes() const {
-  return acts_.empty() ? 0
-                      : bytes_of(acts_[0]) + group_slot_bytes() +
-                            (lax_kept_.empty() ? 0 : lax_bytes(lax_kept_[0]));
+  return acts_.empty() ? 0 : bytes_of(acts_[0]) + group_slot_bytes() + lax_kept_bytes();
 }
 
 int64_t Layout::activation_bytes() const {

@@ -146,6 +146,21 @@ class Layout {
   int64_t activation_bytes() const;
   // Bytes of one block's activation slot (what a block keeps besides its input, this rank).
   int64_t slot_bytes() const;
+  // Bytes of what LaX's crossing keeps per block (model/lax.h): kept for every block even when
+  // whole blocks are recomputed (a rerun block needs the latents of the block before it); in
+  // slot_bytes() otherwise. 0 for other architectures.
+  int64_t lax_kept_bytes() const { return lax_kept_.empty() ? 0 : lax_bytes(lax_kept_[0]); }
+  // LaX under pipeline parallelism: the seven chains cross a stage boundary beside the residual,
+  // as this rank's columns of each group's h, the groups one after another ([N, Σ rank] each, row
+  // stride Σ rank): lax_boundary_columns() per token (0 unless lax). The stage before's h of its
+  // last block (read by this stage's first block, forward and backward; the buffer must live
+  // until then), this stage's own for the stage after; and in backward ∂L/∂h of this stage's last
+  // block from the stage after, and ∂L/∂h of the block before this stage for the stage before.
+  int64_t lax_boundary_columns() const;
+  void lax_set_chain_in(const float* h) { lax_chain_in_ = h; }
+  void lax_chain_out(float* h);
+  void lax_set_carry_in(const float* d);
+  void lax_carry_out(float* d) const;
 
   // This rank's shards of block `layer`, in SPEC §2's order and names.
   void add_block_params(ParamTable& table, int64_t layer) const;
@@ -362,6 +377,9 @@ class Layout {
     std::array<Buffer<float>, kGroupsPerBlock> pre, rstd;
   };
   void allocate_lax(int64_t N);
+  int64_t lax_slot(int64_t layer) const {
+    return (micro_ % micro_slots_) * layers() + (layer - first_layer_);
+  }
   int64_t lax_bytes(const LaxKept& k) const;
   // h_{layer} of group g (σ(z), or z without σ), whole over r, into lax_h_; per member m its
   // columns start at offset(m) with row stride lax_h_ld_.
@@ -374,6 +392,7 @@ class Layout {
   Buffer<float> lax_z_, lax_h_, lax_stats_, lax_k_, lax_dk_, lax_dfactor_, lax_gather_;
   Buffer<float> lax_ds_;  // h of this rank's columns before its all-gather (naive-tp)
   int64_t lax_h_ld_ = 0;
+  const float* lax_chain_in_ = nullptr;  // h of the block before this stage (pipeline)
 };
 
 std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp);

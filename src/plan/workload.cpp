@@ -187,6 +187,8 @@ Work whole_model_work(const MicroBatchShape& mb) {
     }
     // The engine skips recomputing the block whose intermediates are still in place: the last.
     if (l + 1 < L) w += re;
+    if (l + 1 < L && mb.options.recompute == Recompute::block && has_lax_crossing(mb.config, l))
+      w += lax_fwd;  // a rerun block crosses its latents again
   }
   return w;
 }

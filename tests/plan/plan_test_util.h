@@ -47,6 +47,8 @@ inline std::vector<LayoutCase> layout_cases() {
   out.push_back({LayoutKind::btp, Arch::lax, {true, true, Recompute::none}});
   out.push_back({LayoutKind::btp, Arch::lax, {false, false, Recompute::lowrank}, 2, RankMix::odd});
   out.push_back({LayoutKind::naive_tp, Arch::lax, {true, true, Recompute::none}});
+  out.push_back({LayoutKind::btp, Arch::lax, {true, true, Recompute::block}});
+  out.push_back({LayoutKind::naive_tp, Arch::lax, {true, true, Recompute::block}, 2});
   out.push_back(
       {LayoutKind::naive_tp, Arch::lax, {true, false, Recompute::none}, 4, RankMix::mixed});
   return out;
