@@ -153,9 +153,10 @@ void Layout::lax_carry_out(float* d) const {
 void Layout::lax_chain_latent(int64_t layer, const Group& g) {
   const int64_t N = batch_ * seq_len_;
   const bool split = sharding().latents_split && tp_.size() > 1;
-  // h = σ(z) (or z), this rank's columns: into lax_h_ when whole, else into lax_gather_ per
-  // member and gathered into lax_h_ (each member [N, r] after the one before). The block before
-  // this stage's first: what the stage before sent.
+  // h = σ(z) (or z), this rank's columns: into lax_h_ when whole, else into lax_ds_, gathered
+  // member by member into lax_h_ (each member [N, r] after the one before; lax_gather_, sized
+  // for the widest member, receives the ranks' blocks). The block before this stage's first: what
+  // the stage before sent.
   float* local = split ? lax_ds_.data() : lax_h_.data();
   if (layer < first_layer_) {
     BOOSTLM_ASSERT_MSG(lax_chain_in_, "LaX: no latents from the stage before");
@@ -184,7 +185,6 @@ void Layout::lax_chain_latent(int64_t layer, const Group& g) {
     const int64_t rl = p.rank;
     Buffer<float>& packed = lax_z_;  // free here: z was consumed by σ above
     copy_columns(local + c0, width, N, rl, packed.data(), rl);
-    lax_gather_.resize(N * rl * t);
     tp_.all_gather(packed.data(), N * rl, lax_gather_.data());
     concat_columns(lax_gather_.data(), t, N, rl, lax_h_.data() + out);
     c0 += rl;
@@ -285,7 +285,6 @@ void Layout::lax_backward(int64_t layer, const Group& g, float* d) {
       // keeping its r/t columns. Laid out as t column blocks one after another for the collective.
       const int t = tp_.size();
       const int64_t rl = w.r_local;
-      lax_gather_.resize(N * w.rank);
       gemm(Trans::N, Trans::T, N, w.rank, rl, 1.0f, GemmInput(dm, width), gate, 0.0f,
            lax_gather_.data(), w.rank, compute_);
       float* blocks = lax_h_.data() + h_off;  // h_{l−1} of this member is used up

@@ -41,7 +41,7 @@ struct LayoutTraits {
   LayoutKind kind;
   const char* name;     // as on the command line
   const char* summary;  // one line, for help and tables
-  bool low_rank;        // runs svd/cola models (else the dense model)
+  bool low_rank;        // runs svd/cola/lax models (else the dense model)
   // The residual stream between blocks is sharded over the hidden dimension ([N, d/t] per rank):
   // pipeline boundaries carry d/t columns, the embedding's output and the final norm's input are
   // gathered, and the block norms' weights and statistics are sharded (Online-RMSNorm applies).
