@@ -285,8 +285,8 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--model,-m,--config,-c", o->model,
                   "config file, preset by shape (60m … 7b, with --arch) or whole name (60m-cola), "
                   "or paper shape (1b, 3b, 7b, 13b, 30b)");
-  cmd->add_option("--arch", o->arch, "dense, svd or cola")
-      ->check(CLI::IsMember({"dense", "svd", "cola"}));
+  cmd->add_option("--arch", o->arch, "dense, svd, cola or lax")
+      ->check(CLI::IsMember({"dense", "svd", "cola", "lax"}));
   cmd->add_option("--hardware", o->hardware,
                   "hardware name (hardware/<name>.json) or file; default a100-80g "
                   "(this-machine with --measured)");

@@ -40,6 +40,14 @@ void add_train(CLI::App& app) {
   computed_default(
       cmd->add_option("--vocab-size", o->vocab_size, "vocabulary size (default: the config's)"))
       ->check(at_least(1));
+  cmd->add_option("--lax-gate", o->lax_gate,
+                  "arch lax: the gate between blocks' latents, kron (Kronecker-factored, the "
+                  "default) or linear (a full r x r map); default: the config's lax_gate")
+      ->check(CLI::IsMember({"kron", "linear"}));
+  cmd->add_option("--lax-latent-act", o->lax_latent_act,
+                  "arch lax: on (σ = SiLU after the latent's norm) or off (the ablation without "
+                  "σ); default: the config's lax_latent_act")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--tp", o->grid.tp, "tensor-parallel size")->check(at_least(1));
   cmd->add_option("--pp", o->grid.pp, "pipeline-parallel size")->check(at_least(1));
   cmd->add_option("--dp", o->grid.dp, "data-parallel size")->check(at_least(1));

@@ -83,7 +83,8 @@ void init_parameters(const ParamTable& table, FlatBuffer& weights, uint64_t seed
       case Init::zeros:
         std::fill(out, out + p.numel, 0.0f);
         break;
-      case Init::normal: {
+      case Init::normal:
+      case Init::uniform: {
         // View the tensor as [rows, cols] with cols = last dim; a shard along axis 0 is a row
         // range, a shard along the last axis a column range.
         const int64_t full_cols = p.shape.back();
@@ -101,8 +102,12 @@ void init_parameters(const ParamTable& table, FlatBuffer& weights, uint64_t seed
         } else {
           BOOSTLM_ASSERT_MSG(p.shard_axis < 0, "unsupported shard axis for " + p.name);
         }
-        fill_normal_slice(out, seed, p.name, p.init_std, full_cols, row_begin, rows, col_begin,
-                          cols);
+        if (p.init == Init::uniform)
+          fill_uniform_slice(out, seed, p.name, p.init_std, full_cols, row_begin, rows, col_begin,
+                             cols);
+        else
+          fill_normal_slice(out, seed, p.name, p.init_std, full_cols, row_begin, rows, col_begin,
+                            cols);
         break;
       }
     }

@@ -18,7 +18,8 @@
 
 namespace boostlm {
 
-enum class Init { normal, ones, zeros };
+// normal: N(0, init_std²); uniform: U(−init_std, init_std) (init_std is then the bound).
+enum class Init { normal, ones, zeros, uniform };
 
 struct ParamInfo {
   std::string name;

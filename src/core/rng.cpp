@@ -23,6 +23,10 @@ inline float normal_from_key(uint64_t key, int64_t index) {
   double angle = 2.0 * M_PI * u2;
   return static_cast<float>((index & 1) ? radius * std::sin(angle) : radius * std::cos(angle));
 }
+inline float uniform_from_key(uint64_t key, int64_t index) {
+  const uint64_t bits = splitmix64(key + static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ull);
+  return static_cast<float>(static_cast<double>(bits >> 11) * 0x1.0p-53);  // [0, 1)
+}
 inline uint64_t stream_key(uint64_t seed, std::string_view name) {
   return splitmix64(splitmix64(seed) ^ hash_name(name));
 }
@@ -40,6 +44,18 @@ void fill_normal_slice(float* out, uint64_t seed, std::string_view name, float s
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t base = (row_begin + r) * full_cols + col_begin;
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = stddev * normal_from_key(key, base + c);
+  }
+}
+
+void fill_uniform_slice(float* out, uint64_t seed, std::string_view name, float bound,
+                        int64_t full_cols, int64_t row_begin, int64_t rows, int64_t col_begin,
+                        int64_t cols) {
+  const uint64_t key = stream_key(seed, name);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = (row_begin + r) * full_cols + col_begin;
+    for (int64_t c = 0; c < cols; ++c)
+      out[r * cols + c] = bound * (2.0f * uniform_from_key(key, base + c) - 1.0f);
   }
 }
 

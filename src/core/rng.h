@@ -29,6 +29,12 @@ void fill_normal_slice(float* out, uint64_t seed, std::string_view name, float s
                        int64_t full_cols, int64_t row_begin, int64_t rows, int64_t col_begin,
                        int64_t cols);
 
+// out[j] = bound · (2u − 1), u uniform in [0, 1) from (seed, name, index_of(j)): the same slice
+// as fill_normal_slice, drawn uniformly from [−bound, bound) (Kaiming-uniform initialisation).
+void fill_uniform_slice(float* out, uint64_t seed, std::string_view name, float bound,
+                        int64_t full_cols, int64_t row_begin, int64_t rows, int64_t col_begin,
+                        int64_t cols);
+
 // A small stateful generator for sampling, shuffling and tests (xoshiro256**).
 class Rng {
  public:

@@ -13,6 +13,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/lax.h"
 #include "kernels/rmsnorm.h"
 #include "model/params.h"
 
@@ -34,6 +35,9 @@ KvDecoder::KvDecoder(const Model& model)
     for (size_t i = 0; i < dims.size(); ++i) {
       const std::string prefix = projection_prefix(l, dims[i]);
       p[i] = {nullptr, nullptr, nullptr, dims[i].d_in, dims[i].d_out, dims[i].rank};
+      p[i].kind = static_cast<int>(i);
+      if (has_lax_crossing(config_, l))
+        p[i].lax = bind_lax(config_, prefix, dims[i].rank, table, model.weights(), nullptr);
       if (dims[i].rank == 0) {
         p[i].weight = view(prefix + ".weight");
       } else {
@@ -61,8 +65,34 @@ void KvDecoder::project(const Proj& p, const float* x, int64_t n, float* y) {
   latent_.resize(n * p.rank);
   gemm(Trans::N, Trans::N, n, p.rank, p.d_in, 1.0f, x, p.d_in, p.a, p.rank, 0.0f, latent_.data(),
        p.rank, DType::f32);
-  if (config_.arch == Arch::cola)
+  if (config_.arch == Arch::lax) {
+    // z = LN_r(u + h_{l−1} G) after block 0 (model/lax.h); h = σ(z) goes on to the next block.
+    Buffer<float>& chain = lax_chain_[p.kind];
+    if (p.lax.rank > 0) {
+      const LaxWeights& w = p.lax;
+      const float* gate = w.gate;
+      if (w.kron) {
+        lax_k_.resize(p.rank * p.rank);
+        kron_expand(w.kron_p, w.p, w.kron_q, w.q, lax_k_.data());
+        gate = lax_k_.data();
+      }
+      gemm(Trans::N, Trans::N, n, p.rank, p.rank, 1.0f, chain.data(), p.rank, gate, p.rank, 1.0f,
+           latent_.data(), p.rank, DType::f32);
+      lax_stats_.resize(2 * n);
+      lax_rstd_.resize(n);
+      lax_xhat_.resize(n * p.rank);
+      lax_norm_partial_stats(latent_.data(), p.rank, n, p.rank, lax_stats_.data());
+      lax_norm_forward(latent_.data(), p.rank, lax_stats_.data(), n, p.rank, p.rank,
+                       w.norm_weight, w.norm_bias, 1e-6f, latent_.data(), p.rank,
+                       lax_xhat_.data(), p.rank, lax_rstd_.data());
+    }
+    if (config_.latent_act())
+      silu_forward(latent_.data(), p.rank, n, p.rank, latent_.data(), p.rank);
+    chain.resize(n * p.rank);
+    copy_values(latent_.data(), n * p.rank, chain.data());
+  } else if (config_.arch == Arch::cola) {
     silu_forward(latent_.data(), p.rank, n, p.rank, latent_.data(), p.rank);
+  }
   gemm(Trans::N, Trans::N, n, p.d_out, p.rank, 1.0f, latent_.data(), p.rank, p.b, p.d_out, 0.0f, y,
        p.d_out, DType::f32);
 }

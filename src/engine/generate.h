@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "model/lax.h"
 #include "kernels/rope.h"
 
 namespace boostlm {
@@ -52,6 +53,8 @@ class KvDecoder {
     const float* a = nullptr;       // [d_in, rank]
     const float* b = nullptr;       // [rank, d_out]
     int64_t d_in = 0, d_out = 0, rank = 0;
+    int kind = 0;     // q … down: its LaX chain
+    LaxWeights lax;   // arch lax, layer ≥ 1 (lax.rank 0: no crossing)
   };
   void project(const Proj& p, const float* x, int64_t n, float* y);
   void block(int64_t layer, int64_t n);
@@ -65,6 +68,10 @@ class KvDecoder {
   const float *embedding_, *final_norm_, *head_;
   std::vector<Buffer<float>> k_cache_, v_cache_;  // per layer [capacity, kv_dim]
   Buffer<float> x_, h_, q_, attn_, tmp_, gate_, up_, latent_, rstd_, logits_;
+  // LaX: each chain's latent h (after σ) of the rows being decoded, from the block before; the
+  // gate's expansion and the norm's scratch.
+  std::array<Buffer<float>, 7> lax_chain_;
+  Buffer<float> lax_k_, lax_xhat_, lax_stats_, lax_rstd_;
   Buffer<int32_t> ids_;  // device_values' staging for the token ids
 };
 

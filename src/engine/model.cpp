@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/mpi_runtime.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/fiber.h"
 #include "core/profile.h"
@@ -61,9 +62,25 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
       stage_layer_range(config_.n_layers, pp_->size(), pp_->rank());
   const LayoutKind kind = layout.value_or(default_layout(config_));
   check_options(kind, options);
+  if (config_.arch == Arch::lax) {
+    if (current_device() == Device::cuda)
+      throw error("arch lax: the CUDA backend has no LaX kernels yet; use --device cpu");
+  }
   // Overlap hides TP collectives; with no TP group there are none, and without
   // MPI_THREAD_MULTIPLE the progress thread may not call MPI.
   int chunks = tp_->size() > 1 ? options.overlap_chunks : 1;
+  if (chunks > 1 && config_.arch == Arch::lax && pp_->size() > 1) {
+    // The chains' latents cross a stage boundary for the whole micro-batch, not per chunk.
+    warn("--tp-overlap: arch lax with pipeline stages runs without");
+    chunks = 1;
+  }
+  if (chunks > 1 && config_.arch == Arch::lax && layout_traits(kind).shards_ranks) {
+    // LaX's crossing on latents split over r all-gathers and reduce-scatters them (parallel/
+    // lax_chain.cpp), collectives the overlapped path (comm/overlap.h) does not route.
+    warn("--tp-overlap: arch lax under " + to_string(kind) +
+         " has collectives the overlap cannot interleave: running without");
+    chunks = 1;
+  }
   if (chunks > 1 && !mpi_thread_multiple()) {
     warn("--tp-overlap needs MPI_THREAD_MULTIPLE, which this MPI did not grant: running without");
     chunks = 1;
@@ -147,9 +164,14 @@ void Model::prepare(int64_t B, int64_t T) {
   active_chunks_ = overlap_chunks_for(static_cast<int>(chunks_.size()), B);
   for (int c = 0; c < active_chunks_; ++c) chunks_[c]->prepare(B / active_chunks_, T);
   const int64_t N = B * T, d = config_.d_model, rc = blocks().residual_columns();
+  // LaX across stages: the stage's input and output carry the chains' latents too.
+  lax_boundary_ = pp_->size() > 1 ? N * blocks().lax_boundary_columns() : 0;
   resid_.clear();
   resid_.resize(micro_slots_ * (layers() + 1));
-  for (Buffer<float>& r : resid_) r.resize(N * rc);
+  for (size_t i = 0; i < resid_.size(); ++i) {
+    const int64_t at = static_cast<int64_t>(i) % (layers() + 1);
+    resid_[i].resize(N * rc + (at == 0 || at == layers() ? lax_boundary_ : 0));
+  }
   if (options().recompute == Recompute::block) x_scratch_.resize(N * rc);
   // The whole rows of a hidden-sharded residual (btp): the embedding's output, the head's input.
   if (rc != d)
@@ -158,7 +180,7 @@ void Model::prepare(int64_t B, int64_t T) {
     x_full_ = Buffer<float>();
   norm_final_.resize(N * d);
   rstd_final_.resize(N);
-  d_resid_.resize(N * rc);
+  d_resid_.resize(N * rc + lax_boundary_);
   // The head's logit chunk and input gradient, and the blocks' work areas (each chunk's its own:
   // they interleave), are never in use at once: one workspace holds the larger. A deferred head
   // ∂W keeps every chunk's logit gradient through the blocks' backward: then they sit side by
@@ -197,7 +219,11 @@ int64_t Model::activation_bytes() const {
 
 int64_t Model::kept_bytes_per_block() const {
   const int64_t input = batch_ * seq_len_ * blocks().residual_columns() * sizeof(float);
-  if (options().recompute == Recompute::block) return input;
+  if (options().recompute == Recompute::block) {  // and LaX's crossing state, kept per block
+    int64_t chain = 0;
+    for (int c = 0; c < active_chunks_; ++c) chain += chunks_[c]->lax_kept_bytes();
+    return input + chain;
+  }
   int64_t slots = 0;
   for (int c = 0; c < active_chunks_; ++c) slots += chunks_[c]->slot_bytes();
   return input + slots;
@@ -209,7 +235,7 @@ void Model::set_micro(int micro) {
 }
 
 int64_t Model::boundary_elements() const {
-  return batch_ * seq_len_ * blocks().residual_columns();
+  return batch_ * seq_len_ * blocks().residual_columns() + lax_boundary_;
 }
 
 float* Model::stage_input() {
@@ -240,6 +266,8 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
     if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid(first_layer_));
   }
   BOOSTLM_PHASE("block_forward");
+  // LaX: the chains' latents from the stage before (after its residual), and to the stage after.
+  if (lax_boundary_ && !first_stage()) blocks().lax_set_chain_in(resid(first_layer_) + N * rc);
   for_each_chunk([&](Layout& blocks, int c, int64_t row0) {
     const int64_t at = row0 * rc;
     for (int64_t l = first_layer_; l < last_layer_; ++l) {
@@ -248,6 +276,7 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
     }
     held_[c] = {last_layer_ - 1, micro_};
   });
+  if (lax_boundary_ && !last_stage()) blocks().lax_chain_out(resid(last_layer_) + N * rc);
 }
 
 void Model::for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body,
@@ -425,6 +454,10 @@ void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
   else if (last_stage())
     head_done();
   const int64_t rc = blocks().residual_columns();
+  const int64_t N = batch_ * seq_len_;
+  // LaX: this micro-batch's latents from the stage before, and ∂L/∂h from the stage after.
+  if (lax_boundary_ && !first_stage()) blocks().lax_set_chain_in(resid(first_layer_) + N * rc);
+  if (lax_boundary_ && !last_stage()) blocks().lax_set_carry_in(d_resid_.data() + N * rc);
   std::vector<int> chunks_done(layers(), 0);  // per block: the chunks through its backward
   {
     BOOSTLM_PHASE("block_backward");
@@ -446,6 +479,7 @@ void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
         },
         filler);
   }
+  if (lax_boundary_ && !first_stage()) blocks().lax_carry_out(d_resid_.data() + N * rc);
   if (first_stage()) embedding_backward(tokens);
 }
 

@@ -194,6 +194,9 @@ class Model {
     return resid_[(micro_ % micro_slots_) * (layers() + 1) + (layer - first_layer_)].data();
   }
   int64_t layers() const { return last_layer_ - first_layer_; }
+  // LaX under pipeline parallelism: the chains' latents (and their gradients) that cross a stage
+  // boundary after the residual in the same buffers, N·Layout::lax_boundary_columns() elements.
+  int64_t lax_boundary_ = 0;
   Buffer<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, row_max_, ce_stats_,
       ce_lse_, losses_, logits_last_;
   Buffer<int32_t> token_ids_, target_ids_;  // device_values' staging for the batch's ids

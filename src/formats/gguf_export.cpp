@@ -261,6 +261,11 @@ void check_gguf_exportable(const ModelConfig& c, const std::string& dir) {
     throw error("convert --to-gguf: ", dir, " is a cola model, y = σ(x A) B with σ = SiLU between ",
                 "the factors: no single matrix W computes it, so it cannot be multiplied out into ",
                 "llama.cpp's dense `llama` architecture (svd and dense models can)");
+  if (c.arch == Arch::lax)
+    throw error("convert --to-gguf: ", dir, " is a lax model: each projection's latent crosses ",
+                "into the next block's through a gate and a LayerNorm over the rank (LaX), which ",
+                "no single matrix W per projection computes and llama.cpp's `llama` architecture ",
+                "has no place for (export it with --to-hf instead)");
   if (!c.mlp_gate_act)
     throw error("convert --to-gguf: ", dir, " has no SiLU on the MLP gate (mlp_gate_act false), ",
                 "which llama.cpp's `llama` architecture always applies");

@@ -69,12 +69,45 @@ nlohmann::json export_config(const ModelConfig& c, const std::string& torch_dtyp
     // architectures name the class of modeling_boostlm.py that does.
     nlohmann::json ranks = nlohmann::json::object();
     for (ProjKind kind : kProjKinds) ranks[to_string(kind)] = c.rank(kind);
-    j["cola"] = {{"ranks", ranks},
-                 {"latent_activation", c.arch == Arch::cola ? "silu" : "identity"},
-                 {"mlp_gate_activation", c.mlp_gate_act ? "silu" : "identity"},
-                 {"projection", "y = latent_activation(x @ cola_a) @ cola_b"},
-                 {"cola_a_shape", "[in_features, rank]"},
-                 {"cola_b_shape", "[rank, out_features]"}};
+    const char* latent = c.latent_act() ? "silu" : "identity";
+    const char* gate = c.mlp_gate_act ? "silu" : "identity";
+    if (c.arch != Arch::lax) {
+      j["cola"] = {{"ranks", ranks},
+                   {"latent_activation", latent},
+                   {"mlp_gate_activation", gate},
+                   {"projection", "y = latent_activation(x @ cola_a) @ cola_b"},
+                   {"cola_a_shape", "[in_features, rank]"},
+                   {"cola_b_shape", "[rank, out_features]"}};
+    } else {
+      // LaX (model/lax.h): its own section, the crossing spelled out.
+      nlohmann::json factors = nlohmann::json::object();
+      for (ProjKind kind : kProjKinds) {
+        const auto [p, q] = kron_factors(c.rank(kind));
+        factors[to_string(kind)] = {p, q};
+      }
+      const bool kron = c.lax_gate == LaxGate::kron;
+      j["lax"] = {
+          {"ranks", ranks},
+          {"latent_activation", latent},
+          {"mlp_gate_activation", gate},
+          {"gate", to_string(c.lax_gate)},
+          {"norm", "layer_norm"},
+          {"norm_eps", 1e-6},
+          {"projection",
+           "block 0: h = latent_activation(x @ cola_a); block l >= 1: h = "
+           "latent_activation(lax_norm(x @ cola_a + lax_gate(h_prev))); y = h @ cola_b; h_prev: "
+           "the same projection's h in block l - 1"},
+          {"lax_gate",
+           kron ? "h viewed as H [p, q] (row-major) -> einsum('...ab,ai,bj->...ij', H, kron_p, "
+                  "kron_q)"
+                : "h @ weight"},
+          {"lax_gate_shapes", kron ? nlohmann::json{{"kron_p", "[p, p]"}, {"kron_q", "[q, q]"}}
+                                   : nlohmann::json{{"weight", "[rank, rank] (in, out)"}}},
+          {"kron_factors", factors},
+          {"lax_norm_shapes", {{"weight", "[rank]"}, {"bias", "[rank]"}}},
+          {"cola_a_shape", "[in_features, rank]"},
+          {"cola_b_shape", "[rank, out_features]"}};
+    }
   }
   return j;
 }
@@ -121,7 +154,8 @@ void write_weights(const fs::path& dir, const ModelTensors& model, const DtypeIn
 }  // namespace
 
 nlohmann::json hf_config(const ModelConfig& c) {
-  nlohmann::json j = {{"model_type", c.low_rank() ? "cola" : "llama"},
+  const char* type = c.arch == Arch::lax ? "lax" : c.low_rank() ? "cola" : "llama";
+  nlohmann::json j = {{"model_type", type},
                       {"architectures", {c.low_rank() ? "BoostlmForCausalLM" : "LlamaForCausalLM"}},
                       {"hidden_size", c.d_model},
                       {"intermediate_size", c.d_ff},
@@ -142,7 +176,7 @@ nlohmann::json hf_config(const ModelConfig& c) {
     const nlohmann::json own = c.to_json();
     for (const auto& [field, value] : own.items())
       if (field.ends_with("_rank")) j[field] = value;
-    j["lr_act"] = c.arch == Arch::cola;  // CoLA: SiLU between the factors
+    j["lr_act"] = c.latent_act();  // CoLA (and LaX unless ablated): SiLU between the factors
     j["mlp_gate_act"] = c.mlp_gate_act;
   }
   return j;

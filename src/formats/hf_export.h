@@ -5,7 +5,9 @@
 // when larger than shard_bytes) and tokenizer.model or tokenizer.json. A low-rank checkpoint keeps
 // its factors under the CoLA names (`….cola_a` [d_in, r], `….cola_b` [r, d_out]) with model_type
 // "cola", architectures ["BoostlmForCausalLM"] and a "cola" section in config.json that says how to
-// read them (each family's rank, the latent's activation), and ships modeling_boostlm.py beside
+// read them (each family's rank, the latent's activation) — a lax checkpoint model_type "lax" and
+// a "lax" section instead, which also names its gate, Kronecker factors and norm (model/lax.h) —
+// and ships modeling_boostlm.py beside
 // them: a PyTorch module with that class, which loads the directory and runs the forward pass
 // without boostlm (README, "Bring your own model"). boostlm imports such a directory again
 // (hf_import.h).

@@ -73,17 +73,26 @@ namespace {
 // The low-rank part of a boostlm export's config.json (hf_export.h): its "cola" section says the
 // architecture (latent_activation silu: cola, identity: svd), the MLP gate's activation and every
 // projection family's rank.
-void read_low_rank_section(const nlohmann::json& j, const std::string& where, nlohmann::json& c) {
-  refuse_if(!j.contains("cola") || !j["cola"].is_object(), where, "model_type \"cola\"",
-            "a low-rank model needs the \"cola\" section boostlm's export writes");
-  const nlohmann::json& lr = j["cola"];
+void read_low_rank_section(const nlohmann::json& j, const std::string& where, nlohmann::json& c,
+                           const std::string& section) {
+  refuse_if(!j.contains(section) || !j[section].is_object(), where,
+            "model_type \"" + section + "\"",
+            "a low-rank model needs the \"" + section + "\" section boostlm's export writes");
+  const nlohmann::json& lr = j[section];
   const std::string latent = lr.value("latent_activation", std::string("(missing)"));
   refuse_if(latent != "silu" && latent != "identity", where,
-            "cola.latent_activation \"" + latent + "\"", "expected silu (CoLA) or identity (svd)");
-  c["arch"] = latent == "silu" ? "cola" : "svd";
+            section + ".latent_activation \"" + latent + "\"",
+            "expected silu (CoLA, LaX) or identity (svd, LaX without σ)");
+  if (section == "lax") {  // LaX: its gate, and σ or not
+    c["arch"] = "lax";
+    c["lax_latent_act"] = latent == "silu";
+    c["lax_gate"] = lr.value("gate", std::string("kron"));
+  } else {
+    c["arch"] = latent == "silu" ? "cola" : "svd";
+  }
   const std::string gate = lr.value("mlp_gate_activation", std::string("silu"));
   refuse_if(gate != "silu" && gate != "identity", where,
-            "cola.mlp_gate_activation \"" + gate + "\"", "expected silu or identity");
+            section + ".mlp_gate_activation \"" + gate + "\"", "expected silu or identity");
   c["mlp_gate_act"] = gate == "silu";
   const nlohmann::json& ranks = lr.at("ranks");
   for (ProjKind kind : kProjKinds)
@@ -95,9 +104,10 @@ void read_low_rank_section(const nlohmann::json& j, const std::string& where, nl
 ModelConfig hf_config_to_model(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw error(where, ": not a JSON object");
   const std::string type = j.value("model_type", std::string("(missing)"));
-  refuse_if(type != "llama" && type != "cola", where, "model_type \"" + type + "\"",
+  refuse_if(type != "llama" && type != "cola" && type != "lax", where,
+            "model_type \"" + type + "\"",
             "boostlm imports LLaMA models (model_type \"llama\") and its own low-rank exports "
-            "(\"cola\")");
+            "(\"cola\", \"lax\")");
   refuse_if(is_set(j, "rope_scaling"), where, "rope_scaling",
             "boostlm implements plain RoPE (remove it only if the model was trained without it)");
   refuse_if(is_set(j, "attention_bias"), where, "attention_bias",
@@ -121,7 +131,7 @@ ModelConfig hf_config_to_model(const nlohmann::json& j, const std::string& where
                         {"max_seq_len", j.value("max_position_embeddings", 2048)},
                         {"tied_embeddings", j.value("tie_word_embeddings", false)},
                         {"mlp_gate_act", true}};
-    if (type == "cola") read_low_rank_section(j, where, c);
+    if (type == "cola" || type == "lax") read_low_rank_section(j, where, c, type);
     ModelConfig config = ModelConfig::from_json(c);
     if (config.low_rank()) config.set_ranks(config.ranks());  // shorthands where ranks agree
     refuse_if(is_set(j, "head_dim") && j.at("head_dim") != config.head_dim(), where, "head_dim",

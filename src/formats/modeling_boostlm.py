@@ -9,7 +9,9 @@ PyTorch alone (no transformers, no safetensors package) and reads:
                      num_key_value_heads, num_hidden_layers, vocab_size, rms_norm_eps, rope_theta,
                      tie_word_embeddings), and for a low-rank model a "cola" section: "ranks" (each
                      projection family's rank: q, k, v, o, gate, up, down), "latent_activation"
-                     (silu for CoLA, identity for svd) and "mlp_gate_activation"
+                     (silu for CoLA, identity for svd) and "mlp_gate_activation"; for a LaX model
+                     (model_type "lax") a "lax" section instead, with the same keys and "gate"
+                     (kron or linear) and "norm_eps"
   model.safetensors  or model-0000X-of-0000N.safetensors with model.safetensors.index.json;
                      F32, BF16 or F16 tensors, held as float32
 
@@ -21,6 +23,12 @@ The model (a LLaMA decoder whose projections may be low-rank):
   each projection: dense  y = x W^T                         W = `.weight` [out, in]
                    svd    y = (x A) B                       A = `.cola_a` [in, rank],
                    cola   y = SiLU(x A) B                   B = `.cola_b` [rank, out]
+  lax: each projection's latent crosses into the same projection of the next block (LaX, arXiv
+       2505.21732):  z = x A (block 0),  z = LayerNorm_r(x A + G(h_prev)) after it (`.lax_norm`
+       weight and bias [rank], eps norm_eps), h = act(z), y = h B; h_prev is the same family's
+       h in the block before. G: kron, h viewed as H [p, q] -> einsum('...ab,ai,bj->...ij', H, P, Q)
+       (`.lax_gate.kron_p` [p, p], `.lax_gate.kron_q` [q, q], p * q = rank, p >= q the most
+       balanced pair), or linear h W (`.lax_gate.weight` [rank, rank]).
   RMSNorm n(x) = x / sqrt(mean(x^2) + eps) * weight; RoPE in the rotate-half convention (pairs i and
   i + head_dim/2, inverse frequency theta^(-2i/head_dim)); causal attention with grouped-query heads
   (query head h reads key/value head h // (heads / kv_heads)), scale 1/sqrt(head_dim).
@@ -114,9 +122,17 @@ class BoostlmConfig:
         self.rms_norm_eps = float(j.get("rms_norm_eps", 1e-6))
         self.rope_theta = float(j.get("rope_theta", 10000.0))
         self.tie_word_embeddings = bool(j.get("tie_word_embeddings", False))
+        self.lax_gate, self.lax_norm_eps = None, 1e-6
         if j.get("rope_scaling"):
             raise ValueError("config.json: rope_scaling is not implemented here")
-        low_rank = j.get("cola")
+        self.lax = j.get("model_type") == "lax"
+        low_rank = j.get("lax") if self.lax else j.get("cola")
+        if self.lax:
+            self.lax_gate = low_rank.get("gate", "kron")
+            self.lax_norm_eps = float(low_rank.get("norm_eps", 1e-6))
+            if self.lax_gate not in ("kron", "linear"):
+                raise ValueError(f"config.json: lax.gate '{self.lax_gate}' (expected kron or "
+                                 "linear)")
         if low_rank:
             self.ranks = {f: int(low_rank["ranks"][f]) for f in FAMILIES}
             self.latent_activation = low_rank.get("latent_activation", "silu")
@@ -158,10 +174,37 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-class Projection(nn.Module):
-    """y = x W^T (rank 0), or y = act(x A) B with A = cola_a [in, rank], B = cola_b [rank, out]."""
+def kron_factors(rank):
+    """The most balanced factor pair p * q = rank, p >= q."""
+    q = max(f for f in range(1, math.isqrt(rank) + 1) if rank % f == 0)
+    return rank // q, q
 
-    def __init__(self, d_in, d_out, rank, latent_activation):
+
+class LaxGate(nn.Module):
+    """LaX's gate: kron (h as H [p, q] -> einsum('...ab,ai,bj->...ij', H, P, Q)) or linear h W."""
+
+    def __init__(self, kind, rank):
+        super().__init__()
+        if kind == "kron":
+            self.p, self.q = kron_factors(rank)
+            self.kron_p = nn.Parameter(torch.zeros(self.p, self.p))
+            self.kron_q = nn.Parameter(torch.zeros(self.q, self.q))
+        else:
+            self.weight = nn.Parameter(torch.zeros(rank, rank))
+
+    def forward(self, h):
+        if hasattr(self, "weight"):
+            return h @ self.weight
+        H = h.reshape(*h.shape[:-1], self.p, self.q)
+        return torch.einsum("...ab,ai,bj->...ij", H, self.kron_p, self.kron_q).reshape(h.shape)
+
+
+class Projection(nn.Module):
+    """y = x W^T (rank 0), or y = act(x A) B with A = cola_a [in, rank], B = cola_b [rank, out];
+    with a LaX crossing (lax_gate set) y = act(LayerNorm(x A + G(h_prev))) B. forward returns y
+    and the latent act(...) that the same projection of the next block reads."""
+
+    def __init__(self, d_in, d_out, rank, latent_activation, lax_gate=None, lax_norm_eps=1e-6):
         super().__init__()
         self.latent_silu = latent_activation == "silu"
         if rank == 0:
@@ -169,14 +212,26 @@ class Projection(nn.Module):
         else:
             self.cola_a = nn.Parameter(torch.zeros(d_in, rank))
             self.cola_b = nn.Parameter(torch.zeros(rank, d_out))
+        if lax_gate is not None:
+            self.lax_gate = LaxGate(lax_gate, rank)
+            self.lax_norm = nn.LayerNorm(rank, eps=lax_norm_eps)
 
-    def forward(self, x):
+    def forward(self, x, h_prev=None):
         if hasattr(self, "weight"):
-            return F.linear(x, self.weight)
+            return F.linear(x, self.weight), None
         latent = x @ self.cola_a
+        if hasattr(self, "lax_gate"):
+            latent = self.lax_norm(latent + self.lax_gate(h_prev))
         if self.latent_silu:
             latent = F.silu(latent)
-        return latent @ self.cola_b
+        return latent @ self.cola_b, latent
+
+
+def projection(c, layer, family, d_in, d_out):
+    """Projection `family` of block `layer` (lax: with its crossing after block 0)."""
+    lax = c.lax and layer >= 1
+    return Projection(d_in, d_out, c.ranks[family], c.latent_activation,
+                      c.lax_gate if lax else None, c.lax_norm_eps if lax else 1e-6)
 
 
 def rope_tables(seq_len, head_dim, theta, device):
@@ -209,59 +264,67 @@ def causal_attention(q, k, v):
 
 
 class Attention(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = (c.num_attention_heads,
                                                     c.num_key_value_heads, c.head_dim)
-        d, kv, act = c.hidden_size, c.num_key_value_heads * c.head_dim, c.latent_activation
-        self.q_proj = Projection(d, d, c.ranks["q"], act)
-        self.k_proj = Projection(d, kv, c.ranks["k"], act)
-        self.v_proj = Projection(d, kv, c.ranks["v"], act)
-        self.o_proj = Projection(d, d, c.ranks["o"], act)
+        d, kv = c.hidden_size, c.num_key_value_heads * c.head_dim
+        self.q_proj = projection(c, layer, "q", d, d)
+        self.k_proj = projection(c, layer, "k", d, kv)
+        self.v_proj = projection(c, layer, "v", d, kv)
+        self.o_proj = projection(c, layer, "o", d, d)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, chain):
+        """chain: each family's latent of the block before (lax), replaced by this block's."""
         B, T, _ = x.shape
-        q = rotate(self.q_proj(x).view(B, T, self.heads, self.head_dim), cos, sin)
-        k = rotate(self.k_proj(x).view(B, T, self.kv_heads, self.head_dim), cos, sin)
-        v = self.v_proj(x).view(B, T, self.kv_heads, self.head_dim)
+        q, chain["q"] = self.q_proj(x, chain.get("q"))
+        k, chain["k"] = self.k_proj(x, chain.get("k"))
+        v, chain["v"] = self.v_proj(x, chain.get("v"))
+        q = rotate(q.view(B, T, self.heads, self.head_dim), cos, sin)
+        k = rotate(k.view(B, T, self.kv_heads, self.head_dim), cos, sin)
+        v = v.view(B, T, self.kv_heads, self.head_dim)
         out = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+        y, chain["o"] = self.o_proj(out.transpose(1, 2).reshape(B, T, -1), chain.get("o"))
+        return y
 
 
 class MLP(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer):
         super().__init__()
-        d, ff, act = c.hidden_size, c.intermediate_size, c.latent_activation
+        d, ff = c.hidden_size, c.intermediate_size
         self.gate_silu = c.mlp_gate_activation == "silu"
-        self.gate_proj = Projection(d, ff, c.ranks["gate"], act)
-        self.up_proj = Projection(d, ff, c.ranks["up"], act)
-        self.down_proj = Projection(ff, d, c.ranks["down"], act)
+        self.gate_proj = projection(c, layer, "gate", d, ff)
+        self.up_proj = projection(c, layer, "up", d, ff)
+        self.down_proj = projection(c, layer, "down", ff, d)
 
-    def forward(self, x):
-        gate = self.gate_proj(x)
+    def forward(self, x, chain):
+        gate, chain["gate"] = self.gate_proj(x, chain.get("gate"))
         if self.gate_silu:
             gate = F.silu(gate)
-        return self.down_proj(gate * self.up_proj(x))
+        up, chain["up"] = self.up_proj(x, chain.get("up"))
+        y, chain["down"] = self.down_proj(gate * up, chain.get("down"))
+        return y
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer):
         super().__init__()
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.self_attn = Attention(c)
+        self.self_attn = Attention(c, layer)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.mlp = MLP(c)
+        self.mlp = MLP(c, layer)
 
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, cos, sin, chain):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, chain)
+        return x + self.mlp(self.post_attention_layernorm(x), chain)
 
 
 class BoostlmModel(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(c, layer)
+                                    for layer in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
@@ -292,8 +355,9 @@ class BoostlmForCausalLM(nn.Module):
         cos, sin = rope_tables(T, self.config.head_dim, self.config.rope_theta,
                                input_ids.device)
         x = self.model.embed_tokens(input_ids)
+        chain = {}  # lax: each family's latent, from one block to the next
         for layer in self.model.layers:
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin, chain)
         x = self.model.norm(x)
         head = self.model.embed_tokens.weight if self.config.tie_word_embeddings \
             else self.lm_head.weight

@@ -22,6 +22,7 @@
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
+#include "kernels/lax.h"
 #include "kernels/rope.h"
 
 // clang-format off
@@ -253,7 +254,37 @@
     (src, ld_src, rows, cols, dst, ld_dst))                                                      \
   X(void, concat_columns, concat_columns,                                                        \
     (const float* blocks, int64_t count, int64_t rows, int64_t cols, float* out),                \
-    (blocks, count, rows, cols, out))
+    (blocks, count, rows, cols, out))                                                                                \
+  /* kernels/lax.h */                                                                            \
+  X(void, lax_norm_partial_stats, lax_norm_partial_stats,                                        \
+    (const float* s, int64_t lds, int64_t rows, int64_t r_local, float* stats),                  \
+    (s, lds, rows, r_local, stats))                                                              \
+  X(void, lax_norm_forward, lax_norm_forward,                                                    \
+    (const float* s, int64_t lds, const float* stats, int64_t rows, int64_t r_local,             \
+     int64_t r_total, const float* weight, const float* bias, float eps, float* z, int64_t ldz,  \
+     float* xhat, int64_t ldxhat, float* rstd),                                                  \
+    (s, lds, stats, rows, r_local, r_total, weight, bias, eps, z, ldz, xhat, ldxhat, rstd))      \
+  X(void, lax_norm_apply, lax_norm_apply,                                                        \
+    (const float* xhat, int64_t ldxhat, int64_t rows, int64_t r_local, const float* weight,      \
+     const float* bias, float* z, int64_t ldz),                                                  \
+    (xhat, ldxhat, rows, r_local, weight, bias, z, ldz))                                         \
+  X(void, lax_norm_partial_backward, lax_norm_partial_backward,                                  \
+    (const float* dz, int64_t lddz, const float* xhat, int64_t ldxhat, int64_t rows,             \
+     int64_t r_local, const float* weight, float* sums),                                         \
+    (dz, lddz, xhat, ldxhat, rows, r_local, weight, sums))                                       \
+  X(void, lax_norm_backward, lax_norm_backward,                                                  \
+    (const float* dz, int64_t lddz, const float* xhat, int64_t ldxhat, const float* rstd,        \
+     const float* sums, int64_t rows, int64_t r_local, int64_t r_total, const float* weight,     \
+     float* ds, int64_t ldds, float* dweight, float* dbias),                                     \
+    (dz, lddz, xhat, ldxhat, rstd, sums, rows, r_local, r_total, weight, ds, ldds, dweight,      \
+     dbias))                                                                                     \
+  X(void, kron_expand, kron_expand,                                                              \
+    (const float* p_factor, int64_t p, const float* q_factor, int64_t q, float* k),              \
+    (p_factor, p, q_factor, q, k))                                                               \
+  X(void, kron_factor_backward, kron_factor_backward,                                            \
+    (const float* dk, const float* p_factor, int64_t p, const float* q_factor, int64_t q,        \
+     float* dp, float* dq),                                                                      \
+    (dk, p_factor, p, q_factor, q, dp, dq))
 // clang-format on
 
 namespace boostlm {

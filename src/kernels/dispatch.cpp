@@ -13,6 +13,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/lax.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 

@@ -22,15 +22,35 @@ std::string to_string(Arch arch) {
       return "svd";
     case Arch::cola:
       return "cola";
+    case Arch::lax:
+      return "lax";
   }
   return "?";
+}
+
+std::string to_string(LaxGate gate) {
+  return gate == LaxGate::kron ? "kron" : "linear";
+}
+
+LaxGate parse_lax_gate(const std::string& text) {
+  if (text == "kron") return LaxGate::kron;
+  if (text == "linear") return LaxGate::linear;
+  throw error("config: unknown lax_gate '", text, "' (expected kron or linear)");
+}
+
+std::pair<int64_t, int64_t> kron_factors(int64_t rank) {
+  int64_t q = 1;
+  for (int64_t f = 1; f * f <= rank; ++f)
+    if (rank % f == 0) q = f;
+  return {rank / q, q};
 }
 
 Arch parse_arch(const std::string& text) {
   if (text == "dense") return Arch::dense;
   if (text == "svd") return Arch::svd;
   if (text == "cola") return Arch::cola;
-  throw error("config: unknown arch '", text, "' (expected dense, svd or cola)");
+  if (text == "lax") return Arch::lax;
+  throw error("config: unknown arch '", text, "' (expected dense, svd, cola or lax)");
 }
 
 const char* to_string(ProjKind kind) {
@@ -197,7 +217,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json) {
     std::set<std::string> fields = {
         "arch",    "vocab_size", "d_model",  "n_layers",    "n_heads",         "n_kv_heads",
         "d_ff",    "attn_rank",  "mlp_rank", "max_seq_len", "tied_embeddings", "mlp_gate_act",
-        "rms_eps", "rope_theta", "name"};
+        "rms_eps", "rope_theta", "name",     "lax_gate",    "lax_latent_act"};
     for (ProjKind kind : kProjKinds) fields.insert(rank_field(kind));
     return fields;
   }();
@@ -240,6 +260,14 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json) {
   read(json, "mlp_gate_act", c.mlp_gate_act, false);
   read(json, "rms_eps", c.rms_eps, false);
   read(json, "rope_theta", c.rope_theta, false);
+  if (json.contains("lax_gate") || json.contains("lax_latent_act")) {
+    if (c.arch != Arch::lax)
+      throw error("config: lax_gate and lax_latent_act are LaX's fields; arch is \"", arch, "\"");
+    std::string gate = "kron";
+    read(json, "lax_gate", gate, false);
+    c.lax_gate = parse_lax_gate(gate);
+    read(json, "lax_latent_act", c.lax_latent_act, false);
+  }
   c.validate();
   return c;
 }
@@ -288,6 +316,10 @@ nlohmann::json ModelConfig::to_json() const {
                       {"mlp_gate_act", mlp_gate_act},
                       {"rms_eps", float_as_decimal(rms_eps)},
                       {"rope_theta", float_as_decimal(rope_theta)}};
+  if (arch == Arch::lax) {
+    j["lax_gate"] = to_string(lax_gate);
+    j["lax_latent_act"] = lax_latent_act;
+  }
   if (low_rank()) {
     // The shorthand where a kind's families agree (what configs always held), else every family
     // of that kind its own rank.

@@ -1,5 +1,7 @@
 // Model configuration (SPEC §2): a LLaMA-style decoder whose seven projections per block are
-// dense, plain low-rank (`svd`) or CoLA low-rank (`cola`, SiLU on the latent).
+// dense, plain low-rank (`svd`), CoLA low-rank (`cola`, SiLU on the latent) or LaX (`lax`: CoLA's
+// factors with each projection's latent crossing into the same projection of the next block,
+// model/lax.h).
 #pragma once
 
 #include <array>
@@ -11,9 +13,17 @@
 
 namespace boostlm {
 
-enum class Arch { dense, svd, cola };
+enum class Arch { dense, svd, cola, lax };
 std::string to_string(Arch arch);
 Arch parse_arch(const std::string& text);  // throws Error
+
+// LaX's r x r gate between one block's latent and the next's (model/lax.h): Kronecker-factored
+// (the LaX authors' default) or a full linear map.
+enum class LaxGate { kron, linear };
+std::string to_string(LaxGate gate);
+LaxGate parse_lax_gate(const std::string& text);  // throws Error
+// The most balanced factor pair of r, p · q = r with p >= q (256: 16 x 16, 96: 12 x 8).
+std::pair<int64_t, int64_t> kron_factors(int64_t rank);
 
 // The seven projection families of a block (SPEC §2), in block order.
 enum class ProjKind { q, k, v, o, gate, up, down };
@@ -45,10 +55,16 @@ struct ModelConfig {
   int64_t max_seq_len = 2048;
   bool tied_embeddings = false;
   bool mlp_gate_act = true;  // SiLU on the gate; CoLA variants may drop it (latents carry σ)
+  // lax: the gate between blocks, and whether σ (SiLU) follows the latent's LayerNorm (false: the
+  // ablation without σ).
+  LaxGate lax_gate = LaxGate::kron;
+  bool lax_latent_act = true;
   float rms_eps = 1e-6f;
   float rope_theta = 10000.0f;
 
   bool low_rank() const { return arch != Arch::dense; }
+  // σ (SiLU) on the latent before B: cola, and lax unless its ablation turned it off.
+  bool latent_act() const { return arch == Arch::cola || (arch == Arch::lax && lax_latent_act); }
   // The rank of a family's projections: its own, else its shorthand; 0 for a dense model.
   int64_t rank(ProjKind kind) const;
   // Gives a family its own rank (0: back to the shorthand).

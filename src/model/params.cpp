@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "model/lax.h"
+
 namespace boostlm {
 
 namespace {
@@ -50,6 +52,9 @@ ParamTable build_param_table(const ModelConfig& c) {
         const float std = low_rank_factor_std(p.d_in, p.d_out, p.rank);
         t.add(prefix + ".cola_a", {p.d_in, p.rank}, Init::normal, std, true);
         t.add(prefix + ".cola_b", {p.rank, p.d_out}, Init::normal, std, true);
+        if (has_lax_crossing(c, l))
+          for (const LaxTensor& x : lax_tensors(c, p.rank))
+            t.add(prefix + x.suffix, x.shape, x.init, x.init_scale, x.weight_decay);
       }
     }
   }

@@ -29,7 +29,8 @@ std::string projection_prefix(int64_t layer, const ProjDims& proj);
 float low_rank_factor_std(int64_t d_in, int64_t d_out, int64_t rank);
 
 // All tensors of the model, whole (unsharded), in a fixed order: embedding, then per layer
-// input_layernorm, q, k, v, o, post_attention_layernorm, gate, up, down, then model.norm, lm_head.
+// input_layernorm, q, k, v, o, post_attention_layernorm, gate, up, down (a lax projection after
+// block 0 followed by its gate and latent norm, model/lax.h), then model.norm, lm_head.
 ParamTable build_param_table(const ModelConfig& config);
 
 // A model's configuration and its full fp32 tensors, laid out by build_param_table(*config): what

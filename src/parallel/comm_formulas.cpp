@@ -1,6 +1,7 @@
 #include "parallel/comm_formulas.h"
 
 #include "model/config.h"
+#include "model/lax.h"
 #include "parallel/layout_cost.h"
 
 namespace boostlm {
@@ -12,6 +13,16 @@ CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
                          const BlockOptions& o) {
   if (tp == 1) return {};
   CommCounts out = layout_cost(layout).block_comm(BlockSetting{c, o, N, tp}, backward);
+  for (auto& k : out.by_kind) k.calls *= o.overlap_chunks;
+  return out;
+}
+
+// LaX's crossing in block `layer` (none in block 0, and none for other architectures): what the
+// layout says it adds (parallel/<layout>/cost.cpp's lax_comm), per --tp-overlap chunk.
+CommCounts block_lax_comm(LayoutKind layout, const ModelConfig& c, int64_t layer, int64_t N,
+                          int tp, bool backward, const BlockOptions& o) {
+  if (tp == 1 || !has_lax_crossing(c, layer)) return {};
+  CommCounts out = layout_cost(layout).lax_comm(BlockSetting{c, o, N, tp}, backward);
   for (auto& k : out.by_kind) k.calls *= o.overlap_chunks;
   return out;
 }
@@ -53,7 +64,10 @@ CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int 
   // A training step of one process is the one stage of a one-stage pipeline with one micro-batch.
   if (backward) return stage_tp_comm(layout, c, N, tp, chunks, o, 1, 0, 1);
   CommCounts out = outer_tp_comm(layout, c, N, tp, chunks, false);
-  for (int64_t l = 0; l < c.n_layers; ++l) out += block_tp_comm(layout, c, N, tp, false, o);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    out += block_tp_comm(layout, c, N, tp, false, o);
+    out += block_lax_comm(layout, c, l, N, tp, false, o);
+  }
   return out;
 }
 
@@ -67,6 +81,8 @@ CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
   for (int64_t l = first; l < last; ++l) {
     out += block_tp_comm(layout, c, N, tp, false, o);
     out += block_tp_comm(layout, c, N, tp, true, o);
+    out += block_lax_comm(layout, c, l, N, tp, false, o);
+    out += block_lax_comm(layout, c, l, N, tp, true, o);
   }
   for (auto& k : out.by_kind) {
     k.calls *= m;
@@ -79,6 +95,12 @@ CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
     const int64_t skipped = last_stage ? m : (m == 1 ? 1 : 0);
     const int64_t reruns = m * (last - first) - skipped;
     for (int64_t i = 0; i < reruns; ++i) out += block_tp_comm(layout, c, N, tp, false, o);
+    // LaX: a rerun block after the model's first crosses its latents again (the skipped one is
+    // the stage's last block).
+    for (int64_t l = first; l < last; ++l) {
+      const int64_t runs = l + 1 == last ? m - skipped : m;
+      for (int64_t i = 0; i < runs; ++i) out += block_lax_comm(layout, c, l, N, tp, false, o);
+    }
   }
   return out;
 }
@@ -86,8 +108,12 @@ CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
 CommCounts pipeline_p2p_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int pp,
                              int stage, int64_t m, bool backward) {
   CommCounts out;
+  // LaX: the seven chains' latents cross with the residual, at the columns a rank holds.
+  const int64_t lax_cols = c.arch != Arch::lax                          ? 0
+                           : layout_traits(layout).shards_ranks ? latent_columns(c) / tp
+                                                                : latent_columns(c);
   const int64_t boundary =
-      N * (layout_traits(layout).hidden_sharded_residual ? c.d_model / tp : c.d_model);
+      N * ((layout_traits(layout).hidden_sharded_residual ? c.d_model / tp : c.d_model) + lax_cols);
   const bool has_next = stage + 1 < pp, has_prev = stage > 0;
   // Activations go forward: sent to the next stage, received from the previous one.
   if (has_next) add_collective(out, Collective::send, m, m * boundary);

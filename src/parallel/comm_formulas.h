@@ -6,6 +6,11 @@
 //   naive-tp  every projection's output, N·(5d + 2·d_ff) without GQA forward, N·(3d + d_ff)
 //             backward (§3.2);
 //   btp       the 7 latents of N·r each way, the norms' statistics riding with them (§3.3–3.5).
+// LaX (model/lax.h) adds, in every block after the first, what its layout's lax_comm says: nothing
+// under btp (the latents are whole after their all-reduce), per projection of rank r under
+// naive-tp an all-gather of N·r/t and an all-reduce of 2N forward, and backward the same plus a
+// reduce-scatter of N·r and (Kronecker gate) an all-reduce of p² + q²; across a pipeline boundary
+// the chains' latents travel with the residual (Σr or Σr/t more columns per token).
 // Recomputation (§3.6): lowrank sends exactly what none sends; block reruns the forward of every
 // block but the last in backward, so backward also sends (n_layers − 1) blocks' forward traffic.
 // Around the blocks, every layout: the vocab-parallel embedding all-reduces N·d; the parallel
@@ -31,6 +36,10 @@ namespace boostlm {
 // Per block, forward or backward.
 CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
                          bool backward, const BlockOptions& options = {});
+// LaX's crossing in block `layer` (model/lax.h; none in block 0 or for other architectures): the
+// collectives its layout adds (LayoutCost::lax_comm; none under btp), per --tp-overlap chunk.
+CommCounts block_lax_comm(LayoutKind layout, const ModelConfig& config, int64_t layer,
+                          int64_t tokens, int tp, bool backward, const BlockOptions& options = {});
 // Embedding, head and loss of one forward (+ backward) pass over `tokens` in `head_chunks` chunks.
 CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
                          int64_t head_chunks, bool backward);

@@ -250,6 +250,7 @@ void Layout::allocate(int64_t B, int64_t T) {
   work_plan_.add(hidden_bf16_, bf16 ? N * ff : 0);
   work_plan_.add(d_bf16_, bf16 ? N * std::max(2 * ff, ql + 2 * kvl) : 0);
   allocate_groups(N);
+  allocate_lax(N);
 }
 
 void Layout::allocate_intermediates(BlockActs& a, int64_t N) {
@@ -275,12 +276,13 @@ int64_t Layout::bytes_of(const BlockActs& a) {
 }
 
 int64_t Layout::slot_bytes() const {
-  return acts_.empty() ? 0 : bytes_of(acts_[0]) + group_slot_bytes();
+  return acts_.empty() ? 0 : bytes_of(acts_[0]) + group_slot_bytes() + lax_kept_bytes();
 }
 
 int64_t Layout::activation_bytes() const {
   int64_t n = bytes_of(work_) + group_total_bytes();
   for (const BlockActs& a : acts_) n += bytes_of(a);
+  for (const LaxKept& k : lax_kept_) n += lax_bytes(k);
   return n;
 }
 
@@ -314,6 +316,10 @@ void Layout::add_block_params(ParamTable& table, int64_t layer) const {
       const float std = low_rank_factor_std(p.d_in, p.d_out, p.rank);
       add(name + ".cola_a", {p.d_in, p.rank}, Init::normal, std, true, s.a_axis[i]);
       add(name + ".cola_b", {p.rank, p.d_out}, Init::normal, std, true, s.b_axis[i]);
+      if (has_lax_crossing(config_, layer))
+        for (const LaxTensor& x : lax_tensors(config_, p.rank))
+          add(name + x.suffix, x.shape, x.init, x.init_scale, x.weight_decay,
+              s.latents_split ? x.rank_axis : -1);
     }
   }
 }
@@ -331,9 +337,12 @@ void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grad
     bw.dnorm1 = grads.view(n1);
     bw.norm2 = weights.view(n2);
     bw.dnorm2 = grads.view(n2);
-    for (int i = 0; i < kProjectionsPerBlock; ++i)
-      bw.proj[i] =
-          bind_projection(dims[i], l, config_.arch == Arch::cola, table, weights, grads, rounded);
+    for (int i = 0; i < kProjectionsPerBlock; ++i) {
+      bw.proj[i] = bind_projection(dims[i], l, config_.latent_act(), table, weights, grads, rounded);
+      if (has_lax_crossing(config_, l))
+        bw.lax[i] = bind_lax(config_, projection_prefix(l, dims[i]), dims[i].rank, table, weights,
+                             &grads);
+    }
     blocks_[l] = bw;
   }
 }

@@ -21,6 +21,7 @@
 #include "kernels/gemm.h"
 #include "kernels/rope.h"
 #include "model/config.h"
+#include "model/lax.h"
 #include "model/params.h"
 #include "model/projection.h"
 
@@ -40,7 +41,7 @@ struct LayoutTraits {
   LayoutKind kind;
   const char* name;     // as on the command line
   const char* summary;  // one line, for help and tables
-  bool low_rank;        // runs svd/cola models (else the dense model)
+  bool low_rank;        // runs svd/cola/lax models (else the dense model)
   // The residual stream between blocks is sharded over the hidden dimension ([N, d/t] per rank):
   // pipeline boundaries carry d/t columns, the embedding's output and the final norm's input are
   // gathered, and the block norms' weights and statistics are sharded (Online-RMSNorm applies).
@@ -110,6 +111,9 @@ struct BlockSharding {
   std::array<int, kProjectionsPerBlock> a_axis{};      // A [d_in, r]: 0 = input, 1 = rank
   std::array<int, kProjectionsPerBlock> b_axis{};      // B [r, d_out]: 0 = rank, 1 = output
   bool norms_sharded = false;                          // block norms over the hidden dimension
+  // The latents' r columns are split over the group (naive-tp): LaX's norm and linear gate
+  // follow them (model/lax.h's rank_axis), and its crossing communicates.
+  bool latents_split = false;
 };
 
 class Layout {
@@ -142,6 +146,21 @@ class Layout {
   int64_t activation_bytes() const;
   // Bytes of one block's activation slot (what a block keeps besides its input, this rank).
   int64_t slot_bytes() const;
+  // Bytes of what LaX's crossing keeps per block (model/lax.h): kept for every block even when
+  // whole blocks are recomputed (a rerun block needs the latents of the block before it); in
+  // slot_bytes() otherwise. 0 for other architectures.
+  int64_t lax_kept_bytes() const { return lax_kept_.empty() ? 0 : lax_bytes(lax_kept_[0]); }
+  // LaX under pipeline parallelism: the seven chains cross a stage boundary beside the residual,
+  // as this rank's columns of each group's h, the groups one after another ([N, Σ rank] each, row
+  // stride Σ rank): lax_boundary_columns() per token (0 unless lax). The stage before's h of its
+  // last block (read by this stage's first block, forward and backward; the buffer must live
+  // until then), this stage's own for the stage after; and in backward ∂L/∂h of this stage's last
+  // block from the stage after, and ∂L/∂h of the block before this stage for the stage before.
+  int64_t lax_boundary_columns() const;
+  void lax_set_chain_in(const float* h) { lax_chain_in_ = h; }
+  void lax_chain_out(float* h);
+  void lax_set_carry_in(const float* d);
+  void lax_carry_out(float* d) const;
 
   // This rank's shards of block `layer`, in SPEC §2's order and names.
   void add_block_params(ParamTable& table, int64_t layer) const;
@@ -169,6 +188,7 @@ class Layout {
     const float* norm2;
     float* dnorm2;
     std::array<ProjectionWeights, kProjectionsPerBlock> proj;
+    std::array<LaxWeights, kProjectionsPerBlock> lax;  // lax, layer ≥ 1
   };
   // The projection indices, in block_projections() order.
   static constexpr int q_ = 0, k_ = 1, v_ = 2, o_ = 3, gate_ = 4, up_ = 5, down_ = 6;
@@ -273,6 +293,21 @@ class Layout {
   GemmInput replicated_norm_forward(const Norm& n, const float* x);
   GemmInput replicated_norm_output(const Norm& n) const;
 
+  // ---- LaX (model/lax.h): each projection's latent crosses into the same projection of the next
+  // block. The layouts call these on a group's latents, this rank's columns of them ([N, Σ rank],
+  // row stride Σ rank: whole under btp, r/t per member under naive-tp, where the crossing
+  // gathers and scatters them itself):
+  bool lax() const { return config_.arch == Arch::lax; }
+  // Forward, once u = x A is whole (btp: after its all-reduce): z = u (block 0) or
+  // LN_r(u + G(h_{l−1})), kept for backward. Returns z, the latent σ reads (a work area).
+  const float* lax_forward(int64_t layer, const Group& g, const float* u, int64_t ldu);
+  // z again from what the block kept (backward, replay): a work area.
+  const float* lax_latent(int64_t layer, const Group& g);
+  // Backward from ∂L/∂h (this block's B factors; [N, Σ rank], row stride Σ rank), overwritten by
+  // ∂L/∂u: adds the gradient the block above sent down the chain, σ', then the norm's and the
+  // gate's backward, which send ∂L/∂h_{l−1} down to the block below.
+  void lax_backward(int64_t layer, const Group& g, float* d);
+
   const ModelConfig& config_;
   Communicator& tp_;
   DType compute_ = DType::f32;
@@ -333,6 +368,31 @@ class Layout {
   WorkArea<bf16_t>
       d_bf16_;  // bf16: the gate|up and then the q|k|v gradients, which only GEMMs read
   Buffer<float> latent_;
+
+  // LaX's state: per activation slot and group the latent z before σ as the norm left it — x̂, its
+  // normalised input, for layer ≥ 1 (z = x̂ ⊙ w + b), u itself for block 0 — and the norm's 1/std
+  // per token and member; per group the gradient on its way down the chain and the block it came
+  // from.
+  struct LaxKept {
+    std::array<Buffer<float>, kGroupsPerBlock> pre, rstd;
+  };
+  void allocate_lax(int64_t N);
+  int64_t lax_slot(int64_t layer) const {
+    return (micro_ % micro_slots_) * layers() + (layer - first_layer_);
+  }
+  int64_t lax_bytes(const LaxKept& k) const;
+  // h_{layer} of group g (σ(z), or z without σ), whole over r, into lax_h_; per member m its
+  // columns start at offset(m) with row stride lax_h_ld_.
+  void lax_chain_latent(int64_t layer, const Group& g);
+  // The member's gate as this rank's columns of an [r, r] matrix (kron: expanded into lax_k_).
+  GemmInput lax_gate_columns(const LaxWeights& w, int64_t& ld);
+  std::vector<LaxKept> lax_kept_;
+  std::array<Buffer<float>, kGroupsPerBlock> lax_carry_;
+  std::array<int64_t, kGroupsPerBlock> lax_carry_layer_{};
+  Buffer<float> lax_z_, lax_h_, lax_stats_, lax_k_, lax_dk_, lax_dfactor_, lax_gather_;
+  Buffer<float> lax_ds_;  // h of this rank's columns before its all-gather (naive-tp)
+  int64_t lax_h_ld_ = 0;
+  const float* lax_chain_in_ = nullptr;  // h of the block before this stage (pipeline)
 };
 
 std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp);

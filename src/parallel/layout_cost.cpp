@@ -1,5 +1,7 @@
 #include "parallel/layout_cost.h"
 
+#include "model/lax.h"
+
 #include "core/error.h"
 
 namespace boostlm {
@@ -25,6 +27,27 @@ bool batched_with_previous(const BlockOptions& options,
   if (!options.grouping || j == 0) return false;
   const ProjDims &p = proj[g.first + j - 1], &q = proj[g.first + j];
   return p.rank == q.rank && p.d_out == q.d_out;
+}
+
+int64_t LayoutCost::lax_param_elements(const ModelConfig& config, int tp) const {
+  return lax_block_params(config, tp, false);
+}
+
+int64_t lax_slot_elements(const ModelConfig& c, int64_t tokens, int64_t latent_cols) {
+  if (c.arch != Arch::lax) return 0;
+  return tokens * (latent_cols + kProjectionsPerBlock);
+}
+
+int64_t lax_block_params(const ModelConfig& c, int tp, bool split) {
+  if (c.arch != Arch::lax) return 0;
+  int64_t n = 0;
+  for (const auto& p : block_projections(c))
+    for (const LaxTensor& x : lax_tensors(c, p.rank)) {
+      int64_t numel = 1;
+      for (int64_t dim : x.shape) numel *= dim;
+      n += split && x.rank_axis >= 0 ? numel / tp : numel;
+    }
+  return n;
 }
 
 int64_t latent_columns(const ModelConfig& c) {

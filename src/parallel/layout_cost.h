@@ -52,8 +52,14 @@ class LayoutCost {
   // Elements of the shared area lowrank recomputation rebuilds a block's intermediates into, held
   // once (layouts that keep latents only).
   virtual int64_t lowrank_area_elements(const BlockSetting& s) const;
-  // Parameter elements of one block on one TP rank.
+  // Parameter elements of one block on one TP rank (LaX's gates and norms apart, below).
   virtual int64_t block_param_elements(const ModelConfig& config, int tp) const = 0;
+  // LaX (model/lax.h), in each block after the first: the TP collectives its crossing adds to the
+  // block's forward or backward (none by default: a layout whose latents are whole on every rank
+  // after their all-reduce, btp, crosses them locally), and its parameters on one rank (all whole
+  // by default).
+  virtual CommCounts lax_comm(const BlockSetting&, bool) const { return {}; }
+  virtual int64_t lax_param_elements(const ModelConfig& config, int tp) const;
   // Columns per token of a block's slot that bf16 training keeps in bf16 (Layout::BlockActs, and
   // a layout's replicated norms' outputs): q | k | v, the attention output and gate | up at the
   // widths one rank computes — its 1/t of the heads and of d_ff by default.
@@ -91,6 +97,12 @@ bool batched_with_previous(const BlockOptions& options,
                            const std::array<ProjDims, kProjectionsPerBlock>& proj,
                            const ProjGroup& g, int j);
 
+// LaX's per-slot state (Layout::LaxKept) for a block: per token each projection's normalised
+// latent at the columns one rank holds and one 1/std per projection; 0 for other architectures.
+int64_t lax_slot_elements(const ModelConfig& config, int64_t tokens, int64_t latent_columns);
+// LaX's tensors of one block after the first, each of the seven projections' whole or (split)
+// with the tensors that follow the latent's columns divided by tp.
+int64_t lax_block_params(const ModelConfig& config, int tp, bool split);
 // Σ over the seven projections of their rank (the latent columns of one token).
 int64_t latent_columns(const ModelConfig& config);
 

@@ -12,10 +12,19 @@ BlockSetting block_setting(const MicroBatchShape& mb) {
   return {mb.config, mb.options, mb.tokens(), mb.tp};
 }
 
+// LaX's crossing state of one block (Layout::lax_kept_bytes / 4): kept for every block.
+int64_t lax_kept_elements(const MicroBatchShape& mb) {
+  const int64_t cols = latent_columns(mb.config);
+  return lax_slot_elements(mb.config, mb.tokens(),
+                           layout_traits(mb.layout).shards_ranks ? cols / mb.tp : cols);
+}
+
 int64_t layout_activation_elements(const MicroBatchShape& mb) {  // Layout::activation_bytes / 4
-  const int64_t slots = mb.options.recompute == Recompute::block ? 1 : mb.config.n_layers;
+  const bool block = mb.options.recompute == Recompute::block;
+  const int64_t slots = block ? 1 : mb.config.n_layers;
   return block_slot_elements(mb) * slots +
-         recompute_area_elements(mb) * (mb.options.recompute == Recompute::lowrank);
+         recompute_area_elements(mb) * (mb.options.recompute == Recompute::lowrank) +
+         (block ? (mb.config.n_layers - 1) * lax_kept_elements(mb) : 0);
 }
 
 }  // namespace
@@ -32,6 +41,10 @@ int64_t stage_layers(const ModelConfig& c, int pp, int stage) {
 int64_t stage_param_elements(LayoutKind layout, const ModelConfig& c, int tp, int pp, int stage) {
   const int64_t vocab_shard = c.vocab_size / tp * c.d_model;
   int64_t n = stage_layers(c, pp, stage) * block_param_elements(layout, c, tp);
+  // LaX's gates and latent norms, in every block but the first (model/lax.h).
+  const auto [first, last] = stage_layer_range(c.n_layers, pp, stage);
+  if (c.arch == Arch::lax)
+    n += (last - std::max<int64_t>(first, 1)) * layout_cost(layout).lax_param_elements(c, tp);
   if (stage == 0) n += vocab_shard;
   if (stage == pp - 1) {
     n += c.d_model;  // final norm
@@ -52,7 +65,8 @@ int64_t block_slot_elements(const MicroBatchShape& mb) {
 
 int64_t block_kept_elements(const MicroBatchShape& mb) {
   const int64_t input = mb.tokens() * residual_columns(mb);
-  return input + (mb.options.recompute == Recompute::block ? 0 : block_slot_elements(mb));
+  return input + (mb.options.recompute == Recompute::block ? lax_kept_elements(mb)
+                                                           : block_slot_elements(mb));
 }
 
 int64_t recompute_area_elements(const MicroBatchShape& mb) {

@@ -143,6 +143,16 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
     s.per_micro_batch = fwd_pass + bwd_pass;
     s.backward_s = bwd_pass.total();
   }
+  // LaX's crossing in each of this stage's blocks after the model's first (model/lax.h), per
+  // micro-batch (per chunk with --tp-overlap, not overlapped: an upper bound).
+  const int64_t crossings = c.config.arch == Arch::lax ? L - (first ? 1 : 0) : 0;
+  if (crossings > 0) {
+    const WorkSeconds X = work_seconds(ctx, lax_crossing_work(mb, false), hd),
+                      XB = work_seconds(ctx, lax_crossing_work(mb, true), hd);
+    const double times = static_cast<double>(crossings * chunks);
+    s.per_micro_batch += (X + XB) * times;
+    s.backward_s += XB.total() * times;
+  }
   mb.batch = c.micro_batch;  // the embedding and the head run on the whole micro-batch
   mb.options = c.options;
   if (first) s.per_micro_batch += work_seconds(ctx, embedding_work(mb), hd);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/lax.h"
 #include "model/params.h"
 #include "parallel/comm_formulas.h"
 #include "parallel/layout_cost.h"
@@ -95,6 +96,28 @@ Work block_recompute_work(const MicroBatchShape& mb) {
   return {};
 }
 
+Work lax_crossing_work(const MicroBatchShape& mb, bool backward) {
+  Builder b(mb);
+  const ModelConfig& c = mb.config;
+  if (c.arch != Arch::lax) return b.w;
+  const int64_t N = mb.tokens();
+  const bool split = layout_traits(mb.layout).shards_ranks;
+  for (const auto& p : block_projections(c)) {
+    const int64_t r = p.rank, rl = split ? r / mb.tp : r;
+    if (!backward) {
+      b.gemm(N, rl, r);  // s = u + h_{l−1} G
+      b.elementwise(static_cast<double>(N) * rl, 4);  // h_{l−1}, the norm, z
+    } else {
+      b.gemm(r, rl, N);  // ∂G = h_{l−1}ᵀ ∂s
+      b.gemm(N, r, rl);  // ∂h_{l−1} = ∂s Gᵀ
+      b.elementwise(static_cast<double>(N) * rl, 6);  // the carry, σ', h_{l−1}, the norm
+    }
+  }
+  // The same element-wise and collective figures per --tp-overlap chunk, as block_work's.
+  b.w.tp = block_lax_comm(mb.layout, c, 1, N, mb.tp, backward, mb.options);
+  return b.w;
+}
+
 int64_t head_chunk_rows(const MicroBatchShape& mb) {
   const int64_t vocab_rows = mb.config.vocab_size / mb.tp;
   return logits_chunk_rows(vocab_rows, mb.tokens());
@@ -154,11 +177,18 @@ Work whole_model_work(const MicroBatchShape& mb) {
   w += head_work(mb);
   const Work fwd = block_forward_work(mb), bwd = block_backward_work(mb), re = block_recompute_work(mb);
   const int64_t L = mb.config.n_layers;
+  const Work lax_fwd = lax_crossing_work(mb, false), lax_bwd = lax_crossing_work(mb, true);
   for (int64_t l = 0; l < L; ++l) {
     w += fwd;
     w += bwd;
+    if (has_lax_crossing(mb.config, l)) {
+      w += lax_fwd;
+      w += lax_bwd;
+    }
     // The engine skips recomputing the block whose intermediates are still in place: the last.
     if (l + 1 < L) w += re;
+    if (l + 1 < L && mb.options.recompute == Recompute::block && has_lax_crossing(mb.config, l))
+      w += lax_fwd;  // a rerun block crosses its latents again
   }
   return w;
 }

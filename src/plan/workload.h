@@ -54,6 +54,11 @@ struct MicroBatchShape {
 Work block_forward_work(const MicroBatchShape& mb);
 Work block_backward_work(const MicroBatchShape& mb);
 Work block_recompute_work(const MicroBatchShape& mb);
+// LaX's crossing (model/lax.h) in one block after the first, forward or backward: per projection
+// the gate's [r, r] GEMM at the latent columns one rank holds (backward: ∂G and ∂h_{l−1}), the
+// norm's and σ's passes, and the collectives the layout adds for it (naive-tp); nothing for
+// other architectures.
+Work lax_crossing_work(const MicroBatchShape& mb, bool backward);
 
 // Embedding (first stage) and final norm, LM head and parallel cross-entropy (last stage), in the
 // engine's row chunks, forward and backward together, TP collectives included.

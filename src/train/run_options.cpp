@@ -46,13 +46,35 @@ void check_range(bool ok, const char* option, double value, const char* allowed)
 
 }  // namespace
 
+namespace {
+
+// --lax-gate and --lax-latent-act on a config (its fields lax_gate, lax_latent_act).
+void apply_lax_options(const TrainOptions& o, ModelConfig& config) {
+  if (o.lax_gate.empty() && o.lax_latent_act.empty()) return;
+  if (config.arch != Arch::lax)
+    throw error("--lax-gate and --lax-latent-act are for arch lax; the model is ",
+                to_string(config.arch));
+  if (!o.lax_gate.empty()) config.lax_gate = parse_lax_gate(o.lax_gate);
+  if (!o.lax_latent_act.empty()) config.lax_latent_act = o.lax_latent_act == "on";
+}
+
+}  // namespace
+
 ModelConfig resolve_config(const TrainOptions& o, const std::string& checkpoint) {
   ModelConfig config;
   if (!checkpoint.empty()) {
     config = read_checkpoint_config(checkpoint);
+    // The checkpoint's model is the model: a different gate would be another parameter table.
+    ModelConfig asked = config;
+    apply_lax_options(o, asked);
+    if (asked.to_json() != config.to_json())
+      throw error("--lax-gate/--lax-latent-act differ from the checkpoint ", checkpoint,
+                  "'s model (lax_gate ", to_string(config.lax_gate), ", lax_latent_act ",
+                  config.lax_latent_act ? "true" : "false", "); omit them");
     if (!o.config_path.empty()) {
       ModelConfig given = ModelConfig::load(o.config_path);
       if (o.vocab_size > 0) given.vocab_size = o.vocab_size;
+      apply_lax_options(o, given);
       const std::string source = "--config " + o.config_path;
       const std::string differences = config_differences(config, given, source);
       if (!differences.empty())
@@ -62,10 +84,9 @@ ModelConfig resolve_config(const TrainOptions& o, const std::string& checkpoint)
   } else {
     if (o.config_path.empty()) throw error("--config is required (a preset under configs/)");
     config = ModelConfig::load(o.config_path);
-    if (o.vocab_size > 0) {
-      config.vocab_size = o.vocab_size;
-      config.validate();
-    }
+    if (o.vocab_size > 0) config.vocab_size = o.vocab_size;
+    apply_lax_options(o, config);
+    config.validate();
   }
   if (o.seq_len > config.max_seq_len)
     throw error("--seq-len ", o.seq_len, " exceeds the model's max_seq_len=", config.max_seq_len);

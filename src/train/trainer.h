@@ -30,6 +30,8 @@ struct TrainOptions {
   // Train a checkpoint (--resume, --init-from) on data of another tokenizer, with a warning.
   bool allow_tokenizer_change = false;
   int64_t vocab_size = 0;  // overrides the preset's when > 0
+  // arch lax: override the config's gate ("kron", "linear") and σ switch ("on", "off"); "": keep.
+  std::string lax_gate, lax_latent_act;
 
   GridShape grid;                    // TP × PP × DP; the job must have grid.world() ranks
   std::optional<LayoutKind> layout;  // default: dense-tp for dense, btp for low-rank

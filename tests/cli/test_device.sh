@@ -42,6 +42,13 @@ same dp-zero 2 cola.json --dp 2 --zero 1
 same pp 2 cola.json --pp 2 --grad-accum 2
 same btp-overlap 2 cola.json --tp 2 --tp-overlap on
 same dense-tp-overlap-bf16 2 dense.json --tp 2 --layout dense-tp --tp-overlap on --precision bf16
+# LaX (issue 48): its crossing's kernels and buffers, btp (bf16, lowrank), naive-tp and PP.
+sed 's/"arch": *"cola"/"arch": "lax"/' cola.json > lax.json
+grep -q '"lax"' lax.json || fail "lax.json: no arch to replace in cola.json"
+same lax-bf16 1 lax.json --precision bf16 --lax-gate linear
+same lax-btp-lowrank 2 lax.json --tp 2 --recompute lowrank
+same lax-naive-tp 2 lax.json --tp 2 --layout naive-tp
+same lax-pp 2 lax.json --pp 2 --grad-accum 2
 
 # eval, generate and a resume of the first run, under each device: the same output.
 for dev in cpu cpu-checked; do

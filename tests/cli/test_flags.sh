@@ -39,6 +39,21 @@ grep -q "boostlm train: cola .*configs/tiny-cola.json" <<< "$out" || fail "train
 "$boostlm" plan -c 60m-cola --gpus 2 > /dev/null 2>&1 || fail "plan -c 60m-cola"
 expect_error "unknown preset" "tiny-cola, tiny-dense" "$boostlm" init -c tiny-nope -o "$work/x"
 
+# LaX (issue 48): --lax-gate and --lax-latent-act set the config's fields, for lax alone; a resume
+# keeps the checkpoint's gate and refuses another.
+out=$("$boostlm" train -c tiny-lax --vocab-size 320 -d "$data" -o "$work/lax-run" -b 1 -t 16 \
+      --steps 1 --eval-batches 1 --lax-gate linear --lax-latent-act off 2>&1) ||
+  fail "train -c tiny-lax --lax-gate linear: $out"
+grep -q '"lax_gate": "linear"' "$work/lax-run/checkpoints/step_000001/config.json" &&
+  grep -q '"lax_latent_act": false' "$work/lax-run/checkpoints/step_000001/config.json" ||
+  fail "--lax-gate/--lax-latent-act not in the checkpoint's config"
+expect_error "lax flags on cola" "are for arch lax; the model is cola" \
+  "$boostlm" train -c tiny-cola --vocab-size 320 -d "$data" -o "$work/x" --lax-gate kron
+expect_error "another gate on resume" "differ from the checkpoint" \
+  "$boostlm" train -d "$data" -o "$work/lax-run" --resume "$work/lax-run" --steps 2 --lax-gate kron
+expect_error "unknown gate" "--lax-gate: diagonal not in" \
+  "$boostlm" train -c tiny-lax -d "$data" -o "$work/x" --lax-gate diagonal
+
 # A run to evaluate, resume and export.
 out=$("$boostlm" train -c "$work/cola.json" -d "$data" -o "$work/run" "${small[@]}" --steps 2 \
       --eval-batches 1 2>&1) || fail "train: $out"

@@ -62,6 +62,9 @@ reader check "$work/dense-f32.gguf" --checkpoint "$work/gqa_tied" --dtype f32 > 
 "$boostlm" init -c tiny-cola --vocab-size 320 --tokenizer "$tok" -o "$work/cola" > /dev/null
 expect_error "cola" "no single matrix W computes it" \
   "$boostlm" convert --to-gguf "$work/cola" --out "$work/cola.gguf"
+"$boostlm" init -c tiny-lax --vocab-size 320 --tokenizer "$tok" -o "$work/lax" > /dev/null
+expect_error "lax" "is a lax model" \
+  "$boostlm" convert --to-gguf "$work/lax" --out "$work/lax.gguf"
 "$boostlm" init -c tiny-dense --vocab-size 320 -o "$work/no_tokenizer" > /dev/null
 expect_error "no tokenizer" "has no tokenizer.model or tokenizer.json, and a GGUF file must embed" \
   "$boostlm" convert --to-gguf "$work/no_tokenizer" --out "$work/x.gguf"

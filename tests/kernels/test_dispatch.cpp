@@ -89,7 +89,7 @@ TEST(KernelDispatch, TheInterfaceCallsTheActiveTable) {
 // counts show the step's kernels all went through it).
 TEST(KernelDispatch, AWholeStepRunsThroughTheTable) {
   const RestoreCpuKernels restore;
-  for (const Arch arch : {Arch::dense, Arch::svd, Arch::cola}) {
+  for (const Arch arch : {Arch::dense, Arch::svd, Arch::cola, Arch::lax}) {
     for (const DType precision : {DType::f32, DType::bf16}) {
       const ModelConfig c = small_model(arch, /*kv_heads=*/2);
       const auto tokens = random_tokens(14, 64, 1), targets = random_tokens(14, 64, 2);
@@ -115,6 +115,12 @@ TEST(KernelDispatch, AWholeStepRunsThroughTheTable) {
       EXPECT_GT(g_calls["attention_forward_f32"] + g_calls["attention_forward_bf16"], 0) << what;
       EXPECT_GT(g_calls["attention_backward_f32"] + g_calls["attention_backward_bf16"], 0) << what;
       EXPECT_GT(g_calls["embedding_forward"] + g_calls["embedding_shard_forward"], 0) << what;
+      if (arch == Arch::lax) {  // LaX's crossing (kernels/lax.h), forward and backward
+        for (const char* entry : {"lax_norm_partial_stats", "lax_norm_forward", "lax_norm_apply",
+                                  "lax_norm_partial_backward", "lax_norm_backward", "kron_expand",
+                                  "kron_factor_backward"})
+          EXPECT_GT(g_calls[entry], 0) << what << " " << entry;
+      }
     }
   }
 }

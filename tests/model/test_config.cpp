@@ -123,6 +123,34 @@ TEST(Config, RefusesABadFamilyRankNamingIt) {
   expect_error(j, "missing required field 'mlp_rank'");  // up and down have none
 }
 
+// LaX (issue 48): its gate and σ switch round-trip, have defaults, and belong to lax alone.
+TEST(Config, ReadsLaxFieldsAndRefusesThemElsewhere) {
+  auto j = base();
+  j["arch"] = "lax";
+  ModelConfig c = ModelConfig::from_json(j);
+  EXPECT_EQ(c.arch, Arch::lax);
+  EXPECT_EQ(c.lax_gate, LaxGate::kron);
+  EXPECT_TRUE(c.lax_latent_act);
+  EXPECT_TRUE(c.latent_act());
+  j["lax_gate"] = "linear";
+  j["lax_latent_act"] = false;
+  c = ModelConfig::from_json(j);
+  EXPECT_EQ(c.lax_gate, LaxGate::linear);
+  EXPECT_FALSE(c.latent_act());
+  EXPECT_EQ(ModelConfig::from_json(c.to_json()).to_json(), c.to_json());
+  EXPECT_EQ(c.to_json()["lax_gate"], "linear");
+  j["lax_gate"] = "diagonal";
+  expect_error(j, "lax_gate");
+  auto cola = base();
+  cola["lax_gate"] = "kron";
+  expect_error(cola, "LaX");
+  // The most balanced factor pair, larger first.
+  EXPECT_EQ(kron_factors(256), std::make_pair(int64_t{16}, int64_t{16}));
+  EXPECT_EQ(kron_factors(96), std::make_pair(int64_t{12}, int64_t{8}));
+  EXPECT_EQ(kron_factors(128), std::make_pair(int64_t{16}, int64_t{8}));
+  EXPECT_EQ(kron_factors(7), std::make_pair(int64_t{7}, int64_t{1}));
+}
+
 TEST(Config, RejectsUnknownArchitecture) {
   auto j = base();
   j["arch"] = "lora";

@@ -28,11 +28,14 @@ struct Case {
   int n_kv_heads;
   BlockOptions options = {};
   RankMix ranks = RankMix::uniform;
+  LaxGate lax_gate = LaxGate::kron;  // lax only
 };
 
-// The case's model: small_model with its kv heads and its families' ranks.
+// The case's model: small_model with its kv heads and its families' ranks; lax with 3 blocks, so
+// each latent crosses twice.
 ModelConfig case_model(const Case& c) {
-  ModelConfig config = small_model(c.arch, c.n_kv_heads);
+  ModelConfig config = small_model(c.arch, c.n_kv_heads, c.arch == Arch::lax ? 3 : 2);
+  config.lax_gate = c.lax_gate;
   return c.arch == Arch::dense ? config : with_ranks(config, c.ranks);
 }
 
@@ -43,7 +46,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      (o.grouping ? "_grouped" : "_ungrouped") + "_recompute_" +
                      to_string(o.recompute) +
                      (o.overlap_chunks > 1 ? "_overlap" + std::to_string(o.overlap_chunks) : "") +
-                     to_string(info.param.ranks);
+                     to_string(info.param.ranks) +
+                     (info.param.arch == Arch::lax ? "_" + to_string(info.param.lax_gate) : "");
   for (auto& ch : name)
     if (ch == '-') ch = '_';
   return name;
@@ -73,22 +77,31 @@ TEST_P(LayoutTest, MatchesOneProcessAtEveryTpSize) {
     model.grads().zero();
     const float loss = model.forward_backward(tokens.data(), targets.data(), B, T);
     EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss)) << "tp=" << tp;
-    expect_gradients_match(model, reference, "tp=" + std::to_string(tp));
+    // LaX: its latent norms (over r = 3 to 20 columns here) divide by a per-token std, which
+    // amplifies the summation-order differences of the sharded GEMMs in the small tensors'
+    // gradients (norm weight and bias, Kronecker factors): observed up to 1.7e-5, so 5e-5 there.
+    expect_gradients_match(model, reference, "tp=" + std::to_string(tp),
+                           config.arch == Arch::lax ? 5e-5 : 1e-5);
     // What a block keeps (SPEC §3.6): with lowrank, the two residual shards, the 7 all-reduced
     // latents (each family at its rank) and 2 per-token rms values; with block, only its input.
     const int64_t N = B * T, dl = config.d_model / tp;
     int64_t latents = 0;
     for (ProjKind kind : kProjKinds) latents += config.rank(kind);
     if (c.options.recompute == Recompute::lowrank) {
-      EXPECT_EQ(model.kept_bytes_per_block(), N * (2 * dl + latents + 2) * 4);
+      // LaX also keeps each crossed latent's x̂ and its norm's 1/std (7 per token).
+      const int64_t lax = config.arch == Arch::lax ? latents + 7 : 0;
+      EXPECT_EQ(model.kept_bytes_per_block(), N * (2 * dl + latents + 2 + lax) * 4);
     }
     if (c.options.recompute == Recompute::block) {
+      // LaX keeps its crossing state per block even then: a rerun block reads the one before.
+      const int64_t lax_cols = c.layout == LayoutKind::btp ? latents : latents / tp;
+      const int64_t lax = config.arch == Arch::lax ? lax_cols + 7 : 0;
       EXPECT_EQ(model.kept_bytes_per_block(),
-                N * (c.layout == LayoutKind::btp ? dl : config.d_model) * 4);
+                N * ((c.layout == LayoutKind::btp ? dl : config.d_model) + lax) * 4);
     }
     // The gradient norm counts replicated tensors once.
     EXPECT_NEAR(model.grad_sum_squares(), reference.grad_sum_squares(),
-                1e-5 * reference.grad_sum_squares())
+                (config.arch == Arch::lax ? 5e-5 : 1e-5) * reference.grad_sum_squares())
         << "tp=" << tp;
     // Weights round-trip through their full form.
     FlatBuffer full_weights(model.full_params().total_elements()),
@@ -129,6 +142,46 @@ TEST_P(LayoutTest, CommunicatesExactlyTheSpecFormulas) {
   }
 }
 
+// LaX under btp (issue 48): the latents are whole on every rank after their all-reduce, so the
+// gates and norms of the crossing add no collective: a lax step sends exactly what a cola step of
+// the same ranks sends, call for call and byte for byte (the formula, and the engine's counts
+// against it in CommunicatesExactlyTheSpecFormulas). naive-tp, whose latents are split over r,
+// adds per crossing block and projection of rank r: forward an all-gather of N·r/t and an
+// all-reduce of 2N; backward again both, a reduce-scatter of N·r and (Kronecker gate) an
+// all-reduce of p² + q².
+TEST(LaxComm, BtpCrossesWithoutCommunicationNaiveTpPaysPerBlock) {
+  ModelConfig lax = small_model(Arch::lax, 4, 3), cola = small_model(Arch::cola, 4, 3);
+  const int64_t N = 16;
+  for (int tp : {2, 4})
+    for (bool backward : {false, true}) {
+      const CommCounts a = step_tp_comm(LayoutKind::btp, lax, N, tp, 1, backward);
+      const CommCounts b = step_tp_comm(LayoutKind::btp, cola, N, tp, 1, backward);
+      for (int k = 0; k < kCollectiveKinds; ++k) {
+        const auto kind = static_cast<Collective>(k);
+        EXPECT_EQ(a[kind].calls, b[kind].calls) << to_string(kind);
+        EXPECT_EQ(a[kind].bytes, b[kind].bytes) << to_string(kind);
+      }
+      const CommCounts n_lax = step_tp_comm(LayoutKind::naive_tp, lax, N, tp, 1, backward);
+      const CommCounts n_cola = step_tp_comm(LayoutKind::naive_tp, cola, N, tp, 1, backward);
+      // small_model: ranks 8 (q, k, v, o: kron 4 x 2) and 12 (gate, up, down: 4 x 3); 2 crossing
+      // blocks of 7 projections.
+      const int64_t r_sum = 4 * 8 + 3 * 12, factors = 4 * (16 + 4) + 3 * (16 + 9);
+      const int64_t passes = backward ? 2 : 1;
+      auto extra = [&](Collective kind) {
+        return std::make_pair(n_lax[kind].calls - n_cola[kind].calls,
+                              n_lax[kind].bytes - n_cola[kind].bytes);
+      };
+      EXPECT_EQ(extra(Collective::all_gather),
+                std::make_pair(2 * 7 * passes, 2 * passes * N * r_sum / tp * 4));
+      EXPECT_EQ(extra(Collective::all_reduce),
+                std::make_pair(2 * 7 * passes + (backward ? 2 * 7 : 0),
+                               (2 * 7 * passes * 2 * N + (backward ? 2 * factors : 0)) * 4));
+      EXPECT_EQ(extra(Collective::reduce_scatter),
+                std::make_pair(backward ? int64_t{2 * 7} : int64_t{0},
+                               backward ? 2 * N * r_sum * 4 : int64_t{0}));
+    }
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases = {{LayoutKind::dense_tp, Arch::dense, 4},
                              {LayoutKind::dense_tp, Arch::dense, 2},
@@ -157,10 +210,25 @@ std::vector<Case> all_cases() {
   cases.push_back({LayoutKind::btp, Arch::cola, 4, lowrank, RankMix::odd});
   cases.push_back({LayoutKind::btp, Arch::cola, 2, block, RankMix::odd});
   cases.push_back({LayoutKind::btp, Arch::svd, 4, ungrouped, RankMix::odd});
+  // LaX (issue 48): btp crosses its replicated latents locally, naive-tp its split ones with
+  // collectives of its own; both gates, BOOST's switches, per-family ranks.
+  const BlockOptions sync_grouped{false, true, Recompute::none};
+  cases.push_back({LayoutKind::btp, Arch::lax, 4});
+  cases.push_back({LayoutKind::btp, Arch::lax, 2, lowrank, RankMix::odd});
+  cases.push_back({LayoutKind::btp, Arch::lax, 4, sync_ungrouped, RankMix::uniform,
+                   LaxGate::linear});
+  cases.push_back({LayoutKind::btp, Arch::lax, 2, sync_grouped, RankMix::mixed});
+  cases.push_back({LayoutKind::naive_tp, Arch::lax, 4});
+  cases.push_back({LayoutKind::naive_tp, Arch::lax, 2, ungrouped, RankMix::mixed});
+  cases.push_back({LayoutKind::naive_tp, Arch::lax, 4, plain, RankMix::mixed, LaxGate::linear});
+  cases.push_back({LayoutKind::btp, Arch::lax, 4, block});
+  cases.push_back({LayoutKind::naive_tp, Arch::lax, 2, block, RankMix::mixed});
   // --tp-overlap: each micro-batch as chunks of whole sequences, interleaved (comm/overlap.h).
   // Every layout, and btp with every switch; the same tolerances, and the same bytes in calls
   // split per chunk.
   for (const Case& base : std::vector<Case>(cases)) {
+    // (lax under naive-tp runs without overlap: its crossing's collectives have no overlapped path)
+    if (base.arch == Arch::lax && base.layout == LayoutKind::naive_tp) continue;
     Case c = base;
     c.options.overlap_chunks = 2;
     cases.push_back(c);

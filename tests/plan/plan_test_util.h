@@ -43,6 +43,14 @@ inline std::vector<LayoutCase> layout_cases() {
   out.push_back({LayoutKind::btp, Arch::cola, {true, true, Recompute::none}, 2, RankMix::mixed});
   out.push_back({LayoutKind::btp, Arch::svd, {true, false, Recompute::lowrank}, 4, RankMix::odd});
   out.push_back({LayoutKind::btp, Arch::cola, {false, true, Recompute::block}, 4, RankMix::odd});
+  // LaX (issue 48): its crossing's GEMMs, collectives (naive-tp) and kept latents.
+  out.push_back({LayoutKind::btp, Arch::lax, {true, true, Recompute::none}});
+  out.push_back({LayoutKind::btp, Arch::lax, {false, false, Recompute::lowrank}, 2, RankMix::odd});
+  out.push_back({LayoutKind::naive_tp, Arch::lax, {true, true, Recompute::none}});
+  out.push_back({LayoutKind::btp, Arch::lax, {true, true, Recompute::block}});
+  out.push_back({LayoutKind::naive_tp, Arch::lax, {true, true, Recompute::block}, 2});
+  out.push_back(
+      {LayoutKind::naive_tp, Arch::lax, {true, false, Recompute::none}, 4, RankMix::mixed});
   return out;
 }
 

@@ -30,7 +30,15 @@ TEST(PlanWorkload, BlockFlopsMatchModelFlopsAtEveryTpSize) {
       MicroBatchShape mb = test::micro_batch(lc, B, T, t);
       if (mb.config.n_kv_heads % t != 0) continue;
       const ModelConfig& c = mb.config;
-      const double per_block = model_flops(c, B, T).projections / c.n_layers;
+      // LaX: its crossings (every block but the first) on top: naive-tp does 1/t of each on a
+      // rank (its r/t columns), btp all of it on every rank (replicated, with no collective).
+      const Work xf = lax_crossing_work(mb, false), xb = lax_crossing_work(mb, true);
+      EXPECT_DOUBLE_EQ(xb.gemm_flops(), 2 * xf.gemm_flops());
+      const double crossings =
+          (c.n_layers - 1) * xf.gemm_flops() * (lc.layout == LayoutKind::naive_tp ? t : 1);
+      if (lc.layout == LayoutKind::btp) EXPECT_EQ(xf.tp.total_calls() + xb.tp.total_calls(), 0);
+      const double per_block = (model_flops(c, B, T).projections - crossings) / c.n_layers;
+      if (c.arch == Arch::lax) EXPECT_GT(crossings, 0);
       const Work f = block_forward_work(mb), b = block_backward_work(mb);
       SCOPED_TRACE(test::case_name(lc) + " tp=" + std::to_string(t));
       EXPECT_DOUBLE_EQ(f.gemm_flops() * t, per_block);

@@ -50,8 +50,8 @@ sys.exit(0 if (rel > rtol if far else rel <= rtol) else 1)
 PY
 }
 
-run_case() {  # NAME EXPECTED-RANKS(q,k,v,o,gate,up,down) CONFIG-JSON
-  local name=$1 ranks=$2 config=$3 dir=$work/$1
+run_case() {  # NAME EXPECTED-RANKS(q,k,v,o,gate,up,down) CONFIG-JSON [MODEL-TYPE: cola]
+  local name=$1 ranks=$2 config=$3 type=${4:-cola} dir=$work/$1
   echo "== $name"
   mkdir -p "$dir"
   echo "$config" > "$dir/config.json"
@@ -60,14 +60,16 @@ run_case() {  # NAME EXPECTED-RANKS(q,k,v,o,gate,up,down) CONFIG-JSON
     { fail "$name: train: $(tail -2 "$dir/train.log")"; return; }
   "$boostlm" convert --to-hf "$dir/run" --out "$dir/hf" > /dev/null || { fail "$name: export"; return; }
   [[ -f $dir/hf/modeling_boostlm.py ]] || fail "$name: no modeling_boostlm.py beside the weights"
-  "$python" - "$dir/hf" "$ranks" <<'PY' || fail "$name: exported config.json or tensors"
+  "$python" - "$dir/hf" "$ranks" "$type" <<'PY' || fail "$name: exported config.json or tensors"
 import json, sys
-d, ranks = sys.argv[1], [int(r) for r in sys.argv[2].split(",")]
+d, ranks, kind = sys.argv[1], [int(r) for r in sys.argv[2].split(",")], sys.argv[3]
 c = json.load(open(d + "/config.json"))
-assert c["architectures"] == ["BoostlmForCausalLM"] and c["model_type"] == "cola", c
+assert c["architectures"] == ["BoostlmForCausalLM"] and c["model_type"] == kind, c
 assert "boostlm" not in c, c
 families = ["q", "k", "v", "o", "gate", "up", "down"]
-assert c["cola"]["ranks"] == dict(zip(families, ranks)), c["cola"]
+assert c[kind]["ranks"] == dict(zip(families, ranks)), c[kind]
+other = "cola" if kind == "lax" else "lax"
+assert other not in c, c  # a lax export has its own section only
 sys.path.insert(0, d)
 from modeling_boostlm import read_weights
 t = read_weights(d)
@@ -76,6 +78,15 @@ for f, r in zip(families, ranks):
     assert t[f"model.layers.1.{module}.cola_a"].shape[1] == r, (f, r)
     assert t[f"model.layers.1.{module}.cola_b"].shape[0] == r, (f, r)
     assert f"model.layers.1.{module}.weight" not in t
+    if kind == "lax":  # the crossing's tensors after block 0, none in block 0
+        assert f"model.layers.0.{module}.lax_norm.weight" not in t
+        assert t[f"model.layers.1.{module}.lax_norm.bias"].shape[0] == r, (f, r)
+        gate = c["lax"]["gate"]
+        if gate == "kron":
+            p, q = c["lax"]["kron_factors"][f]
+            assert p * q == r and t[f"model.layers.1.{module}.lax_gate.kron_p"].shape == (p, p)
+        else:
+            assert t[f"model.layers.1.{module}.lax_gate.weight"].shape == (r, r)
 PY
   local ours theirs back
   ours=$(eval_boostlm "$dir/run") || { fail "$name: boostlm eval"; return; }
@@ -102,6 +113,14 @@ run_case cola-per-family "24,8,12,16,32,20,28" "{\"arch\": \"cola\", $common,
   \"down_rank\": 28}"
 run_case svd-tied-nogate "16,16,16,16,24,24,24" "{\"arch\": \"svd\", $common, \"attn_rank\": 16,
   \"mlp_rank\": 24, \"tied_embeddings\": true, \"mlp_gate_act\": false}"
+# LaX (issue 48): model_type "lax" with its own section; 3 blocks (two crossings), each family its
+# own rank with the Kronecker gate, and the linear gate without σ.
+lax_common=${common/\"n_layers\": 2/\"n_layers\": 3}
+run_case lax-kron "24,8,12,16,32,20,28" "{\"arch\": \"lax\", $lax_common,
+  \"q_rank\": 24, \"k_rank\": 8, \"v_rank\": 12, \"o_rank\": 16, \"gate_rank\": 32, \"up_rank\": 20,
+  \"down_rank\": 28, \"lax_gate\": \"kron\"}" lax
+run_case lax-linear-noact "16,16,16,16,24,24,24" "{\"arch\": \"lax\", $lax_common,
+  \"attn_rank\": 16, \"mlp_rank\": 24, \"lax_gate\": \"linear\", \"lax_latent_act\": false}" lax
 
 # The comparison can fail: read as svd (no SiLU between the factors), the cola export is off.
 if [[ -d $work/cola-per-family/hf ]]; then

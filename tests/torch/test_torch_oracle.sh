@@ -2,7 +2,7 @@
 # boostlm against an independent PyTorch implementation of the same models
 # (tools/torch/boostlm_torch.py: PyTorch's kernels and autograd, written from SPEC §2).
 #
-# For dense, svd and cola (tiny shapes covering GQA and MHA, tied and untied heads, with and
+# For dense, svd, cola and lax (tiny shapes covering GQA and MHA, tied and untied heads, with and
 # without SiLU on the MLP gate, attn_rank != mlp_rank, T = 160 so attention spans several of
 # boostlm's 64-query / 128-key tiles):
 #   1. forward: `boostlm eval` and the torch `loss` of the freshly initialised checkpoint, and of
@@ -148,5 +148,10 @@ assert not bad, bad
 print(f"  the export of the TP 2 x PP 2 checkpoint: {len(ours)} tensors, all equal")
 PY
 run_case cola-tied-mha "{\"arch\": \"cola\", $common, \"n_kv_heads\": 4, \"attn_rank\": 16, \"mlp_rank\": 24, \"tied_embeddings\": true, \"mlp_gate_act\": false}"
+# LaX (issue 48): 3 blocks, so each latent crosses twice; the Kronecker gate (16 = 4 x 4,
+# 24 = 6 x 4) with σ, and the linear gate without σ.
+lax_common=${common/\"n_layers\": 2/\"n_layers\": 3}
+run_case lax "{\"arch\": \"lax\", $lax_common, \"n_kv_heads\": 2, \"attn_rank\": 16, \"mlp_rank\": 24, \"tied_embeddings\": false, \"mlp_gate_act\": true, \"lax_gate\": \"kron\"}"
+run_case lax-linear-noact "{\"arch\": \"lax\", $lax_common, \"n_kv_heads\": 4, \"attn_rank\": 16, \"mlp_rank\": 24, \"tied_embeddings\": true, \"mlp_gate_act\": false, \"lax_gate\": \"linear\", \"lax_latent_act\": false}"
 
 finish "torch oracle: all checks passed"

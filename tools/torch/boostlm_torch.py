@@ -23,6 +23,11 @@ with RMSNorm n(x) = x / sqrt(mean(x²) + eps) * γ, RoPE in the rotate-half conv
 head_dim/2), inverse frequency theta^(-2i/head_dim)), causal grouped-query attention (query head h
 reads kv head h // (n_heads / n_kv_heads)) with scale 1/sqrt(head_dim), and each projection dense
 y = x Wᵀ (W [d_out, d_in]), `svd` y = (x A) B or `cola` y = SiLU(x A) B (A [d_in, r], B [r, d_out]).
+`lax` (LaX, arXiv 2505.21732, from its authors' lax_vit.py; boostlm's model/lax.h): each
+projection's latent crosses into the same projection of the next block,
+z = x A (block 0), z = LayerNorm_r(x A + G(h_prev)) (eps 1e-6, affine) after it, h = SiLU(z) (or z
+without σ), y = h B, with G the Kronecker gate einsum('...ab,ai,bj->...ij', h as [p, q], P, Q) or a
+linear h W.
 """
 
 import argparse
@@ -103,12 +108,12 @@ class Config:
 
     FIELDS = ("arch", "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
               "attn_rank", "mlp_rank", "max_seq_len", "tied_embeddings", "mlp_gate_act",
-              "rms_eps", "rope_theta")
+              "rms_eps", "rope_theta", "lax_gate", "lax_latent_act")
     FAMILIES = ("q", "k", "v", "o", "gate", "up", "down")
 
     def __init__(self, **kw):
         self.arch = kw["arch"]
-        if self.arch not in ("dense", "svd", "cola"):
+        if self.arch not in ("dense", "svd", "cola", "lax"):
             raise ValueError(f"config: unknown arch '{self.arch}'")
         self.vocab_size = int(kw["vocab_size"])
         self.d_model = int(kw["d_model"])
@@ -131,6 +136,10 @@ class Config:
         self.mlp_gate_act = bool(kw.get("mlp_gate_act", True))
         self.rms_eps = float(kw.get("rms_eps", 1e-6))
         self.rope_theta = float(kw.get("rope_theta", 10000.0))
+        self.lax_gate = kw.get("lax_gate", "kron") if self.arch == "lax" else None
+        self.lax_latent_act = bool(kw.get("lax_latent_act", True)) if self.arch == "lax" else None
+        if self.lax_gate not in (None, "kron", "linear"):
+            raise ValueError(f"config: unknown lax_gate '{self.lax_gate}'")
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError("config: d_model % n_heads and n_heads % n_kv_heads must be 0")
 
@@ -157,7 +166,7 @@ class Config:
                    tied_embeddings=j.get("tie_word_embeddings", False))
 
     def to_dict(self):
-        d = {k: getattr(self, k) for k in self.FIELDS}
+        d = {k: getattr(self, k) for k in self.FIELDS if getattr(self, k) is not None}
         d.update({f + "_rank": r for f, r in self.ranks.items()})
         return d
 
@@ -332,27 +341,63 @@ class RMSNorm(nn.Module):
         return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+def kron_factors(rank):
+    """The most balanced factor pair p * q = rank, p >= q (256: 16 x 16, 96: 12 x 8)."""
+    q = max(f for f in range(1, math.isqrt(rank) + 1) if rank % f == 0)
+    return rank // q, q
+
+
+class LaxGate(nn.Module):
+    """LaX's r x r gate: Kronecker-factored, h viewed as H [p, q] (row-major) mapped to
+    einsum('...ab,ai,bj->...ij', H, P, Q) (`kron_p` [p, p], `kron_q` [q, q]), or linear h W
+    (`weight` [r, r], stored [in, out])."""
+
+    def __init__(self, kind, rank):
+        super().__init__()
+        self.rank = rank
+        if kind == "kron":
+            self.p, self.q = kron_factors(rank)
+            self.kron_p = nn.Parameter(torch.empty(self.p, self.p))
+            self.kron_q = nn.Parameter(torch.empty(self.q, self.q))
+        else:
+            self.weight = nn.Parameter(torch.empty(rank, rank))
+
+    def forward(self, h):
+        if hasattr(self, "weight"):
+            return torch.matmul(h, self.weight)
+        H = h.reshape(*h.shape[:-1], self.p, self.q)
+        return torch.einsum("...ab,ai,bj->...ij", H, self.kron_p, self.kron_q).reshape(h.shape)
+
+
 class Projection(nn.Module):
     """One of q/k/v/o/gate/up/down: dense `weight` [d_out, d_in] (y = x Wᵀ), or the low-rank
     factors `cola_a` [d_in, r], `cola_b` [r, d_out] (y = σ(x A) B, σ = SiLU for cola, identity
-    for svd). The attribute names are the checkpoint's tensor names."""
+    for svd). lax after block 0 adds `lax_gate` and `lax_norm` (a LayerNorm over r) between
+    them: y = σ(LN(x A + G(h_prev))) B. The attribute names are the checkpoint's tensor names.
+    forward returns y and the latent h the same projection of the next block reads (lax)."""
 
-    def __init__(self, arch, d_in, d_out, rank):
+    def __init__(self, arch, d_in, d_out, rank, lax_gate=None, latent_act=None):
         super().__init__()
-        self.latent_act = arch == "cola"
+        self.latent_act = arch == "cola" or (arch == "lax" and latent_act)
         if arch == "dense":
             self.weight = nn.Parameter(torch.empty(d_out, d_in))
         else:
             self.cola_a = nn.Parameter(torch.empty(d_in, rank))
             self.cola_b = nn.Parameter(torch.empty(rank, d_out))
+        if lax_gate is not None:
+            self.lax_gate = LaxGate(lax_gate, rank)
+            self.lax_norm = nn.LayerNorm(rank, eps=1e-6)
 
-    def forward(self, x):
+    def forward(self, x, h_prev=None):
         if hasattr(self, "weight"):
-            return F.linear(x, self.weight)
+            return F.linear(x, self.weight), None
         z = torch.matmul(x, self.cola_a)
+        if hasattr(self, "lax_gate"):
+            # In fp32 even under bf16 autocast, as boostlm's latent norm.
+            z = self.lax_norm((z + self.lax_gate(h_prev)).float())
         if self.latent_act:
             z = F.silu(z)
-        return torch.matmul(z, self.cola_b)
+        return torch.matmul(z, self.cola_b), z
 
 
 def rope_tables(seq_len, head_dim, theta):
@@ -388,60 +433,74 @@ def causal_attention(q, k, v):
     return torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
 
 
+def projection(c, layer, family, d_in, d_out):
+    """Projection `family` of block `layer` (lax: crossing after block 0)."""
+    lax = c.arch == "lax" and layer >= 1
+    return Projection(c.arch, d_in, d_out, c.ranks[family], c.lax_gate if lax else None,
+                      c.lax_latent_act)
+
+
 class Attention(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.head_dim
         kv = c.n_kv_heads * c.head_dim
-        self.q_proj = Projection(c.arch, c.d_model, c.d_model, c.ranks["q"])
-        self.k_proj = Projection(c.arch, c.d_model, kv, c.ranks["k"])
-        self.v_proj = Projection(c.arch, c.d_model, kv, c.ranks["v"])
-        self.o_proj = Projection(c.arch, c.d_model, c.d_model, c.ranks["o"])
+        self.q_proj = projection(c, layer, "q", c.d_model, c.d_model)
+        self.k_proj = projection(c, layer, "k", c.d_model, kv)
+        self.v_proj = projection(c, layer, "v", c.d_model, kv)
+        self.o_proj = projection(c, layer, "o", c.d_model, c.d_model)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, chain):
+        """chain: each family's latent of the block before (lax), replaced by this block's."""
         B, T, _ = x.shape
-        q = apply_rope(self.q_proj(x).view(B, T, self.n_heads, self.head_dim), cos, sin)
-        k = apply_rope(self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim), cos, sin)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        q, chain["q"] = self.q_proj(x, chain.get("q"))
+        k, chain["k"] = self.k_proj(x, chain.get("k"))
+        v, chain["v"] = self.v_proj(x, chain.get("v"))
+        q = apply_rope(q.view(B, T, self.n_heads, self.head_dim), cos, sin)
+        k = apply_rope(k.view(B, T, self.n_kv_heads, self.head_dim), cos, sin)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim)
         dtype = v.dtype  # under autocast q/k are fp32 after RoPE's fp32 tables
         out = causal_attention(q.to(dtype).transpose(1, 2), k.to(dtype).transpose(1, 2),
                                v.transpose(1, 2))
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+        y, chain["o"] = self.o_proj(out.transpose(1, 2).reshape(B, T, -1), chain.get("o"))
+        return y
 
 
 class MLP(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer):
         super().__init__()
         self.gate_act = c.mlp_gate_act
-        self.gate_proj = Projection(c.arch, c.d_model, c.d_ff, c.ranks["gate"])
-        self.up_proj = Projection(c.arch, c.d_model, c.d_ff, c.ranks["up"])
-        self.down_proj = Projection(c.arch, c.d_ff, c.d_model, c.ranks["down"])
+        self.gate_proj = projection(c, layer, "gate", c.d_model, c.d_ff)
+        self.up_proj = projection(c, layer, "up", c.d_model, c.d_ff)
+        self.down_proj = projection(c, layer, "down", c.d_ff, c.d_model)
 
-    def forward(self, x):
-        gate = self.gate_proj(x)
+    def forward(self, x, chain):
+        gate, chain["gate"] = self.gate_proj(x, chain.get("gate"))
         if self.gate_act:
             gate = F.silu(gate)
-        return self.down_proj(gate * self.up_proj(x))
+        up, chain["up"] = self.up_proj(x, chain.get("up"))
+        y, chain["down"] = self.down_proj(gate * up, chain.get("down"))
+        return y
 
 
 class Block(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer):
         super().__init__()
         self.input_layernorm = RMSNorm(c.d_model, c.rms_eps)
-        self.self_attn = Attention(c)
+        self.self_attn = Attention(c, layer)
         self.post_attention_layernorm = RMSNorm(c.d_model, c.rms_eps)
-        self.mlp = MLP(c)
+        self.mlp = MLP(c, layer)
 
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, cos, sin, chain):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, chain)
+        return x + self.mlp(self.post_attention_layernorm(x), chain)
 
 
 class Decoder(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.d_model)
-        self.layers = nn.ModuleList(Block(c) for _ in range(c.n_layers))
+        self.layers = nn.ModuleList(Block(c, layer) for layer in range(c.n_layers))
         self.norm = RMSNorm(c.d_model, c.rms_eps)
 
 
@@ -472,8 +531,9 @@ class CausalLM(nn.Module):
             raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
         cos, sin = self.rope(T)
         x = self.model.embed_tokens(tokens)
+        chain = {}  # lax: each family's latent, from one block to the next
         for block in self.model.layers:
-            x = block(x, cos, sin)
+            x = block(x, cos, sin, chain)
         logits = F.linear(self.model.norm(x), self.head_weight())
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
@@ -487,6 +547,11 @@ class CausalLM(nn.Module):
                     (d_in, r), d_out = (self.get_parameter(prefix + "cola_a").shape,
                                         self.get_parameter(prefix + "cola_b").shape[1])
                     p.normal_(0.0, r ** -0.25 * (d_in + d_out) ** -0.25, generator=generator)
+                elif ".lax_gate." in name:  # nn.Linear's Kaiming-uniform, fan_in = its side
+                    bound = 1.0 / math.sqrt(p.shape[0])
+                    p.uniform_(-bound, bound, generator=generator)
+                elif name.endswith(".lax_norm.bias"):
+                    p.zero_()
                 elif p.dim() == 2:
                     p.normal_(0.0, 0.02, generator=generator)
                 else:

@@ -13,6 +13,7 @@ add_library(boostlm_kernels_cpu STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/adamw.cpp
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/lax.cpp
   ${CMAKE_CURRENT_LIST_DIR}/table.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checked_table.cpp
 )

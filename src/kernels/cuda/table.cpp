@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/event_timer.h"
@@ -174,6 +175,39 @@ double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges,
   double value = 0;
   device_download(&value, total.data(), sizeof value);
   return value;
+}
+
+// LaX's latent ops (kernels/lax.h) have no device kernels yet: the engine refuses arch lax with
+// --device cuda before any work (engine/model.cpp), and these end the run if one is reached anyway.
+[[noreturn]] void no_lax_on_device(const char* entry) {
+  throw error("kernels: ", entry, " (LaX) has no CUDA kernel yet; train arch lax with --device cpu");
+}
+void lax_norm_partial_stats(const float*, int64_t, int64_t, int64_t, float*, cudaStream_t) {
+  no_lax_on_device("lax_norm_partial_stats");
+}
+void lax_norm_forward(const float*, int64_t, const float*, int64_t, int64_t, int64_t, const float*,
+                      const float*, float, float*, int64_t, float*, int64_t, float*, cudaStream_t) {
+  no_lax_on_device("lax_norm_forward");
+}
+void lax_norm_apply(const float*, int64_t, int64_t, int64_t, const float*, const float*, float*,
+                    int64_t, cudaStream_t) {
+  no_lax_on_device("lax_norm_apply");
+}
+void lax_norm_partial_backward(const float*, int64_t, const float*, int64_t, int64_t, int64_t,
+                               const float*, float*, cudaStream_t) {
+  no_lax_on_device("lax_norm_partial_backward");
+}
+void lax_norm_backward(const float*, int64_t, const float*, int64_t, const float*, const float*,
+                       int64_t, int64_t, int64_t, const float*, float*, int64_t, float*, float*,
+                       cudaStream_t) {
+  no_lax_on_device("lax_norm_backward");
+}
+void kron_expand(const float*, int64_t, const float*, int64_t, float*, cudaStream_t) {
+  no_lax_on_device("kron_expand");
+}
+void kron_factor_backward(const float*, const float*, int64_t, const float*, int64_t, float*,
+                          float*, cudaStream_t) {
+  no_lax_on_device("kron_factor_backward");
 }
 
 }  // namespace adapted

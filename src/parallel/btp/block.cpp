@@ -126,6 +126,10 @@ class Btp final : public Layout {
     for (const Group& g : kGroups) widest = std::max(widest, group_width(members(first_layer_, g)));
     packed_.resize(N * (widest + 1));  // + the norm statistic
     d_packed_.resize(N * widest);
+    if (lax())
+      lax_u_.resize(N * widest);
+    else
+      lax_u_ = Buffer<float>();
   }
 
   int64_t group_slot_bytes() const override {
@@ -178,8 +182,10 @@ class Btp final : public Layout {
   auto with_latents(Kept& a, const Group& g, F f) {
     return compute_ == DType::bf16 ? f(a.z16[g.index].data()) : f(a.z[g.index].data());
   }
-  GemmInput latent_of(ProjectionGroup group, Kept& a, const Group& g) {
+  // LaX: the crossed latent z (fp32, from what the block kept), σ(z) or z as B reads it.
+  GemmInput latent_of(int64_t layer, ProjectionGroup group, Kept& a, const Group& g) {
     const int64_t N = batch_ * seq_len_;
+    if (lax()) return latent_input(group, lax_latent(layer, g), N, rounded_latent_);
     return with_latents(a, g, [&](auto* z) { return latent_input(group, z, N, rounded_latent_); });
   }
   static int64_t bytes_of(const Rebuilt& r) {
@@ -256,9 +262,15 @@ class Btp final : public Layout {
       with_latents(a, g, [&](auto* z) {
         online_norm_unpack(buf, ld, N, part_width, online ? rstd : nullptr, z + col, width);
       });
+      // LaX crosses the whole latent in fp32 (in bf16 training z is kept rounded).
+      if (lax())
+        online_norm_unpack(buf, ld, N, part_width, online ? rstd : nullptr, lax_u_.data() + col,
+                           width);
       col += part_width;
       j += part.size();
     }
+    // LaX: the latent is replicated now, so its gate and norm run here with no collective.
+    if (lax()) lax_forward(layer, g, lax_u_.data(), width);
   }
 
   // y_m = σ(z_m) B_m for the group's members (column-parallel B; batched when grouping). Each
@@ -267,8 +279,8 @@ class Btp final : public Layout {
     const ProjectionGroup group = members(layer, g);
     const int64_t N = batch_ * seq_len_;
     const auto ld = output_strides(group);
-    group_up_forward(group, latent_of(group, a, g), N, y.begin(), ld.data(), options_.grouping,
-                     compute_);
+    group_up_forward(group, latent_of(layer, group, a, g), N, y.begin(), ld.data(),
+                     options_.grouping, compute_);
   }
 
   static std::array<int64_t, 3> output_strides(ProjectionGroup group) {
@@ -290,7 +302,7 @@ class Btp final : public Layout {
     const int64_t width = group_width(group);
     const float* x = input.f32;  // the residual, for a normed group
     // dB += σ(z)ᵀ dy;  dσ = dy Bᵀ → packed [N, Σr];  one all-reduce per packed buffer.
-    group_up_backward(group, latent_of(group, a, g), dy.begin(), N, d_packed_.data(), width,
+    group_up_backward(group, latent_of(layer, group, a, g), dy.begin(), N, d_packed_.data(), width,
                       options_.grouping, compute_);
     if (cat) {
       tp_.all_reduce(d_packed_.data(), N * width);
@@ -302,8 +314,12 @@ class Btp final : public Layout {
       }
     }
     const bool online = g.normed && options_.online_norm;
+    // LaX: the chain's gradient from the block above joins, then σ', the latent's norm and the
+    // gate (replicated: no collective), leaving ∂L/∂u.
+    if (lax()) lax_backward(layer, g, d_packed_.data());
     with_latents(a, g, [&](const auto* z) {
-      group_activate_backward(group, z, d_packed_.data(), N);  // dz = dσ ⊙ σ'(z), in place
+      // dz = dσ ⊙ σ'(z), in place
+      if (!lax()) group_activate_backward(group, z, d_packed_.data(), N);
       // Z = P·rstd: dP = dZ·rstd; the rms term becomes dS (in stat_).
       if (online)
         online_norm_latent_backward(z, d_packed_.data(), N, width, rstd, config_.d_model,
@@ -355,6 +371,7 @@ class Btp final : public Layout {
   std::vector<Rebuilt> rebuilt_;
   int64_t dl_ = 0, ffl_ = 0;
   Buffer<float> stat_, xg_, d_norm_, packed_, d_packed_, column_scratch_;
+  Buffer<float> lax_u_;  // LaX: the group's whole latent u in fp32, before its crossing
   Buffer<bf16_t> rounded_, rounded_latent_;
 };
 

@@ -133,7 +133,8 @@ class BtpCost final : public LayoutCost {
   // rebuilds them.
   int64_t slot_elements(const BlockSetting& s) const override {
     const int64_t latents = s.tokens * (latent_columns(s.config) + s.config.d_model / s.tp + 2);
-    return latents + (s.options.recompute == Recompute::lowrank ? 0 : intermediates(s));
+    return latents + lax_slot_elements(s.config, s.tokens, latent_columns(s.config)) +
+           (s.options.recompute == Recompute::lowrank ? 0 : intermediates(s));
   }
 
   int64_t lowrank_area_elements(const BlockSetting& s) const override { return intermediates(s); }

@@ -33,6 +33,7 @@ class NaiveTp final : public Layout {
     s.dense_axis.fill(-1);
     s.a_axis.fill(1);  // A [d_in, r]: column-parallel over r
     s.b_axis.fill(0);  // B [r, d_out]: row-parallel over r
+    s.latents_split = true;
     return s;
   }
 
@@ -124,7 +125,9 @@ class NaiveTp final : public Layout {
     const ConcatenatedA* cat = concatenated(layer, g);
     float* z = a.z[g.index].data();
     group_down_forward(group, cat, x, N, z, width, compute_);
-    const GemmInput latent = latent_input(group, z, N, rounded_latent_);
+    // LaX: the crossing of this rank's r/t columns (it gathers and reduces what it needs).
+    const GemmInput latent =
+        latent_input(group, lax() ? lax_forward(layer, g, z, width) : z, N, rounded_latent_);
     std::array<float*, 3> y{};
     std::array<int64_t, 3> ldy{};
     if (!cat) {
@@ -161,10 +164,13 @@ class NaiveTp final : public Layout {
                         std::initializer_list<GemmInput> dy, float* dx_partial) {
     const ProjectionGroup group = members(layer, g);
     const int64_t N = batch_ * seq_len_, width = group_width(group);
-    const float* z = a.z[g.index].data();
+    const float* z = lax() ? lax_latent(layer, g) : a.z[g.index].data();
     group_up_backward(group, latent_input(group, z, N, rounded_latent_), dy.begin(), N,
                       d_latent_.data(), width, options_.grouping, compute_);
-    group_activate_backward(group, z, d_latent_.data(), N);
+    if (lax())
+      lax_backward(layer, g, d_latent_.data());
+    else
+      group_activate_backward(group, z, d_latent_.data(), N);
     group_down_backward(group, concatenated(layer, g), x, d_latent_.data(), width, N, dx_partial,
                         group[0].d_in, 0.0f, concatenated_da_, compute_);
   }

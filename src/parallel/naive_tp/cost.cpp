@@ -51,7 +51,35 @@ class NaiveTpCost final : public LayoutCost {
     const ModelConfig& c = s.config;
     const int64_t d = c.d_model, kv = c.kv_dim();
     const int64_t latents = latent_columns(c) / s.tp;
-    return s.tokens * (5 * d + 2 * kv + c.n_heads + 2 * c.d_ff + 2 + latents);
+    return s.tokens * (5 * d + 2 * kv + c.n_heads + 2 * c.d_ff + 2 + latents) +
+           lax_slot_elements(c, s.tokens, latents);
+  }
+
+  // LaX's crossing on a latent split over r (parallel/lax_chain.cpp), per projection of rank r:
+  // forward the all-gather of h_{l−1} (N·r/t from each rank) and the all-reduce of the norm's
+  // [Σs, Σs²] (2N); backward h_{l−1}'s all-gather again, the norm's [Σg, Σg·x̂] (2N), the
+  // reduce-scatter of ∂L/∂h_{l−1} (N·r sent) and, Kronecker gate, the all-reduce of its factors'
+  // gradients (p² + q², whole on every rank: once per --tp-overlap chunk, whatever its rows).
+  CommCounts lax_comm(const BlockSetting& s, bool backward) const override {
+    CommCounts out;
+    const int64_t N = s.tokens;
+    for (const auto& p : block_projections(s.config)) {
+      add_collective(out, Collective::all_gather, 1, N * p.rank / s.tp);
+      add_collective(out, Collective::all_reduce, 1, 2 * N);
+      if (!backward) continue;
+      add_collective(out, Collective::reduce_scatter, 1, N * p.rank);
+      if (s.config.lax_gate == LaxGate::kron) {
+        const auto [kp, kq] = kron_factors(p.rank);
+        add_collective(out, Collective::all_reduce, 1,
+                       (kp * kp + kq * kq) * s.options.overlap_chunks);
+      }
+    }
+    return out;
+  }
+
+  // The norms and the linear gate follow the latent's columns; the Kronecker factors are whole.
+  int64_t lax_param_elements(const ModelConfig& c, int tp) const override {
+    return lax_block_params(c, tp, true);
   }
 
   // Attention and SwiGLU run replicated, over all heads and all of d_ff; the two replicated norms'
