@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -157,7 +158,8 @@ struct CheckpointSaver::Job {
   std::mutex mutex;
   std::condition_variable finished;
   bool done = false;  // under mutex
-  std::string failure;  // why the write failed
+  std::string failure;         // why the write failed
+  std::exception_ptr cause;    // what failed it (a job of one process rethrows it as it came)
   std::map<std::string, std::string> checksums;
   int64_t bytes = 0;
   double write_s = 0;
@@ -186,7 +188,11 @@ struct CheckpointSaver::Job {
           std::_Exit(86);
         }
       }
+    } catch (const std::filesystem::filesystem_error& e) {
+      cause = std::current_exception();
+      failure = describe_filesystem_error("writing the checkpoint's files", e);
     } catch (const std::exception& e) {
+      cause = std::current_exception();
       failure = e.what();
     }
     write_s = now_s() - t0;
@@ -336,6 +342,7 @@ SaveResult CheckpointSaver::commit() {
   result.dir = job.final_dir;
   result.stall_s = stall_s_;
   std::string failure;
+  std::exception_ptr cause = job.cause;
   if (world_.rank() == 0) {
     try {
       CheckpointIndex index;
@@ -387,6 +394,7 @@ SaveResult CheckpointSaver::commit() {
       if (replace) fs::remove_all(old);
     } catch (const std::exception& e) {
       failure = e.what();
+      if (!cause) cause = std::current_exception();
       std::error_code ignored;
       fs::remove_all(job.temp_dir, ignored);  // what the failed save took; the others stay
     }
@@ -398,6 +406,8 @@ SaveResult CheckpointSaver::commit() {
   result.bytes = static_cast<int64_t>(times[1]);
   result.total_s = now_s() - job.begun_at;
   job_.reset();
+  // One process: its own exception, so that a caller's context (while_doing) can word it.
+  if (!failure.empty() && world_.size() == 1 && cause) std::rethrow_exception(cause);
   if (!failure.empty()) throw error(failure);
   return result;
 }

@@ -527,7 +527,7 @@ std::optional<SaveResult> TrainingRun::saving(
     const std::function<std::optional<SaveResult>()>& call) {
   try {
     return call();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // an Error, or one process's own filesystem error
     const std::string last = latest_checkpoint_name(run_dir_ / "checkpoints");
     throw error("cannot save checkpoint ", saving_dir_, ": ", e.what(), ". ",
                 last.empty() ? std::string("No earlier checkpoint of this run exists.")

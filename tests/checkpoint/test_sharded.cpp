@@ -1,6 +1,7 @@
 // Sharded checkpoints across processes (checkpoint/saver.h, reader.h), under mpirun with 1, 2 and
 // 4 ranks: a model saved by every grid of the job's size (TP × PP × DP, with and without ZeRO-1)
-// is read back by every grid and by one process; the same grid reads its weights and moments bit
+// is read back by every grid and by one process (cola and lax under btp and naive-tp, dense under
+// dense-tp); the same grid reads its weights and moments bit
 // for bit, another grid gets the elements of its own shards; no rank writes more than its shard;
 // a rank whose write fails leaves the earlier checkpoint whole and no temporary directory.
 #include <gtest/gtest.h>
@@ -75,7 +76,8 @@ TEST_P(ShardedCheckpoint, EveryGridReadsWhatEveryGridWrote) {
   reference.init_weights(7);
   const FlatBuffer full_m = full_moment(reference.params(), 1e-3f);
   const FlatBuffer full_v = full_moment(reference.params(), 2e-6f);
-  const fs::path base = fs::temp_directory_path() / ("boostlm_sharded_" + to_string(layout));
+  const fs::path base = fs::temp_directory_path() /
+                        ("boostlm_sharded_" + to_string(config.arch) + "_" + to_string(layout));
   ProcessGrid job(GridShape{1, 1, world});
   Communicator& whole = job.world();
   if (whole.rank() == 0) {
@@ -168,9 +170,12 @@ TEST_P(ShardedCheckpoint, EveryGridReadsWhatEveryGridWrote) {
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedCheckpoint,
                          ::testing::Values(Layouted{Arch::cola, LayoutKind::btp},
                                            Layouted{Arch::cola, LayoutKind::naive_tp},
-                                           Layouted{Arch::dense, LayoutKind::dense_tp}),
+                                           Layouted{Arch::dense, LayoutKind::dense_tp},
+                                           Layouted{Arch::lax, LayoutKind::btp},
+                                           Layouted{Arch::lax, LayoutKind::naive_tp}),
                          [](const auto& info) {
-                           std::string n = to_string(info.param.layout);
+                           std::string n = to_string(info.param.arch) + "_" +
+                                           to_string(info.param.layout);
                            for (char& c : n)
                              if (c == '-') c = '_';
                            return n;
