@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_emulator/counters.h"
 #include "emulator.h"
 
 // The handle (cublasLtHandle_t points to this).
@@ -826,7 +827,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   w.d = static_cast<float*>(D);
   w.workspace = workspace;
   w.workspace_used = algo.workspace;
-  cuda_emulator::enqueue(stream, call, [w] { compute(w); });
+  // The counters (cuda_emulator/counters.h): bf16 operands, or a compute type that rounds to a
+  // tensor-core format, run on the tensor cores; fp32 with CUBLAS_COMPUTE_32F does not.
+  const bool tensor = p.a.type == CUDA_R_16BF || p.a.type == CUDA_R_16F ||
+                      p.desc.compute == CUBLAS_COMPUTE_32F_FAST_16BF ||
+                      p.desc.compute == CUBLAS_COMPUTE_32F_FAST_16F ||
+                      p.desc.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  const int32_t batch = std::max<int32_t>(p.d.batch, 1);
+  const uint64_t flops = 2ull * static_cast<uint64_t>(p.m) * static_cast<uint64_t>(p.n) *
+                         static_cast<uint64_t>(p.k) * static_cast<uint64_t>(batch);
+  cuda_emulator::enqueue(stream, call, [w, tensor, flops] {
+    compute(w);
+    cuda_emulator::count_launch("cublasLtMatmul", tensor ? flops : 0, tensor ? 0 : flops);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "cuda_emulator/counters.h"
 #include "cuda_emulator/device_api.h"
 #include "cuda_emulator/emulator.h"
 #include "cuda_emulator/fiber.h"
@@ -94,7 +96,8 @@ class Executor {
 
   void sync_block(const char* file, int line);
   void warp_barrier(unsigned mask, const char* operation, const void* value, void* result,
-                    std::size_t bytes, int source, const char* file, int line);
+                    std::size_t bytes, int source, const char* file, int line,
+                    device::WarpResolver resolve = nullptr, std::size_t result_bytes = 0);
   void* static_shared(device::SharedSlot& slot, std::size_t bytes, std::size_t align);
   void* dynamic_shared() const { return arena_ + arena_bytes_ - round_up(dynamic_bytes_, 16); }
 
@@ -323,7 +326,8 @@ void Executor::sync_block(const char* file, int line) {
 }
 
 void Executor::warp_barrier(unsigned mask, const char* operation, const void* value, void* result,
-                            std::size_t bytes, int source, const char* file, int line) {
+                            std::size_t bytes, int source, const char* file, int line,
+                            device::WarpResolver resolve, std::size_t result_bytes) {
   const unsigned warp = current_ / device::kWarpSize, lane = current_ % device::kWarpSize;
   const unsigned base = warp * device::kWarpSize;
   const unsigned lanes = std::min<unsigned>(device::kWarpSize, thread_count_ - base);
@@ -360,7 +364,24 @@ void Executor::warp_barrier(unsigned mask, const char* operation, const void* va
   bool complete = true;
   for (unsigned l = 0; l < lanes && complete; ++l)
     if ((mask >> l & 1u) && threads_[base + l].state != State::at_warp_barrier) complete = false;
-  if (complete) {
+  if (complete && resolve) {
+    // A collective instruction: every lane met at the same site (checked below as for the
+    // shuffles); the resolver computes all lanes' results at once.
+    const unsigned char* given[device::kWarpSize];
+    unsigned char* received[device::kWarpSize];
+    for (unsigned l = 0; l < lanes; ++l) {
+      DeviceThread& t = threads_[base + l];
+      if (std::strcmp(t.operation, operation) != 0 || t.bytes != bytes || t.line != line ||
+          std::strcmp(t.file, file) != 0)
+        fail(site() + " meets lane " + std::to_string(l) + " at " + t.operation + " (" + t.file +
+             ":" + std::to_string(t.line) + "): the lanes of a warp must meet at the same instruction");
+      given[l] = t.given;
+      received[l] = t.received;
+    }
+    resolve(given, received);
+    for (unsigned l = 0; l < lanes; ++l) threads_[base + l].state = State::runnable;
+    warp_waiting_[warp] -= lanes;
+  } else if (complete) {
     for (unsigned l = 0; l < lanes; ++l) {
       if (!(mask >> l & 1u)) continue;
       DeviceThread& t = threads_[base + l];
@@ -380,7 +401,10 @@ void Executor::warp_barrier(unsigned mask, const char* operation, const void* va
     }
   }
   switch_to_scheduler();
-  if (bytes) std::memcpy(result, me.received, bytes);
+  if (resolve)
+    std::memcpy(result, me.received, result_bytes);
+  else if (bytes)
+    std::memcpy(result, me.received, bytes);
 }
 
 void* Executor::static_shared(device::SharedSlot& slot, std::size_t bytes, std::size_t align) {
@@ -460,8 +484,49 @@ void Executor::fail(const std::string& what) const {
 
 }  // namespace
 
+namespace {
+// The tensor-core FLOPs of the kernel running on this host thread.
+thread_local std::uint64_t running_tensor_flops = 0;
+
+struct CounterTable {
+  std::mutex mutex;
+  std::vector<KernelCounters> rows;
+  std::unordered_map<std::string, std::size_t> index;
+};
+CounterTable& counter_table() {
+  static auto* table = new CounterTable();
+  return *table;
+}
+}  // namespace
+
+void count_launch(const char* kernel, std::uint64_t tensor_flops, std::uint64_t other_flops) {
+  CounterTable& t = counter_table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  auto [it, added] = t.index.try_emplace(kernel, t.rows.size());
+  if (added) t.rows.push_back({kernel, 0, 0, 0});
+  KernelCounters& row = t.rows[it->second];
+  ++row.launches;
+  row.tensor_flops += tensor_flops;
+  row.other_flops += other_flops;
+}
+
+std::vector<KernelCounters> kernel_counters() {
+  CounterTable& t = counter_table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  return t.rows;
+}
+
+void reset_kernel_counters() {
+  CounterTable& t = counter_table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  t.rows.clear();
+  t.index.clear();
+}
+
 void execute_kernel(const KernelLaunch& launch) {
+  running_tensor_flops = 0;
   Executor::here().run(launch);
+  count_launch(launch.name, running_tensor_flops);
 }
 
 cudaError_t set_max_dynamic_shared(const void* function, int bytes) {
@@ -510,6 +575,18 @@ void exchange(unsigned mask, const void* value, void* result, std::size_t bytes,
               const char* operation, const char* file, int line) {
   if (bytes > kExchangeBytes) device_fault("a shuffle of more than 64 bytes");
   Executor::here().warp_barrier(mask, operation, value, result, bytes, source, file, line);
+}
+
+void warp_collective(const void* value, std::size_t bytes, void* result, std::size_t result_bytes,
+                     WarpResolver resolve, const char* operation, const char* file, int line) {
+  if (bytes > kExchangeBytes || result_bytes > kExchangeBytes)
+    device_fault("a warp-collective operand of more than 64 bytes");
+  Executor::here().warp_barrier(0xffffffffu, operation, value, result, bytes, -1, file, line,
+                                resolve, result_bytes);
+}
+
+void count_tensor_flops(std::uint64_t flops) {
+  running_tensor_flops += flops;
 }
 
 void* static_shared(SharedSlot& slot, std::size_t bytes, std::size_t align) {

@@ -42,6 +42,20 @@ void sync_warp(unsigned mask, const char* file, int line);
 void exchange(unsigned mask, const void* value, void* result, std::size_t bytes, int source,
               const char* operation, const char* file, int line);
 
+// A warp-collective instruction whose lanes' results depend on every lane's operands (the tensor
+// cores' mma.sync, ldmatrix: kernels/cuda/mma.cuh): all 32 lanes of a full warp (a partial warp
+// is a fault: these instructions are .aligned) give `bytes` bytes of `value`; when the last
+// arrives, `resolve(given, received)` runs once, on that lane's host thread, with given[l] the
+// bytes lane l gave and received[l] the `result_bytes` bytes lane l gets back into `result`.
+// Every lane must meet at the same call site (file, line) and operation.
+using WarpResolver = void (*)(const unsigned char* const* given, unsigned char* const* received);
+void warp_collective(const void* value, std::size_t bytes, void* result, std::size_t result_bytes,
+                     WarpResolver resolve, const char* operation, const char* file, int line);
+
+// Counts `flops` executed by tensor-core instructions (the emulated mma.sync) in the running
+// kernel: the emulator's counters (cuda_emulator/counters.h) add them to the launch's kernel.
+void count_tensor_flops(std::uint64_t flops);
+
 // The block's storage of one static __shared__ declaration (one `slot` per declaration and
 // template instantiation): allocated in the block's shared-memory arena on first use in each
 // block, poisoned (0xFF) when poisoning is on.
