@@ -10,8 +10,9 @@
 // reductions (CUB WarpReduce); in the product phase the same warp owns the same rows (forward,
 // dQ) or keys w, w+8, ... (dK/dV), and lane l the head-dimension columns l + 32k. The tile
 // products run on the CUDA cores in fp32 (bf16: the values that meet in them rounded to bf16 as
-// they are loaded or computed, as the CPU backend's bf16 tiles do); tensor-core MMA tiles
-// (mma.sync / wgmma) would replace the two inner loops of each phase.
+// they are loaded or computed, as the CPU backend's bf16 tiles do). bf16 compute at head
+// dimensions 16, 32, 64 and 128 goes to the tensor cores instead (attention_mma.cu, mma.sync with
+// the same roundings); these kernels are fp32's path and every other head dimension's.
 //
 // Backward without atomics: one kernel per key tile sums dK and dV over the group's query heads
 // and every query tile in order; a second, per query tile, sums dQ over the key tiles. The
@@ -21,6 +22,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
@@ -424,6 +426,8 @@ bool rounds(const AttentionShape& s) {
 template <typename In>
 void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int64_t ldk,
              const In* v, int64_t ldv, In* out, int64_t ldo, float* lse, cudaStream_t stream) {
+  if (attention_uses_tensor_cores(s, std::is_same_v<In, bf16_t>))
+    return attention_mma_forward(s, q, ldq, k, ldk, v, ldv, out, ldo, lse, stream);
   const AttentionGeometry g = attention_launch(s, AttentionKernel::forward);
   const AttnDims d = dims_of(s, ldq, ldk, ldv);
   with_rounding(rounds<In>(s), [&](auto round) {
@@ -441,8 +445,6 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
               float* dv, int64_t lddv, void* workspace, size_t workspace_bytes,
               cudaStream_t stream) {
   BOOSTLM_ASSERT(workspace_bytes >= attention_backward_workspace_bytes(s));
-  const AttentionGeometry gkv = attention_launch(s, AttentionKernel::backward_dkdv);
-  const AttentionGeometry gq = attention_launch(s, AttentionKernel::backward_dq);
   const AttnDims d = dims_of(s, ldq, ldk, ldv);
   float* delta = static_cast<float*>(workspace);
   const int64_t items = s.batch * s.seq_len * s.n_heads;
@@ -450,6 +452,11 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
       <<<grid_of((items + kAttnWarps - 1) / kAttnWarps), kAttnThreads, 0, stream>>>(
           d, s.batch, out, ldo, dout, lddo, delta);
   BOOSTLM_CHECK_LAUNCH();
+  if (attention_uses_tensor_cores(s, std::is_same_v<In, bf16_t>))
+    return attention_mma_backward(s, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk,
+                                  lddk, dv, lddv, stream);
+  const AttentionGeometry gkv = attention_launch(s, AttentionKernel::backward_dkdv);
+  const AttentionGeometry gq = attention_launch(s, AttentionKernel::backward_dq);
   with_rounding(rounds<In>(s), [&](auto round) {
     with_head_chunks(gkv.head_chunks, [&](auto chunks) {
       launch_attention(flash_backward_dkdv_kernel<In, round(), chunks()>, gkv, stream, d, q, k, v,

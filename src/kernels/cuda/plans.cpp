@@ -57,6 +57,68 @@ AttentionGeometry attention_launch(const AttentionShape& s, AttentionKernel kern
   return g;
 }
 
+namespace {
+bool tensor_cores_enabled = true;
+}
+
+bool attention_tensor_core_head_dim(int64_t head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+bool attention_uses_tensor_cores(const AttentionShape& s, bool bf16_inputs) {
+  return tensor_cores_enabled && (bf16_inputs || s.compute == DType::bf16) &&
+         attention_tensor_core_head_dim(s.head_dim);
+}
+
+void set_attention_tensor_cores(bool on) {
+  tensor_cores_enabled = on;
+}
+
+AttentionGeometry attention_mma_launch(const AttentionShape& s, AttentionKernel kernel) {
+  BOOSTLM_ASSERT(s.batch > 0 && s.seq_len > 0 && s.n_kv_heads > 0);
+  BOOSTLM_ASSERT_MSG(s.n_heads % s.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
+  BOOSTLM_ASSERT_MSG(attention_tensor_core_head_dim(s.head_dim),
+                     "the tensor-core attention takes head_dim 16, 32, 64 or 128");
+  AttentionGeometry g;
+  g.block = kAttnMmaWarps * 32;
+  const size_t tile = static_cast<size_t>(kAttnMmaTile) * (s.head_dim + kAttnMmaPad) * 2;
+  switch (kernel) {
+    case AttentionKernel::forward:
+      g.grid_x = ceil_div(s.seq_len, kAttnMmaTile);
+      g.grid_y = s.n_heads;
+      g.shared_bytes = 3 * tile;  // Q, K, V
+      break;
+    case AttentionKernel::backward_dkdv:
+    case AttentionKernel::backward_dq:
+      g.grid_x = ceil_div(s.seq_len, kAttnMmaTile);
+      g.grid_y = kernel == AttentionKernel::backward_dq ? s.n_heads : s.n_kv_heads;
+      g.shared_bytes = 4 * tile + 2 * kAttnMmaTile * sizeof(float);  // Q, dO, K, V; lse, delta
+      break;
+  }
+  g.grid_z = s.batch;
+  BOOSTLM_ASSERT(g.grid_x <= kMaxGridX && g.grid_y <= kMaxGridYZ && g.grid_z <= kMaxGridYZ);
+  BOOSTLM_ASSERT(g.shared_bytes <= kMaxSharedBytesSm80);
+  return g;
+}
+
+int64_t attention_mma_flops(const AttentionShape& s, AttentionKernel kernel) {
+  // Every (query tile, key tile) pair on or below the diagonal is visited once per query head;
+  // per pair each warp runs two products of its 16 rows with 64 keys over head_dim (forward:
+  // S and PV; dQ and dK/dV: two score products and one or two gradient products).
+  const int64_t tiles = ceil_div(s.seq_len, kAttnMmaTile);
+  const int64_t pairs = tiles * (tiles + 1) / 2 * s.n_heads * s.batch;
+  const int64_t product = 2LL * kAttnMmaTile * kAttnMmaTile * s.head_dim;  // one [64x64]x[64xhd]
+  switch (kernel) {
+    case AttentionKernel::forward:
+      return pairs * 2 * product;  // S = QKᵀ, O += PV
+    case AttentionKernel::backward_dkdv:
+      return pairs * 4 * product;  // Sᵀ, dPᵀ, dV, dK
+    case AttentionKernel::backward_dq:
+      return pairs * 3 * product;  // S, dP, dQ
+  }
+  return 0;
+}
+
 size_t attention_backward_workspace_bytes(const AttentionShape& s) {
   return static_cast<size_t>(s.batch * s.n_heads * s.seq_len) * sizeof(float);
 }

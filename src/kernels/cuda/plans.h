@@ -56,6 +56,27 @@ inline constexpr size_t kMaxSharedBytesSm80 = 163 * 1024;
 // Backward workspace: delta[b, h, t] = Σ dO ⊙ O over the row, fp32.
 size_t attention_backward_workspace_bytes(const AttentionShape& s);
 
+// ---- Flash attention on the tensor cores (attention_mma.cu): bf16 tile products on mma.sync
+// m16n8k16. A block of kAttnMmaWarps warps holds kAttnMmaTile query rows and kAttnMmaTile keys,
+// warp w rows 16w..16w+15; tiles are bf16 in shared memory, rows padded by kAttnMmaPad elements.
+inline constexpr int kAttnMmaTile = 64;
+inline constexpr int kAttnMmaWarps = 4;
+inline constexpr int kAttnMmaPad = 8;
+// The head dimensions it is compiled for (16, 32, 64, 128); others run on attention.cu's kernels.
+bool attention_tensor_core_head_dim(int64_t head_dim);
+// The tensor-core path is taken for bf16 compute (bf16 inputs, or fp32 inputs with s.compute bf16)
+// at a compiled head dimension, unless turned off (the CUDA-core kernels then run: tests and
+// benchmarks compare the two).
+bool attention_uses_tensor_cores(const AttentionShape& s, bool bf16_inputs);
+void set_attention_tensor_cores(bool on);
+// Geometry as attention_launch's: forward and dQ one block per (query tile, head, batch), dK/dV one
+// per (key tile, kv head, batch); kAttnMmaWarps·32 threads; the bf16 tiles (Q, K, V forward; Q, dO,
+// K, V and the rows' lse and delta backward) as dynamic shared memory.
+AttentionGeometry attention_mma_launch(const AttentionShape& s, AttentionKernel kernel);
+// The FLOPs the kernel's mma.sync instructions execute (the tiles it visits, masked entries
+// included): what the emulated device counts, and the kernel's own estimate of its work.
+int64_t attention_mma_flops(const AttentionShape& s, AttentionKernel kernel);
+
 // ---- The chunked linear cross-entropy (cross_entropy.cu): rows [begin, begin + rows) per chunk.
 struct RowChunk {
   int64_t begin = 0, rows = 0;

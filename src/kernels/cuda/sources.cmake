@@ -26,6 +26,7 @@ set(BOOSTLM_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/rmsnorm_split.cu
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cu
   ${CMAKE_CURRENT_LIST_DIR}/attention.cu
+  ${CMAKE_CURRENT_LIST_DIR}/attention_mma.cu
   ${CMAKE_CURRENT_LIST_DIR}/attention_reference.cu
   ${CMAKE_CURRENT_LIST_DIR}/reference_gemm.cu
   ${CMAKE_CURRENT_LIST_DIR}/plans.cpp

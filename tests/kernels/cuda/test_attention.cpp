@@ -24,6 +24,10 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/plans.h"
 
+#ifdef BOOSTLM_CUDA_EMULATOR
+#include "cuda_emulator/counters.h"
+#endif
+
 namespace boostlm {
 namespace {
 
@@ -44,6 +48,7 @@ const AttentionShape kShapes[] = {
     {2, 64, 8, 8, 64},                        // whole tiles
     {1, 7, 6, 3, 100},                        // 4 chunks, the last masked
     {1, 130, 4, 1, 128}, {1, 70, 2, 2, 256},  // the largest shared memory
+    {2, 65, 4, 4, 32},                        // tensor cores: one row past their 64-row tile
 };
 
 double relative_error(const std::vector<float>& x, const std::vector<float>& y) {
@@ -258,6 +263,63 @@ TEST_F(CudaAttention, IsDeterministic) {
     EXPECT_TRUE(all_near(a.dv, b.dv, 0, 0));
   }
 }
+
+// bf16 at head dimensions 16, 32, 64 and 128 runs on the tensor-core kernels (attention_mma.cu);
+// against the CUDA-core kernels on the same inputs: both round q, k, v, dO, P and dS to bf16 and
+// accumulate in fp32, in other orders (and P rounded from probabilities that differ in the last
+// fp32 bits), so they agree far inside the bf16 bounds: 2e-3 relative in norm.
+TEST_F(CudaAttention, TensorCoresMatchTheCudaCoreKernels) {
+  const AttentionShape shapes[] = {{2, 33, 4, 2, 16}, {2, 65, 4, 4, 32}, {1, 200, 4, 1, 64},
+                                   {1, 130, 2, 2, 128}};
+  for (AttentionShape s : shapes) {
+    s.compute = DType::bf16;
+    SCOPED_TRACE(::testing::Message() << s.seq_len << " hd " << s.head_dim);
+    ASSERT_TRUE(cuda::attention_uses_tensor_cores(s, false));
+    const Inputs in(s);
+    const Result tensor = gpu_attention(s, in, false, stream);
+    cuda::set_attention_tensor_cores(false);
+    const Result scalar = gpu_attention(s, in, false, stream);
+    cuda::set_attention_tensor_cores(true);
+    EXPECT_TRUE(all_near(tensor.lse, scalar.lse, 1e-5, 1e-5));
+    EXPECT_LT(relative_error(tensor.out, scalar.out), 2e-3);
+    EXPECT_LT(relative_error(tensor.dq, scalar.dq), 2e-3);
+    EXPECT_LT(relative_error(tensor.dk, scalar.dk), 2e-3);
+    EXPECT_LT(relative_error(tensor.dv, scalar.dv), 2e-3);
+  }
+}
+
+#ifdef BOOSTLM_CUDA_EMULATOR
+// On the emulated device every FLOP of the tensor-core kernels' tile products is an mma.sync (the
+// counters see each one), exactly as many as the kernel's own estimate (plans.h), which the
+// roofline and scripts/device-check.sh take for the work done; the CUDA-core kernels count none.
+TEST_F(CudaAttention, TensorCoreKernelsRunTheirEstimatedFlopsAsMma) {
+  AttentionShape s{2, 130, 4, 2, 64};
+  s.compute = DType::bf16;
+  const Inputs in(s);
+  cuda_emulator::reset_kernel_counters();
+  gpu_attention(s, in, false, stream);
+  uint64_t forward = 0, dkdv = 0, dq = 0, other = 0;
+  for (const auto& c : cuda_emulator::kernel_counters()) {
+    if (c.kernel.find("mma_forward_kernel") != std::string::npos)
+      forward += c.tensor_flops;
+    else if (c.kernel.find("mma_backward_dkdv_kernel") != std::string::npos)
+      dkdv += c.tensor_flops;
+    else if (c.kernel.find("mma_backward_dq_kernel") != std::string::npos)
+      dq += c.tensor_flops;
+    else
+      other += c.tensor_flops;
+  }
+  EXPECT_EQ(forward, cuda::attention_mma_flops(s, cuda::AttentionKernel::forward));
+  EXPECT_EQ(dkdv, cuda::attention_mma_flops(s, cuda::AttentionKernel::backward_dkdv));
+  EXPECT_EQ(dq, cuda::attention_mma_flops(s, cuda::AttentionKernel::backward_dq));
+  EXPECT_EQ(other, 0u);
+
+  cuda_emulator::reset_kernel_counters();
+  s.compute = DType::f32;
+  gpu_attention(s, in, false, stream);
+  for (const auto& c : cuda_emulator::kernel_counters()) EXPECT_EQ(c.tensor_flops, 0u) << c.kernel;
+}
+#endif
 
 // The cached attention of generation (one block per new token and head, every key's score in
 // shared memory) past the 48 KiB a block has without cudaFuncSetAttribute: 12 288 keys of fp32
