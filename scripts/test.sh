@@ -29,7 +29,7 @@ if [[ -f /usr/local/cuda/include/cuda_runtime_api.h || -n "${CUDA_HOME:-}" ]]; t
   emulated=1
   cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=EMULATE
   cmake --build build-emu -j "$(nproc)" --target boostlm boostlm_cuda_tests boostlm_cuda_backend_tests \
-    boostlm_comm_cuda_tests boostlm_cuda_emulator_tests boostlm_emu_cublaslt_tests \
+    boostlm_comm_cuda_tests boostlm_mma_tests boostlm_cuda_emulator_tests boostlm_emu_cublaslt_tests \
     boostlm_emu_gemm_mapping_tests boostlm_emu_nccl_tests boostlm_emu_nccl_transport_tests
 else
   echo "test.sh: no CUDA toolkit headers (/usr/local/cuda): the emulated CUDA device is skipped"

@@ -29,6 +29,20 @@ namespace mma = boostlm::cuda::mma;
 
 #define CHECK_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
+// The tests that run the instructions skip, with the reason, where no GPU is visible (a CUDA build
+// on a machine without one, as CI's); the emulated device is always there.
+class DeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess || count == 0)
+      GTEST_SKIP() << "no GPU: " << (status != cudaSuccess ? cudaGetErrorString(status) : "none visible");
+  }
+};
+using Mma = DeviceTest;
+using Ldmatrix = DeviceTest;
+
 // ---- The ISA's tables. Each entry is "lane:element" for the matrix element at (row, column).
 
 // A, 16 x 16 (.bf16, row): rows 0-7 hold a0,a1 (columns 0-7) and a4,a5 (8-15); rows 8-15 hold
@@ -169,7 +183,7 @@ std::vector<int> flatten(const std::vector<Where>& where, int cols) {
   return out;
 }
 
-TEST(Mma, TheProductOfMatricesPlacedByTheTables) {
+TEST_F(Mma, TheProductOfMatricesPlacedByTheTables) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
   // bf16-exact inputs: every product is exact in fp32, so D differs from a double reference only
@@ -261,10 +275,10 @@ void check_ldmatrix() {
   cudaFree(dout);
 }
 
-TEST(Ldmatrix, X4) { check_ldmatrix<4, false>(); }
-TEST(Ldmatrix, X4Trans) { check_ldmatrix<4, true>(); }
-TEST(Ldmatrix, X2) { check_ldmatrix<2, false>(); }
-TEST(Ldmatrix, X2Trans) { check_ldmatrix<2, true>(); }
+TEST_F(Ldmatrix, X4) { check_ldmatrix<4, false>(); }
+TEST_F(Ldmatrix, X4Trans) { check_ldmatrix<4, true>(); }
+TEST_F(Ldmatrix, X2) { check_ldmatrix<2, false>(); }
+TEST_F(Ldmatrix, X2Trans) { check_ldmatrix<2, true>(); }
 
 #ifdef BOOSTLM_CUDA_EMULATOR
 // ---- What a GPU leaves undefined, the emulator refuses: mma.sync is .aligned over a full warp.
