@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/device_step.h"
 #include "bench/gemm_bench.h"
 #include "bench/layout_bench.h"
 #include "bench/pipeline_bench.h"
@@ -25,6 +26,7 @@
 #include "cli/commands.h"
 #include "comm/grid.h"
 #include "comm/mpi_runtime.h"
+#include "core/device.h"
 #include "core/error.h"
 
 namespace boostlm::cli {
@@ -162,7 +164,7 @@ void add_step_command(CLI::App& bench) {
   cmd->add_option("--shape", o->shape, "preset (configs/<shape>-<arch>.json)")
       ->capture_default_str();
   cmd->add_option("--arch", o->archs, "architectures")
-      ->check(CLI::IsMember({"dense", "svd", "cola"}))
+      ->check(CLI::IsMember({"dense", "svd", "cola", "lax"}))
       ->capture_default_str();
   cmd->add_option("--precision", o->precisions, "precisions")
       ->check(CLI::IsMember({"fp32", "bf16"}))
@@ -181,9 +183,35 @@ void add_step_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_flag("--breakdown", o->breakdown, "print ms per step in each kernel family");
   cmd->add_option("--json", *json, "also write the results as JSON");
-  cmd->callback([o, json] {
+  // On the emulated CUDA device: one step counted kernel by kernel and priced on a GPU.
+  auto device = std::make_shared<bench::DeviceStepOptions>();
+  cmd->add_flag("--count-only", device->count_only,
+                "emulated CUDA device: count the kernels without running them (any size)");
+  cmd->add_option("--hardware", device->hardware,
+                  "emulated CUDA device: the GPU the counted step is priced on (hardware/*.json)")
+      ->capture_default_str();
+  cmd->add_option("--layers", device->layers,
+                  "emulated CUDA device: blocks of the model (default: the preset's)")
+      ->check(at_least(1));
+  cmd->add_option("--top", device->top, "emulated CUDA device: kernels listed, slowest first")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->callback([o, json, device] {
     if (mpi_world_size() > 1)
       throw error("bench step runs in one process; for several ranks use bench layouts");
+    if (current_device() == Device::cuda && bench::device_counts_kernels()) {
+      device->shape = o->shape;
+      device->archs = o->archs;
+      device->precisions = o->precisions;
+      device->batch = o->batch;
+      device->seq_len = o->seq_len;
+      const auto results = bench::run_device_step_bench(*device);
+      write_json(*json, "step", bench::to_json(*device, results));
+      return;
+    }
+    if (device->count_only || device->layers > 0)
+      throw error("bench step: --count-only and --layers need the emulated CUDA device "
+                  "(a -DBOOSTLM_CUDA=EMULATE build with --device cuda)");
     const auto results = bench::run_step_bench(*o);
     write_json(*json, "step", bench::to_json(*o, results));
   });

@@ -836,9 +836,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const int32_t batch = std::max<int32_t>(p.d.batch, 1);
   const uint64_t flops = 2ull * static_cast<uint64_t>(p.m) * static_cast<uint64_t>(p.n) *
                          static_cast<uint64_t>(p.k) * static_cast<uint64_t>(batch);
-  cuda_emulator::enqueue(stream, call, [w, tensor, flops] {
-    compute(w);
-    cuda_emulator::count_launch("cublasLtMatmul", tensor ? flops : 0, tensor ? 0 : flops);
+  // Global memory the matmul moves at least: its operands once (a GPU's tiles may read A and B
+  // more than once from L2, not from memory).
+  cuda_emulator::KernelCounters counted;
+  counted.launches = 1;
+  counted.m = p.m;
+  counted.n = p.n;
+  counted.k = p.k;
+  counted.kernel = std::string("cublasLtMatmul ") + (tensor ? "tensor " : "fp32 ") +
+                   std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) +
+                   (batch > 1 ? " batch " + std::to_string(batch) : "");
+  (tensor ? counted.tensor_flops : counted.other_flops) = flops;
+  counted.bytes_read = static_cast<uint64_t>(operands[0].bytes + operands[1].bytes +
+                                             (reads_c ? operands[2].bytes : 0));
+  counted.bytes_written = static_cast<uint64_t>(d_bytes);
+  cuda_emulator::enqueue(stream, call, [w, counted] {
+    if (!cuda_emulator::count_only()) compute(w);
+    cuda_emulator::count_library_call(counted);
   });
   return CUBLAS_STATUS_SUCCESS;
 }

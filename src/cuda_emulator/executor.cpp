@@ -9,6 +9,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <atomic>
 #include <numeric>
 #include <string>
 #include <unordered_map>
@@ -497,17 +499,31 @@ CounterTable& counter_table() {
   static auto* table = new CounterTable();
   return *table;
 }
+
+void add_counters(CounterTable& t, const KernelCounters& c) {
+  std::lock_guard<std::mutex> lock(t.mutex);
+  auto [it, added] = t.index.try_emplace(c.kernel, t.rows.size());
+  if (added) {
+    t.rows.push_back(c);
+    t.rows.back().launches = 0;
+    t.rows.back().tensor_flops = t.rows.back().other_flops = 0;
+    t.rows.back().bytes_read = t.rows.back().bytes_written = t.rows.back().undeclared = 0;
+  }
+  KernelCounters& row = t.rows[it->second];
+  row.launches += c.launches;
+  row.tensor_flops += c.tensor_flops;
+  row.other_flops += c.other_flops;
+  row.bytes_read += c.bytes_read;
+  row.bytes_written += c.bytes_written;
+  row.undeclared += c.undeclared;
+}
+
+thread_local std::optional<LaunchDeclaration> pending_declaration;
+std::atomic<bool> count_only_mode{false};
 }  // namespace
 
-void count_launch(const char* kernel, std::uint64_t tensor_flops, std::uint64_t other_flops) {
-  CounterTable& t = counter_table();
-  std::lock_guard<std::mutex> lock(t.mutex);
-  auto [it, added] = t.index.try_emplace(kernel, t.rows.size());
-  if (added) t.rows.push_back({kernel, 0, 0, 0});
-  KernelCounters& row = t.rows[it->second];
-  ++row.launches;
-  row.tensor_flops += tensor_flops;
-  row.other_flops += other_flops;
+void count_library_call(const KernelCounters& call) {
+  add_counters(counter_table(), call);
 }
 
 std::vector<KernelCounters> kernel_counters() {
@@ -523,10 +539,54 @@ void reset_kernel_counters() {
   t.index.clear();
 }
 
+void declare_next_launch(const LaunchDeclaration& declaration) {
+  if (pending_declaration)
+    fault(std::string("a launch cost declared in ") + pending_declaration->file +
+          " was followed by another declaration, not by its launch");
+  pending_declaration = declaration;
+}
+
+void take_declaration(KernelLaunch& launch) {
+  if (!pending_declaration) return;
+  const LaunchDeclaration d = *pending_declaration;
+  pending_declaration.reset();
+  if (!d.file || !launch.file || std::strcmp(d.file, launch.file) != 0)
+    fault(std::string("a launch cost declared in ") + (d.file ? d.file : "?") +
+          " was taken by kernel " + launch.name + " launched in " + launch.file +
+          ": the declaring launcher did not launch");
+  launch.declared = true;
+  launch.cost = d;
+}
+
+void set_count_only(bool on) {
+  count_only_mode = on;
+}
+
+bool count_only() {
+  return count_only_mode;
+}
+
 void execute_kernel(const KernelLaunch& launch) {
   running_tensor_flops = 0;
-  Executor::here().run(launch);
-  count_launch(launch.name, running_tensor_flops);
+  if (!count_only())
+    Executor::here().run(launch);
+  else if (launch.declared)
+    running_tensor_flops = launch.cost.tensor_flops;
+  if (launch.declared && running_tensor_flops != launch.cost.tensor_flops)
+    fault(std::string("kernel ") + launch.name + " (" + launch.file + ":" +
+          std::to_string(launch.line) + ") executed " + std::to_string(running_tensor_flops) +
+          " tensor-core FLOPs; its launcher declared " +
+          std::to_string(launch.cost.tensor_flops));
+  KernelCounters row;
+  row.kernel = launch.declared && launch.cost.name ? launch.cost.name : launch.name;
+  row.launches = 1;
+  row.tensor_flops = running_tensor_flops;
+  row.other_flops = launch.cost.other_flops;
+  row.bytes_read = launch.cost.bytes_read;
+  row.bytes_written = launch.cost.bytes_written;
+  row.undeclared = launch.declared ? 0 : 1;
+  row.dim = launch.cost.dim;
+  add_counters(counter_table(), row);
 }
 
 cudaError_t set_max_dynamic_shared(const void* function, int bytes) {

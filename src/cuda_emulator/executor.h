@@ -14,7 +14,11 @@
 namespace cuda_emulator {
 
 // Runs every block of `launch` now, on this host thread (the caller holds device access).
+// In count-only mode (counters.h) it counts the launch without running it.
 void execute_kernel(const KernelLaunch& launch);
+// Moves this host thread's pending launch declaration (counters.h) into `launch`; a declaration
+// made in another file is a fault (its launcher returned without launching).
+void take_declaration(KernelLaunch& launch);
 
 // The kernel attributes a launch is checked against (cudaFuncSetAttribute).
 // cudaFuncAttributeMaxDynamicSharedMemorySize: cudaErrorInvalidValue beyond what the device allows.

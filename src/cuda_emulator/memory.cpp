@@ -124,7 +124,7 @@ cudaError_t allocate_device(void** pointer, std::size_t bytes) {
   s.next += slot_bytes + page_bytes();
   protect(a, true);
   // Fresh device memory holds what nothing wrote: 0xFF bytes (NaN) when poisoning is on.
-  if (settings().poison) std::memset(a.begin, 0xFF, bytes);
+  if (settings().poison && !count_only()) std::memset(a.begin, 0xFF, bytes);
   write_canaries(a);
   if (!s.open) protect(a, false);
   s.live.emplace(a.slot, a);

@@ -126,6 +126,36 @@ cudaError_t resolve_kind(void* dst, const void* src, std::size_t count, cudaMemc
   return cudaSuccess;
 }
 
+// The counters' row of a copy or a fill (counters.h): the device bytes it reads and writes.
+KernelCounters transfer_row(const char* name, std::size_t read, std::size_t written) {
+  KernelCounters row;
+  row.kernel = name;
+  row.launches = 1;
+  row.bytes_read = read;
+  row.bytes_written = written;
+  return row;
+}
+
+const char* copy_name(cudaMemcpyKind kind) {
+  switch (kind) {
+    case cudaMemcpyHostToDevice:
+      return "cudaMemcpy host to device";
+    case cudaMemcpyDeviceToHost:
+      return "cudaMemcpy device to host";
+    case cudaMemcpyDeviceToDevice:
+      return "cudaMemcpy device to device";
+    default:
+      return "cudaMemcpy host to host";
+  }
+}
+
+// Device bytes a copy of `bytes` reads and writes by its kind.
+KernelCounters copy_row(cudaMemcpyKind kind, std::size_t bytes) {
+  const bool from_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool to_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  return transfer_row(copy_name(kind), from_device ? bytes : 0, to_device ? bytes : 0);
+}
+
 // A copy enqueued on `stream` (blocking: drained before returning, as cudaMemcpy is).
 cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind,
                  cudaStream_t handle, bool blocking) {
@@ -136,7 +166,9 @@ cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind k
   if (const cudaError_t status = resolve_kind(dst, src, count, kind); status != cudaSuccess)
     return fail(status);
   std::function<void()> work;
-  if (kind == cudaMemcpyHostToDevice && !memory::is_pinned_range(src, count)) {
+  if (count_only()) {
+    work = [] {};  // counted, not run (counters.h)
+  } else if (kind == cudaMemcpyHostToDevice && !memory::is_pinned_range(src, count)) {
     // From pageable memory CUDA stages the source at the call: the caller may reuse it at once.
     auto staged = std::make_shared<std::vector<unsigned char>>(
         static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + count);
@@ -146,6 +178,10 @@ cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind k
       std::memset(dst, 0xFF, count);  // the host reads this until the stream is synchronised
     work = [dst, src, count] { std::memmove(dst, src, count); };
   }
+  work = [work = std::move(work), row = copy_row(kind, count)] {
+    work();
+    count_library_call(row);
+  };
   const streams::Ticket ticket = streams::enqueue(
       stream, blocking ? "cudaMemcpy" : "cudaMemcpyAsync", streams::Kind::device, std::move(work));
   if (blocking) streams::drain(ticket);
@@ -173,7 +209,9 @@ cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
   if (memory::in_device_region(src) && !memory::is_device_range(src, src_extent))
     return fail(cudaErrorInvalidValue);
   std::function<void()> work;
-  if (src_kind == cudaMemcpyHostToDevice && !memory::is_pinned_range(src, src_extent)) {
+  if (count_only()) {
+    work = [] {};  // counted, not run (counters.h)
+  } else if (src_kind == cudaMemcpyHostToDevice && !memory::is_pinned_range(src, src_extent)) {
     auto staged = std::make_shared<std::vector<unsigned char>>(width * height);
     for (std::size_t r = 0; r < height; ++r)
       std::memcpy(staged->data() + r * width, static_cast<const char*>(src) + r * spitch, width);
@@ -191,6 +229,10 @@ cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
                      static_cast<const char*>(src) + r * spitch, width);
     };
   }
+  work = [work = std::move(work), row = copy_row(src_kind, width * height)] {
+    work();
+    count_library_call(row);
+  };
   const streams::Ticket ticket =
       streams::enqueue(stream, blocking ? "cudaMemcpy2D" : "cudaMemcpy2DAsync",
                        streams::Kind::device, std::move(work));
@@ -205,7 +247,10 @@ cudaError_t set(void* dst, int value, std::size_t count, cudaStream_t handle, bo
   if (!memory::is_device_range(dst, count)) return fail(cudaErrorInvalidValue);
   const streams::Ticket ticket =
       streams::enqueue(stream, blocking ? "cudaMemset" : "cudaMemsetAsync", streams::Kind::device,
-                       [dst, value, count] { std::memset(dst, value, count); });
+                       [dst, value, count] {
+                         if (!count_only()) std::memset(dst, value, count);
+                         count_library_call(transfer_row("cudaMemset", 0, count));
+                       });
   if (blocking) streams::drain(ticket);
   return cudaSuccess;
 }
@@ -293,6 +338,7 @@ bool is_pinned_host_range(const void* p, std::size_t bytes) {
 
 void submit_launch(KernelLaunch launch) {
   Entry entry;
+  take_declaration(launch);
   std::shared_ptr<streams::Stream> stream = streams::find(launch.config.stream);
   if (!stream) {
     fail(cudaErrorInvalidResourceHandle);

@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/dtype.h"
@@ -289,6 +291,28 @@
 
 namespace boostlm {
 
+// One kernel's counters over a stretch of device work, as the emulated CUDA device counts them
+// (cuda_emulator/counters.h, issue 47): launches, FLOPs on tensor-core instructions and matrix-
+// product FLOPs on the CUDA cores, global-memory bytes as the launcher declares them. Library
+// GEMMs are one row per shape (m, n, k set); copies and fills are rows of their own.
+struct DeviceKernelCount {
+  std::string kernel;
+  uint64_t launches = 0, tensor_flops = 0, other_flops = 0, bytes_read = 0, bytes_written = 0;
+  uint64_t undeclared = 0;  // launches whose launcher declared no cost
+  int64_t m = 0, n = 0, k = 0;
+  int dim = 0;  // declared: what the kernel's efficiency depends on (attention: head dim)
+};
+
+// A backend's counters of its device work; every hook null where it counts nothing (the CPU, a
+// GPU: there a profiler does this).
+struct DeviceCounterHooks {
+  std::vector<DeviceKernelCount> (*read)() = nullptr;
+  void (*reset)() = nullptr;
+  // Count launches without running them (fresh device memory then reads as zero): prices a step
+  // at a size the emulator could not run. Results computed meanwhile are not meaningful.
+  void (*set_count_only)(bool) = nullptr;
+};
+
 struct KernelTable {
   const char* backend = nullptr;  // "cpu", "cuda": for messages
   // How the backend's GEMMs of a precision run ("oneDNN bf16 matmul", a fallback, "cuBLASLt"):
@@ -303,6 +327,7 @@ struct KernelTable {
   // null: timed on the host clock there.
   double (*measure_gemm_gflops)(int64_t M, int64_t N, int64_t K, DType compute, int reps) = nullptr;
   double (*measure_peak_gemm_gflops)(DType compute) = nullptr;
+  DeviceCounterHooks counters;
 #define BOOSTLM_KERNEL_ENTRY(ret, function, entry, params, args) ret(*entry) params = nullptr;
   BOOSTLM_KERNEL_LIST(BOOSTLM_KERNEL_ENTRY)
 #undef BOOSTLM_KERNEL_ENTRY

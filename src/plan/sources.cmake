@@ -4,6 +4,7 @@ set(BOOSTLM_PLAN_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/hardware.cpp
   ${CMAKE_CURRENT_LIST_DIR}/workload.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cost.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/roofline.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/step_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/paper.cpp

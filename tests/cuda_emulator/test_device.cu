@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -590,3 +591,93 @@ TEST(EmulatedDevice, DescribesAnEmulatedSm90Device) {
 }
 
 }  // namespace
+
+// ---- The counters (cuda_emulator/counters.h): what launchers declare, what copies move, and
+// count-only mode.
+
+__global__ void write_ones_kernel(float* out, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = 1.0f;
+}
+
+const cuda_emulator::KernelCounters* find_row(const std::vector<cuda_emulator::KernelCounters>& rows,
+                                              const std::string& kernel) {
+  for (const auto& r : rows)
+    if (r.kernel == kernel) return &r;
+  return nullptr;
+}
+
+TEST(EmulatedDevice, CountersHoldDeclaredBytesAndTheCopiesBytes) {
+  float* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, 64 * sizeof(float)));
+  cuda_emulator::reset_kernel_counters();
+  cuda_emulator::declare_next_launch({.bytes_written = 256, .file = __FILE__});
+  write_ones_kernel<<<1, 32>>>(p, 64);
+  write_ones_kernel<<<1, 32>>>(p, 64);  // undeclared
+  std::vector<float> host(64);
+  CHECK_CUDA(cudaMemcpy(host.data(), p, 256, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemset(p, 0, 128));
+  const auto rows = cuda_emulator::kernel_counters();
+  const auto* kernel = find_row(rows, "write_ones_kernel");
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(kernel->launches, 2u);
+  EXPECT_EQ(kernel->undeclared, 1u);
+  EXPECT_EQ(kernel->bytes_written, 256u);
+  EXPECT_EQ(kernel->tensor_flops, 0u);
+  const auto* copy = find_row(rows, "cudaMemcpy device to host");
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->bytes_read, 256u);
+  EXPECT_EQ(copy->bytes_written, 0u);
+  const auto* set = find_row(rows, "cudaMemset");
+  ASSERT_NE(set, nullptr);
+  EXPECT_EQ(set->bytes_written, 128u);
+  for (float x : host) EXPECT_EQ(x, 1.0f);
+  CHECK_CUDA(cudaFree(p));
+}
+
+TEST(EmulatedDevice, CountOnlyModeCountsWithoutExecutingAndHandsOutZeroedMemory) {
+  cuda_emulator::set_count_only(true);
+  float* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, 64 * sizeof(float)));
+  cuda_emulator::reset_kernel_counters();
+  cuda_emulator::declare_next_launch({.tensor_flops = 4096, .bytes_written = 256, .file = __FILE__});
+  write_ones_kernel<<<1, 32>>>(p, 64);
+  std::vector<float> host(64, -1.0f);
+  CHECK_CUDA(cudaMemcpy(host.data(), p, 256, cudaMemcpyDeviceToHost));
+  for (float x : host) EXPECT_EQ(x, -1.0f);  // the copy is counted, not run
+  const auto rows = cuda_emulator::kernel_counters();
+  cuda_emulator::set_count_only(false);
+  CHECK_CUDA(cudaMemcpy(host.data(), p, 256, cudaMemcpyDeviceToHost));
+  for (float x : host) EXPECT_EQ(x, 0.0f);  // the kernel did not run; fresh memory is zero
+  const auto* kernel = find_row(rows, "write_ones_kernel");
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(kernel->launches, 1u);
+  EXPECT_EQ(kernel->tensor_flops, 4096u);  // as declared: nothing ran to count
+  const auto* copy = find_row(rows, "cudaMemcpy device to host");
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->bytes_read, 256u);
+  CHECK_CUDA(cudaFree(p));
+}
+
+TEST_F(EmulatedDeviceDeathTest, TensorFlopsOtherThanDeclaredAreAFault) {
+  EXPECT_DEATH(
+      {
+        float* out = nullptr;
+        cudaMalloc(&out, 64 * sizeof(float));
+        cuda_emulator::declare_next_launch({.tensor_flops = 4096, .file = __FILE__});
+        write_ones_kernel<<<1, 32>>>(out, 64);
+        cudaDeviceSynchronize();
+      },
+      "kernel write_ones_kernel .*executed 0 tensor-core FLOPs; its launcher declared 4096");
+}
+
+TEST_F(EmulatedDeviceDeathTest, ADeclarationTakenByALaunchElsewhereIsAFault) {
+  EXPECT_DEATH(
+      {
+        float* out = nullptr;
+        cudaMalloc(&out, 64 * sizeof(float));
+        cuda_emulator::declare_next_launch({.bytes_written = 4, .file = "some_launcher.cu"});
+        write_ones_kernel<<<1, 32>>>(out, 64);
+        cudaDeviceSynchronize();
+      },
+      "declared in some_launcher.cu was taken by kernel write_ones_kernel");
+}

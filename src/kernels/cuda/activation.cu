@@ -65,6 +65,8 @@ void launch_silu(const In* x, int64_t ldx, int64_t rows, int64_t cols, Out* y, i
                  cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(rows * cols);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<In>(rows * cols),
+                                    .bytes_written = bytes_of<Out>(rows * cols)});
   silu_forward_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(x, ldx, rows, cols, y, ldy);
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -74,6 +76,9 @@ void launch_silu_backward(const float* dy, int64_t lddy, const In* x, int64_t ld
                           int64_t cols, float* dx, int64_t lddx, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(rows * cols);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<float>(rows * cols) + bytes_of<In>(rows * cols),
+                 .bytes_written = bytes_of<float>(rows * cols)});
   silu_backward_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(dy, lddy, x, ldx, rows, cols, dx,
                                                                 lddx);
   BOOSTLM_CHECK_LAUNCH();
@@ -84,6 +89,10 @@ void launch_swiglu(const In* g, const In* u, int64_t n, bool gate_act, Out* h, b
                    bf16_t* u_kept, cudaStream_t stream) {
   const LaunchGeometry geometry = elements_launch(n);
   if (geometry.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+      .bytes_read = bytes_of<In>(2 * n),
+      .bytes_written = bytes_of<Out>(n) + (g_kept ? bytes_of<bf16_t>(n) : 0) +
+                       (u_kept ? bytes_of<bf16_t>(n) : 0)});
   swiglu_forward_kernel<<<grid_of(geometry.grid), geometry.block, 0, stream>>>(g, u, n, gate_act, h,
                                                                                g_kept, u_kept);
   BOOSTLM_CHECK_LAUNCH();
@@ -94,6 +103,8 @@ void launch_swiglu_backward(const float* dh, const In* g, const In* u, int64_t n
                             Out* dg, Out* du, cudaStream_t stream) {
   const LaunchGeometry geometry = elements_launch(n);
   if (geometry.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(n) + bytes_of<In>(2 * n),
+                                    .bytes_written = bytes_of<Out>(2 * n)});
   swiglu_backward_kernel<<<grid_of(geometry.grid), geometry.block, 0, stream>>>(dh, g, u, n,
                                                                                 gate_act, dg, du);
   BOOSTLM_CHECK_LAUNCH();

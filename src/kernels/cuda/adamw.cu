@@ -61,6 +61,9 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
   if (g.grid == 0) return;
   const float c1 = math::adamw_bias_correction(h.beta1, h.step);
   const float c2 = math::adamw_bias_correction(h.beta2, h.step);
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+      .bytes_read = bytes_of<float>(4 * n),
+      .bytes_written = bytes_of<float>(3 * n) + (params_bf16 ? bytes_of<bf16_t>(n) : 0)});
   adamw_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(params, grads, m, v, n, h.lr, h.beta1,
                                                         h.beta2, h.eps, h.weight_decay,
                                                         h.grad_scale, c1, c2, params_bf16);
@@ -76,14 +79,20 @@ void sum_squares(const float* x, int64_t n, double* result, void* workspace, siz
   BOOSTLM_ASSERT(workspace_bytes >= sum_squares_workspace_bytes(n));
   const LaunchGeometry g = reduce_launch(n);  // at least one block: n = 0 writes 0
   double* partial = static_cast<double*>(workspace);
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<float>(n), .bytes_written = bytes_of<double>(g.grid)});
   sum_squares_partial_kernel<kReduceBlock>
       <<<grid_of(g.grid), kReduceBlock, 0, stream>>>(x, n, partial);
   BOOSTLM_CHECK_LAUNCH();
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<double>(g.grid), .bytes_written = bytes_of<double>(1)});
   sum_partials_kernel<kReduceBlock><<<1, kReduceBlock, 0, stream>>>(partial, g.grid, result);
   BOOSTLM_CHECK_LAUNCH();
 }
 
 void sum_values(const double* values, int64_t n, double* result, cudaStream_t stream) {
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<double>(n), .bytes_written = bytes_of<double>(1)});
   sum_partials_kernel<kReduceBlock><<<1, kReduceBlock, 0, stream>>>(values, n, result);
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -91,6 +100,8 @@ void sum_values(const double* values, int64_t n, double* result, cudaStream_t st
 void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(n);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<float>(n), .bytes_written = bytes_of<float>(n)});
   scale_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(x, n, s);
   BOOSTLM_CHECK_LAUNCH();
 }

@@ -406,15 +406,35 @@ void with_rounding(bool round, F&& f) {
 // shared-memory limit first when it needs more than the default (an attribute of the function,
 // set on the host without waiting for the device).
 template <typename Kernel, typename... Args>
-void launch_attention(Kernel kernel, const AttentionGeometry& g, cudaStream_t stream,
-                      Args... args) {
+void launch_attention(Kernel kernel, const AttentionGeometry& g, const LaunchCost& cost,
+                      cudaStream_t stream, Args... args) {
   if (g.shared_bytes > kDefaultSharedBytes)
     BOOSTLM_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(g.shared_bytes)));
+  BOOSTLM_DECLARE_LAUNCH(cost);
   kernel<<<dim3(static_cast<unsigned>(g.grid_x), static_cast<unsigned>(g.grid_y),
                 static_cast<unsigned>(g.grid_z)),
            g.block, g.shared_bytes, stream>>>(args...);
   BOOSTLM_CHECK_LAUNCH();
+}
+
+// Its tile products on the CUDA cores, its operands once.
+template <typename In>
+LaunchCost attention_cost(const AttentionShape& s, AttentionKernel kernel) {
+  const AttentionBytes bytes = attention_bytes(s, kernel, sizeof(In));
+  constexpr bool bf16 = std::is_same_v<In, bf16_t>;
+  const char* name = kernel == AttentionKernel::forward
+                         ? (bf16 ? "flash_forward_kernel<bf16>" : "flash_forward_kernel<float>")
+                     : kernel == AttentionKernel::backward_dkdv
+                         ? (bf16 ? "flash_backward_dkdv_kernel<bf16>"
+                                 : "flash_backward_dkdv_kernel<float>")
+                         : (bf16 ? "flash_backward_dq_kernel<bf16>"
+                                 : "flash_backward_dq_kernel<float>");
+  return {.bytes_read = bytes.read,
+          .bytes_written = bytes.written,
+          .other_flops = static_cast<uint64_t>(attention_tile_flops(s, kernel, kAttnKeyTile)),
+          .dim = static_cast<int>(s.head_dim),
+          .name = name};
 }
 
 // fp32 inputs round in the tiles when bf16 compute is asked; bf16 inputs always do.
@@ -432,8 +452,9 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
   const AttnDims d = dims_of(s, ldq, ldk, ldv);
   with_rounding(rounds<In>(s), [&](auto round) {
     with_head_chunks(g.head_chunks, [&](auto chunks) {
-      launch_attention(flash_forward_kernel<In, round(), chunks()>, g, stream, d, q, k, v, out, ldo,
-                       lse);
+      launch_attention(flash_forward_kernel<In, round(), chunks()>, g,
+                       attention_cost<In>(s, AttentionKernel::forward), stream, d, q, k, v, out,
+                       ldo, lse);
     });
   });
 }
@@ -448,6 +469,10 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
   const AttnDims d = dims_of(s, ldq, ldk, ldv);
   float* delta = static_cast<float*>(workspace);
   const int64_t items = s.batch * s.seq_len * s.n_heads;
+  // delta = Σ dO ⊙ O per row: O (In) and dO (fp32) read once.
+  const uint64_t elements = static_cast<uint64_t>(items * s.head_dim);
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = elements * (sizeof(In) + sizeof(float)),
+                                    .bytes_written = bytes_of<float>(items)});
   attention_delta_kernel<In>
       <<<grid_of((items + kAttnWarps - 1) / kAttnWarps), kAttnThreads, 0, stream>>>(
           d, s.batch, out, ldo, dout, lddo, delta);
@@ -459,10 +484,12 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
   const AttentionGeometry gq = attention_launch(s, AttentionKernel::backward_dq);
   with_rounding(rounds<In>(s), [&](auto round) {
     with_head_chunks(gkv.head_chunks, [&](auto chunks) {
-      launch_attention(flash_backward_dkdv_kernel<In, round(), chunks()>, gkv, stream, d, q, k, v,
+      launch_attention(flash_backward_dkdv_kernel<In, round(), chunks()>, gkv,
+                       attention_cost<In>(s, AttentionKernel::backward_dkdv), stream, d, q, k, v,
                        lse, static_cast<const float*>(delta), dout, lddo, dk, lddk, dv, lddv);
-      launch_attention(flash_backward_dq_kernel<In, round(), chunks()>, gq, stream, d, q, k, v, lse,
-                       static_cast<const float*>(delta), dout, lddo, dq, lddq);
+      launch_attention(flash_backward_dq_kernel<In, round(), chunks()>, gq,
+                       attention_cost<In>(s, AttentionKernel::backward_dq), stream, d, q, k, v,
+                       lse, static_cast<const float*>(delta), dout, lddo, dq, lddq);
     });
   });
 }

@@ -108,6 +108,14 @@ void attention_cached_forward(int64_t n, int64_t first_pos, int64_t n_heads, int
   if (kCachedStaticShared + dynamic_bytes > kDefaultSharedBytes) allow_all_shared_memory();
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(n_heads));
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  // Query row i sees first_pos + i + 1 keys: two products over them per head on the CUDA cores.
+  const uint64_t pairs = static_cast<uint64_t>(n * first_pos + n * (n + 1) / 2);
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<float>(n * n_heads * head_dim) +
+                               bytes_of<float>(2 * keys * n_kv_heads * head_dim),
+                 .bytes_written = bytes_of<float>(n * n_heads * head_dim),
+                 .other_flops = pairs * static_cast<uint64_t>(n_heads * head_dim) * 4,
+                 .dim = static_cast<int>(head_dim)});
   attention_cached_kernel<<<grid, kCachedBlock, dynamic_bytes, stream>>>(
       first_pos, n_heads, n_heads / n_kv_heads, head_dim, scale, q, k_cache, v_cache, out);
   BOOSTLM_CHECK_LAUNCH();

@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch_cost.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/plans.h"
 #include "kernels/math.h"
@@ -402,6 +403,16 @@ void allow_shared(Kernel kernel, const AttentionGeometry& g) {
                                             static_cast<int>(g.shared_bytes)));
 }
 
+// Its tile products all on mma.sync (the emulator holds the launch to them), its operands once.
+template <typename In>
+LaunchCost attention_cost(const AttentionShape& s, AttentionKernel kernel) {
+  const AttentionBytes bytes = attention_bytes(s, kernel, sizeof(In));
+  return {.bytes_read = bytes.read,
+          .bytes_written = bytes.written,
+          .tensor_flops = static_cast<uint64_t>(attention_mma_flops(s, kernel)),
+          .dim = static_cast<int>(s.head_dim)};
+}
+
 dim3 grid_of(const AttentionGeometry& g) {
   return dim3(static_cast<unsigned>(g.grid_x), static_cast<unsigned>(g.grid_y),
               static_cast<unsigned>(g.grid_z));
@@ -414,6 +425,7 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
   const Dims d = dims_of(s, ldq, ldk, ldv);
   with_head_dim(s.head_dim, [&](auto hd) {
     allow_shared(mma_forward_kernel<hd(), In>, g);
+    BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::forward));
     mma_forward_kernel<hd(), In><<<grid_of(g), g.block, g.shared_bytes, stream>>>(d, q, k, v, out,
                                                                                  ldo, lse);
     BOOSTLM_CHECK_LAUNCH();
@@ -430,10 +442,12 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
   const Dims d = dims_of(s, ldq, ldk, ldv);
   with_head_dim(s.head_dim, [&](auto hd) {
     allow_shared(mma_backward_dkdv_kernel<hd(), In>, gkv);
+    BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::backward_dkdv));
     mma_backward_dkdv_kernel<hd(), In><<<grid_of(gkv), gkv.block, gkv.shared_bytes, stream>>>(
         d, q, k, v, lse, delta, dout, lddo, dk, lddk, dv, lddv);
     BOOSTLM_CHECK_LAUNCH();
     allow_shared(mma_backward_dq_kernel<hd(), In>, gq);
+    BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::backward_dq));
     mma_backward_dq_kernel<hd(), In><<<grid_of(gq), gq.block, gq.shared_bytes, stream>>>(
         d, q, k, v, lse, delta, dout, lddo, dq, lddq);
     BOOSTLM_CHECK_LAUNCH();

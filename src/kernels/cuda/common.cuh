@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch_cost.h"
 
 namespace boostlm::cuda {
 

@@ -164,6 +164,8 @@ void per_row(int64_t rows, int64_t cols, const Launch& launch) {
 void cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targets, int64_t rows,
                            int64_t V, float* losses, float* lse, cudaStream_t stream) {
   per_row(rows, V, [&](auto block, dim3 grid) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(rows * V),
+                                      .bytes_written = bytes_of<float>(2 * rows)});
     xent_forward_kernel<block()><<<grid, block(), 0, stream>>>(logits, ld, targets, V, losses, lse);
   });
 }
@@ -172,6 +174,8 @@ void cross_entropy_backward(const float* logits, int64_t ld, const int32_t* targ
                             const float* lse, int64_t rows, int64_t V, float scale, float* dlogits,
                             int64_t ldd, cudaStream_t stream) {
   per_row(rows, V, [&](auto block, dim3 grid) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(rows * V),
+                                      .bytes_written = bytes_of<float>(rows * V)});
     xent_backward_kernel<block()>
         <<<grid, block(), 0, stream>>>(logits, ld, targets, lse, V, scale, dlogits, ldd);
   });
@@ -182,6 +186,10 @@ void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* ta
                                     int64_t ldg, cudaStream_t stream) {
   if (ldg == 0) ldg = V;
   per_row(rows, V, [&](auto block, dim3 grid) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<float>(rows * V),
+        .bytes_written = bytes_of<float>(rows) +
+                         (grad_bf16 ? bytes_of<bf16_t>(rows * V) : bytes_of<float>(rows * V))});
     xent_forward_backward_kernel<block()>
         <<<grid, block(), 0, stream>>>(logits, ld, targets, V, scale, losses, grad_bf16, ldg);
   });
@@ -190,6 +198,8 @@ void cross_entropy_forward_backward(float* logits, int64_t ld, const int32_t* ta
 void cross_entropy_shard_max(const float* logits, int64_t ld, int64_t rows, int64_t V_local,
                              float* row_max, cudaStream_t stream) {
   per_row(rows, V_local, [&](auto block, dim3 grid) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(rows * V_local),
+                                      .bytes_written = bytes_of<float>(rows)});
     xent_shard_max_kernel<block()><<<grid, block(), 0, stream>>>(logits, ld, V_local, row_max);
   });
 }
@@ -198,6 +208,8 @@ void cross_entropy_shard_stats(const float* logits, int64_t ld, const int32_t* t
                                int64_t rows, int64_t V_local, int64_t vocab_begin,
                                const float* row_max, float* stats, cudaStream_t stream) {
   per_row(rows, V_local, [&](auto block, dim3 grid) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(rows * V_local + rows),
+                                      .bytes_written = bytes_of<float>(2 * rows)});
     xent_shard_stats_kernel<block()>
         <<<grid, block(), 0, stream>>>(logits, ld, targets, V_local, vocab_begin, row_max, stats);
   });
@@ -209,6 +221,9 @@ void cross_entropy_shard_backward(float* logits, int64_t ld, const int32_t* targ
                                   cudaStream_t stream) {
   if (ldg == 0) ldg = V_local;
   per_row(rows, V_local, [&](auto block, dim3 grid) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<float>(rows * V_local + rows),
+        .bytes_written = grad_bf16 ? bytes_of<bf16_t>(rows * V_local) : bytes_of<float>(rows * V_local)});
     xent_shard_backward_kernel<block()><<<grid, block(), 0, stream>>>(
         logits, ld, targets, V_local, vocab_begin, lse, scale, grad_bf16, ldg);
   });
@@ -218,6 +233,8 @@ void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t 
                               float* losses, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(rows);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(3 * rows),
+                                    .bytes_written = bytes_of<float>(2 * rows)});
   xent_shard_loss_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(row_max, stats, rows, lse,
                                                                   losses);
   BOOSTLM_CHECK_LAUNCH();
@@ -225,6 +242,8 @@ void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t 
 
 void mean_loss(const float* losses, int64_t n, float* result, cudaStream_t stream) {
   BOOSTLM_ASSERT(n > 0);
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<float>(n), .bytes_written = bytes_of<float>(1)});
   mean_loss_kernel<<<1, kMeanBlock, 0, stream>>>(losses, n, result);
   BOOSTLM_CHECK_LAUNCH();
 }

@@ -80,6 +80,7 @@ template <typename T>
 void fill_values(T* dst, int64_t n, T value, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(n);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_written = bytes_of<T>(n)});
   fill_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(dst, n, value);
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -89,6 +90,7 @@ void fill_values(T* dst, int64_t n, T value, cudaStream_t stream) {
 void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(n);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(2 * n), .bytes_written = bytes_of<float>(n)});
   add_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(a, b, out, n);
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -96,6 +98,7 @@ void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t str
 void scaled_copy(const float* x, float s, float* out, int64_t n, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(n);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(n), .bytes_written = bytes_of<float>(n)});
   scaled_copy_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(x, s, out, n);
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -119,6 +122,8 @@ void add_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, f
                  int64_t ld_dst, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(rows * cols);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(2 * rows * cols),
+                                    .bytes_written = bytes_of<float>(rows * cols)});
   add_columns_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(src, ld_src, rows, cols, dst, ld_dst);
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -140,6 +145,8 @@ void round_to_bf16_batched(const float* src, int64_t count, int64_t stride, int6
                            int64_t cols, int64_t ld, bf16_t* dst, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(count * rows * cols);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(count * rows * cols),
+                                    .bytes_written = bytes_of<bf16_t>(count * rows * cols)});
   round_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(src, count, stride, Grid2d{rows, cols}, ld,
                                                         dst);
   BOOSTLM_CHECK_LAUNCH();
@@ -149,6 +156,8 @@ void scale_columns(float* c, int64_t count, int64_t stride, int64_t rows, int64_
                    float s, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(count * rows * cols);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(count * rows * cols),
+                                    .bytes_written = bytes_of<float>(count * rows * cols)});
   scale_columns_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(c, count, stride,
                                                                 Grid2d{rows, cols}, ld, s);
   BOOSTLM_CHECK_LAUNCH();

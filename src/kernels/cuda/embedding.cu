@@ -2,6 +2,8 @@
 // atomic-free scatter (launch.h's scatter_rows_launch).
 #include <cassert>
 
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
@@ -47,6 +49,8 @@ void gather(const int32_t* tokens, int64_t n, const float* weight, int64_t vocab
             int64_t rows, int64_t D, float* out, bool whole, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(n * D);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<int32_t>(n) + bytes_of<float>(n * D),
+                                    .bytes_written = bytes_of<float>(n * D)});
   embedding_gather_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(tokens, n, weight, vocab_begin,
                                                                    rows, D, out, whole);
   BOOSTLM_CHECK_LAUNCH();
@@ -70,6 +74,11 @@ void embedding_shard_backward(const int32_t* tokens, int64_t n, const float* dou
                               cudaStream_t stream) {
   const ScatterGeometry g = scatter_rows_launch(rows, D);
   if (g.column_blocks == 0 || n == 0) return;
+  // dout once, and at most min(n, rows) rows of dweight read and written.
+  const int64_t touched = std::min(n, rows);
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<int32_t>(n) + bytes_of<float>(n * D + touched * D),
+                 .bytes_written = bytes_of<float>(touched * D)});
   embedding_scatter_kernel<<<dim3(static_cast<unsigned>(g.column_blocks),
                                   static_cast<unsigned>(g.buckets)),
                              g.block, 0, stream>>>(tokens, n, dout, vocab_begin, rows, D, g.buckets,

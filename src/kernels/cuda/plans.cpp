@@ -101,13 +101,13 @@ AttentionGeometry attention_mma_launch(const AttentionShape& s, AttentionKernel 
   return g;
 }
 
-int64_t attention_mma_flops(const AttentionShape& s, AttentionKernel kernel) {
+int64_t attention_tile_flops(const AttentionShape& s, AttentionKernel kernel, int64_t tile) {
   // Every (query tile, key tile) pair on or below the diagonal is visited once per query head;
-  // per pair each warp runs two products of its 16 rows with 64 keys over head_dim (forward:
+  // per pair the kernel runs products of its tile rows with `tile` keys over head_dim (forward:
   // S and PV; dQ and dK/dV: two score products and one or two gradient products).
-  const int64_t tiles = ceil_div(s.seq_len, kAttnMmaTile);
+  const int64_t tiles = ceil_div(s.seq_len, tile);
   const int64_t pairs = tiles * (tiles + 1) / 2 * s.n_heads * s.batch;
-  const int64_t product = 2LL * kAttnMmaTile * kAttnMmaTile * s.head_dim;  // one [64x64]x[64xhd]
+  const int64_t product = 2LL * tile * tile * s.head_dim;  // one [tile x tile] x [tile x hd]
   switch (kernel) {
     case AttentionKernel::forward:
       return pairs * 2 * product;  // S = QKᵀ, O += PV
@@ -117,6 +117,26 @@ int64_t attention_mma_flops(const AttentionShape& s, AttentionKernel kernel) {
       return pairs * 3 * product;  // S, dP, dQ
   }
   return 0;
+}
+
+int64_t attention_mma_flops(const AttentionShape& s, AttentionKernel kernel) {
+  return attention_tile_flops(s, kernel, kAttnMmaTile);
+}
+
+AttentionBytes attention_bytes(const AttentionShape& s, AttentionKernel kernel, int in_bytes) {
+  const uint64_t rows = static_cast<uint64_t>(s.batch * s.seq_len);
+  const uint64_t q = rows * s.n_heads * s.head_dim, kv = rows * s.n_kv_heads * s.head_dim;
+  const uint64_t stats = static_cast<uint64_t>(s.batch * s.n_heads * s.seq_len) * 4;
+  const uint64_t inputs = (q + 2 * kv) * in_bytes;
+  switch (kernel) {
+    case AttentionKernel::forward:
+      return {inputs, q * in_bytes + stats};
+    case AttentionKernel::backward_dkdv:
+      return {inputs + q * 4 + 2 * stats, 2 * kv * 4};
+    case AttentionKernel::backward_dq:
+      return {inputs + q * 4 + 2 * stats, q * 4};
+  }
+  return {};
 }
 
 size_t attention_backward_workspace_bytes(const AttentionShape& s) {

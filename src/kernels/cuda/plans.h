@@ -77,6 +77,18 @@ AttentionGeometry attention_mma_launch(const AttentionShape& s, AttentionKernel 
 // included): what the emulated device counts, and the kernel's own estimate of its work.
 int64_t attention_mma_flops(const AttentionShape& s, AttentionKernel kernel);
 
+// ---- What an attention kernel costs (launch_cost.h), either path.
+// The FLOPs of the tile products of a kernel visiting every (query tile, key tile) pair on or
+// below the diagonal, tiles of `tile` rows (attention_mma_flops at kAttnMmaTile).
+int64_t attention_tile_flops(const AttentionShape& s, AttentionKernel kernel, int64_t tile);
+// Global-memory bytes it moves at least, each operand once (in_bytes: the size of an element of
+// Q, K, V and O; gradients and dO are fp32): forward Q, K, V -> O, lse; dK/dV Q, K, V, dO, lse,
+// delta -> dK, dV; dQ the same -> dQ.
+struct AttentionBytes {
+  uint64_t read = 0, written = 0;
+};
+AttentionBytes attention_bytes(const AttentionShape& s, AttentionKernel kernel, int in_bytes);
+
 // ---- The chunked linear cross-entropy (cross_entropy.cu): rows [begin, begin + rows) per chunk.
 struct RowChunk {
   int64_t begin = 0, rows = 0;

@@ -39,6 +39,9 @@ void launch_forward(const float* x, int64_t ldx, const float* gamma, int64_t row
   const LaunchGeometry g = rows_launch(rows, D);
   if (g.grid == 0) return;
   with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<float>(rows * D + D),
+        .bytes_written = bytes_of<Out>(rows * D) + bytes_of<float>(rows)});
     rmsnorm_forward_kernel<block()>
         <<<grid_of(g.grid), block(), 0, stream>>>(x, ldx, gamma, D, eps, y, ldy, rstd);
   });
@@ -121,17 +124,24 @@ void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx
   if (cg.row_chunks == 0) return;
   // dγ first: it reads dy and x, which dx may alias.
   float* partial = static_cast<float*>(workspace);
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(2 * rows * D + rows),
+                                    .bytes_written = bytes_of<float>(cg.row_chunks * D)});
   rmsnorm_dgamma_partial_kernel<<<dim3(static_cast<unsigned>(cg.column_blocks),
                                        static_cast<unsigned>(cg.row_chunks)),
                                   cg.block, 0, stream>>>(dy, lddy, x, ldx, rstd, rows, D,
                                                          cg.rows_per_chunk, partial);
   BOOSTLM_CHECK_LAUNCH();
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(cg.row_chunks * D + D),
+                                    .bytes_written = bytes_of<float>(D)});
   column_sum_add_kernel<<<grid_of(cg.column_blocks), cg.block, 0, stream>>>(partial, cg.row_chunks,
                                                                             D, dgamma);
   BOOSTLM_CHECK_LAUNCH();
 
   const LaunchGeometry g = rows_launch(rows, D);
   with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<float>((accumulate ? 3 : 2) * rows * D + D + rows),
+        .bytes_written = bytes_of<float>(rows * D)});
     rmsnorm_backward_rows_kernel<block()><<<grid_of(g.grid), block(), 0, stream>>>(
         dy, lddy, x, ldx, gamma, rstd, D, dx, lddx, accumulate);
   });

@@ -33,6 +33,10 @@ void row_dot(const A* a, int64_t lda, const B* b, int64_t ldb, const float* c, i
   const LaunchGeometry g = rows_launch(rows, cols);
   if (g.grid == 0) return;
   with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = (a == reinterpret_cast<const void*>(b) ? 1 : 2) * bytes_of<A>(rows * cols) +
+                      (c ? bytes_of<float>(cols) : 0),
+        .bytes_written = bytes_of<float>(rows)});
     row_dot_kernel<block()><<<grid_of(g.grid), block(), 0, stream>>>(a, lda, b, ldb, c, cols, out);
   });
   BOOSTLM_CHECK_LAUNCH();
@@ -49,6 +53,8 @@ void launch_rstd(const float* stat, int64_t ld, int64_t rows, int64_t D, float e
                  cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(rows);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<float>(rows), .bytes_written = bytes_of<float>(rows)});
   rstd_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(stat, ld, rows, D, eps, rstd);
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -63,10 +69,13 @@ __global__ void elements_2d_kernel(int64_t rows, int64_t cols, F f) {
   }
 }
 
+// `cost` names the functor for the counters (the launch expression is the generic kernel's).
 template <typename F>
-void for_each_element(int64_t rows, int64_t cols, const F& f, cudaStream_t stream) {
+void for_each_element(int64_t rows, int64_t cols, const F& f, const LaunchCost& cost,
+                      cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(rows * cols);
   if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(cost);
   elements_2d_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(rows, cols, f);
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -201,6 +210,9 @@ void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const f
   const LaunchGeometry g = rows_launch(rows, width);
   if (g.grid == 0) return;
   with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<Z>(rows * width) + bytes_of<float>(rows * width + rows),
+        .bytes_written = bytes_of<float>(rows * width + rows)});
     latent_backward_kernel<block()>
         <<<grid_of(g.grid), block(), 0, stream>>>(z, dz, width, rstd, D_total, ds);
   });
@@ -221,7 +233,11 @@ void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps,
 
 void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
                    int64_t D_local, float* y, int64_t ldy, cudaStream_t stream) {
-  for_each_element(rows, D_local, ApplyRows{x, gamma, rstd, ldx, y, ldy}, stream);
+  for_each_element(rows, D_local, ApplyRows{x, gamma, rstd, ldx, y, ldy},
+                   {.bytes_read = bytes_of<float>(rows * D_local + D_local + rows),
+                    .bytes_written = bytes_of<float>(rows * D_local),
+                    .name = "elements_2d_kernel<ApplyRows>"},
+                   stream);
 }
 
 void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
@@ -241,15 +257,24 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
                             cudaStream_t stream) {
   // dγ first: it reads dy and x, which dx may alias (as rmsnorm_backward's).
   column_sum_add(rows, D_local, DgammaTerm{dy, x, rstd, lddy, ldx}, dgamma, workspace,
-                 workspace_bytes, stream);
+                 workspace_bytes, "column_partial_kernel<DgammaTerm>",
+                 bytes_of<float>(2 * rows * D_local + rows), stream);
   for_each_element(
       rows, D_local,
-      BackwardApplyRows{dy, x, gamma, rstd, dot, lddy, ldx, D_total, dx, lddx, accumulate}, stream);
+      BackwardApplyRows{dy, x, gamma, rstd, dot, lddy, ldx, D_total, dx, lddx, accumulate},
+      {.bytes_read = bytes_of<float>((accumulate ? 3 : 2) * rows * D_local + D_local + 2 * rows),
+       .bytes_written = bytes_of<float>(rows * D_local),
+       .name = "elements_2d_kernel<BackwardApplyRows>"},
+      stream);
 }
 
 void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
                        int64_t D, float eps, float* out, cudaStream_t stream) {
-  for_each_element(rows, D, OnlineInput{x, gamma, sum_sq, D, eps, out}, stream);
+  for_each_element(rows, D, OnlineInput{x, gamma, sum_sq, D, eps, out},
+                   {.bytes_read = bytes_of<float>(rows * D + D + (sum_sq ? rows : 0)),
+                    .bytes_written = bytes_of<float>(rows * D),
+                    .name = "elements_2d_kernel<OnlineInput>"},
+                   stream);
 }
 
 void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
@@ -257,6 +282,9 @@ void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, i
   const LaunchGeometry g = rows_launch(rows, D);
   if (g.grid == 0) return;
   with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<float>(rows * D + D),
+        .bytes_written = bytes_of<bf16_t>(rows * D) + (sum_sq ? bytes_of<float>(rows) : 0)});
     online_input_bf16_kernel<block()>
         <<<grid_of(g.grid), block(), 0, stream>>>(x, gamma, sum_sq, D, eps, out);
   });
@@ -267,6 +295,10 @@ void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const f
                       int64_t D, float eps, bool rescale, bool with_stat, cudaStream_t stream) {
   if (!rescale && !with_stat) return;
   for_each_element(rows, width + 1, OnlinePack{p, ld, width, sum_sq, D, eps, rescale, with_stat},
+                   {.bytes_read = bytes_of<float>((rescale ? rows * width : 0) + rows),
+                    .bytes_written = bytes_of<float>((rescale ? rows * width : 0) +
+                                                     (with_stat ? rows : 0)),
+                    .name = "elements_2d_kernel<OnlinePack>"},
                    stream);
 }
 
@@ -277,12 +309,20 @@ void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t sta
 
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, float* z, int64_t ldz, cudaStream_t stream) {
-  for_each_element(rows, width, OnlineUnpack<float>{summed, ld, rstd, z, ldz}, stream);
+  for_each_element(rows, width, OnlineUnpack<float>{summed, ld, rstd, z, ldz},
+                   {.bytes_read = bytes_of<float>(rows * width + (rstd ? rows : 0)),
+                    .bytes_written = bytes_of<float>(rows * width),
+                    .name = "elements_2d_kernel<OnlineUnpack<float>>"},
+                   stream);
 }
 
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, bf16_t* z, int64_t ldz, cudaStream_t stream) {
-  for_each_element(rows, width, OnlineUnpack<bf16_t>{summed, ld, rstd, z, ldz}, stream);
+  for_each_element(rows, width, OnlineUnpack<bf16_t>{summed, ld, rstd, z, ldz},
+                   {.bytes_read = bytes_of<float>(rows * width + (rstd ? rows : 0)),
+                    .bytes_written = bytes_of<bf16_t>(rows * width),
+                    .name = "elements_2d_kernel<OnlineUnpack<bf16>>"},
+                   stream);
 }
 
 void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
@@ -304,8 +344,13 @@ size_t online_norm_input_backward_workspace_bytes(int64_t rows, int64_t D) {
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  column_sum_add(rows, D, ProductTerm{x, g, D}, dgamma, workspace, workspace_bytes, stream);
-  for_each_element(rows, D, OnlineInputBackward{g, x, gamma, ds, D, dx_beta, dx}, stream);
+  column_sum_add(rows, D, ProductTerm{x, g, D}, dgamma, workspace, workspace_bytes,
+                 "column_partial_kernel<ProductTerm>", bytes_of<float>(2 * rows * D), stream);
+  for_each_element(rows, D, OnlineInputBackward{g, x, gamma, ds, D, dx_beta, dx},
+                   {.bytes_read = bytes_of<float>((dx_beta != 0.0f ? 3 : 2) * rows * D + D + rows),
+                    .bytes_written = bytes_of<float>(rows * D),
+                    .name = "elements_2d_kernel<OnlineInputBackward>"},
+                   stream);
 }
 
 }  // namespace boostlm::cuda

@@ -39,6 +39,11 @@ void rotate(float* x, int64_t ld, int64_t rows, int64_t heads, const DeviceRopeT
   BOOSTLM_ASSERT(t.head_dim % 2 == 0);
   const LaunchGeometry g = elements_launch(rows * heads * (t.head_dim / 2));
   if (g.grid == 0) return;
+  // x rotated in place (and rounded into out), the tables' rows read from cache.
+  const int64_t elements = rows * heads * t.head_dim;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+      .bytes_read = bytes_of<float>(elements),
+      .bytes_written = bytes_of<float>(elements) + (out ? bytes_of<bf16_t>(elements) : 0)});
   rope_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(x, ld, rows, heads, t.head_dim, t.cos, t.sin,
                                                        period, first_pos, sign, out, ldo);
   BOOSTLM_CHECK_LAUNCH();

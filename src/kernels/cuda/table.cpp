@@ -12,6 +12,9 @@
 #include "kernels/gemm_counters.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/plans.h"
+#ifdef BOOSTLM_CUDA_EMULATOR
+#include "cuda_emulator/counters.h"
+#endif
 
 namespace boostlm::cuda {
 
@@ -240,6 +243,18 @@ const KernelTable& kernel_table() {
       return compute == DType::f32 ? "cuBLASLt (fp32, TF32 where --tf32 allows)"
                                    : "cuBLASLt (bf16 inputs, fp32 accumulation)";
     };
+#ifdef BOOSTLM_CUDA_EMULATOR
+    // The emulated device counts its work (cuda_emulator/counters.h).
+    t.counters.read = [] {
+      std::vector<DeviceKernelCount> rows;
+      for (const cuda_emulator::KernelCounters& c : cuda_emulator::kernel_counters())
+        rows.push_back({c.kernel, c.launches, c.tensor_flops, c.other_flops, c.bytes_read,
+                        c.bytes_written, c.undeclared, c.m, c.n, c.k, c.dim});
+      return rows;
+    };
+    t.counters.reset = [] { cuda_emulator::reset_kernel_counters(); };
+    t.counters.set_count_only = [](bool on) { cuda_emulator::set_count_only(on); };
+#endif
 #define BOOSTLM_CUDA_ENTRY(ret, function, entry, params, args) t.entry = &entry##_on_stream;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CUDA_ENTRY)
 #undef BOOSTLM_CUDA_ENTRY

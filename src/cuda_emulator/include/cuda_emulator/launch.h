@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_emulator/counters.h"
+
 namespace cuda_emulator {
 
 struct LaunchConfig {
@@ -48,6 +50,9 @@ struct KernelLaunch {
   // Integers and floats are not read as pointers: a float and the padding after it can look like
   // a device address.
   std::vector<const void*> pointers;
+  // What its launcher declared (counters.h), taken at the launch.
+  bool declared = false;
+  LaunchDeclaration cost;
 };
 
 // Zeroes the padding of a class argument copied at the launch. The kernel never reads it, but

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The emulated CUDA device's kernel counters through `boostlm bench step --device cuda` (issue 47;
+# the -DBOOSTLM_CUDA=EMULATE build):
+#  - every launch of a training step declares its cost (no undeclared launches), for each
+#    architecture and precision;
+#  - bf16 runs every matrix product on tensor-core instructions (cuBLASLt bf16 and the mma.sync
+#    attention, whose executed FLOPs the emulator holds to their declarations), fp32 none;
+#  - count-only mode gives exactly the counters of the executed step, kernel by kernel (it prices
+#    shapes the emulator cannot run, so it must not differ where both run);
+#  - the refusals: --count-only without the emulated device's --device cuda.
+# Usage: test_device_counters.sh path/to/boostlm
+set -uo pipefail
+boostlm=$(realpath "$1")
+source "$(dirname "$0")/lib.sh" devcount
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+cd "$work" || exit 1
+py=$(command -v python3)
+
+bench() {
+  local name=$1; shift
+  "$boostlm" bench step --device cuda --shape tiny -b 2 -t 64 --json "$name.json" "$@" \
+    > "$name.log" 2>&1 || fail "$name: exit $?: $(tail -3 "$name.log")"
+}
+bench executed --arch dense svd cola --precision bf16 fp32
+bench counted --arch dense svd cola --precision bf16 fp32 --count-only
+
+"$py" - executed.json counted.json << 'PY' || fail "counters: see above"
+import json, sys
+executed = json.load(open(sys.argv[1]))["results"]
+counted = json.load(open(sys.argv[2]))["results"]
+bad = 0
+def check(ok, what):
+    global bad
+    if not ok:
+        print("FAIL:", what)
+        bad += 1
+check(len(executed) == 6 and len(counted) == 6, "6 configurations each")
+for e, c in zip(executed, counted):
+    name = f"{e['arch']} {e['precision']}"
+    check(e["undeclared_launches"] == 0, f"{name}: {e['undeclared_launches']} undeclared launches")
+    check(e["launches"] > 0 and e["predicted_step_s"] > 0, f"{name}: nothing counted")
+    if e["precision"] == "bf16":
+        check(e["cuda_core_flops"] == 0 and e["tensor_flops"] > 0,
+              f"{name}: {e['cuda_core_flops']} matrix FLOPs off the tensor cores")
+        check(e["tensor_flops"] >= e["model_flops"], f"{name}: fewer tensor FLOPs than model FLOPs")
+    else:
+        check(e["tensor_flops"] == 0 and e["cuda_core_flops"] > 0,
+              f"{name}: fp32 on tensor cores ({e['tensor_flops']})")
+    keys = ("launches", "tensor_flops", "cuda_core_flops", "bytes_read", "bytes_written")
+    ek = {k["kernel"]: tuple(k[x] for x in keys) for k in e["kernels"]}
+    ck = {k["kernel"]: tuple(k[x] for x in keys) for k in c["kernels"]}
+    for kernel in sorted(set(ek) | set(ck)):
+        check(ek.get(kernel) == ck.get(kernel),
+              f"{name}: {kernel}: executed {ek.get(kernel)} vs count-only {ck.get(kernel)}")
+sys.exit(1 if bad else 0)
+PY
+
+expect_error "--count-only on the cpu" "need the emulated CUDA device" \
+  "$boostlm" bench step --shape tiny --arch cola --precision bf16 -b 1 -t 8 --count-only
+finish "device counters: every launch declared; bf16 all on tensor cores; count-only = executed"
