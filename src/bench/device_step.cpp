@@ -1,6 +1,8 @@
 #include "bench/device_step.h"
 
 #include <cstdio>
+#include <map>
+#include <utility>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -85,6 +87,19 @@ void print_result(const DeviceStepOptions& o, const DeviceStepResult& r,
   std::printf("  predicted on %s (a roofline of the counted kernels, not a measurement): "
               "%.3f ms per step, of which %.3f ms launch overhead; MFU %.1f%%\n",
               hardware.c_str(), f.seconds * 1e3, f.overhead_s * 1e3, 100 * r.mfu());
+  // Where the time goes, by kind of kernel (launch overheads apart).
+  std::map<std::string, std::pair<double, uint64_t>> by_class;
+  for (const plan::RooflineRow& row : f.rows) {
+    auto& [seconds, launches] = by_class[plan::to_string(row.kind)];
+    seconds += row.seconds() - row.overhead_s;
+    launches += row.count.launches;
+  }
+  std::printf("  by kind:");
+  for (const auto& [kind, value] : by_class)
+    std::printf(" %s %.2f ms (%.1f%%, %lu launches);", kind.c_str(), value.first * 1e3,
+                100 * value.first / f.seconds, value.second);
+  std::printf(" launch overhead %.2f ms (%.1f%%)\n", f.overhead_s * 1e3,
+              100 * f.overhead_s / f.seconds);
   std::printf("  %-58s %9s %9s %9s %9s %9s %7s %6s %s\n", "kernel", "launches", "tensor", "cuda-core",
               "bytes", "pred. ms", "share", "bound", "class");
   int shown = 0;
