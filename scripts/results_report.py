@@ -241,9 +241,9 @@ def read_curve(path):
     return rows
 
 
-def parameters_m(results_dir, arch):
+def parameters_m(results_dir, name):
     """The parameter count `boostlm train` printed on its first line."""
-    path = os.path.join(results_dir, f"curve-tiny-{arch}.log")
+    path = os.path.join(results_dir, f"curve-{name}.log")
     if not os.path.exists(path):
         return "?"
     match = re.search(r"([0-9.]+)M parameters", open(path, encoding="utf-8").read())
@@ -252,28 +252,31 @@ def parameters_m(results_dir, arch):
 
 def curves_section(curves, images, results_dir):
     rows = []
-    for arch, metrics in curves.items():
+    for name, metrics in curves.items():
         val = [m for m in metrics if "val_loss" in m]
         last = metrics[-1]
-        rows.append([f"tiny-{arch}", parameters_m(results_dir, arch), len(metrics),
+        rows.append([name, parameters_m(results_dir, name), len(metrics),
                      f"{last['tokens_seen'] / 1e6:.2f}M",
                      f"{val[-1]['val_loss']:.3f}" if val else "-",
                      f"{min(v['val_loss'] for v in val):.3f}" if val else "-"])
     first = next(iter(curves.values()))
     tokens_per_step = first[0]["tokens_seen"] // max(1, first[0]["step"]) if first else "?"
-    out = ["### Dense vs CoLA: validation loss",
+    shape = next(iter(curves)).split("-")[0]
+    out = ["### Dense, SVD, CoLA and LaX: validation loss",
            "",
-           "`configs/tiny-dense.json` and `configs/tiny-cola.json` (d 128, 4 layers, CoLA rank 32) "
-           "trained from the same seed on the prepared corpus (`scripts/fetch_corpus.sh`: Brown + "
-           "King James Bible, 8192-token BPE; `--quick` uses a generated text) with the same "
-           f"schedule ({tokens_per_step} tokens per step, learning rate 3e-3 cosine to 3e-4, "
-           "see the commands below), one process. Validation: the first windows of val.bin. At "
-           "this size CoLA has fewer parameters in its blocks but the same embedding and head, "
-           "so the comparison is of the architectures at equal steps, not of the paper's "
-           "compute-matched setting.",
+           f"`configs/{shape}-dense.json`, `{shape}-svd.json`, `{shape}-cola.json` and "
+           f"`{shape}-lax.json` (the low-rank three at the same ranks; LaX with its Kronecker "
+           "gate and σ) trained from the same seed on the prepared corpus "
+           "(`scripts/fetch_corpus.sh`: Brown + King James Bible, 8192-token BPE, the presets' "
+           "vocabulary cut to it; `--quick` uses a generated text) with the same schedule "
+           f"({tokens_per_step} tokens per step, bf16, learning rate 2e-3 cosine to 2e-4, see the "
+           "commands below), one process. Validation: the first windows of val.bin. The "
+           "comparison is of the architectures at equal steps and tokens, at a scale far below "
+           "the paper's compute-matched runs: it says whether each family trains, and in which "
+           "order they start, not which wins at 1B.",
            ""]
     if "curves" in images:
-        out += [f"![validation loss, dense vs CoLA]({images['curves']})", ""]
+        out += [f"![validation loss by family]({images['curves']})", ""]
     out += [table(["model", "parameters", "steps", "tokens", "final val loss", "best val loss"],
                   rows), ""]
     return out
@@ -485,8 +488,8 @@ def plot_curves(curves, directory):
     first = next(iter(curves.values()))
     tokens_per_step = first[0]["tokens_seen"] // max(1, first[0]["step"])
     series = []
-    for arch, metrics in curves.items():
-        path = f"curve-{arch}.dat"
+    for name, metrics in curves.items():
+        path = f"curve-{name}.dat"
         with open(os.path.join(directory, path), "w", encoding="utf-8") as f:
             for i, m in enumerate(metrics):
                 # The training loss jumps between the corpus's texts (the windows are read in
@@ -494,21 +497,21 @@ def plot_curves(curves, directory):
                 window = [x["loss"] for x in metrics[max(0, i - SMOOTH + 1):i + 1]]
                 val = m.get("val_loss", "NaN")
                 f.write(f"{m['step']} {sum(window) / len(window)} {val}\n")
-        series.append((arch, path))
+        series.append((name, path))
     if not series:
         return None
-    colours = {"dense": "#7f7f7f", "cola": "#1f77b4"}
+    colours = {"dense": "#7f7f7f", "svd": "#2ca02c", "cola": "#1f77b4", "lax": "#d62728"}
     plots = []
-    for arch, path in series:
-        c = colours.get(arch, "#000000")
+    for name, path in series:
+        c = colours.get(name.split("-")[-1], "#000000")
         plots.append(f"\"{path}\" using 1:2 with lines lc rgb \"{c}\" lw 1.5 dt 2 "
-                     f"title \"tiny-{arch} train (mean of {SMOOTH} steps)\"")
+                     f"title \"{name} train (mean of {SMOOTH} steps)\"")
         plots.append(f"\"{path}\" using 1:3 with linespoints lc rgb \"{c}\" lw 2 pt 7 ps 0.8 "
-                     f"title \"tiny-{arch} validation\"")
+                     f"title \"{name} validation\"")
     gnuplot(f"""
 set terminal pngcairo size 900,480 font ",11"
 set output "curves.png"
-set title "Dense vs CoLA (tiny shape): loss"
+set title "Dense, SVD, CoLA and LaX: loss"
 set xlabel "step ({tokens_per_step} tokens)"
 set ylabel "cross-entropy"
 set grid
@@ -579,10 +582,9 @@ def render(results_dir, readme, quick):
     if (p := plot_breakdown(runs, results_dir)):
         images["breakdown"] = rel(p)
     curves = {}
-    for arch in ("dense", "cola"):
-        path = os.path.join(results_dir, f"curve-tiny-{arch}.jsonl")
-        if os.path.exists(path):
-            curves[arch] = read_curve(path)
+    for arch in ("dense", "svd", "cola", "lax"):
+        for path in sorted(glob.glob(os.path.join(results_dir, f"curve-*-{arch}.jsonl"))):
+            curves[os.path.basename(path)[len("curve-"):-len(".jsonl")]] = read_curve(path)
     if curves and (p := plot_curves(curves, results_dir)):
         images["curves"] = rel(p)
 
