@@ -170,9 +170,10 @@ BOOSTLM_HD inline void rope_rotate_pair(float& a, float& b, float c, float s, fl
 
 // LaX's LayerNorm over a latent row's rank dimension (kernels/lax.h). The row sums are
 // accumulated in double, term by term through these (whatever order a backend walks the columns
-// in), and merged with lax_sums_merge where a backend splits a row.
+// in), and merged with lax_sums_merge where a backend splits a row. A plain aggregate (start from
+// LaxSums{}: zeros), so that CUB may keep it in shared memory and shuffle it.
 struct LaxSums {
-  double first = 0, second = 0;
+  double first, second;
 };
 BOOSTLM_HD inline LaxSums lax_sums_merge(LaxSums a, LaxSums b) {
   return {a.first + b.first, a.second + b.second};

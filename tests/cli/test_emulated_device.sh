@@ -13,11 +13,11 @@
 #  eval, generate  the cuda runs' cola and lax checkpoints scored and continued (greedy, with the
 #               KV cache and its cached-attention kernel, and without) as on the CPU
 # Tiny runs (d_model 32, 16 tokens, batch 2, 3 steps): the emulator is ~100x slower than the CPU;
-# the whole test takes about 4-4.5 minutes on 2 shared cores (243 and 262 s measured with the lax
-# runs). It catches host memory handed to a device collective (the trainer's control all-reduce
-# before d028a0b: the emulated NCCL refuses it, naming ncclAllReduce; the staged copy refuses it
-# too) and a group of one memcpy'ing device memory (ZeRO-1 saving at dp 1 before d028a0b: the
-# emulator faults on the host's access).
+# the whole test takes 4-6.5 minutes on 2 shared cores (with the lax runs: 243 and 262 s measured,
+# 380 s under a load of 5.5). It catches host memory handed to a device collective (the trainer's
+# control all-reduce before d028a0b: the emulated NCCL refuses it, naming ncclAllReduce; the staged
+# copy refuses it too) and a group of one memcpy'ing device memory (ZeRO-1 saving at dp 1 before
+# d028a0b: the emulator faults on the host's access).
 # Usage: test_emulated_device.sh path/to/boostlm
 set -uo pipefail
 boostlm=$(realpath "$1")

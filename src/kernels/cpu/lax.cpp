@@ -12,7 +12,7 @@ void lax_norm_partial_stats(const float* s, int64_t lds, int64_t rows, int64_t r
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = s + r * lds;
-    math::LaxSums sums;
+    math::LaxSums sums{};
     for (int64_t j = 0; j < r_local; ++j) math::lax_norm_stats_add(sums, row[j]);
     stats[2 * r] = static_cast<float>(sums.first);
     stats[2 * r + 1] = static_cast<float>(sums.second);
@@ -57,7 +57,7 @@ void lax_norm_partial_backward(const float* dz, int64_t lddz, const float* xhat,
   for (int64_t r = 0; r < rows; ++r) {
     const float* d = dz + r * lddz;
     const float* xh = xhat + r * ldxhat;
-    math::LaxSums row_sums;
+    math::LaxSums row_sums{};
     for (int64_t j = 0; j < r_local; ++j)
       math::lax_norm_grad_sums_add(row_sums, d[j], weight[j], xh[j]);
     sums[2 * r] = static_cast<float>(row_sums.first);
@@ -73,7 +73,7 @@ void lax_norm_backward(const float* dz, int64_t lddz, const float* xhat, int64_t
   // dw, db: column sums over the rows, each column by one thread in row order (deterministic).
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < r_local; ++j) {
-    math::LaxSums column;
+    math::LaxSums column{};
     for (int64_t r = 0; r < rows; ++r)
       math::lax_norm_param_grads_add(column, dz[r * lddz + j], xhat[r * ldxhat + j]);
     dweight[j] += static_cast<float>(column.first);

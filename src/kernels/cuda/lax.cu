@@ -46,7 +46,7 @@ __global__ void row_sums_kernel(int64_t r_local, Add add, float* out) {
   using Reduce = cub::BlockReduce<math::LaxSums, kBlock>;
   __shared__ typename Reduce::TempStorage temp;
   const int64_t r = blockIdx.x;
-  math::LaxSums acc;
+  math::LaxSums acc{};
   for (int64_t j = threadIdx.x; j < r_local; j += kBlock) add(acc, r, j);
   acc = Reduce(temp).Reduce(acc, MergeLaxSums{});
   if (threadIdx.x == 0) {  // CUB's result is defined in thread 0 only
@@ -157,7 +157,7 @@ __global__ void param_grads_partial_kernel(const float* dz, int64_t lddz, const 
   const int64_t chunk = blockIdx.y;
   const int64_t r0 = chunk * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  math::LaxSums acc;
+  math::LaxSums acc{};
   for (int64_t r = r0; r < r1; ++r)
     math::lax_norm_param_grads_add(acc, dz[r * lddz + j], xhat[r * ldxhat + j]);
   partial[chunk * cols + j] = acc;
@@ -167,7 +167,7 @@ __global__ void param_grads_add_kernel(const math::LaxSums* partial, int64_t chu
                                        float* dweight, float* dbias) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnBlock + threadIdx.x;
   if (j >= cols) return;
-  math::LaxSums acc;
+  math::LaxSums acc{};
   for (int64_t c = 0; c < chunks; ++c) acc = math::lax_sums_merge(acc, partial[c * cols + j]);
   dweight[j] += static_cast<float>(acc.first);
   dbias[j] += static_cast<float>(acc.second);
