@@ -14,7 +14,8 @@
 # training throughput, 60m, one process), --pipeline (bench pipeline: 1F1B's bubble at PP 2, 60m),
 # --curves (dense, svd, cola and lax loss curves at 60m on the prepared corpus), --step (bench step: one
 # process, 60m and 130m, cola and dense, fp32 and bf16: MFU, peak memory and ms per kernel family;
-# a saved step-<shape>-before.json, from an earlier build, is shown beside it), --report (plots and
+# a saved step-<shape>-before.json, from an earlier build, is shown beside it), --lax (bench
+# layouts naive-tp and btp for cola and lax back to back, 60m fp32 TP 2), --report (plots and
 # README; always run after any other part).
 # --cluster (not part of "all": needs root, and minutes per rate) sweeps link rates on an emulated
 # cluster of two hosts (scripts/cluster.sh): per rate, calibrate the link's alpha-beta
@@ -23,7 +24,7 @@
 # (tc rates) overrides the list. --recovery (not part of "all") trains tiny-dense, converts it to
 # CoLA (boostlm convert --to cola) and trains on, against tiny-cola from scratch (recovery.md).
 # Options: --out DIR (default results), --readme FILE (default README.md; "none" skips it),
-# --no-build (use build/boostlm as it is).
+# --no-build (use build/boostlm as it is; BOOSTLM_BIN=path another build of the same source).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -37,16 +38,17 @@ while (($#)); do
     --readme) readme=$2; shift ;;
     --no-build) build=0 ;;
     --rates) rates=$2; shift ;;
-    --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --step | --report | \
+    --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --step | --lax | \
+    --report | \
     --cluster | \
       --recovery)
       parts+=("${1#--}") ;;
-    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "results.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
-((${#parts[@]})) || parts=(layouts gemm ablations torch pipeline curves step report)
+((${#parts[@]})) || parts=(layouts gemm ablations torch pipeline curves step lax report)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
 if ((quick)); then
@@ -142,6 +144,19 @@ if want layouts; then
   done
   run "$out/layouts-$shape_bf16-bf16.log" "$boostlm" launch -n 2 -- bench layouts \
     --shape "$shape_bf16" --precision bf16 "${small[@]}" --json "$out/layouts-$shape_bf16-bf16.json"
+  end_part
+fi
+
+# --lax: naive-tp and btp with LaX's latent crossing against CoLA, back to back at 60m fp32, TP 2
+# (issue 48): the crossing adds no communication under btp and two collectives per gate and norm
+# under naive-tp.
+if want lax; then
+  begin_part lax
+  for arch in cola lax; do
+    run "$out/lax-layouts-$arch.log" "$boostlm" launch -n 2 -- bench layouts --shape \
+      "${shapes[0]}" --low-rank "$arch" --precision fp32 "${small[@]}" --variants naive-tp btp \
+      --json "$out/lax-layouts-$arch.json"
+  done
   end_part
 fi
 

@@ -73,7 +73,7 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
   cmd->add_option("--shape", o.shape, "preset (60m, 130m, ..., tiny) or a low-rank config file")
       ->capture_default_str();
   cmd->add_option("--low-rank", f->low_rank, "model of naive-tp and btp")
-      ->check(CLI::IsMember({"cola", "svd"}))
+      ->check(CLI::IsMember({"cola", "svd", "lax"}))
       ->capture_default_str();
   cmd->add_option("--precision", f->precision, "fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}))

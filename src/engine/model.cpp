@@ -62,10 +62,6 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
       stage_layer_range(config_.n_layers, pp_->size(), pp_->rank());
   const LayoutKind kind = layout.value_or(default_layout(config_));
   check_options(kind, options);
-  if (config_.arch == Arch::lax) {
-    if (current_device() == Device::cuda)
-      throw error("arch lax: the CUDA backend has no LaX kernels yet; use --device cpu");
-  }
   // Overlap hides TP collectives; with no TP group there are none, and without
   // MPI_THREAD_MULTIPLE the progress thread may not call MPI.
   int chunks = tp_->size() > 1 ? options.overlap_chunks : 1;

@@ -168,6 +168,95 @@ BOOSTLM_HD inline void rope_rotate_pair(float& a, float& b, float c, float s, fl
   b = b0 * c + sign * a0 * s;
 }
 
+// LaX's LayerNorm over a latent row's rank dimension (kernels/lax.h). The row sums are
+// accumulated in double, term by term through these (whatever order a backend walks the columns
+// in), and merged with lax_sums_merge where a backend splits a row. A plain aggregate (start from
+// LaxSums{}: zeros), so that CUB may keep it in shared memory and shuffle it.
+struct LaxSums {
+  double first, second;
+};
+BOOSTLM_HD inline LaxSums lax_sums_merge(LaxSums a, LaxSums b) {
+  return {a.first + b.first, a.second + b.second};
+}
+// Forward: [Σs, Σs²].
+BOOSTLM_HD inline void lax_norm_stats_add(LaxSums& acc, float s) {
+  acc.first += s;
+  acc.second += static_cast<double>(s) * s;
+}
+// Backward: [Σg, Σg·x̂], g = dz·w.
+BOOSTLM_HD inline void lax_norm_grad_sums_add(LaxSums& acc, float dz, float weight, float xhat) {
+  const double g = static_cast<double>(dz) * weight;
+  acc.first += g;
+  acc.second += g * xhat;
+}
+// A column's [Σ dz·x̂, Σ dz] over rows: the summands of dw and db.
+BOOSTLM_HD inline void lax_norm_param_grads_add(LaxSums& acc, float dz, float xhat) {
+  const double d = dz;
+  acc.first += d * xhat;
+  acc.second += d;
+}
+
+// The row's mean and rstd = 1/sqrt(var + eps) from its summed stats over r_total columns, in
+// double as they were summed; var = Σs²/r − mean², clamped at 0 (cancellation may go below).
+struct LaxNormMoments {
+  float mean, rstd;
+};
+BOOSTLM_HD inline LaxNormMoments lax_norm_moments(float sum, float sum_squares, int64_t r_total,
+                                                  float eps) {
+  const double mean = static_cast<double>(sum) / static_cast<double>(r_total);
+  const double var = static_cast<double>(sum_squares) / static_cast<double>(r_total) - mean * mean;
+  const double clamped = 0.0 < var ? var : 0.0;  // std::max(0.0, var): NaN gives 0 too
+  return {static_cast<float>(mean), static_cast<float>(1.0 / sqrt(clamped + eps))};
+}
+// x̂ = (s − mean) · rstd, and z = x̂ ⊙ w + b.
+BOOSTLM_HD inline float lax_norm_xhat(float s, LaxNormMoments m) {
+  return (s - m.mean) * m.rstd;
+}
+BOOSTLM_HD inline float lax_norm_affine(float xhat, float weight, float bias) {
+  return xhat * weight + bias;
+}
+// Backward, per row: Σg / r and Σ(g·x̂) / r from the summed sums; per column:
+// ds = rstd · (dz·w − Σg/r − x̂ · Σ(g·x̂)/r).
+struct LaxNormGradMeans {
+  float g, gx;
+};
+BOOSTLM_HD inline LaxNormGradMeans lax_norm_grad_means(float sum_g, float sum_gx, int64_t r_total) {
+  const float r = static_cast<float>(r_total);
+  return {sum_g / r, sum_gx / r};
+}
+BOOSTLM_HD inline float lax_norm_input_grad(float dz, float weight, float xhat, float rstd,
+                                            LaxNormGradMeans means) {
+  return rstd * (dz * weight - means.g - xhat * means.gx);
+}
+
+// LaX's Kronecker gate K = P ⊗ Q ([p·q, p·q]; P [p, p], Q [q, q]):
+// K[row, col] = P[row / q, col / q] · Q[row % q, col % q].
+BOOSTLM_HD inline float kron_element(const float* p_factor, int64_t p, const float* q_factor,
+                                     int64_t q, int64_t row, int64_t col) {
+  return p_factor[(row / q) * p + col / q] * q_factor[(row % q) * q + col % q];
+}
+// The factors' gradient sums from dK (row stride r = p·q), each in double in a fixed order:
+// dP[a, i]'s Σ_{b, j} dK[aq+b, iq+j] · Q[b, j] (b, then j), dQ[b, j]'s Σ_{a, i} dK[aq+b, iq+j] ·
+// P[a, i] (a, then i).
+BOOSTLM_HD inline double kron_dp_sum(const float* dk, const float* q_factor, int64_t p, int64_t q,
+                                     int64_t a, int64_t i) {
+  const int64_t r = p * q;
+  double sum = 0;
+  for (int64_t b = 0; b < q; ++b)
+    for (int64_t j = 0; j < q; ++j)
+      sum += static_cast<double>(dk[(a * q + b) * r + i * q + j]) * q_factor[b * q + j];
+  return sum;
+}
+BOOSTLM_HD inline double kron_dq_sum(const float* dk, const float* p_factor, int64_t p, int64_t q,
+                                     int64_t b, int64_t j) {
+  const int64_t r = p * q;
+  double sum = 0;
+  for (int64_t a = 0; a < p; ++a)
+    for (int64_t i = 0; i < p; ++i)
+      sum += static_cast<double>(dk[(a * q + b) * r + i * q + j]) * p_factor[a * p + i];
+  return sum;
+}
+
 // AdamW's bias corrections 1 − β^step (host: computed once per step, in double as the CPU does).
 inline float adamw_bias_correction(float beta, int64_t step) {
   return 1.0f - static_cast<float>(std::pow(static_cast<double>(beta), static_cast<double>(step)));

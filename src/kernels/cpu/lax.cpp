@@ -1,10 +1,8 @@
 #include "kernels/lax.h"
 #include "kernels/cpu/kernels.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include "core/profile.h"
+#include "kernels/math.h"
 
 namespace boostlm::cpu {
 
@@ -14,13 +12,10 @@ void lax_norm_partial_stats(const float* s, int64_t lds, int64_t rows, int64_t r
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = s + r * lds;
-    double sum = 0, sum_sq = 0;
-    for (int64_t j = 0; j < r_local; ++j) {
-      sum += row[j];
-      sum_sq += static_cast<double>(row[j]) * row[j];
-    }
-    stats[2 * r] = static_cast<float>(sum);
-    stats[2 * r + 1] = static_cast<float>(sum_sq);
+    math::LaxSums sums{};
+    for (int64_t j = 0; j < r_local; ++j) math::lax_norm_stats_add(sums, row[j]);
+    stats[2 * r] = static_cast<float>(sums.first);
+    stats[2 * r + 1] = static_cast<float>(sums.second);
   }
 }
 
@@ -30,18 +25,16 @@ void lax_norm_forward(const float* s, int64_t lds, const float* stats, int64_t r
   BOOSTLM_KERNEL("lax_norm");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const double mean = static_cast<double>(stats[2 * r]) / r_total;
-    const double var = std::max(0.0, static_cast<double>(stats[2 * r + 1]) / r_total - mean * mean);
-    const float rs = static_cast<float>(1.0 / std::sqrt(var + eps));
-    const float m = static_cast<float>(mean);
-    rstd[r] = rs;
+    const math::LaxNormMoments m =
+        math::lax_norm_moments(stats[2 * r], stats[2 * r + 1], r_total, eps);
+    rstd[r] = m.rstd;
     const float* in = s + r * lds;
     float* xh = xhat + r * ldxhat;
     float* out = z + r * ldz;
     for (int64_t j = 0; j < r_local; ++j) {
-      const float x = (in[j] - m) * rs;
+      const float x = math::lax_norm_xhat(in[j], m);
       xh[j] = x;
-      out[j] = x * weight[j] + bias[j];
+      out[j] = math::lax_norm_affine(x, weight[j], bias[j]);
     }
   }
 }
@@ -53,7 +46,7 @@ void lax_norm_apply(const float* xhat, int64_t ldxhat, int64_t rows, int64_t r_l
   for (int64_t r = 0; r < rows; ++r) {
     const float* xh = xhat + r * ldxhat;
     float* out = z + r * ldz;
-    for (int64_t j = 0; j < r_local; ++j) out[j] = xh[j] * weight[j] + bias[j];
+    for (int64_t j = 0; j < r_local; ++j) out[j] = math::lax_norm_affine(xh[j], weight[j], bias[j]);
   }
 }
 
@@ -64,14 +57,11 @@ void lax_norm_partial_backward(const float* dz, int64_t lddz, const float* xhat,
   for (int64_t r = 0; r < rows; ++r) {
     const float* d = dz + r * lddz;
     const float* xh = xhat + r * ldxhat;
-    double sum_g = 0, sum_gx = 0;
-    for (int64_t j = 0; j < r_local; ++j) {
-      const double g = static_cast<double>(d[j]) * weight[j];
-      sum_g += g;
-      sum_gx += g * xh[j];
-    }
-    sums[2 * r] = static_cast<float>(sum_g);
-    sums[2 * r + 1] = static_cast<float>(sum_gx);
+    math::LaxSums row_sums{};
+    for (int64_t j = 0; j < r_local; ++j)
+      math::lax_norm_grad_sums_add(row_sums, d[j], weight[j], xh[j]);
+    sums[2 * r] = static_cast<float>(row_sums.first);
+    sums[2 * r + 1] = static_cast<float>(row_sums.second);
   }
 }
 
@@ -83,25 +73,22 @@ void lax_norm_backward(const float* dz, int64_t lddz, const float* xhat, int64_t
   // dw, db: column sums over the rows, each column by one thread in row order (deterministic).
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < r_local; ++j) {
-    double dw = 0, db = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const double d = dz[r * lddz + j];
-      dw += d * xhat[r * ldxhat + j];
-      db += d;
-    }
-    dweight[j] += static_cast<float>(dw);
-    dbias[j] += static_cast<float>(db);
+    math::LaxSums column{};
+    for (int64_t r = 0; r < rows; ++r)
+      math::lax_norm_param_grads_add(column, dz[r * lddz + j], xhat[r * ldxhat + j]);
+    dweight[j] += static_cast<float>(column.first);
+    dbias[j] += static_cast<float>(column.second);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const float mean_g = sums[2 * r] / static_cast<float>(r_total);
-    const float mean_gx = sums[2 * r + 1] / static_cast<float>(r_total);
+    const math::LaxNormGradMeans means =
+        math::lax_norm_grad_means(sums[2 * r], sums[2 * r + 1], r_total);
     const float rs = rstd[r];
     const float* d = dz + r * lddz;
     const float* xh = xhat + r * ldxhat;
     float* out = ds + r * ldds;
     for (int64_t j = 0; j < r_local; ++j)
-      out[j] = rs * (d[j] * weight[j] - mean_g - xh[j] * mean_gx);
+      out[j] = math::lax_norm_input_grad(d[j], weight[j], xh[j], rs, means);
   }
 }
 
@@ -110,37 +97,21 @@ void kron_expand(const float* p_factor, int64_t p, const float* q_factor, int64_
   const int64_t r = p * q;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < r; ++row) {
-    const int64_t a = row / q, b = row % q;
     float* out = k + row * r;
-    for (int64_t i = 0; i < p; ++i) {
-      const float pa = p_factor[a * p + i];
-      for (int64_t j = 0; j < q; ++j) out[i * q + j] = pa * q_factor[b * q + j];
-    }
+    for (int64_t col = 0; col < r; ++col)
+      out[col] = math::kron_element(p_factor, p, q_factor, q, row, col);
   }
 }
 
-void kron_factor_backward(const float* dk, const float* p_factor, int64_t p,
-                          const float* q_factor, int64_t q, float* dp, float* dq) {
+void kron_factor_backward(const float* dk, const float* p_factor, int64_t p, const float* q_factor,
+                          int64_t q, float* dp, float* dq) {
   BOOSTLM_KERNEL("lax_gate");
-  const int64_t r = p * q;
 #pragma omp parallel for schedule(static)
-  for (int64_t ai = 0; ai < p * p; ++ai) {
-    const int64_t a = ai / p, i = ai % p;
-    double sum = 0;
-    for (int64_t b = 0; b < q; ++b)
-      for (int64_t j = 0; j < q; ++j)
-        sum += static_cast<double>(dk[(a * q + b) * r + i * q + j]) * q_factor[b * q + j];
-    dp[ai] += static_cast<float>(sum);
-  }
+  for (int64_t ai = 0; ai < p * p; ++ai)
+    dp[ai] += static_cast<float>(math::kron_dp_sum(dk, q_factor, p, q, ai / p, ai % p));
 #pragma omp parallel for schedule(static)
-  for (int64_t bj = 0; bj < q * q; ++bj) {
-    const int64_t b = bj / q, j = bj % q;
-    double sum = 0;
-    for (int64_t a = 0; a < p; ++a)
-      for (int64_t i = 0; i < p; ++i)
-        sum += static_cast<double>(dk[(a * q + b) * r + i * q + j]) * p_factor[a * p + i];
-    dq[bj] += static_cast<float>(sum);
-  }
+  for (int64_t bj = 0; bj < q * q; ++bj)
+    dq[bj] += static_cast<float>(math::kron_dq_sum(dk, p_factor, p, q, bj / q, bj % q));
 }
 
 }  // namespace boostlm::cpu

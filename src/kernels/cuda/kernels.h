@@ -150,6 +150,33 @@ void online_norm_input_backward(const float* g, const float* x, const float* gam
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// ---- LaX's latent LayerNorm and Kronecker gate (kernels/lax.h; lax.cu). The row sums are one
+// block per row (double sums merged by CUB's BlockReduce); dw and db are a two-stage column sum in
+// double through a workspace of lax_norm_backward_workspace_bytes(rows, r_local); the Kronecker
+// factors' gradients sum in the CPU backend's order. All deterministic.
+void lax_norm_partial_stats(const float* s, int64_t lds, int64_t rows, int64_t r_local,
+                            float* stats, cudaStream_t stream);
+void lax_norm_forward(const float* s, int64_t lds, const float* stats, int64_t rows,
+                      int64_t r_local, int64_t r_total, const float* weight, const float* bias,
+                      float eps, float* z, int64_t ldz, float* xhat, int64_t ldxhat, float* rstd,
+                      cudaStream_t stream);
+void lax_norm_apply(const float* xhat, int64_t ldxhat, int64_t rows, int64_t r_local,
+                    const float* weight, const float* bias, float* z, int64_t ldz,
+                    cudaStream_t stream);
+void lax_norm_partial_backward(const float* dz, int64_t lddz, const float* xhat, int64_t ldxhat,
+                               int64_t rows, int64_t r_local, const float* weight, float* sums,
+                               cudaStream_t stream);
+size_t lax_norm_backward_workspace_bytes(int64_t rows, int64_t r_local);
+void lax_norm_backward(const float* dz, int64_t lddz, const float* xhat, int64_t ldxhat,
+                       const float* rstd, const float* sums, int64_t rows, int64_t r_local,
+                       int64_t r_total, const float* weight, float* ds, int64_t ldds,
+                       float* dweight, float* dbias, void* workspace, size_t workspace_bytes,
+                       cudaStream_t stream);
+void kron_expand(const float* p_factor, int64_t p, const float* q_factor, int64_t q, float* k,
+                 cudaStream_t stream);
+void kron_factor_backward(const float* dk, const float* p_factor, int64_t p, const float* q_factor,
+                          int64_t q, float* dp, float* dq, cudaStream_t stream);
+
 // ---- Softmax cross-entropy (kernels/cross_entropy.h) on a chunk of logit rows: one block per
 // row, the max and Σexp in one online pass. grad_bf16 may lie over the logits (bf16_over) as on
 // the CPU. mean_loss writes the mean to *result (device memory), summed in double in a fixed order.

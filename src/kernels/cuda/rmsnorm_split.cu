@@ -59,27 +59,6 @@ void launch_rstd(const float* stat, int64_t ld, int64_t rows, int64_t D, float e
   BOOSTLM_CHECK_LAUNCH();
 }
 
-// ---- Element-wise over a [rows, cols] domain: f(r, j) for every element.
-template <typename F>
-__global__ void elements_2d_kernel(int64_t rows, int64_t cols, F f) {
-  const int64_t total = rows * cols;
-  for (int64_t e = grid_index(); e < total; e += grid_stride()) {
-    const int64_t r = e / cols;
-    f(r, e - r * cols);
-  }
-}
-
-// `cost` names the functor for the counters (the launch expression is the generic kernel's).
-template <typename F>
-void for_each_element(int64_t rows, int64_t cols, const F& f, const LaunchCost& cost,
-                      cudaStream_t stream) {
-  const LaunchGeometry g = elements_launch(rows * cols);
-  if (g.grid == 0) return;
-  BOOSTLM_DECLARE_LAUNCH(cost);
-  elements_2d_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(rows, cols, f);
-  BOOSTLM_CHECK_LAUNCH();
-}
-
 // The functors the element-wise kernels run (nvcc takes no host lambdas into kernels without
 // --extended-lambda). Each is one line of rmsnorm.h's formulas.
 struct ApplyRows {  // y = x · rstd ⊙ γ

@@ -31,6 +31,7 @@ set(BOOSTLM_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/reference_gemm.cu
   ${CMAKE_CURRENT_LIST_DIR}/plans.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention_cached.cu
+  ${CMAKE_CURRENT_LIST_DIR}/lax.cu
   ${CMAKE_CURRENT_LIST_DIR}/table.cpp
 )
 if(BOOSTLM_CUDA_EMULATE)

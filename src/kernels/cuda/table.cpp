@@ -180,37 +180,13 @@ double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges,
   return value;
 }
 
-// LaX's latent ops (kernels/lax.h) have no device kernels yet: the engine refuses arch lax with
-// --device cuda before any work (engine/model.cpp), and these end the run if one is reached anyway.
-[[noreturn]] void no_lax_on_device(const char* entry) {
-  throw error("kernels: ", entry, " (LaX) has no CUDA kernel yet; train arch lax with --device cpu");
-}
-void lax_norm_partial_stats(const float*, int64_t, int64_t, int64_t, float*, cudaStream_t) {
-  no_lax_on_device("lax_norm_partial_stats");
-}
-void lax_norm_forward(const float*, int64_t, const float*, int64_t, int64_t, int64_t, const float*,
-                      const float*, float, float*, int64_t, float*, int64_t, float*, cudaStream_t) {
-  no_lax_on_device("lax_norm_forward");
-}
-void lax_norm_apply(const float*, int64_t, int64_t, int64_t, const float*, const float*, float*,
-                    int64_t, cudaStream_t) {
-  no_lax_on_device("lax_norm_apply");
-}
-void lax_norm_partial_backward(const float*, int64_t, const float*, int64_t, int64_t, int64_t,
-                               const float*, float*, cudaStream_t) {
-  no_lax_on_device("lax_norm_partial_backward");
-}
-void lax_norm_backward(const float*, int64_t, const float*, int64_t, const float*, const float*,
-                       int64_t, int64_t, int64_t, const float*, float*, int64_t, float*, float*,
-                       cudaStream_t) {
-  no_lax_on_device("lax_norm_backward");
-}
-void kron_expand(const float*, int64_t, const float*, int64_t, float*, cudaStream_t) {
-  no_lax_on_device("kron_expand");
-}
-void kron_factor_backward(const float*, const float*, int64_t, const float*, int64_t, float*,
-                          float*, cudaStream_t) {
-  no_lax_on_device("kron_factor_backward");
+void lax_norm_backward(const float* dz, int64_t lddz, const float* xhat, int64_t ldxhat,
+                       const float* rstd, const float* sums, int64_t rows, int64_t r_local,
+                       int64_t r_total, const float* weight, float* ds, int64_t ldds,
+                       float* dweight, float* dbias, cudaStream_t s) {
+  const Scratch w(lax_norm_backward_workspace_bytes(rows, r_local), s);
+  cuda::lax_norm_backward(dz, lddz, xhat, ldxhat, rstd, sums, rows, r_local, r_total, weight, ds,
+                          ldds, dweight, dbias, w.data(), w.bytes(), s);
 }
 
 }  // namespace adapted
