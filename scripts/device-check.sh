@@ -19,7 +19,9 @@
 #
 # With the `device` tool of these sessions: prepare here, then
 #   run(command="scripts/device-check.sh run device-bundle.tar.xz $OUT", carry=["device-bundle.tar.xz"]).
-# Not checked yet: the layouts on several GPUs (one GPU here), the benchmarks on the GPU.
+# It also runs the mma/ldmatrix ISA-table tests, prints the attention kernels' rate and times the
+# 1B CoLA's step at sequence 4096 beside its prediction (issue 47).
+# Not checked yet: the layouts on several GPUs (one GPU here), the other benchmarks on the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -29,12 +31,16 @@ prepare() {
   local build=${BUILD:-build}
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=ON > /dev/null || exit 1
   cmake --build "$build" -j "$(nproc)" --target boostlm boostlm_cuda_tests \
-    boostlm_cuda_backend_tests boostlm_comm_cuda_tests || exit 1
+    boostlm_cuda_backend_tests boostlm_comm_cuda_tests boostlm_mma_tests || exit 1
   rm -rf "$bundle"
   mkdir -p "$bundle/bin" "$bundle/lib"
   cp "$build/boostlm" "$build/tests/kernels/cuda/boostlm_cuda_tests" \
     "$build/tests/kernels/cuda/boostlm_cuda_backend_tests" \
+    "$build/tests/kernels/cuda/boostlm_mma_tests" \
     "$build/tests/comm/boostlm_comm_cuda_tests" "$bundle/bin/"
+  # The step's predicted cost on an H200 (bench step --device cuda on the emulated device), set
+  # beside the measured one.
+  cp results/device-step-1b-4096.json "$bundle/" 2> /dev/null
   cp "$0" "$bundle/"
   # The libraries a GPU machine's image lacks: everything the binaries load but the C and C++
   # runtimes (a newer image has newer ones) and CUDA's (found there, in the toolkit or the wheels).
@@ -232,7 +238,14 @@ run() {
   timeout 120 "$bundle/bin/boostlm_cuda_backend_tests" > "$out/cuda_backend_tests.txt" 2>&1
   echo "| cuda backend tests (exit $?) | $(grep -m1 -E 'PASSED|FAILED' "$out/cuda_backend_tests.txt") |" >> "$summary"
 
+  # The tensor-core instructions against the PTX ISA's fragment tables, on the hardware.
+  timeout 60 "$bundle/bin/boostlm_mma_tests" > "$out/mma_tests.txt" 2>&1
+  echo "| mma/ldmatrix ISA-table tests (exit $?) | $(grep -m1 -E 'PASSED|FAILED' "$out/mma_tests.txt") |" >> "$summary"
+  # The attention kernels' rate (CudaAttention.MeasuresTheAttentionRate, part of the cuda tests).
+  grep '^attention ' "$out/cuda_tests.txt" | sed 's/^/| /; s/: / | /; s/$/ |/' >> "$summary"
+
   comm_tests "$out" "$summary"
+  speed_check "$out" >> "$summary"
   engine_check "$out" > "$out/engine.md"
   checkpoint_check "$out" >> "$out/engine.md"
 
@@ -256,6 +269,21 @@ run() {
   echo >> "$summary"
   cat "$out/engine.md" >> "$summary"
   cat "$summary"
+}
+
+# The 1B CoLA's training step on the GPU at sequence 4096 (bf16, batch 1): measured step time and
+# MFU beside what the emulated device's counters predicted (results/device-step-1b-4096.json).
+speed_check() {
+  local out=$1 b=$bundle/bin/boostlm
+  timeout 150 "$b" bench step --device cuda --shape 1b --arch cola --precision bf16 -b 1 -t 4096 \
+    --steps 3 --warmup 1 > "$out/step_1b.txt" 2>&1
+  echo "| 1b-cola bf16 step, seq 4096 (exit $?) | $(grep -m1 '^cola ' "$out/step_1b.txt") |"
+  if [ -f "$bundle/device-step-1b-4096.json" ]; then
+    local predicted
+    predicted=$(grep -o '"predicted_step_s": *[0-9.e-]*' "$bundle/device-step-1b-4096.json" | head -1 |
+      awk '{printf "%.1f ms", $2 * 1000}')
+    echo "| predicted (emulated counters, h200.json) | $predicted |"
+  fi
 }
 
 case $mode in

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "bench/timing.h"
+#include "core/device.h"
 #include "core/heap.h"
 #include "core/profile.h"
 #include "core/rng.h"
@@ -132,7 +133,10 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   const std::map<std::string, double> breakdown =
       phase_breakdown(std::accumulate(step_s.begin(), step_s.end(), 0.0), o.steps);
   const std::string shapes = shape_table(peak);
-  const double isolated = replay_gemms(gemm_recorded_shapes(), 3);
+  // The replay runs the interface's GEMMs on host arrays: the CPU's only (on a GPU the events'
+  // GEMM time is the share, and no replay is made).
+  const double isolated =
+      current_device() == Device::cpu ? replay_gemms(gemm_recorded_shapes(), 3) : 0.0;
   gemm_clear_recorded_shapes();
   const double step = median(step_s);
   const double rate = flops.training() / step;
@@ -147,7 +151,7 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   r.gemm_share = median(gemm_s) / step;
   r.mfu = rate / (peak * 1e9);
   r.mfu_probe = median(probe_mfu);
-  r.gemm_efficiency = rate / (gemm_flops / isolated);
+  r.gemm_efficiency = isolated > 0 ? rate / (gemm_flops / isolated) : 0.0;
   r.activation_mb = model.activation_bytes() / 1e6;
   r.peak_mb = peak_bytes / 1e6;
   r.peak_gflops = peak;

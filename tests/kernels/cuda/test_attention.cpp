@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -370,6 +371,76 @@ TEST_F(CudaAttention, CachedAttentionHoldsMoreKeysThanTheDefaultSharedMemory) {
     EXPECT_NE(std::string(e.what()).find("cached positions exceed"), std::string::npos) << e.what();
   }
 }
+
+#ifndef BOOSTLM_CUDA_EMULATOR
+// On a GPU (scripts/device-check.sh prints these lines): the tensor-core kernels' rate at the 1B
+// presets' attention (bf16, causal, seq 4096) against the CUDA-core kernels at the same shape, as
+// TFLOP/s of the model's FLOPs (causal: the masked half not counted) and of the kernels' own
+// estimate of what they execute (plans.h, masked tiles included). Too slow for the emulator.
+TEST_F(CudaAttention, MeasuresTheAttentionRate) {
+  for (int64_t head_dim : {64, 128}) {
+    AttentionShape s{2, 4096, 2048 / head_dim, 2048 / head_dim, head_dim};
+    s.compute = DType::bf16;
+    const int64_t N = s.batch * s.seq_len, width = s.n_heads * s.head_dim;
+    const std::vector<float> values = random_floats(N * width, 5);
+    std::vector<bf16_t> rounded(values.size());
+    for (size_t i = 0; i < values.size(); ++i) rounded[i] = float_to_bf16(values[i]);
+    DeviceArray<bf16_t> q(rounded), k(rounded), v(rounded), out(N * width);
+    DeviceArray<float> lse(s.batch * s.n_heads * s.seq_len), dout(values), dq(N * width),
+        dk(N * width), dv(N * width);
+    const size_t bytes = cuda::attention_backward_workspace_bytes(s);
+    DeviceArray<char> work(bytes);
+    // The model's FLOPs: QKᵀ and PV over the causal pairs; the backward counted as 2.5x the
+    // forward (FlashAttention's convention: four products and the recomputed S).
+    const double pairs = static_cast<double>(s.seq_len) * (s.seq_len + 1) / 2;
+    const double forward_model = 4.0 * s.batch * s.n_heads * s.head_dim * pairs;
+    for (bool tensor_cores : {true, false}) {
+      cuda::set_attention_tensor_cores(tensor_cores);
+      auto time_ms = [&](auto&& run) {
+        run();  // warm-up
+        cudaEvent_t start, stop;
+        BOOSTLM_CHECK_CUDA(cudaEventCreate(&start));
+        BOOSTLM_CHECK_CUDA(cudaEventCreate(&stop));
+        constexpr int kReps = 5;
+        BOOSTLM_CHECK_CUDA(cudaEventRecord(start, stream));
+        for (int i = 0; i < kReps; ++i) run();
+        BOOSTLM_CHECK_CUDA(cudaEventRecord(stop, stream));
+        BOOSTLM_CHECK_CUDA(cudaEventSynchronize(stop));
+        float ms = 0;
+        BOOSTLM_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+        return ms / kReps;
+      };
+      const float forward_ms = time_ms([&] {
+        cuda::attention_forward(s, q.get(), width, k.get(), width, v.get(), width, out.get(),
+                                width, lse.get(), stream);
+      });
+      const float backward_ms = time_ms([&] {
+        cuda::attention_backward(s, q.get(), width, k.get(), width, v.get(), width, out.get(),
+                                 width, lse.get(), dout.get(), width, dq.get(), width, dk.get(),
+                                 width, dv.get(), width, work.get(), bytes, stream);
+      });
+      const double executed_forward =
+          static_cast<double>(cuda::attention_mma_flops(s, cuda::AttentionKernel::forward));
+      const double executed_backward =
+          static_cast<double>(cuda::attention_mma_flops(s, cuda::AttentionKernel::backward_dkdv) +
+                              cuda::attention_mma_flops(s, cuda::AttentionKernel::backward_dq));
+      std::printf(
+          "attention %s bf16 hd %ld seq %ld heads %ld batch %ld: forward %.3f ms, %.1f TFLOP/s "
+          "(model), %.1f (executed); backward %.3f ms, %.1f TFLOP/s (model, 2.5x forward), "
+          "%.1f (executed)\n",
+          tensor_cores ? "tensor-core" : "cuda-core", s.head_dim, s.seq_len, s.n_heads, s.batch,
+          forward_ms, forward_model / forward_ms / 1e9, executed_forward / forward_ms / 1e9,
+          backward_ms, 2.5 * forward_model / backward_ms / 1e9,
+          executed_backward / backward_ms / 1e9);
+      EXPECT_GT(forward_ms, 0.0f);
+      EXPECT_GT(backward_ms, 0.0f);
+    }
+    cuda::set_attention_tensor_cores(true);
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace boostlm
