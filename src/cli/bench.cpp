@@ -190,8 +190,9 @@ void add_step_command(CLI::App& bench) {
   cmd->add_option("--hardware", device->hardware,
                   "emulated CUDA device: the GPU the counted step is priced on (hardware/*.json)")
       ->capture_default_str();
-  cmd->add_option("--layers", device->layers,
-                  "emulated CUDA device: blocks of the model (default: the preset's)")
+  computed_default(cmd->add_option("--layers", device->layers,
+                                   "emulated CUDA device: blocks of the model (default: the "
+                                   "preset's)"))
       ->check(at_least(1));
   cmd->add_option("--top", device->top, "emulated CUDA device: kernels listed, slowest first")
       ->check(at_least(1))
