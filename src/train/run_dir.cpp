@@ -32,9 +32,28 @@ int64_t parse_digits(std::string_view text) {
   return ec == std::errc() && end == text.data() + text.size() ? value : -1;
 }
 
+// True when `pid` has ended: no such process, or one that has exited and waits to be reaped (a
+// zombie: a rank killed by its launcher is one until its parent, often init once the launcher has
+// gone, collects it). The caller holds the run's lock, which the process that named a temporary
+// held while it ran, so a process still exiting is given a moment (up to 2 s) to finish.
 bool process_gone(int64_t pid) {
   if (pid == ::getpid()) return true;  // an earlier process that had our PID: we wrote nothing yet
-  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  const auto ended = [pid] {
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+    const std::string stat = read_text_file("/proc/" + std::to_string(pid) + "/stat");
+    const size_t paren = stat.rfind(')');  // "PID (COMM) STATE ...": COMM may hold anything
+    return paren != std::string::npos && paren + 2 < stat.size() &&
+           (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
+  };
+  for (int i = 0; i < 20; ++i) {
+    try {
+      if (ended()) return true;
+    } catch (const std::exception&) {
+      return true;  // its /proc entry went between the two looks
+    }
+    ::usleep(100000);
+  }
+  return false;
 }
 
 // "NAME.tmp.PID" or ".NAME.old.PID": {NAME without the leading dot, tag, PID}; pid < 0 otherwise.

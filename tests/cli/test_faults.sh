@@ -251,11 +251,12 @@ if [ "$code" -ne 0 ] && [ "$latest" = step_000002 ] && ckpt_ok "$run/checkpoints
    temporaries "$run" | grep -q '^\.step_000004\.tmp\.'; then
   "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --resume "$run" > "$run.resume.out" \
     2> "$run.resume.log"
-  if [ $? -eq 0 ] && grep -q 'removed .*\.step_000004\.tmp\.' "$run.resume.log" &&
+  resumed=$?
+  if [ $resumed -eq 0 ] && grep -q 'removed .*\.step_000004\.tmp\.' "$run.resume.log" &&
      [ "$(cat "$run/checkpoints/latest")" = step_000006 ] && [ -z "$(temporaries "$run")" ]; then
     echo "ok   checkpoint, a rank dies mid-save: step_000002 intact; the resume removed the partial step_000004 and finished"
   else
-    fail "checkpoint die: the resume: $(tail -3 "$run.resume.log")"
+    fail "checkpoint die: the resume: exit $resumed, latest '$(cat "$run/checkpoints/latest")', temporaries '$(temporaries "$run")', cleaning: '$(grep 'removed\|restored' "$run.resume.log")': $(head -5 "$run.resume.log")"
   fi
 else
   fail "checkpoint die: exit $code, latest '$latest', temporaries '$(temporaries "$run")': $(tail -3 "$run.log")"

@@ -129,6 +129,28 @@ TEST(RunDir, CleansTemporariesOfDeadProcessesOnly) {
   EXPECT_FALSE(fs::exists(ck / (".step_000030.old." + dead)));
 }
 
+// A rank its launcher killed can outlive the launcher as a zombie until init reaps it (CI saw a
+// resume keep such a rank's partial checkpoint): its temporaries are stale all the same.
+TEST(RunDir, CleansTemporariesOfAZombie) {
+  const fs::path run = fresh_dir("rundir_zombie");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  // Not reaped yet: the child is a zombie once it has exited.
+  for (int i = 0; i < 200; ++i) {
+    siginfo_t info{};
+    if (::waitid(P_PID, child, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == child)
+      break;
+    ::usleep(10000);
+  }
+  ASSERT_EQ(::kill(child, 0), 0) << "the zombie is still there to signal";
+  touch_checkpoint(run / "checkpoints", ".step_000004.tmp." + std::to_string(child));
+  const auto actions = clean_stale_temporaries(run);
+  EXPECT_EQ(actions.size(), 1u);
+  EXPECT_FALSE(fs::exists(run / "checkpoints" / (".step_000004.tmp." + std::to_string(child))));
+  ::waitpid(child, nullptr, 0);
+}
+
 TEST(RunDir, OneTrainerPerDirectory) {
   const fs::path run = fresh_dir("rundir_lock");
   {
