@@ -34,7 +34,10 @@ KvDecoder::KvDecoder(const Model& model)
     std::array<Proj, 7> p;
     for (size_t i = 0; i < dims.size(); ++i) {
       const std::string prefix = projection_prefix(l, dims[i]);
-      p[i] = {nullptr, nullptr, nullptr, dims[i].d_in, dims[i].d_out, dims[i].rank};
+      p[i] = Proj{};
+      p[i].d_in = dims[i].d_in;
+      p[i].d_out = dims[i].d_out;
+      p[i].rank = dims[i].rank;
       p[i].kind = static_cast<int>(i);
       if (has_lax_crossing(config_, l))
         p[i].lax = bind_lax(config_, prefix, dims[i].rank, table, model.weights(), nullptr);

@@ -599,6 +599,8 @@ __global__ void write_ones_kernel(float* out, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = 1.0f;
 }
 
+namespace {
+
 const cuda_emulator::KernelCounters* find_row(const std::vector<cuda_emulator::KernelCounters>& rows,
                                               const std::string& kernel) {
   for (const auto& r : rows)
@@ -681,3 +683,5 @@ TEST_F(EmulatedDeviceDeathTest, ADeclarationTakenByALaunchElsewhereIsAFault) {
       },
       "declared in some_launcher.cu was taken by kernel write_ones_kernel");
 }
+
+}  // namespace
