@@ -207,6 +207,16 @@ const char* cudaGetErrorName(cudaError_t error) {
     BOOSTLM_CUDA_ERROR_NAME(cudaErrorLaunchOutOfResources)
     BOOSTLM_CUDA_ERROR_NAME(cudaErrorNotSupported)
     BOOSTLM_CUDA_ERROR_NAME(cudaErrorUnknown)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorIllegalState)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorStreamCaptureUnsupported)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorStreamCaptureInvalidated)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorStreamCaptureMerge)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorStreamCaptureUnmatched)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorStreamCaptureUnjoined)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorStreamCaptureIsolation)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorStreamCaptureImplicit)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorCapturedEvent)
+    BOOSTLM_CUDA_ERROR_NAME(cudaErrorStreamCaptureWrongThread)
 #undef BOOSTLM_CUDA_ERROR_NAME
     default:
       return "cudaErrorUnknown";
@@ -246,6 +256,26 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "too many resources requested for launch";
     case cudaErrorNotSupported:
       return "operation not supported";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge:
+      return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched:
+      return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
     default:
       return "unrecognized error code";
   }

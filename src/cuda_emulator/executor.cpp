@@ -505,12 +505,13 @@ void add_counters(CounterTable& t, const KernelCounters& c) {
   auto [it, added] = t.index.try_emplace(c.kernel, t.rows.size());
   if (added) {
     t.rows.push_back(c);
-    t.rows.back().launches = 0;
+    t.rows.back().launches = t.rows.back().graph_launches = 0;
     t.rows.back().tensor_flops = t.rows.back().other_flops = 0;
     t.rows.back().bytes_read = t.rows.back().bytes_written = t.rows.back().undeclared = 0;
   }
   KernelCounters& row = t.rows[it->second];
   row.launches += c.launches;
+  row.graph_launches += replaying_graph() ? c.launches : c.graph_launches;
   row.tensor_flops += c.tensor_flops;
   row.other_flops += c.other_flops;
   row.bytes_read += c.bytes_read;

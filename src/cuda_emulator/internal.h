@@ -39,6 +39,11 @@ std::recursive_mutex& runtime_mutex();
 const char* running_device_work();
 void set_running_device_work(const char* what);
 
+// Whether the device work running now on this host thread came from a graph (cudaGraphLaunch):
+// the counters tell a graph's launches from the host's.
+bool replaying_graph();
+void set_replaying_graph(bool on);
+
 // The runtime's per-host-thread last error (cudaGetLastError): `status` if it is an error.
 cudaError_t record_error(cudaError_t status);
 

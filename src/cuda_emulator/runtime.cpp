@@ -30,6 +30,22 @@ struct CUevent_st {
   std::uint64_t generation = 0;             // which record the time belongs to
   std::uint64_t timed_generation = 0;
   double time_ms = 0;
+  // Last recorded in a capture: where (the waits join it); the event cannot be queried, waited
+  // for on the host or timed until it is recorded outside one.
+  std::shared_ptr<cuda_emulator::streams::CaptureMark> captured;
+};
+
+// A graph from a capture (its nodes in capture order, which is an order of its dependencies),
+// and an instantiated one.
+struct CUgraphNode_st {
+  std::size_t index = 0;
+};
+struct CUgraph_st {
+  std::vector<cuda_emulator::streams::Node> nodes;
+  std::vector<std::unique_ptr<CUgraphNode_st>> handles;  // cudaGraphGetNodes'
+};
+struct CUgraphExec_st {
+  std::vector<cuda_emulator::streams::Node> nodes;
 };
 
 namespace cuda_emulator {
@@ -40,6 +56,7 @@ using Lock = std::lock_guard<std::recursive_mutex>;
 
 thread_local cudaError_t g_last_error = cudaSuccess;
 thread_local const char* g_running_work = nullptr;
+thread_local bool g_replaying_graph = false;
 
 // Events are handles to objects that markers still pending on a stream keep alive.
 std::unordered_map<cudaEvent_t, std::shared_ptr<CUevent_st>>& events() {
@@ -156,6 +173,25 @@ KernelCounters copy_row(cudaMemcpyKind kind, std::size_t bytes) {
   return transfer_row(copy_name(kind), from_device ? bytes : 0, to_device ? bytes : 0);
 }
 
+// What capture refuses of a copy or a fill: a synchronous one while a capture prohibits this
+// thread's unsafe calls; on a capturing stream, host memory that is not pinned (the graph's copy
+// node would read or write the address at each replay: pageable memory is refused rather than
+// baked in, the emulator's rule); any enqueue into an invalidated capture.
+cudaError_t capture_checks(const std::shared_ptr<streams::Stream>& stream, bool blocking,
+                           cudaMemcpyKind kind, void* dst, const void* src, std::size_t count) {
+  if (blocking)
+    if (const cudaError_t status = streams::check_unsafe_call(); status != cudaSuccess)
+      return status;
+  if (const cudaError_t status = streams::check_enqueue(stream); status != cudaSuccess)
+    return status;
+  if (!streams::capturing(stream)) return cudaSuccess;
+  if ((kind == cudaMemcpyHostToDevice && !memory::is_pinned_range(src, count)) ||
+      (kind == cudaMemcpyDeviceToHost && !memory::is_pinned_range(dst, count)) ||
+      kind == cudaMemcpyHostToHost)
+    return streams::invalidate(stream, cudaErrorStreamCaptureUnsupported);
+  return cudaSuccess;
+}
+
 // A copy enqueued on `stream` (blocking: drained before returning, as cudaMemcpy is).
 cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind,
                  cudaStream_t handle, bool blocking) {
@@ -164,6 +200,9 @@ cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind k
   if (count == 0) return cudaSuccess;
   if (!dst || !src) return fail(cudaErrorInvalidValue);
   if (const cudaError_t status = resolve_kind(dst, src, count, kind); status != cudaSuccess)
+    return fail(status);
+  if (const cudaError_t status = capture_checks(stream, blocking, kind, dst, src, count);
+      status != cudaSuccess)
     return fail(status);
   std::function<void()> work;
   if (count_only()) {
@@ -174,8 +213,10 @@ cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind k
         static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + count);
     work = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
   } else {
-    if (kind == cudaMemcpyDeviceToHost && settings().poison && !blocking)
-      std::memset(dst, 0xFF, count);  // the host reads this until the stream is synchronised
+    // The host reads this until the stream is synchronised (a captured copy does nothing now).
+    if (kind == cudaMemcpyDeviceToHost && settings().poison && !blocking &&
+        !streams::capturing(stream))
+      std::memset(dst, 0xFF, count);
     work = [dst, src, count] { std::memmove(dst, src, count); };
   }
   work = [work = std::move(work), row = copy_row(kind, count)] {
@@ -208,6 +249,10 @@ cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
     return fail(cudaErrorInvalidValue);
   if (memory::in_device_region(src) && !memory::is_device_range(src, src_extent))
     return fail(cudaErrorInvalidValue);
+  if (const cudaError_t status =
+          capture_checks(stream, blocking, src_kind, dst, src, std::max(dst_extent, src_extent));
+      status != cudaSuccess)
+    return fail(status);
   std::function<void()> work;
   if (count_only()) {
     work = [] {};  // counted, not run (counters.h)
@@ -220,7 +265,8 @@ cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
         std::memcpy(static_cast<char*>(dst) + r * dpitch, staged->data() + r * width, width);
     };
   } else {
-    if (src_kind == cudaMemcpyDeviceToHost && settings().poison && !blocking)
+    if (src_kind == cudaMemcpyDeviceToHost && settings().poison && !blocking &&
+        !streams::capturing(stream))
       for (std::size_t r = 0; r < height; ++r)
         std::memset(static_cast<char*>(dst) + r * dpitch, 0xFF, width);
     work = [dst, dpitch, src, spitch, width, height] {
@@ -245,6 +291,10 @@ cudaError_t set(void* dst, int value, std::size_t count, cudaStream_t handle, bo
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
   if (count == 0) return cudaSuccess;
   if (!memory::is_device_range(dst, count)) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t status = capture_checks(stream, blocking, cudaMemcpyDeviceToDevice, dst,
+                                                dst, count);
+      status != cudaSuccess)
+    return fail(status);
   const streams::Ticket ticket =
       streams::enqueue(stream, blocking ? "cudaMemset" : "cudaMemsetAsync", streams::Kind::device,
                        [dst, value, count] {
@@ -253,6 +303,16 @@ cudaError_t set(void* dst, int value, std::size_t count, cudaStream_t handle, bo
                        });
   if (blocking) streams::drain(ticket);
   return cudaSuccess;
+}
+
+// Live graphs and executable graphs: a handle outside these is cudaErrorInvalidValue.
+std::unordered_map<cudaGraph_t, std::unique_ptr<CUgraph_st>>& graphs() {
+  static auto* table = new std::unordered_map<cudaGraph_t, std::unique_ptr<CUgraph_st>>();
+  return *table;
+}
+std::unordered_map<cudaGraphExec_t, std::unique_ptr<CUgraphExec_st>>& graph_execs() {
+  static auto* table = new std::unordered_map<cudaGraphExec_t, std::unique_ptr<CUgraphExec_st>>();
+  return *table;
 }
 
 std::shared_ptr<CUevent_st> find_event(cudaEvent_t handle) {
@@ -302,6 +362,14 @@ void set_running_device_work(const char* what) {
   g_running_work = what;
 }
 
+bool replaying_graph() {
+  return g_replaying_graph;
+}
+
+void set_replaying_graph(bool on) {
+  g_replaying_graph = on;
+}
+
 cudaError_t record_error(cudaError_t status) {
   if (status != cudaSuccess) g_last_error = status;
   return status;
@@ -323,6 +391,10 @@ void enqueue(cudaStream_t handle, const char* what, std::function<void()> work) 
   Entry entry;
   std::shared_ptr<streams::Stream> stream = streams::find(handle);
   if (!stream) fault(std::string(what) + ": enqueued on a stream that does not exist");
+  if (const cudaError_t status = streams::check_enqueue(stream); status != cudaSuccess) {
+    record_error(status);  // an invalidated capture: the work is dropped, the capture fails
+    return;
+  }
   streams::enqueue(stream, what, streams::Kind::device, std::move(work));
 }
 
@@ -350,6 +422,10 @@ void submit_launch(KernelLaunch launch) {
   }
   if (!dynamic_shared_allowed(launch.function, launch.config.shared_bytes)) {
     fail(cudaErrorInvalidValue);
+    return;
+  }
+  if (const cudaError_t status = streams::check_enqueue(stream); status != cudaSuccess) {
+    fail(status);
     return;
   }
   auto description = std::make_shared<std::string>(std::string("kernel ") + launch.name + " (" +
@@ -384,23 +460,31 @@ cudaError_t cudaPeekAtLastError() {
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
   Entry entry;
+  if (const cudaError_t status = streams::check_unsafe_call(); status != cudaSuccess)
+    return fail(status);
   return fail(memory::allocate_device(devPtr, size));
 }
 
 // cudaFree waits for the device first, as CUDA's does.
 cudaError_t cudaFree(void* devPtr) {
   Entry entry;
+  if (const cudaError_t status = streams::check_unsafe_call(); status != cudaSuccess)
+    return fail(status);
   streams::drain_all();
   return fail(memory::free_device(devPtr));
 }
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
   Entry entry;
+  if (const cudaError_t status = streams::check_unsafe_call(); status != cudaSuccess)
+    return fail(status);
   return fail(memory::allocate_pinned(ptr, size));
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
   Entry entry;
+  if (const cudaError_t status = streams::check_unsafe_call(); status != cudaSuccess)
+    return fail(status);
   streams::drain_all();
   return fail(memory::free_pinned(ptr));
 }
@@ -491,6 +575,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
   Entry entry;
   std::shared_ptr<streams::Stream> stream = streams::find(handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
+  if (streams::capturing(stream))
+    return fail(streams::invalidate(stream, cudaErrorStreamCaptureUnsupported));
   streams::drain_stream(stream);
   return cudaSuccess;
 }
@@ -501,6 +587,8 @@ cudaError_t cudaStreamQuery(cudaStream_t handle) {
   Entry entry;
   std::shared_ptr<streams::Stream> stream = streams::find(handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
+  if (streams::capturing(stream))
+    return fail(streams::invalidate(stream, cudaErrorStreamCaptureUnsupported));
   if (streams::stream_idle(stream)) return cudaSuccess;
   streams::drain_stream(stream);
   return cudaErrorNotReady;
@@ -511,7 +599,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
   std::shared_ptr<streams::Stream> stream = streams::find(handle);
   std::shared_ptr<CUevent_st> e = find_event(event);
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t status = streams::check_enqueue(stream); status != cudaSuccess)
+    return fail(status);
+  if (e->captured) return fail(streams::wait_mark(stream, *e->captured));
   if (!e->recorded.stream) return cudaSuccess;  // never recorded: nothing to wait for
+  // Work outside the capture: a dependency across its boundary (done or not).
+  if (streams::capturing(stream))
+    return fail(streams::invalidate(stream, cudaErrorStreamCaptureIsolation));
   const streams::Ticket recorded = e->recorded;
   streams::enqueue(stream, "cudaStreamWaitEvent", streams::Kind::marker, nullptr, &recorded);
   return cudaSuccess;
@@ -522,13 +616,21 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t handle, cudaHostFn_t fn, void* userD
   std::shared_ptr<streams::Stream> stream = streams::find(handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
   if (!fn) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t status = streams::check_enqueue(stream); status != cudaSuccess)
+    return fail(status);
   streams::enqueue(stream, "cudaLaunchHostFunc", streams::Kind::host,
                    [fn, userData] { fn(userData); });
   return cudaSuccess;
 }
 
+// Waits for every stream, capturing ones included: refused while any capture is in progress.
 cudaError_t cudaDeviceSynchronize() {
   Entry entry;
+  if (streams::any_capture()) {
+    if (const cudaError_t status = streams::check_unsafe_call(); status != cudaSuccess)
+      return fail(status);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   streams::drain_all();
   return cudaSuccess;
 }
@@ -563,7 +665,15 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   std::shared_ptr<CUevent_st> e = find_event(event);
   std::shared_ptr<streams::Stream> stream = streams::find(handle);
   if (!e || !stream) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t status = streams::check_enqueue(stream); status != cudaSuccess)
+    return fail(status);
   const std::uint64_t generation = ++e->generation;
+  if (streams::capturing(stream)) {
+    e->captured = std::make_shared<streams::CaptureMark>(streams::mark(stream));
+    e->recorded = {};
+    return cudaSuccess;
+  }
+  e->captured.reset();
   e->recorded = streams::enqueue(stream, "cudaEventRecord", streams::Kind::marker,
                                  [e, generation] {
                                    if (e->generation != generation) return;
@@ -577,6 +687,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Entry entry;
   std::shared_ptr<CUevent_st> e = find_event(event);
   if (!e) return fail(cudaErrorInvalidResourceHandle);
+  if (e->captured) return fail(cudaErrorCapturedEvent);
   streams::drain(e->recorded);
   return cudaSuccess;
 }
@@ -586,6 +697,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   Entry entry;
   std::shared_ptr<CUevent_st> e = find_event(event);
   if (!e) return fail(cudaErrorInvalidResourceHandle);
+  if (e->captured) return fail(cudaErrorCapturedEvent);
   if (streams::done(e->recorded)) return cudaSuccess;
   streams::drain(e->recorded);
   return cudaErrorNotReady;
@@ -597,6 +709,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (!ms) return fail(cudaErrorInvalidValue);
   if (!a || !b) return fail(cudaErrorInvalidResourceHandle);
   if ((a->flags | b->flags) & cudaEventDisableTiming) return fail(cudaErrorInvalidResourceHandle);
+  if (a->captured || b->captured) return fail(cudaErrorCapturedEvent);
   if (!a->recorded.stream || !b->recorded.stream) return fail(cudaErrorInvalidResourceHandle);
   if (!streams::done(a->recorded) || !streams::done(b->recorded)) return fail(cudaErrorNotReady);
   *ms = static_cast<float>(b->time_ms - a->time_ms);
@@ -613,6 +726,119 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
   if (attr == cudaFuncAttributePreferredSharedMemoryCarveout)
     return value >= -1 && value <= 100 ? cudaSuccess : fail(cudaErrorInvalidValue);
   return fail(cudaErrorInvalidValue);
+}
+
+// ---- Stream capture and graphs (streams.h: what capture records and refuses).
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  Entry entry;
+  return fail(streams::exchange_capture_mode(mode));
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t handle, cudaStreamCaptureMode mode) {
+  Entry entry;
+  std::shared_ptr<streams::Stream> stream = streams::find(handle);
+  if (!stream) return fail(cudaErrorInvalidResourceHandle);
+  return fail(streams::begin_capture(stream, mode));
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t handle, cudaGraph_t* graph) {
+  Entry entry;
+  std::shared_ptr<streams::Stream> stream = streams::find(handle);
+  if (!stream) return fail(cudaErrorInvalidResourceHandle);
+  if (!graph) return fail(cudaErrorInvalidValue);
+  *graph = nullptr;
+  auto g = std::make_unique<CUgraph_st>();
+  if (const cudaError_t status = streams::end_capture(stream, &g->nodes); status != cudaSuccess)
+    return fail(status);
+  *graph = g.get();
+  graphs().emplace(*graph, std::move(g));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t handle, cudaStreamCaptureStatus* status) {
+  Entry entry;
+  std::shared_ptr<streams::Stream> stream = streams::find(handle);
+  if (!stream) return fail(cudaErrorInvalidResourceHandle);
+  if (!status) return fail(cudaErrorInvalidValue);
+  // Asking about the legacy stream while a blocking stream captures is an implicit dependency.
+  if (stream == streams::find(nullptr))
+    if (const cudaError_t e = streams::check_enqueue(stream); e != cudaSuccess) return fail(e);
+  *status = streams::capture_status(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* numNodes) {
+  Entry entry;
+  auto it = graphs().find(graph);
+  if (it == graphs().end() || !numNodes) return fail(cudaErrorInvalidValue);
+  CUgraph_st& g = *it->second;
+  if (nodes) {
+    while (g.handles.size() < g.nodes.size()) {
+      g.handles.push_back(std::make_unique<CUgraphNode_st>());
+      g.handles.back()->index = g.handles.size() - 1;
+    }
+    const std::size_t n = std::min(*numNodes, g.nodes.size());
+    for (std::size_t i = 0; i < n; ++i) nodes[i] = g.handles[i].get();
+    for (std::size_t i = n; i < *numNodes; ++i) nodes[i] = nullptr;
+  }
+  *numNodes = g.nodes.size();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  Entry entry;
+  if (graphs().erase(graph) == 0) return fail(cudaErrorInvalidValue);
+  return cudaSuccess;
+}
+
+// Flags the emulator does not implement (upload, device launch, auto free) are refused.
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags) {
+  Entry entry;
+  if (!exec) return fail(cudaErrorInvalidValue);
+  auto it = graphs().find(graph);
+  if (it == graphs().end() || flags != 0) return fail(cudaErrorInvalidValue);
+  // Instantiating is not capturable: it is one of the calls a capture prohibits.
+  if (const cudaError_t status = streams::check_unsafe_call(); status != cudaSuccess)
+    return fail(status);
+  auto e = std::make_unique<CUgraphExec_st>();
+  e->nodes = it->second->nodes;  // the executable graph is independent of its source
+  *exec = e.get();
+  graph_execs().emplace(*exec, std::move(e));
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  Entry entry;
+  if (graph_execs().erase(exec) == 0) return fail(cudaErrorInvalidValue);
+  return cudaSuccess;
+}
+
+// The nodes, in order, as work of `stream` (into its capture, if it captures: a child graph).
+// One host launch, counted as "cudaGraphLaunch"; each node's work counts as a graph launch.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t handle) {
+  Entry entry;
+  auto it = graph_execs().find(exec);
+  if (it == graph_execs().end()) return fail(cudaErrorInvalidValue);
+  std::shared_ptr<streams::Stream> stream = streams::find(handle);
+  if (!stream) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t status = streams::check_enqueue(stream); status != cudaSuccess)
+    return fail(status);
+  const bool captured = streams::capturing(stream);
+  for (const streams::Node& node : it->second->nodes) {
+    std::function<void()> work = node.work;
+    if (!captured && work)
+      work = [work = std::move(work)] {
+        const bool previous = replaying_graph();
+        set_replaying_graph(true);
+        work();
+        set_replaying_graph(previous);
+      };
+    streams::enqueue(stream, node.what, node.kind, std::move(work));
+  }
+  if (!captured) count_library_call(transfer_row("cudaGraphLaunch", 0, 0));
+  return cudaSuccess;
 }
 
 }  // extern "C"

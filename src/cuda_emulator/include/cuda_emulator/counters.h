@@ -28,6 +28,7 @@ namespace cuda_emulator {
 struct KernelCounters {
   std::string kernel;  // the launch's kernel expression as written (templates included)
   std::uint64_t launches = 0;
+  std::uint64_t graph_launches = 0;  // of those, run as nodes of a graph (cudaGraphLaunch)
   std::uint64_t tensor_flops = 0;
   std::uint64_t other_flops = 0;  // matrix-product FLOPs on the CUDA cores (fp32 GEMMs too)
   std::uint64_t bytes_read = 0, bytes_written = 0;
