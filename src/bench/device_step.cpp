@@ -24,7 +24,9 @@ const DeviceCounterHooks& hooks() {
   return active_kernels().counters;
 }
 
-// Warm-up step first (the caching allocator's first allocations, plans), then the counted one.
+// Warm-up step first (the caching allocator's first allocations, plans), then the counted one:
+// with --cuda-graph on, the second step captures the optimizer's and the gradient norm's graphs
+// and launches them, which counts as every later step would (graph nodes, one host launch each).
 DeviceStepResult run_one(const DeviceStepOptions& o, ModelConfig config, const std::string& arch,
                          const std::string& precision, const plan::Device& device) {
   if (o.layers > 0) config.n_layers = o.layers;
@@ -79,9 +81,11 @@ void print_result(const DeviceStepOptions& o, const DeviceStepResult& r,
   std::printf("\n%s %s, %d layers, %.1fM parameters, batch %ld x %ld%s\n", r.arch.c_str(),
               r.precision.c_str(), r.layers, r.params_m, o.batch, o.seq_len,
               o.count_only ? " (count-only: kernels counted, not run)" : "");
-  std::printf("  launches per step %lu (%lu undeclared); model FLOPs %s; tensor-core FLOPs %s, "
-              "CUDA-core matrix FLOPs %s: %.2f%% on tensor cores; global memory %sB\n",
-              f.launches, f.undeclared, human(r.model_flops).c_str(),
+  std::printf("  launches per step %lu (%lu undeclared; %lu from the host, %lu as nodes of CUDA "
+              "graphs); model FLOPs %s; tensor-core FLOPs %s, CUDA-core matrix FLOPs %s: %.2f%% "
+              "on tensor cores; global memory %sB\n",
+              f.launches, f.undeclared, f.launches - f.graph_launches, f.graph_launches,
+              human(r.model_flops).c_str(),
               human(f.tensor_flops).c_str(), human(f.other_flops).c_str(),
               100 * f.tensor_share(), human(f.bytes).c_str());
   std::printf("  predicted on %s (a roofline of the counted kernels, not a measurement): "
@@ -156,6 +160,7 @@ nlohmann::json to_json(const DeviceStepOptions& o, const std::vector<DeviceStepR
       const DeviceKernelCount& c = row.count;
       kernels.push_back({{"kernel", c.kernel},
                          {"launches", c.launches},
+                         {"graph_launches", c.graph_launches},
                          {"tensor_flops", c.tensor_flops},
                          {"cuda_core_flops", c.other_flops},
                          {"bytes_read", c.bytes_read},
@@ -172,6 +177,7 @@ nlohmann::json to_json(const DeviceStepOptions& o, const std::vector<DeviceStepR
                               {"params_m", r.params_m},
                               {"model_flops", r.model_flops},
                               {"launches", f.launches},
+                              {"graph_launches", f.graph_launches},
                               {"undeclared_launches", f.undeclared},
                               {"tensor_flops", f.tensor_flops},
                               {"cuda_core_flops", f.other_flops},

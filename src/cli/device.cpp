@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/device.h"
+#include "kernels/graph.h"
 #ifdef BOOSTLM_HAVE_CUDA
 #include "comm/cuda_transport.h"
 #include "comm/grid.h"
@@ -36,6 +37,13 @@ void add_device_option(CLI::App& cmd) {
          "GPU; refused with the reason where none is visible)")
       ->default_str("cpu")
       ->check(CLI::IsMember({"cpu", "cpu-checked", "cuda"}));
+  cmd.add_option_function<std::string>(
+         "--cuda-graph", [](const std::string& v) { set_kernel_graphs(v == "on"); },
+         "on: with --device cuda, the optimizer's updates and the gradient norm's sums are each "
+         "captured once as a CUDA graph and replayed every step (one launch each); off: every "
+         "kernel launched from the host (no effect on the CPU)")
+      ->default_str("on")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 }  // namespace boostlm::cli

@@ -526,9 +526,18 @@ double Model::grad_sum_squares(int64_t begin, int64_t end, Communicator* dp) {
     if (lo >= hi) continue;
     (tp_->size() > 1 && p.shard_axis < 0 ? replicated : sharded).push_back({lo, hi});
   }
-  double total = sum_squares_ranges(grads_.data(), sharded);
-  if (tp_->rank() == 0 && !replicated.empty())
-    total += sum_squares_ranges(grads_.data(), replicated);
+  if (tp_->rank() != 0) replicated.clear();
+  auto* sums = reinterpret_cast<double*>(norm_sums_.data());
+  norm_graph_.run({grads_.data(), reinterpret_cast<const void*>(begin),
+                   reinterpret_cast<const void*>(end)},
+                  [&] {
+                    sum_squares_ranges_into(grads_.data(), sharded, sums);
+                    sum_squares_ranges_into(grads_.data(), replicated, sums + 1);
+                  });
+  double parts[2];
+  device_download(parts, sums, sizeof parts);
+  double total = parts[0];
+  if (!replicated.empty()) total += parts[1];
   // Host values: over MPI whatever the groups' device transports.
   tp_->all_reduce_host(&total, 1);
   if (dp) dp->all_reduce_host(&total, 1);

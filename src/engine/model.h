@@ -21,6 +21,7 @@
 #include "core/param_table.h"
 #include "core/workspace.h"
 #include "kernels/adamw.h"
+#include "kernels/graph.h"
 #include "model/config.h"
 #include "parallel/layout.h"
 
@@ -177,6 +178,10 @@ class Model {
   bool head_gradient_pending_ = false;
   ParamTable table_, full_table_;
   FlatBuffer weights_, grads_;
+  // The gradient norm's two sums (sharded, replicated: two doubles) in the kernels' memory, and
+  // their kernels as one graph (kernels/graph.h): one launch and one read-back per step.
+  FlatBuffer norm_sums_{2 * sizeof(double) / sizeof(float)};
+  KernelGraph norm_graph_;
   // bf16 training: the weights from element bf16_begin_ on, rounded once per forward (an untied
   // embedding, first in the table, has no copy: its lookup reads fp32).
   Buffer<bf16_t> weights_bf16_;

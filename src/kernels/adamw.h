@@ -21,6 +21,19 @@ struct AdamWHyper {
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
                   const AdamWHyper& h, bf16_t* params_bf16 = nullptr);
 
+// What one step's update reads from the kernels' memory (device memory on a GPU) rather than from
+// its arguments: written before each step, so that a replayed graph of the updates (kernels/graph.h)
+// reads this step's values instead of having the first step's baked into its launches.
+struct AdamWStep {
+  float lr = 0.0f;
+  float grad_scale = 1.0f;  // the clipping factor
+  float c1 = 1.0f, c2 = 1.0f;  // the bias corrections 1 - β1^t, 1 - β2^t (math::adamw_bias_correction)
+};
+// adamw_update with lr, grad_scale and the bias corrections read from *step (h's are not used;
+// its betas, eps and weight decay are). The same bits as adamw_update given those values.
+void adamw_update_at(float* params, const float* grads, float* m, float* v, int64_t n,
+                     const AdamWHyper& h, const AdamWStep* step, bf16_t* params_bf16 = nullptr);
+
 // bf16 training's copy of a flat weight buffer from element `begin` on (data nullptr: none): an
 // optimizer step given it rounds the updated weights into it in the same pass.
 struct Bf16Copy {
@@ -37,6 +50,9 @@ struct IndexRange {
   int64_t begin = 0, end = 0;  // elements [begin, end)
 };
 double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges);
+// The same sum written to *result, in the kernels' memory, and not read back (a replayed graph's
+// part: the caller reads it after the launch).
+void sum_squares_ranges_into(const float* x, const std::vector<IndexRange>& ranges, double* result);
 // x *= s
 void scale_inplace(float* x, int64_t n, float s);
 

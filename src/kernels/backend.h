@@ -235,9 +235,15 @@
     (float* params, const float* grads, float* m, float* v, int64_t n, const AdamWHyper& h,      \
      bf16_t* params_bf16),                                                                       \
     (params, grads, m, v, n, h, params_bf16))                                                    \
+  X(void, adamw_update_at, adamw_update_at,                                                      \
+    (float* params, const float* grads, float* m, float* v, int64_t n, const AdamWHyper& h,      \
+     const AdamWStep* step, bf16_t* params_bf16),                                                \
+    (params, grads, m, v, n, h, step, params_bf16))                                              \
   X(double, sum_squares, sum_squares, (const float* x, int64_t n), (x, n))                       \
   X(double, sum_squares_ranges, sum_squares_ranges,                                              \
     (const float* x, const std::vector<IndexRange>& ranges), (x, ranges))                        \
+  X(void, sum_squares_ranges_into, sum_squares_ranges_into,                                      \
+    (const float* x, const std::vector<IndexRange>& ranges, double* result), (x, ranges, result)) \
   X(void, scale_inplace, scale_inplace, (float* x, int64_t n, float s), (x, n, s))               \
   /* kernels/elementwise.h */                                                                    \
   X(void, add, add, (const float* a, const float* b, float* out, int64_t n), (a, b, out, n))     \
@@ -299,6 +305,7 @@ struct DeviceKernelCount {
   std::string kernel;
   uint64_t launches = 0, tensor_flops = 0, other_flops = 0, bytes_read = 0, bytes_written = 0;
   uint64_t undeclared = 0;  // launches whose launcher declared no cost
+  uint64_t graph_launches = 0;  // of the launches, those run as nodes of a graph (kernels/graph.h)
   int64_t m = 0, n = 0, k = 0;
   int dim = 0;  // declared: what the kernel's efficiency depends on (attention: head dim)
 };
@@ -311,6 +318,16 @@ struct DeviceCounterHooks {
   // Count launches without running them (fresh device memory then reads as zero): prices a step
   // at a size the emulator could not run. Results computed meanwhile are not meaningful.
   void (*set_count_only)(bool) = nullptr;
+};
+
+// A backend's graphs of kernel calls (kernels/graph.h); every hook null where calls run as they
+// come (the CPU). begin: the calls that follow on this thread are recorded, not run; end: the
+// recording as a launchable graph; launch: its calls, with their recorded arguments, in order.
+struct KernelGraphHooks {
+  void (*begin)() = nullptr;
+  void* (*end)() = nullptr;
+  void (*launch)(void* graph) = nullptr;
+  void (*destroy)(void* graph) = nullptr;
 };
 
 struct KernelTable {
@@ -328,6 +345,7 @@ struct KernelTable {
   double (*measure_gemm_gflops)(int64_t M, int64_t N, int64_t K, DType compute, int reps) = nullptr;
   double (*measure_peak_gemm_gflops)(DType compute) = nullptr;
   DeviceCounterHooks counters;
+  KernelGraphHooks graphs;
 #define BOOSTLM_KERNEL_ENTRY(ret, function, entry, params, args) ret(*entry) params = nullptr;
   BOOSTLM_KERNEL_LIST(BOOSTLM_KERNEL_ENTRY)
 #undef BOOSTLM_KERNEL_ENTRY

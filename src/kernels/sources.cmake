@@ -7,6 +7,7 @@ set(BOOSTLM_KERNEL_COMMON_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/gemm_counters.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_measure.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dispatch.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/graph.cpp
 )
 include(${CMAKE_CURRENT_LIST_DIR}/cpu/sources.cmake)
 add_library(boostlm_kernels ALIAS boostlm_kernels_cpu)

@@ -58,6 +58,9 @@ Device device_from_json(const json& j, const std::string& where) {
   d.memory_bandwidth = positive(j, "memory_gbytes_per_s", where) * 1e9;
   d.elementwise_efficiency = fraction(j, "elementwise_efficiency", where);
   d.kernel_overhead_s = non_negative(j, "kernel_overhead_us", where) * 1e-6;
+  d.graph_node_overhead_s = j.contains("graph_node_overhead_us")
+                                ? non_negative(j, "graph_node_overhead_us", where) * 1e-6
+                                : d.kernel_overhead_s;
   if (!j.contains("attention")) throw error("hardware: ", where, ".attention is missing");
   const json& a = j.at("attention");
   d.attention_max_efficiency = fraction(a, "max_efficiency", where + ".attention");
@@ -77,6 +80,7 @@ json device_to_json(const Device& d) {
           {"memory_gbytes_per_s", d.memory_bandwidth / 1e9},
           {"elementwise_efficiency", d.elementwise_efficiency},
           {"kernel_overhead_us", d.kernel_overhead_s * 1e6},
+          {"graph_node_overhead_us", d.graph_node_overhead_s * 1e6},
           {"attention",
            {{"max_efficiency", d.attention_max_efficiency},
             {"half_head_dim", d.attention_half_head_dim}}}};

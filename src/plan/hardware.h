@@ -38,6 +38,9 @@ struct Device {
   double memory_bandwidth = 0;      // bytes/s (HBM, or DRAM for a CPU)
   double elementwise_efficiency = 1;
   double kernel_overhead_s = 0;  // per element-wise kernel
+  // Per kernel or copy launched as a node of a CUDA graph instead of from the host (the file's
+  // graph_node_overhead_us; absent: kernel_overhead_s, no gain assumed).
+  double graph_node_overhead_s = 0;
   double attention_max_efficiency = 1;
   double attention_half_head_dim = 0;
 

@@ -33,6 +33,14 @@ double Roofline::tensor_share() const {
 
 namespace {
 
+// Launches from the host pay the launch overhead of their kind; those run as graph nodes the
+// device's per-node overhead instead.
+double launch_overhead(const DeviceKernelCount& c, double per_launch, const Device& device) {
+  const double from_host = static_cast<double>(c.launches - c.graph_launches);
+  return from_host * per_launch + static_cast<double>(c.graph_launches) *
+                                      std::min(per_launch, device.graph_node_overhead_s);
+}
+
 RooflineRow price(const Device& device, const DeviceKernelCount& c) {
   RooflineRow row;
   row.count = c;
@@ -46,7 +54,7 @@ RooflineRow price(const Device& device, const DeviceKernelCount& c) {
     const double flops = static_cast<double>(c.tensor_flops + c.other_flops);
     compute = flops / (curve.peak_flops * gemm_efficiency(curve, c.m, c.n, c.k));
     row.memory_s = bytes / device.memory_bandwidth;
-    row.overhead_s = c.launches * device.gemm_overhead_s;
+    row.overhead_s = launch_overhead(c, device.gemm_overhead_s, device);
   } else {
     if (c.tensor_flops > 0) {
       row.kind = KernelClass::attention;
@@ -64,7 +72,7 @@ RooflineRow price(const Device& device, const DeviceKernelCount& c) {
     if (c.tensor_flops == 0 && c.other_flops == 0)
       row.kind = copy ? KernelClass::copy : KernelClass::memory;
     row.memory_s = bytes / (device.memory_bandwidth * device.elementwise_efficiency);
-    row.overhead_s = c.launches * device.kernel_overhead_s;
+    row.overhead_s = launch_overhead(c, device.kernel_overhead_s, device);
   }
   row.compute_s = compute;
   return row;
@@ -78,6 +86,7 @@ Roofline price_kernels(const Device& device, const std::vector<DeviceKernelCount
     r.rows.push_back(price(device, c));
     const RooflineRow& row = r.rows.back();
     r.launches += c.launches;
+    r.graph_launches += c.graph_launches;
     r.tensor_flops += c.tensor_flops;
     r.other_flops += c.other_flops;
     r.bytes += c.bytes_read + c.bytes_written;

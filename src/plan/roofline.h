@@ -32,6 +32,7 @@ struct RooflineRow {
 struct Roofline {
   std::vector<RooflineRow> rows;  // the slowest first
   uint64_t launches = 0, tensor_flops = 0, other_flops = 0, bytes = 0, undeclared = 0;
+  uint64_t graph_launches = 0;  // of the launches, graph nodes (the rest from the host)
   double seconds = 0, overhead_s = 0;
   double tensor_share() const;  // of the matrix-product FLOPs, those on the tensor cores
 };

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/device.h"
 #include "core/error.h"
+#include "kernels/math.h"
 
 namespace boostlm {
 
@@ -13,7 +15,9 @@ AdamW::AdamW(const ParamTable& table, OptimizerConfig config, int64_t begin, int
       begin_(begin),
       end_(end < 0 ? table.total_elements() : end),
       m_(end_ - begin_),
-      v_(end_ - begin_) {
+      v_(end_ - begin_),
+      step_values_(sizeof(AdamWStep) / sizeof(float)) {
+  static_assert(sizeof(AdamWStep) % sizeof(float) == 0);
   BOOSTLM_ASSERT(0 <= begin_ && begin_ <= end_ && end_ <= table.total_elements());
 }
 
@@ -28,22 +32,31 @@ float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm, 
   ++step_;
   AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps, 0.0f, step_};
   // Clipping scales the gradients as the update reads them (the gradient buffer is left as it is).
-  if (config_.grad_clip > 0.0f && norm > config_.grad_clip) h.grad_scale = config_.grad_clip / norm;
-  for (const auto& p : table_.entries()) {
-    // The part of this tensor inside the owned range.
-    const int64_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
-    if (lo >= hi) continue;
-    h.weight_decay = p.weight_decay ? config_.weight_decay : 0.0f;
-    // [lo, mid) has no bf16 copy, [mid, hi) has one.
-    const int64_t mid = copy.data ? std::clamp(copy.begin, lo, hi) : hi;
-    auto update = [&](int64_t from, int64_t to, bf16_t* rounded) {
-      if (from < to)
-        adamw_update(weights.data() + from, grads.data() + from, m_.data() + (from - begin_),
-                     v_.data() + (from - begin_), to - from, h, rounded);
-    };
-    update(lo, mid, nullptr);
-    update(mid, hi, copy.data ? copy.data + (mid - copy.begin) : nullptr);
-  }
+  AdamWStep values{lr, 1.0f, math::adamw_bias_correction(config_.beta1, step_),
+                   math::adamw_bias_correction(config_.beta2, step_)};
+  if (config_.grad_clip > 0.0f && norm > config_.grad_clip) values.grad_scale = config_.grad_clip / norm;
+  device_upload(step_values_.data(), &values, sizeof values);
+  const auto* at = reinterpret_cast<const AdamWStep*>(step_values_.data());
+  updates_.run({weights.data(), grads.data(), copy.data, reinterpret_cast<const void*>(copy.begin)},
+               [&] {
+                 for (const auto& p : table_.entries()) {
+                   // The part of this tensor inside the owned range.
+                   const int64_t lo = std::max(p.offset, begin_),
+                                 hi = std::min(p.offset + p.numel, end_);
+                   if (lo >= hi) continue;
+                   h.weight_decay = p.weight_decay ? config_.weight_decay : 0.0f;
+                   // [lo, mid) has no bf16 copy, [mid, hi) has one.
+                   const int64_t mid = copy.data ? std::clamp(copy.begin, lo, hi) : hi;
+                   auto update = [&](int64_t from, int64_t to, bf16_t* rounded) {
+                     if (from < to)
+                       adamw_update_at(weights.data() + from, grads.data() + from,
+                                       m_.data() + (from - begin_), v_.data() + (from - begin_),
+                                       to - from, h, at, rounded);
+                   };
+                   update(lo, mid, nullptr);
+                   update(mid, hi, copy.data ? copy.data + (mid - copy.begin) : nullptr);
+                 }
+               });
   return norm;
 }
 

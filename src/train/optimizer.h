@@ -3,12 +3,17 @@
 // The optimizer may own only a range [begin, end) of the flat buffer (ZeRO stage 1: each
 // data-parallel rank keeps the moments of its part and updates only those weights). Its moment
 // buffers then hold just that range: element i of first_moment() belongs to flat element begin+i.
+//
+// A step's updates, one launch per tensor part, are one KernelGraph: on a GPU one graph launch
+// after the second step; the learning rate, clipping factor and bias corrections are uploaded
+// before each step and read by the kernels (AdamWStep), never baked into the graph.
 #pragma once
 
 #include <cstdint>
 
 #include "core/param_table.h"
 #include "kernels/adamw.h"
+#include "kernels/graph.h"
 
 namespace boostlm {
 
@@ -44,6 +49,10 @@ class AdamW {
   OptimizerConfig config_;
   int64_t begin_, end_;
   FlatBuffer m_, v_;
+  // The step's AdamWStep, in the kernels' memory: the updates read it there, so that their graph
+  // (one launch for every tensor's update on a GPU, kernels/graph.h) replays with each step's.
+  FlatBuffer step_values_;
+  KernelGraph updates_;
   int64_t step_ = 0;
 };
 

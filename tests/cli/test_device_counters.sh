@@ -59,6 +59,40 @@ for e, c in zip(executed, counted):
 sys.exit(1 if bad else 0)
 PY
 
+# CUDA graphs (--cuda-graph, on by default): the counted step (the second) replays the optimizer's
+# updates and the gradient norm's sums as two graphs. Against the same step with every launch from
+# the host: the same kernels with the same launches and bytes, the same loss, and the host's
+# launches fewer by the graphs' nodes less the two graph launches.
+bench graphs-off --arch cola --precision bf16 --cuda-graph off
+"$py" - executed.json graphs-off.json << 'PY' || fail "graphs: see above"
+import json, sys
+on = [r for r in json.load(open(sys.argv[1]))["results"] if r["arch"] == "cola" and r["precision"] == "bf16"][0]
+off = json.load(open(sys.argv[2]))["results"][0]
+bad = 0
+def check(ok, what):
+    global bad
+    if not ok:
+        print("FAIL:", what)
+        bad += 1
+check(off["graph_launches"] == 0, f"off: {off['graph_launches']} graph launches")
+check(on["graph_launches"] > 0, "on: nothing replayed")
+check(on["loss"] == off["loss"], f"loss {on['loss']} with graphs, {off['loss']} without")
+graph_rows = [k for k in on["kernels"] if k["kernel"] == "cudaGraphLaunch"]
+check(len(graph_rows) == 1 and graph_rows[0]["launches"] == 2, f"graph launches: {graph_rows}")
+host_on = on["launches"] - on["graph_launches"]
+check(host_on == off["launches"] - on["graph_launches"] + 2,
+      f"host launches {host_on} with graphs, {off['launches']} without, {on['graph_launches']} nodes")
+keys = ("launches", "bytes_read", "bytes_written", "tensor_flops")
+ek = {k["kernel"]: tuple(k[x] for x in keys) for k in on["kernels"] if k["kernel"] != "cudaGraphLaunch"}
+ck = {k["kernel"]: tuple(k[x] for x in keys) for k in off["kernels"]}
+check(ek == ck, "the kernels differ with and without graphs")
+check(on["predicted_overhead_s"] < off["predicted_overhead_s"], "no launch overhead saved")
+print(f"ok   graphs: {on['graph_launches']} of {on['launches']} launches replayed; host launches "
+      f"{host_on} vs {off['launches']}; predicted overhead {on['predicted_overhead_s']*1e3:.3f} vs "
+      f"{off['predicted_overhead_s']*1e3:.3f} ms")
+sys.exit(1 if bad else 0)
+PY
+
 expect_error "--count-only on the cpu" "need the emulated CUDA device" \
   "$boostlm" bench step --shape tiny --arch cola --precision bf16 -b 1 -t 8 --count-only
 finish "device counters: every launch declared; bf16 all on tensor cores; count-only = executed"

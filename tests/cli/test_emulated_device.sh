@@ -3,7 +3,7 @@
 # cuda` runs the real kernel table, caching allocator, device transports and trainer with every GPU
 # thread a fiber on the CPU, and must give the losses of `--device cpu`:
 #  one process  dense, svd, cola and lax, fp32 and bf16 (lax with the Kronecker gate, the linear
-#               gate and without σ)
+#               gate and without σ); cola with --cuda-graph off equal bit for bit to on
 #  launch -n 2  TP 2 in btp, naive-tp and dense-tp (NCCL, i.e. comm/nccl_transport.cpp on the
 #               emulated NCCL), btp again with BOOSTLM_NCCL=0 (the staged path: device -> host ->
 #               MPI -> device) and in bf16, DP 2 with ZeRO-1, PP 2; lax in btp with low-rank
@@ -105,6 +105,16 @@ for precision in fp32 bf16; do
   pair "lax-$precision" lax "$precision"
   pair "lax-linear-$precision" lax "$precision" --lax-gate linear
   pair "lax-nosigma-$precision" lax "$precision" --lax-latent-act off
+done
+# CUDA graphs (issue 47, --cuda-graph on by default): every run above from step 2 on replays the
+# optimizer's updates and the gradient norm's sums as graphs (the emulated runtime's stream
+# capture refuses a host read, a synchronisation or an allocation outside the graph's pool in
+# them). Off, every kernel is launched from the host: the same kernels on the same data, so the
+# same losses bit for bit, fp32 and bf16 (whose AdamW also writes the bf16 copy in the graph).
+for precision in fp32 bf16; do
+  train "cola-$precision-nograph" 1 cuda cola -b 2 --precision "$precision" --cuda-graph off &&
+    compare "--cuda-graph off, $precision" "cola-$precision-cuda" "cola-$precision-nograph" 0 \
+      "the same kernels launched from the host or replayed: exact"
 done
 echo "one process: $((SECONDS - started)) s so far"
 

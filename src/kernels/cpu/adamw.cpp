@@ -25,11 +25,11 @@ inline void adamw_run(float* p, const float* g, float* m, float* v, int64_t n, c
 
 }  // namespace
 
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
-                  bf16_t* p_bf16) {
+namespace {
+
+void adamw_with(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
+                float c1, float c2, bf16_t* p_bf16) {
   BOOSTLM_KERNEL("optimizer");
-  const float c1 = math::adamw_bias_correction(h.beta1, h.step);
-  const float c2 = math::adamw_bias_correction(h.beta2, h.step);
   // Runs small enough that the updated weights are still in L1 when they are rounded.
   constexpr int64_t kRun = 2048;
 #pragma omp parallel for schedule(static)
@@ -40,10 +40,31 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
   }
 }
 
+}  // namespace
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
+                  bf16_t* p_bf16) {
+  adamw_with(p, g, m, v, n, h, math::adamw_bias_correction(h.beta1, h.step),
+             math::adamw_bias_correction(h.beta2, h.step), p_bf16);
+}
+
+void adamw_update_at(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
+                     const AdamWStep* step, bf16_t* p_bf16) {
+  AdamWHyper at = h;
+  at.lr = step->lr;
+  at.grad_scale = step->grad_scale;
+  adamw_with(p, g, m, v, n, at, step->c1, step->c2, p_bf16);
+}
+
 double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges) {
   double total = 0.0;
   for (const IndexRange& r : ranges) total += cpu::sum_squares(x + r.begin, r.end - r.begin);
   return total;
+}
+
+void sum_squares_ranges_into(const float* x, const std::vector<IndexRange>& ranges,
+                             double* result) {
+  *result = cpu::sum_squares_ranges(x, ranges);
 }
 
 double sum_squares(const float* x, int64_t n) {

@@ -24,6 +24,22 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
   }
 }
 
+// The same, with the step's values read from device memory (one load per thread, from L2).
+__global__ void adamw_at_kernel(float* p, const float* g, float* m, float* v, int64_t n,
+                                float beta1, float beta2, float eps, float weight_decay,
+                                const AdamWStep* step, bf16_t* p_bf16) {
+  const AdamWStep s = *step;
+  for (int64_t i = grid_index(); i < n; i += grid_stride()) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    math::adamw_element(pi, s.grad_scale * g[i], mi, vi, s.lr, beta1, beta2, eps, weight_decay,
+                        s.c1, s.c2);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    if (p_bf16) p_bf16[i] = math::round_to_bf16(pi);
+  }
+}
+
 // Σx² as two launches of CUB's BlockReduce rather than cub::DeviceReduce::TransformReduce: the
 // grid is a function of n alone (launch.h's reduce_launch), so the sum's order, and its bits, are
 // the same on every run and the workspace is known from n without asking CUB.
@@ -67,6 +83,20 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
   adamw_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(params, grads, m, v, n, h.lr, h.beta1,
                                                         h.beta2, h.eps, h.weight_decay,
                                                         h.grad_scale, c1, c2, params_bf16);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+void adamw_update_at(float* params, const float* grads, float* m, float* v, int64_t n,
+                     const AdamWHyper& h, const AdamWStep* step, bf16_t* params_bf16,
+                     cudaStream_t stream) {
+  const LaunchGeometry g = elements_launch(n);
+  if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+      .bytes_read = bytes_of<float>(4 * n) + sizeof(AdamWStep),
+      .bytes_written = bytes_of<float>(3 * n) + (params_bf16 ? bytes_of<bf16_t>(n) : 0)});
+  adamw_at_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(params, grads, m, v, n, h.beta1,
+                                                           h.beta2, h.eps, h.weight_decay, step,
+                                                           params_bf16);
   BOOSTLM_CHECK_LAUNCH();
 }
 

@@ -29,6 +29,7 @@ CachingAllocator::~CachingAllocator() {
 void* CachingAllocator::allocate(std::size_t bytes, StreamKey stream) {
   const std::size_t cls = size_class(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (pool_) stream = pool_;
   void* block = nullptr;
   auto it = free_.find({stream, cls});
   if (it != free_.end() && !it->second.empty()) {
@@ -78,15 +79,50 @@ void CachingAllocator::release_cached() {
 }
 
 void CachingAllocator::release_cached_locked() {
-  for (auto& [key, blocks] : free_) {
+  for (auto it = free_.begin(); it != free_.end();) {
+    const auto& [key, blocks] = *it;
+    if (std::find(held_pools_.begin(), held_pools_.end(), key.first) != held_pools_.end()) {
+      ++it;  // a live graph's blocks
+      continue;
+    }
     for (void* block : blocks) {
       backing_.free(block);
       ++stats_.backing_frees;
       stats_.reserved_bytes -= key.second;
       stats_.cached_bytes -= key.second;
     }
+    it = free_.erase(it);
   }
-  free_.clear();
+}
+
+void CachingAllocator::begin_pool(StreamKey pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  BOOSTLM_ASSERT_MSG(pool && !pool_, "one capture pool at a time");
+  pool_ = pool;
+  held_pools_.push_back(pool);
+}
+
+void CachingAllocator::end_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pool_ = nullptr;
+}
+
+void CachingAllocator::release_pool(StreamKey pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_pools_.erase(std::remove(held_pools_.begin(), held_pools_.end(), pool), held_pools_.end());
+  for (auto it = free_.begin(); it != free_.end();) {
+    if (it->first.first != pool) {
+      ++it;
+      continue;
+    }
+    for (void* block : it->second) {
+      backing_.free(block);
+      ++stats_.backing_frees;
+      stats_.reserved_bytes -= it->first.second;
+      stats_.cached_bytes -= it->first.second;
+    }
+    it = free_.erase(it);
+  }
 }
 
 AllocatorStats CachingAllocator::stats() const {

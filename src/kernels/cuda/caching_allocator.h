@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -86,6 +87,16 @@ class CachingAllocator {
   // Live blocks stay.
   void release_cached();
 
+  // A graph capture's pool (kernels/graph.h): from begin_pool to end_pool every request takes its
+  // block from, and frees it to, the free list of `pool` instead of its stream's, so that the
+  // blocks a graph uses are never handed to work outside it between its replays (PyTorch's graph
+  // memory pools answer the same problem). What the pool lacks comes from the backing during the
+  // capture (on a GPU in relaxed capture mode: the allocation is not part of the graph). The
+  // pool's blocks stay reserved, release_cached included, until release_pool (the graph is gone).
+  void begin_pool(StreamKey pool);
+  void end_pool();
+  void release_pool(StreamKey pool);
+
   AllocatorStats stats() const;
   void reset_peak();  // the peaks start again from what is in use / reserved now
   // The class bytes of a live block (0: not a live block of this allocator).
@@ -103,6 +114,8 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   std::unordered_map<const void*, Live> live_;
   std::map<FreeKey, std::vector<void*>> free_;
+  StreamKey pool_ = nullptr;          // capturing into this pool now
+  std::vector<StreamKey> held_pools_;  // pools of live graphs
   AllocatorStats stats_;
 };
 

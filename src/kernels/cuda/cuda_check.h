@@ -22,6 +22,10 @@ inline void check_cublas(cublasStatus_t status, const char* expr, const char* fi
               cublasLtGetStatusString(status), ")");
 }
 
+// True while this thread captures a kernel graph (kernels/graph.h, table.cpp): the debug launch
+// check then does not wait for the device, which a capture refuses.
+inline thread_local bool t_capturing_graph = false;
+
 }  // namespace boostlm::cuda
 
 #define BOOSTLM_CHECK_CUDA(expr) ::boostlm::cuda::check_cuda((expr), #expr, __FILE__, __LINE__)
@@ -29,13 +33,14 @@ inline void check_cublas(cublasStatus_t status, const char* expr, const char* fi
 
 // After a kernel launch: the launch's own error (bad geometry, no device); in debug builds also
 // the kernel's (a fault inside it), by waiting for the device — a synchronisation that release
-// builds do not have.
+// builds do not have, skipped while a graph is captured.
 #ifdef NDEBUG
 #define BOOSTLM_CHECK_LAUNCH() BOOSTLM_CHECK_CUDA(cudaGetLastError())
 #else
 #define BOOSTLM_CHECK_LAUNCH()                   \
   do {                                           \
     BOOSTLM_CHECK_CUDA(cudaGetLastError());      \
-    BOOSTLM_CHECK_CUDA(cudaDeviceSynchronize()); \
+    if (!::boostlm::cuda::t_capturing_graph)     \
+      BOOSTLM_CHECK_CUDA(cudaDeviceSynchronize()); \
   } while (0)
 #endif

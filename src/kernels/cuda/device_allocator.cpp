@@ -10,7 +10,12 @@ namespace boostlm::cuda {
 
 void* CudaMallocBacking::allocate(std::size_t bytes) {
   void* block = nullptr;
+  // A graph capture's pool takes its blocks while the capture is in progress: relaxed, as the
+  // allocation is not part of the graph (caching_allocator.h).
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  BOOSTLM_CHECK_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
   const cudaError_t status = cudaMalloc(&block, bytes);
+  BOOSTLM_CHECK_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // not sticky: clear it so that the next call does not see it
     return nullptr;

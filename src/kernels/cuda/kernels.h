@@ -61,6 +61,11 @@ void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int
 // the bf16 copy (when given) is written in the same pass.
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
                   const AdamWHyper& h, bf16_t* params_bf16, cudaStream_t stream);
+// The same with lr, grad_scale and the bias corrections read from *step (device memory) by the
+// kernel: a captured graph replays it with each step's values.
+void adamw_update_at(float* params, const float* grads, float* m, float* v, int64_t n,
+                     const AdamWHyper& h, const AdamWStep* step, bf16_t* params_bf16,
+                     cudaStream_t stream);
 // *result (device memory) = Σ x² accumulated in double, deterministic (per-block partials in a
 // fixed grid, then one block sums them in order). workspace: sum_squares_workspace_bytes(n).
 size_t sum_squares_workspace_bytes(int64_t n);

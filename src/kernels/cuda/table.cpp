@@ -163,18 +163,28 @@ double sum_squares(const float* x, int64_t n, cudaStream_t s) {
 }
 
 // One sum per range into a device array (the workspace reused in stream order), then their sum
-// in range order: one download for the lot.
-double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges, cudaStream_t s) {
-  if (ranges.empty()) return 0.0;
+// in range order into *result (device memory).
+void sum_squares_ranges_into(const float* x, const std::vector<IndexRange>& ranges,
+                             double* result, cudaStream_t s) {
+  if (ranges.empty()) {
+    BOOSTLM_CHECK_CUDA(cudaMemsetAsync(result, 0, sizeof(double), s));
+    return;
+  }
   int64_t longest = 0;
   for (const IndexRange& r : ranges) longest = std::max(longest, r.end - r.begin);
-  const Scratch results(ranges.size() * sizeof(double), s), total(sizeof(double), s),
+  const Scratch results(ranges.size() * sizeof(double), s),
       w(sum_squares_workspace_bytes(longest), s);
   for (size_t i = 0; i < ranges.size(); ++i)
     cuda::sum_squares(x + ranges[i].begin, ranges[i].end - ranges[i].begin,
                       results.as<double>() + i, w.data(), w.bytes(), s);
-  cuda::sum_values(results.as<double>(), static_cast<int64_t>(ranges.size()), total.as<double>(),
-                   s);
+  cuda::sum_values(results.as<double>(), static_cast<int64_t>(ranges.size()), result, s);
+}
+
+// The same, read back: one download for the lot.
+double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges, cudaStream_t s) {
+  if (ranges.empty()) return 0.0;
+  const Scratch total(sizeof(double), s);
+  sum_squares_ranges_into(x, ranges, total.as<double>(), s);
   double value = 0;
   device_download(&value, total.data(), sizeof value);
   return value;
@@ -192,6 +202,67 @@ void lax_norm_backward(const float* dz, int64_t lddz, const float* xhat, int64_t
 }  // namespace adapted
 
 namespace {
+
+// ---- Graphs (kernels/graph.h): the buffers' stream captured in global mode, so that any host
+// read or synchronisation inside fails the capture; its allocations from a pool of the graph's own
+// (caching_allocator.h). GEMMs are not timed with events while capturing (an event recorded in a
+// capture cannot be read), and a replay books none.
+struct CapturedGraph {
+  cudaGraphExec_t exec = nullptr;
+  char pool = 0;  // its address keys the allocator's pool
+};
+CapturedGraph* g_capturing = nullptr;
+EventTimer* g_paused_timer = nullptr;
+
+void graph_begin() {
+  BOOSTLM_ASSERT_MSG(!g_capturing, "one kernel graph capture at a time");
+  g_capturing = new CapturedGraph;
+  g_paused_timer = gemm_context().timer();
+  gemm_context().set_timer(nullptr);
+  device_allocator().begin_pool(&g_capturing->pool);
+  BOOSTLM_CHECK_CUDA(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeGlobal));
+  t_capturing_graph = true;
+}
+
+void* graph_end() {
+  CapturedGraph* captured = g_capturing;
+  g_capturing = nullptr;
+  t_capturing_graph = false;
+  device_allocator().end_pool();
+  gemm_context().set_timer(g_paused_timer);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t status = cudaStreamEndCapture(stream(), &graph);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    device_allocator().release_pool(&captured->pool);
+    delete captured;
+    throw error("capturing kernels into a CUDA graph failed: ", cudaGetErrorName(status), " (",
+                cudaGetErrorString(status),
+                "): something inside read device memory on the host, synchronised or waited on "
+                "work outside it; --cuda-graph off runs without graphs");
+  }
+  const cudaError_t made = cudaGraphInstantiate(&captured->exec, graph, 0);
+  BOOSTLM_CHECK_CUDA(cudaGraphDestroy(graph));
+  if (made != cudaSuccess) {
+    device_allocator().release_pool(&captured->pool);
+    delete captured;
+    BOOSTLM_CHECK_CUDA(made);
+  }
+  return captured;
+}
+
+void graph_launch(void* graph) {
+  BOOSTLM_CHECK_CUDA(cudaGraphLaunch(static_cast<CapturedGraph*>(graph)->exec, stream()));
+}
+
+void graph_destroy(void* graph) {
+  auto* captured = static_cast<CapturedGraph*>(graph);
+  // Its pool's blocks go back only once its last replay has run.
+  BOOSTLM_CHECK_CUDA(cudaStreamSynchronize(stream()));
+  BOOSTLM_CHECK_CUDA(cudaGraphExecDestroy(captured->exec));
+  device_allocator().release_pool(&captured->pool);
+  delete captured;
+}
 
 #define BOOSTLM_APPEND_STREAM(...) __VA_ARGS__, stream()
 #define BOOSTLM_CUDA_KERNEL(ret, function, entry, params, args) \
@@ -225,12 +296,13 @@ const KernelTable& kernel_table() {
       std::vector<DeviceKernelCount> rows;
       for (const cuda_emulator::KernelCounters& c : cuda_emulator::kernel_counters())
         rows.push_back({c.kernel, c.launches, c.tensor_flops, c.other_flops, c.bytes_read,
-                        c.bytes_written, c.undeclared, c.m, c.n, c.k, c.dim});
+                        c.bytes_written, c.undeclared, c.graph_launches, c.m, c.n, c.k, c.dim});
       return rows;
     };
     t.counters.reset = [] { cuda_emulator::reset_kernel_counters(); };
     t.counters.set_count_only = [](bool on) { cuda_emulator::set_count_only(on); };
 #endif
+    t.graphs = {graph_begin, graph_end, graph_launch, graph_destroy};
 #define BOOSTLM_CUDA_ENTRY(ret, function, entry, params, args) t.entry = &entry##_on_stream;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CUDA_ENTRY)
 #undef BOOSTLM_CUDA_ENTRY

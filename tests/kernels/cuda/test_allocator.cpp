@@ -232,6 +232,36 @@ TEST(CachingAllocatorCore, ThreadsAllocatingAtOnceKeepTheBooksStraight) {
   EXPECT_EQ(static_cast<int64_t>(backing.live.size()), s.backing_allocations);
 }
 
+// A graph capture's pool (kernels/graph.h): the blocks a capture takes are its own, never handed
+// to a request outside it, kept by release_cached while the graph lives, and given back with it.
+TEST(CachingAllocatorCore, ACapturePoolKeepsItsBlocksFromEveryoneElse) {
+  FakeBacking backing;
+  CachingAllocator a(backing);
+  void* outside = a.allocate(1000, kStream1);
+  a.free(outside);  // cached on stream 1
+  int pool = 0;
+  a.begin_pool(&pool);
+  void* captured = a.allocate(1000, kStream1);
+  EXPECT_NE(captured, outside) << "a capture took a block of the stream's cache";
+  a.free(captured);
+  void* again = a.allocate(1000, kStream1);  // inside the capture: its own block again
+  EXPECT_EQ(again, captured);
+  a.free(again);
+  a.end_pool();
+  void* after = a.allocate(1000, kStream1);  // outside: the stream's block, never the graph's
+  EXPECT_EQ(after, outside);
+  void* more = a.allocate(1000, kStream1);
+  EXPECT_NE(more, captured);
+  a.free(after);
+  a.free(more);
+  a.release_cached();
+  EXPECT_EQ(backing.live.count(captured), 1u) << "release_cached gave back a live graph's block";
+  EXPECT_EQ(backing.live.size(), 1u);
+  a.release_pool(&pool);
+  EXPECT_TRUE(backing.live.empty());
+  EXPECT_EQ(a.stats().reserved_bytes, 0u);
+}
+
 TEST(CachingAllocatorCoreDeathTest, FreeingAForeignBlockIsABrokenInvariant) {
   FakeBacking backing;
   CachingAllocator a(backing);

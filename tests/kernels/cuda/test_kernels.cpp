@@ -21,7 +21,9 @@
 #include "kernels/adamw.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/table.h"
 #include "kernels/embedding.h"
+#include "kernels/math.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 
@@ -256,6 +258,59 @@ TEST_F(CudaAdamW, UpdateMatchesTheCpuBackendWithClippingAndTheBf16Copy) {
   const auto g2 = random_floats(n, 30);
   adamw_update(p.data(), g2.data(), m.data(), v.data(), n, h, nullptr);
   EXPECT_TRUE(all_near(d_p2.download(), p, 1e-7, 2e-6));
+}
+
+// The update reading its step's values from device memory (the form a CUDA graph replays) is the
+// update given them by value, bit for bit, on the device; and the CPU's form of it is the CPU's.
+TEST_F(CudaAdamW, UpdateAtReadsTheStepFromDeviceMemoryAsTheByValueUpdate) {
+  const int64_t n = 4099;
+  const std::vector<float> p = random_floats(n, 50), m = random_floats(n, 51, 0.1f),
+                           v(n, 0.01f), g = random_floats(n, 52);
+  AdamWHyper h;
+  h.lr = 3e-3f;
+  h.weight_decay = 0.1f;
+  h.grad_scale = 0.25f;
+  h.step = 7;
+  const AdamWStep step{h.lr, h.grad_scale, math::adamw_bias_correction(h.beta1, h.step),
+                       math::adamw_bias_correction(h.beta2, h.step)};
+  DeviceArray<float> d_g(g), p1(p), m1(m), v1(v), p2(p), m2(m), v2(v);
+  DeviceArray<bf16_t> c1(n), c2(n);
+  DeviceArray<AdamWStep> d_step(std::vector<AdamWStep>{step});
+  cuda::adamw_update(p1.get(), d_g.get(), m1.get(), v1.get(), n, h, c1.get(), stream);
+  AdamWHyper ignored = h;
+  ignored.lr = 99.0f;  // the values in memory are the ones used
+  ignored.grad_scale = 99.0f;
+  ignored.step = 1;
+  cuda::adamw_update_at(p2.get(), d_g.get(), m2.get(), v2.get(), n, ignored, d_step.get(), c2.get(),
+                        stream);
+  sync();
+  EXPECT_EQ(p1.download(), p2.download());
+  EXPECT_EQ(m1.download(), m2.download());
+  EXPECT_EQ(v1.download(), v2.download());
+  EXPECT_EQ(c1.download(), c2.download());
+  std::vector<float> hp = p, hm = m, hv = v, hp2 = p, hm2 = m, hv2 = v;
+  adamw_update(hp.data(), g.data(), hm.data(), hv.data(), n, h);
+  adamw_update_at(hp2.data(), g.data(), hm2.data(), hv2.data(), n, ignored, &step);
+  EXPECT_EQ(hp, hp2);
+  EXPECT_EQ(hv, hv2);
+}
+
+// The gradient norm's ranges summed into device memory (what the norm's graph computes): the CPU's
+// sum to 1e-12, the same bits twice, 0 for no ranges.
+TEST_F(CudaAdamW, SumSquaresRangesIntoIsTheReadBackSum) {
+  const auto x = random_floats(50000, 53);
+  const std::vector<IndexRange> ranges = {{0, 100}, {300, 20000}, {20000, 49999}};
+  DeviceArray<float> d_x(x);
+  DeviceArray<double> d_result(3);
+  const KernelTable& table = cuda::kernel_table();  // on the buffers' stream
+  table.sum_squares_ranges_into(d_x.get(), ranges, d_result.get());
+  table.sum_squares_ranges_into(d_x.get(), {}, d_result.get() + 1);
+  table.sum_squares_ranges_into(d_x.get(), ranges, d_result.get() + 2);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<double> result = d_result.download();
+  EXPECT_EQ(result[0], result[2]);
+  EXPECT_NEAR(result[0], sum_squares_ranges(x.data(), ranges), 1e-12 * result[0]);
+  EXPECT_EQ(result[1], 0.0);
 }
 
 // Σx² in double: to 1e-12 relative of the CPU's double sum (another order), the same bits on a

@@ -1,0 +1,62 @@
+#include "kernels/graph.h"
+
+#include <atomic>
+
+#include "kernels/backend.h"
+
+namespace boostlm {
+
+namespace {
+std::atomic<bool> g_graphs{true};
+}  // namespace
+
+void set_kernel_graphs(bool on) {
+  g_graphs.store(on);
+}
+
+bool kernel_graphs() {
+  return g_graphs.load();
+}
+
+KernelGraph::~KernelGraph() {
+  drop();
+}
+
+void KernelGraph::drop() {
+  if (graph_) static_cast<const KernelTable*>(backend_)->graphs.destroy(graph_);
+  graph_ = nullptr;
+  backend_ = nullptr;
+}
+
+void KernelGraph::run(const std::vector<const void*>& key, const std::function<void()>& calls) {
+  const KernelTable& table = active_kernels();
+  const KernelGraphHooks& hooks = table.graphs;
+  if (!kernel_graphs() || !hooks.begin) {
+    calls();
+    return;
+  }
+  if (key != key_ || (graph_ && backend_ != &table)) {
+    drop();
+    key_ = key;
+    runs_with_key_ = 0;
+  }
+  if (!graph_) {
+    if (runs_with_key_++ == 0) {
+      calls();  // the warm-up
+      return;
+    }
+    hooks.begin();
+    try {
+      calls();
+    } catch (...) {
+      if (void* partial = hooks.end()) hooks.destroy(partial);
+      throw;
+    }
+    graph_ = hooks.end();
+    backend_ = &table;
+  }
+  hooks.launch(graph_);
+  ++replays_;
+}
+
+}  // namespace boostlm
