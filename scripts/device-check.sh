@@ -272,12 +272,24 @@ run() {
 }
 
 # The 1B CoLA's training step on the GPU at sequence 4096 (bf16, batch 1): measured step time and
-# MFU beside what the emulated device's counters predicted (results/device-step-1b-4096.json).
+# MFU beside what the emulated device's counters predicted (results/device-step-1b-4096.json), with
+# CUDA graphs and without, and a 60m CoLA's, where launch gaps weigh most.
 speed_check() {
   local out=$1 b=$bundle/bin/boostlm
   timeout 150 "$b" bench step --device cuda --shape 1b --arch cola --precision bf16 -b 1 -t 4096 \
     --steps 3 --warmup 1 > "$out/step_1b.txt" 2>&1
   echo "| 1b-cola bf16 step, seq 4096 (exit $?) | $(grep -m1 '^cola ' "$out/step_1b.txt") |"
+  # The same step with every kernel launched from the host (issue 47: the graphs' gain measured).
+  timeout 150 "$b" bench step --device cuda --shape 1b --arch cola --precision bf16 -b 1 -t 4096 \
+    --steps 3 --warmup 1 --cuda-graph off > "$out/step_1b_nograph.txt" 2>&1
+  echo "| the same, --cuda-graph off (exit $?) | $(grep -m1 '^cola ' "$out/step_1b_nograph.txt") |"
+  # A small model, where launch gaps dominate: 60m CoLA at seq 1024, graphs on and off.
+  local g
+  for g in on off; do
+    timeout 100 "$b" bench step --device cuda --shape 60m --arch cola --precision bf16 -b 4 -t 1024 \
+      --steps 5 --warmup 2 --cuda-graph "$g" > "$out/step_60m_graph_$g.txt" 2>&1
+    echo "| 60m-cola bf16 step, b 4 x 1024, --cuda-graph $g (exit $?) | $(grep -m1 '^cola ' "$out/step_60m_graph_$g.txt") |"
+  done
   if [ -f "$bundle/device-step-1b-4096.json" ]; then
     local predicted
     predicted=$(grep -o '"predicted_step_s": *[0-9.e-]*' "$bundle/device-step-1b-4096.json" | head -1 |

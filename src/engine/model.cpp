@@ -1,6 +1,7 @@
 #include "engine/model.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "comm/mpi_runtime.h"
 #include "core/device.h"
@@ -9,6 +10,7 @@
 #include "core/profile.h"
 #include "core/threads.h"
 #include "kernels/adamw.h"
+#include "kernels/backend.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
@@ -242,20 +244,29 @@ const float* Model::stage_output() {
   return resid(last_layer_);
 }
 
+void Model::round_weights_once() {
+  if (compute_ == DType::bf16 && !bf16_copy_current_)
+    round_to_bf16(weights_.data() + bf16_begin_, 1, weights_bf16_.size(), weights_bf16_.size(),
+                  weights_bf16_.data());
+  bf16_copy_current_ = false;
+}
+
+const int32_t* Model::batch_ids(const int32_t* host, Buffer<int32_t>& staging) {
+  if (ids_staged_) return staging.data();  // uploaded before the graph
+  return device_values(host, batch_ * seq_len_, staging);
+}
+
 void Model::stage_forward(const int32_t* tokens, bool round_weights) {
   BOOSTLM_ASSERT_MSG(batch_ > 0, "prepare(B, T) before stage_forward");
   // The weights may have changed since the last call (optimizer step, checkpoint load), unless the
   // optimizer step wrote the copy itself.
-  if (compute_ == DType::bf16 && round_weights && !bf16_copy_current_)
-    round_to_bf16(weights_.data() + bf16_begin_, 1, weights_bf16_.size(), weights_bf16_.size(),
-                  weights_bf16_.data());
-  if (round_weights) bf16_copy_current_ = false;
+  if (round_weights) round_weights_once();
   const int64_t N = batch_ * seq_len_, d = config_.d_model, rc = blocks().residual_columns();
   if (first_stage()) {
     // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum
     // over the group is the full lookup. A hidden-sharded residual (btp) keeps its own columns.
     float* x0 = rc == d ? resid(first_layer_) : x_full_.data();
-    embedding_shard_forward(device_values(tokens, N, token_ids_), N,
+    embedding_shard_forward(batch_ids(tokens, token_ids_), N,
                             weights_.view(table_.at("model.embed_tokens.weight")), vocab_begin_,
                             vocab_rows_, d, x0);
     tp_->all_reduce(x0, N * d);
@@ -333,7 +344,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   // logits' storage, which this one overwrites: it runs first.
   if (head_gradient_pending_) deferred_head_gradient();
   const int64_t N = batch_ * seq_len_, d = config_.d_model, V = vocab_rows_;
-  targets = device_values(targets, N, target_ids_);
+  targets = batch_ids(targets, target_ids_);
   const int64_t rc = blocks().residual_columns();
   const int t = tp_->size();
   Buffer<float> scratch;
@@ -404,6 +415,10 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
                      dx, d, grads_.view(fnorm), false);
     if (rc != d) take_columns(dx, d, N, rc, tp_->rank(), d_resid_.data());
   }
+  if (loss_out_) {
+    mean_loss_into(losses_.data(), N, loss_out_);
+    return 0.0f;
+  }
   return mean_loss(losses_.data(), N);
 }
 
@@ -415,7 +430,7 @@ void Model::embedding_backward(const int32_t* tokens) {
     gather_columns(*tp_, d_resid_.data(), N, rc, d_full_.data(), scratch);
     dx = d_full_.data();
   }
-  embedding_shard_backward(device_values(tokens, N, token_ids_), N, dx, vocab_begin_, vocab_rows_,
+  embedding_shard_backward(batch_ids(tokens, token_ids_), N, dx, vocab_begin_, vocab_rows_,
                            d, grads_.view(table_.at("model.embed_tokens.weight")));
 }
 
@@ -477,6 +492,45 @@ void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
   }
   if (lax_boundary_ && !first_stage()) blocks().lax_carry_out(d_resid_.data() + N * rc);
   if (first_stage()) embedding_backward(tokens);
+}
+
+bool Model::graphs_possible() const {
+  return tp_->size() == 1 && pp_->size() == 1 && active_chunks_ == 1 && kernel_graphs() &&
+         active_kernels().graphs.begin != nullptr;
+}
+
+float Model::graphed_forward_backward(const int32_t* tokens, const int32_t* targets,
+                                      bool round_weights, float grad_scale) {
+  BOOSTLM_ASSERT_MSG(graphs_possible(), "graphed_forward_backward without graphs_possible()");
+  set_micro(0);
+  // Outside the graph: the batch's ids to the device, the weights' bf16 copy when stale.
+  const int64_t N = batch_ * seq_len_;
+  const int32_t* tok = device_values(tokens, N, token_ids_);
+  const int32_t* tgt = device_values(targets, N, target_ids_);
+  if (round_weights) round_weights_once();
+  float grad_scale_bits = grad_scale;
+  const void* scale_key = nullptr;
+  std::memcpy(&scale_key, &grad_scale_bits, sizeof grad_scale_bits);
+  ids_staged_ = true;
+  loss_out_ = loss_slot_.data();
+  try {
+    step_graph_.run({tok, tgt, workspace_.data(), weights_.data(), grads_.data(), weights_bf16_.data(),
+                     reinterpret_cast<const void*>(N), scale_key},
+                    [&] {
+                      stage_forward(tokens, false);
+                      head_and_loss(targets, true, grad_scale);
+                      stage_backward(tokens, nullptr);
+                    });
+  } catch (...) {
+    ids_staged_ = false;
+    loss_out_ = nullptr;
+    throw;
+  }
+  ids_staged_ = false;
+  loss_out_ = nullptr;
+  float loss = 0;
+  device_download(&loss, loss_slot_.data(), sizeof loss);
+  return loss;
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {

@@ -77,6 +77,15 @@ class Model {
   float forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                          float grad_scale = 1.0f, BackwardObserver* observer = nullptr);
 
+  // One micro-batch's forward, loss and backward (forward_backward's work, on micro-batch slot 0)
+  // replayed as one graph (kernels/graph.h) from its second call on; round_weights as for
+  // stage_forward. Only where nothing inside needs the host: graphs_possible().
+  float graphed_forward_backward(const int32_t* tokens, const int32_t* targets, bool round_weights,
+                                 float grad_scale);
+  // This process alone (no TP or PP group: their collectives wait on the host), one chunk, and
+  // a backend with graphs that --cuda-graph has not turned off.
+  bool graphs_possible() const;
+
   // Pipeline pieces (parallel/pipeline.h runs them in 1F1B order). set_micro(i) selects the
   // activation slot of micro-batch i (slot i mod micro_slots); the calls below work on it.
   // prepare(B, T) sizes every buffer first (a no-op when the shape is unchanged).
@@ -182,6 +191,14 @@ class Model {
   // their kernels as one graph (kernels/graph.h): one launch and one read-back per step.
   FlatBuffer norm_sums_{2 * sizeof(double) / sizeof(float)};
   KernelGraph norm_graph_;
+  // graphed_forward_backward's graph, its loss in the kernels' memory, and whether the batch's ids
+  // are already on the device (token_ids_, target_ids_) for the calls inside it.
+  KernelGraph step_graph_;
+  FlatBuffer loss_slot_{1};
+  float* loss_out_ = nullptr;  // set: head_and_loss writes its mean there and returns 0
+  bool ids_staged_ = false;
+  const int32_t* batch_ids(const int32_t* host, Buffer<int32_t>& staging);
+  void round_weights_once();
   // bf16 training: the weights from element bf16_begin_ on, rounded once per forward (an untied
   // embedding, first in the table, has no copy: its lookup reads fp32).
   Buffer<bf16_t> weights_bf16_;

@@ -88,6 +88,18 @@ double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, 
   auto observer_of = [&](int i) { return i + 1 == m ? observer : nullptr; };
 
   double loss = 0;
+  // One process alone: each micro-batch's forward, loss and backward is one CUDA graph, replayed
+  // (model.h, graphed_forward_backward). A data-parallel observer talks to the host mid-backward.
+  if (stages_ == 1 && observer == nullptr && model_.graphs_possible()) {
+    for (int i = 0; i < m; ++i) {
+      const double t0 = now_s();
+      loss += model_.graphed_forward_backward(micro[i].inputs, micro[i].targets, i == 0,
+                                              grad_scale);
+      stats_.compute_s += now_s() - t0;
+    }
+    stats_.step_s = now_s() - start;
+    return loss;
+  }
   const int warmup = warmup_forwards(stages_, stage_, m), steady = m - warmup;
   for (int i = 0; i < warmup; ++i) {
     exchange(nullptr, 0, 0, input(i), prev, activation_tag(i));

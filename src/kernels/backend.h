@@ -230,6 +230,8 @@
     (const float* row_max, const float* stats, int64_t rows, float* lse, float* losses),         \
     (row_max, stats, rows, lse, losses))                                                         \
   X(float, mean_loss, mean_loss, (const float* losses, int64_t n), (losses, n))                  \
+  X(void, mean_loss_into, mean_loss_into, (const float* losses, int64_t n, float* result),       \
+    (losses, n, result))                                                                         \
   /* kernels/adamw.h */                                                                          \
   X(void, adamw_update, adamw_update,                                                            \
     (float* params, const float* grads, float* m, float* v, int64_t n, const AdamWHyper& h,      \

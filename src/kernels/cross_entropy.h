@@ -57,5 +57,7 @@ void cross_entropy_shard_loss(const float* row_max, const float* stats, int64_t 
 
 // The mean of n losses, summed in double in index order (the same value at every run and rank).
 float mean_loss(const float* losses, int64_t n);
+// The same mean written to *result in the kernels' memory, not read back (a graph's part).
+void mean_loss_into(const float* losses, int64_t n, float* result);
 
 }  // namespace boostlm

@@ -106,11 +106,13 @@ for precision in fp32 bf16; do
   pair "lax-linear-$precision" lax "$precision" --lax-gate linear
   pair "lax-nosigma-$precision" lax "$precision" --lax-latent-act off
 done
-# CUDA graphs (issue 47, --cuda-graph on by default): every run above from step 2 on replays the
-# optimizer's updates and the gradient norm's sums as graphs (the emulated runtime's stream
-# capture refuses a host read, a synchronisation or an allocation outside the graph's pool in
-# them). Off, every kernel is launched from the host: the same kernels on the same data, so the
-# same losses bit for bit, fp32 and bf16 (whose AdamW also writes the bf16 copy in the graph).
+# CUDA graphs (issue 47, --cuda-graph on by default): every one-process run above replays, from
+# its second micro-batch on, the micro-batch's forward, loss and backward, the gradient norm's sums
+# and the optimizer's updates as three graphs (the emulated runtime's stream capture refuses a
+# host read, a synchronisation or an allocation outside the graph's pool in them); runs with
+# ranks replay the last two. Off, every kernel is launched from the host: the same kernels on the
+# same data, so the same losses bit for bit, fp32 and bf16 (whose AdamW also writes the bf16 copy
+# in the graph).
 for precision in fp32 bf16; do
   train "cola-$precision-nograph" 1 cuda cola -b 2 --precision "$precision" --cuda-graph off &&
     compare "--cuda-graph off, $precision" "cola-$precision-cuda" "cola-$precision-nograph" 0 \
@@ -154,6 +156,8 @@ expect_error "--tp-overlap on under --device cuda" "--tp-overlap on: the overlap
 # validation windows are theirs too).
 train cola-b1-cpu 1 cpu cola -b 1 --grad-accum 2 &&
   parallel dp2-zero1 cola cola-b1-cpu -b 1 --dp 2 --zero 1 &&
+  { train cola-b1-cuda 1 cuda cola -b 1 --grad-accum 2 &&  # the graph captured at micro-batch 2
+      compare "one device, --grad-accum 2" cola-b1-cpu cola-b1-cuda "$fp32_tol" "$fp32_why"; } &&
   parallel pp2 cola cola-b1-cpu -b 1 --grad-accum 2 --pp 2
 # LaX's chains cross the stage boundary (h forward, ∂L/∂h backward) beside the residual.
 train lax-b1-cpu 1 cpu lax -b 1 --grad-accum 2 &&

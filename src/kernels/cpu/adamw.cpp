@@ -50,6 +50,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
 
 void adamw_update_at(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                      const AdamWStep* step, bf16_t* p_bf16) {
+  const DeviceAccess access("adamw_update_at");  // *step is device memory
   AdamWHyper at = h;
   at.lr = step->lr;
   at.grad_scale = step->grad_scale;
@@ -64,7 +65,9 @@ double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges)
 
 void sum_squares_ranges_into(const float* x, const std::vector<IndexRange>& ranges,
                              double* result) {
-  *result = cpu::sum_squares_ranges(x, ranges);
+  const double sum = cpu::sum_squares_ranges(x, ranges);
+  const DeviceAccess access("sum_squares_ranges_into");
+  *result = sum;
 }
 
 double sum_squares(const float* x, int64_t n) {

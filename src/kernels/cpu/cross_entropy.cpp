@@ -177,4 +177,10 @@ float mean_loss(const float* losses, int64_t n) {
   return static_cast<float>(total / static_cast<double>(n));
 }
 
+void mean_loss_into(const float* losses, int64_t n, float* result) {
+  const float mean = cpu::mean_loss(losses, n);
+  const DeviceAccess access("mean_loss_into");
+  *result = mean;
+}
+
 }  // namespace boostlm::cpu

@@ -154,6 +154,9 @@ float mean_loss(const float* losses, int64_t n, cudaStream_t s) {
   device_download(&value, result.data(), sizeof value);
   return value;
 }
+void mean_loss_into(const float* losses, int64_t n, float* result, cudaStream_t s) {
+  cuda::mean_loss(losses, n, result, s);
+}
 double sum_squares(const float* x, int64_t n, cudaStream_t s) {
   const Scratch result(sizeof(double), s), w(sum_squares_workspace_bytes(n), s);
   cuda::sum_squares(x, n, result.as<double>(), w.data(), w.bytes(), s);
