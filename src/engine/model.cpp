@@ -158,6 +158,7 @@ void Model::prepare(int64_t B, int64_t T) {
   if (B == batch_ && T == seq_len_) return;
   batch_ = B;
   seq_len_ = T;
+  ++shape_generation_;  // every buffer below may move: a captured graph is stale
   // Chunks of whole sequences: as many as asked for that divide the batch.
   active_chunks_ = overlap_chunks_for(static_cast<int>(chunks_.size()), B);
   for (int c = 0; c < active_chunks_; ++c) chunks_[c]->prepare(B / active_chunks_, T);
@@ -514,8 +515,9 @@ float Model::graphed_forward_backward(const int32_t* tokens, const int32_t* targ
   ids_staged_ = true;
   loss_out_ = loss_slot_.data();
   try {
-    step_graph_.run({tok, tgt, workspace_.data(), weights_.data(), grads_.data(), weights_bf16_.data(),
-                     reinterpret_cast<const void*>(N), scale_key},
+    step_graph_.run({tok, tgt, weights_.data(), grads_.data(), weights_bf16_.data(),
+                     reinterpret_cast<const void*>(shape_generation_),
+                     reinterpret_cast<const void*>(static_cast<intptr_t>(compute_)), scale_key},
                     [&] {
                       stage_forward(tokens, false);
                       head_and_loss(targets, true, grad_scale);

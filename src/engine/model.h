@@ -194,6 +194,7 @@ class Model {
   // graphed_forward_backward's graph, its loss in the kernels' memory, and whether the batch's ids
   // are already on the device (token_ids_, target_ids_) for the calls inside it.
   KernelGraph step_graph_;
+  uint64_t shape_generation_ = 0;  // prepare()'s reallocations, part of the graph's key
   FlatBuffer loss_slot_{1};
   float* loss_out_ = nullptr;  // set: head_and_loss writes its mean there and returns 0
   bool ids_staged_ = false;
