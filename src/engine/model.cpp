@@ -500,36 +500,50 @@ bool Model::graphs_possible() const {
          active_kernels().graphs.begin != nullptr;
 }
 
+void Model::stage_batch(const int32_t* tokens, const int32_t* targets, bool round_weights) {
+  set_micro(0);
+  const int64_t N = batch_ * seq_len_;
+  device_values(tokens, N, token_ids_);
+  device_values(targets, N, target_ids_);
+  if (round_weights) round_weights_once();
+  ids_staged_ = true;
+  loss_out_ = loss_slot_.data();
+}
+
+void Model::unstage_batch() {
+  ids_staged_ = false;
+  loss_out_ = nullptr;
+}
+
+void Model::forward_backward_calls(const int32_t* tokens, const int32_t* targets,
+                                   float grad_scale) {
+  BOOSTLM_ASSERT_MSG(ids_staged_, "forward_backward_calls outside stage_batch");
+  stage_forward(tokens, false);
+  head_and_loss(targets, true, grad_scale);
+  stage_backward(tokens, nullptr);
+}
+
+std::vector<const void*> Model::graph_key(float grad_scale) const {
+  const void* scale_key = nullptr;
+  std::memcpy(&scale_key, &grad_scale, sizeof grad_scale);
+  return {token_ids_.data(), target_ids_.data(), weights_.data(), grads_.data(),
+          weights_bf16_.data(), reinterpret_cast<const void*>(shape_generation_),
+          reinterpret_cast<const void*>(static_cast<intptr_t>(compute_)), scale_key};
+}
+
 float Model::graphed_forward_backward(const int32_t* tokens, const int32_t* targets,
                                       bool round_weights, float grad_scale) {
   BOOSTLM_ASSERT_MSG(graphs_possible(), "graphed_forward_backward without graphs_possible()");
-  set_micro(0);
   // Outside the graph: the batch's ids to the device, the weights' bf16 copy when stale.
-  const int64_t N = batch_ * seq_len_;
-  const int32_t* tok = device_values(tokens, N, token_ids_);
-  const int32_t* tgt = device_values(targets, N, target_ids_);
-  if (round_weights) round_weights_once();
-  float grad_scale_bits = grad_scale;
-  const void* scale_key = nullptr;
-  std::memcpy(&scale_key, &grad_scale_bits, sizeof grad_scale_bits);
-  ids_staged_ = true;
-  loss_out_ = loss_slot_.data();
+  stage_batch(tokens, targets, round_weights);
   try {
-    step_graph_.run({tok, tgt, weights_.data(), grads_.data(), weights_bf16_.data(),
-                     reinterpret_cast<const void*>(shape_generation_),
-                     reinterpret_cast<const void*>(static_cast<intptr_t>(compute_)), scale_key},
-                    [&] {
-                      stage_forward(tokens, false);
-                      head_and_loss(targets, true, grad_scale);
-                      stage_backward(tokens, nullptr);
-                    });
+    step_graph_.run(graph_key(grad_scale),
+                    [&] { forward_backward_calls(tokens, targets, grad_scale); });
   } catch (...) {
-    ids_staged_ = false;
-    loss_out_ = nullptr;
+    unstage_batch();
     throw;
   }
-  ids_staged_ = false;
-  loss_out_ = nullptr;
+  unstage_batch();
   float loss = 0;
   device_download(&loss, loss_slot_.data(), sizeof loss);
   return loss;
@@ -572,17 +586,30 @@ void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
   device_download(out, logits_last_.data(), config_.vocab_size * sizeof(float));  // for sampling
 }
 
-double Model::grad_sum_squares(int64_t begin, int64_t end, Communicator* dp) {
-  if (end < 0) end = grads_.size();
+void Model::norm_ranges(int64_t begin, int64_t end, std::vector<IndexRange>& sharded,
+                        std::vector<IndexRange>& replicated) const {
   // Replicated tensors hold the same gradient on every TP rank: counted once, on TP rank 0. One
   // sum per part (a device reads two values back, not one per tensor).
-  std::vector<IndexRange> sharded, replicated;
   for (const auto& p : table_.entries()) {
     const int64_t lo = std::max(p.offset, begin), hi = std::min(p.offset + p.numel, end);
     if (lo >= hi) continue;
     (tp_->size() > 1 && p.shard_axis < 0 ? replicated : sharded).push_back({lo, hi});
   }
   if (tp_->rank() != 0) replicated.clear();
+}
+
+void Model::grad_norm_calls() {
+  std::vector<IndexRange> sharded, replicated;
+  norm_ranges(0, grads_.size(), sharded, replicated);
+  auto* sums = reinterpret_cast<double*>(norm_sums_.data());
+  sum_squares_ranges_into(grads_.data(), sharded, sums);
+  sum_squares_ranges_into(grads_.data(), replicated, sums + 1);
+}
+
+double Model::grad_sum_squares(int64_t begin, int64_t end, Communicator* dp) {
+  if (end < 0) end = grads_.size();
+  std::vector<IndexRange> sharded, replicated;
+  norm_ranges(begin, end, sharded, replicated);
   auto* sums = reinterpret_cast<double*>(norm_sums_.data());
   norm_graph_.run({grads_.data(), reinterpret_cast<const void*>(begin),
                    reinterpret_cast<const void*>(end)},

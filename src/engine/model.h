@@ -85,6 +85,19 @@ class Model {
   // This process alone (no TP or PP group: their collectives wait on the host), one chunk, and
   // a backend with graphs that --cuda-graph has not turned off.
   bool graphs_possible() const;
+  // The pieces of graphed_forward_backward, for a graph of the whole step (train/step.h): the
+  // batch staged on the device before the graph (ids uploaded, the weights' bf16 copy refreshed
+  // when round_weights and stale) until unstage_batch; the calls (on micro-batch slot 0, the loss
+  // written to loss_slot()); the gradient norm's two sums written to grad_norm_sums(); the key of
+  // everything those calls' arguments depend on.
+  void stage_batch(const int32_t* tokens, const int32_t* targets, bool round_weights);
+  void unstage_batch();
+  void forward_backward_calls(const int32_t* tokens, const int32_t* targets, float grad_scale);
+  void grad_norm_calls();
+  const float* loss_slot() const { return loss_slot_.data(); }
+  const double* grad_norm_sums() const { return reinterpret_cast<const double*>(norm_sums_.data()); }
+  std::vector<const void*> graph_key(float grad_scale) const;
+  KernelGraph& whole_step_graph() { return whole_step_graph_; }
 
   // Pipeline pieces (parallel/pipeline.h runs them in 1F1B order). set_micro(i) selects the
   // activation slot of micro-batch i (slot i mod micro_slots); the calls below work on it.
@@ -193,7 +206,9 @@ class Model {
   KernelGraph norm_graph_;
   // graphed_forward_backward's graph, its loss in the kernels' memory, and whether the batch's ids
   // are already on the device (token_ids_, target_ids_) for the calls inside it.
-  KernelGraph step_graph_;
+  KernelGraph step_graph_, whole_step_graph_;
+  void norm_ranges(int64_t begin, int64_t end, std::vector<IndexRange>& sharded,
+                   std::vector<IndexRange>& replicated) const;
   uint64_t shape_generation_ = 0;  // prepare()'s reallocations, part of the graph's key
   FlatBuffer loss_slot_{1};
   float* loss_out_ = nullptr;  // set: head_and_loss writes its mean there and returns 0

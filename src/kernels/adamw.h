@@ -28,7 +28,14 @@ struct AdamWStep {
   float lr = 0.0f;
   float grad_scale = 1.0f;  // the clipping factor
   float c1 = 1.0f, c2 = 1.0f;  // the bias corrections 1 - β1^t, 1 - β2^t (math::adamw_bias_correction)
+  int32_t skip = 0;  // non-zero: no update at all (p, m and v kept): a loss or norm not finite
 };
+// The clipping factor and the skip of *step from the gradient norm's sums (sums[0, parts), added in
+// order: the norm is sqrt of their sum, as a float) and the loss (*loss), on the device: a step
+// captured whole decides there what the host decides otherwise (AdamW::step, apply_gradients):
+// skip unless both are finite; grad_scale = clip / norm where clip > 0 and norm > clip, else 1.
+void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float clip,
+                     AdamWStep* step);
 // adamw_update with lr, grad_scale and the bias corrections read from *step (h's are not used;
 // its betas, eps and weight decay are). The same bits as adamw_update given those values.
 void adamw_update_at(float* params, const float* grads, float* m, float* v, int64_t n,

@@ -241,6 +241,9 @@
     (float* params, const float* grads, float* m, float* v, int64_t n, const AdamWHyper& h,      \
      const AdamWStep* step, bf16_t* params_bf16),                                                \
     (params, grads, m, v, n, h, step, params_bf16))                                              \
+  X(void, adamw_clip_step, adamw_clip_step,                                                      \
+    (const double* sums, int64_t parts, const float* loss, float clip, AdamWStep* step),         \
+    (sums, parts, loss, clip, step))                                                             \
   X(double, sum_squares, sum_squares, (const float* x, int64_t n), (x, n))                       \
   X(double, sum_squares_ranges, sum_squares_ranges,                                              \
     (const float* x, const std::vector<IndexRange>& ranges), (x, ranges))                        \

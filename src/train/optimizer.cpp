@@ -30,34 +30,43 @@ float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr) {
 float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm, Bf16Copy copy) {
   if (!std::isfinite(norm)) return norm;
   ++step_;
-  AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps, 0.0f, step_};
-  // Clipping scales the gradients as the update reads them (the gradient buffer is left as it is).
   AdamWStep values{lr, 1.0f, math::adamw_bias_correction(config_.beta1, step_),
                    math::adamw_bias_correction(config_.beta2, step_)};
+  // Clipping scales the gradients as the update reads them (the gradient buffer is left as it is).
   if (config_.grad_clip > 0.0f && norm > config_.grad_clip) values.grad_scale = config_.grad_clip / norm;
   device_upload(step_values_.data(), &values, sizeof values);
   const auto* at = reinterpret_cast<const AdamWStep*>(step_values_.data());
   updates_.run({weights.data(), grads.data(), copy.data, reinterpret_cast<const void*>(copy.begin)},
-               [&] {
-                 for (const auto& p : table_.entries()) {
-                   // The part of this tensor inside the owned range.
-                   const int64_t lo = std::max(p.offset, begin_),
-                                 hi = std::min(p.offset + p.numel, end_);
-                   if (lo >= hi) continue;
-                   h.weight_decay = p.weight_decay ? config_.weight_decay : 0.0f;
-                   // [lo, mid) has no bf16 copy, [mid, hi) has one.
-                   const int64_t mid = copy.data ? std::clamp(copy.begin, lo, hi) : hi;
-                   auto update = [&](int64_t from, int64_t to, bf16_t* rounded) {
-                     if (from < to)
-                       adamw_update_at(weights.data() + from, grads.data() + from,
-                                       m_.data() + (from - begin_), v_.data() + (from - begin_),
-                                       to - from, h, at, rounded);
-                   };
-                   update(lo, mid, nullptr);
-                   update(mid, hi, copy.data ? copy.data + (mid - copy.begin) : nullptr);
-                 }
-               });
+               [&] { update_calls(weights, grads, at, copy); });
   return norm;
+}
+
+AdamWStep* AdamW::stage_step(float lr) {
+  const int64_t next = step_ + 1;
+  const AdamWStep values{lr, 1.0f, math::adamw_bias_correction(config_.beta1, next),
+                         math::adamw_bias_correction(config_.beta2, next)};
+  device_upload(step_values_.data(), &values, sizeof values);
+  return reinterpret_cast<AdamWStep*>(step_values_.data());
+}
+
+void AdamW::update_calls(FlatBuffer& weights, FlatBuffer& grads, const AdamWStep* at,
+                         Bf16Copy copy) {
+  AdamWHyper h{0.0f, config_.beta1, config_.beta2, config_.eps, 0.0f, 0};
+  for (const auto& p : table_.entries()) {
+    // The part of this tensor inside the owned range.
+    const int64_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
+    if (lo >= hi) continue;
+    h.weight_decay = p.weight_decay ? config_.weight_decay : 0.0f;
+    // [lo, mid) has no bf16 copy, [mid, hi) has one.
+    const int64_t mid = copy.data ? std::clamp(copy.begin, lo, hi) : hi;
+    auto update = [&](int64_t from, int64_t to, bf16_t* rounded) {
+      if (from < to)
+        adamw_update_at(weights.data() + from, grads.data() + from, m_.data() + (from - begin_),
+                        v_.data() + (from - begin_), to - from, h, at, rounded);
+    };
+    update(lo, mid, nullptr);
+    update(mid, hi, copy.data ? copy.data + (mid - copy.begin) : nullptr);
+  }
 }
 
 }  // namespace boostlm

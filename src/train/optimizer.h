@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/param_table.h"
 #include "kernels/adamw.h"
@@ -33,6 +34,15 @@ class AdamW {
   // The same with the global gradient norm computed by the caller (sharded or replicated models),
   // also writing the updated weights of the owned range into `copy` (rounded), if given.
   float step(FlatBuffer& weights, FlatBuffer& grads, float lr, float grad_norm, Bf16Copy copy = {});
+  // A step captured whole with the model's (train/step.h): the values of step t+1 uploaded
+  // (lr, the bias corrections; the clipping factor and the skip are then written on the device,
+  // adamw_clip_step), the update calls reading them, and the count taken once the host has seen
+  // that the step was finite.
+  AdamWStep* stage_step(float lr);
+  void update_calls(FlatBuffer& weights, FlatBuffer& grads, const AdamWStep* at, Bf16Copy copy);
+  void step_taken() { ++step_; }
+  float grad_clip() const { return config_.grad_clip; }
+  std::vector<const void*> graph_key() const { return {m_.data(), v_.data(), step_values_.data()}; }
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t steps) { step_ = steps; }
   const ParamTable& table() const { return table_; }

@@ -36,8 +36,19 @@ double accumulate_gradients(Pipeline& pipeline, std::span<const MicroBatch> micr
 float apply_gradients(Model& model, AdamW& optimizer, float lr, double loss,
                       const DataParallelStep& dp = {});
 
-// Both, for one micro-batch without data parallelism: the step the benchmarks time. Returns the
-// loss.
+// A process alone with CUDA graphs (Model::graphs_possible), one micro-batch, no data-parallel
+// reduction, the optimizer owning every weight: the whole step, the gradients' zeroing, forward,
+// loss, backward, the gradient norm's sums, the clipping factor and the updates, is one graph
+// (kernels/graph.h), the update skipped on the device where the loss or the norm is not finite
+// (as apply_gradients skips it). whole_step returns the loss and writes the norm to *grad_norm,
+// both read after the launch.
+bool whole_step_possible(Pipeline& pipeline, const AdamW& optimizer,
+                         std::span<const MicroBatch> micro, const DataParallelStep& dp = {});
+double whole_step(Pipeline& pipeline, AdamW& optimizer, const MicroBatch& batch, int64_t rows,
+                  int64_t seq_len, float lr, float* grad_norm);
+
+// Both, for one micro-batch without data parallelism: the step the benchmarks time (one graph
+// where whole_step_possible). Returns the loss.
 float training_step(Pipeline& pipeline, AdamW& optimizer, const MicroBatch& batch, int64_t rows,
                     int64_t seq_len, float lr);
 

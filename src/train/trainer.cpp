@@ -413,7 +413,15 @@ StepRecord TrainingRun::step() {
   std::vector<MicroBatch> micro;
   for (int64_t i = 0; i < o_.grad_accum; ++i) batches.push_back(loader_->next());
   for (const Batch& b : batches) micro.push_back({b.inputs.data(), b.targets.data()});
-  const double loss = accumulate_gradients(*pipeline_, micro, o_.batch_size, o_.seq_len, dp_step());
+  // A process alone on a GPU with graphs: the whole step is one graph (train/step.h).
+  r.lr = schedule_.at(state_.step);
+  const bool whole = grid_.shape().world() == 1 &&
+                     whole_step_possible(*pipeline_, *optimizer_, micro, dp_step());
+  float whole_norm = 0;
+  const double loss =
+      whole ? whole_step(*pipeline_, *optimizer_, micro[0], o_.batch_size, o_.seq_len, r.lr,
+                         &whole_norm)
+            : accumulate_gradients(*pipeline_, micro, o_.batch_size, o_.seq_len, dp_step());
   r.pp = grid_.pp().counts() - pp_before;
   r.stages = pipeline_->gather_times();  // for the metrics
   // Control data over the world: the mean loss over DP replicas, and whether any rank was
@@ -422,8 +430,7 @@ StepRecord TrainingRun::step() {
   grid_.world().all_reduce_host(control, 2);
   r.loss = control[0] / grid_.shape().world();
   r.signalled = control[1] > 0;
-  r.lr = schedule_.at(state_.step);
-  r.grad_norm = apply_gradients(*model_, *optimizer_, r.lr, r.loss, dp_step());
+  r.grad_norm = whole ? whole_norm : apply_gradients(*model_, *optimizer_, r.lr, r.loss, dp_step());
   r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
   r.seconds = now_s() - t0;
   r.tp = grid_.tp().counts() - tp_before;

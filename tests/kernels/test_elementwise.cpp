@@ -15,6 +15,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/grad_check.h"
+#include "kernels/math.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 
@@ -372,6 +373,52 @@ TEST(AdamW, WritesTheRoundedWeightsInItsPass) {
   EXPECT_EQ(m2, m);
   EXPECT_EQ(v2, v);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(copy[i], float_to_bf16(p[i])) << i;
+}
+
+// A step captured whole decides on the device what the host decides otherwise: the clipping
+// factor clip / norm above the clip, 1 below it or without clipping, and no update at all (p, m
+// and v kept) where the loss or the norm is not finite.
+TEST(AdamW, ClipStepDecidesOnTheDeviceAsTheHostDoes) {
+  const double sums[2] = {16.0, 9.0};  // norm 5
+  const float loss = 2.5f, nan = std::nanf(""), inf = INFINITY;
+  AdamWStep step;
+  adamw_clip_step(sums, 2, &loss, 1.0f, &step);
+  EXPECT_EQ(step.skip, 0);
+  EXPECT_EQ(step.grad_scale, 1.0f / 5.0f);
+  adamw_clip_step(sums, 2, &loss, 10.0f, &step);
+  EXPECT_EQ(step.grad_scale, 1.0f);
+  adamw_clip_step(sums, 1, &loss, 0.0f, &step);
+  EXPECT_EQ(step.grad_scale, 1.0f);
+  adamw_clip_step(sums, 2, &nan, 1.0f, &step);
+  EXPECT_EQ(step.skip, 1);
+  const double huge[1] = {inf};
+  adamw_clip_step(huge, 1, &loss, 1.0f, &step);
+  EXPECT_EQ(step.skip, 1);
+  // Skipped: nothing moves; not skipped: the by-value update, bit for bit.
+  const int64_t n = 257;
+  std::vector<float> g(n), p(n), m(n), v(n, 0.01f);
+  Rng rng(5);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = rng.normal();
+    p[i] = rng.normal();
+    m[i] = 0.1f * rng.normal();
+  }
+  AdamWHyper h{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+  h.grad_scale = 0.2f;
+  std::vector<float> p1 = p, m1 = m, v1 = v, p2 = p, m2 = m, v2 = v;
+  AdamWStep at{h.lr, h.grad_scale, math::adamw_bias_correction(h.beta1, h.step),
+               math::adamw_bias_correction(h.beta2, h.step)};
+  at.skip = 1;
+  adamw_update_at(p2.data(), g.data(), m2.data(), v2.data(), n, h, &at);
+  EXPECT_EQ(p2, p);
+  EXPECT_EQ(m2, m);
+  EXPECT_EQ(v2, v);
+  at.skip = 0;
+  adamw_update(p1.data(), g.data(), m1.data(), v1.data(), n, h);
+  adamw_update_at(p2.data(), g.data(), m2.data(), v2.data(), n, h, &at);
+  EXPECT_EQ(p2, p1);
+  EXPECT_EQ(m2, m1);
+  EXPECT_EQ(v2, v1);
 }
 
 TEST(SumSquares, IsExactInDouble) {

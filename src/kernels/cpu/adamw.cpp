@@ -51,6 +51,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
 void adamw_update_at(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                      const AdamWStep* step, bf16_t* p_bf16) {
   const DeviceAccess access("adamw_update_at");  // *step is device memory
+  if (step->skip) return;
   AdamWHyper at = h;
   at.lr = step->lr;
   at.grad_scale = step->grad_scale;
@@ -61,6 +62,12 @@ double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges)
   double total = 0.0;
   for (const IndexRange& r : ranges) total += cpu::sum_squares(x + r.begin, r.end - r.begin);
   return total;
+}
+
+void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float clip,
+                     AdamWStep* step) {
+  const DeviceAccess access("adamw_clip_step");
+  math::adamw_clip(sums, parts, *loss, clip, step->grad_scale, step->skip);
 }
 
 void sum_squares_ranges_into(const float* x, const std::vector<IndexRange>& ranges,

@@ -29,6 +29,7 @@ __global__ void adamw_at_kernel(float* p, const float* g, float* m, float* v, in
                                 float beta1, float beta2, float eps, float weight_decay,
                                 const AdamWStep* step, bf16_t* p_bf16) {
   const AdamWStep s = *step;
+  if (s.skip) return;
   for (int64_t i = grid_index(); i < n; i += grid_stride()) {
     float pi = p[i], mi = m[i], vi = v[i];
     math::adamw_element(pi, s.grad_scale * g[i], mi, vi, s.lr, beta1, beta2, eps, weight_decay,
@@ -38,6 +39,12 @@ __global__ void adamw_at_kernel(float* p, const float* g, float* m, float* v, in
     v[i] = vi;
     if (p_bf16) p_bf16[i] = math::round_to_bf16(pi);
   }
+}
+
+__global__ void clip_step_kernel(const double* sums, int64_t parts, const float* loss, float clip,
+                                 AdamWStep* step) {
+  if (threadIdx.x == 0 && blockIdx.x == 0)
+    math::adamw_clip(sums, parts, *loss, clip, step->grad_scale, step->skip);
 }
 
 // Σx² as two launches of CUB's BlockReduce rather than cub::DeviceReduce::TransformReduce: the
@@ -97,6 +104,15 @@ void adamw_update_at(float* params, const float* grads, float* m, float* v, int6
   adamw_at_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(params, grads, m, v, n, h.beta1,
                                                            h.beta2, h.eps, h.weight_decay, step,
                                                            params_bf16);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float clip,
+                     AdamWStep* step, cudaStream_t stream) {
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+      .bytes_read = bytes_of<double>(parts) + bytes_of<float>(1) + sizeof(AdamWStep),
+      .bytes_written = sizeof(AdamWStep)});
+  clip_step_kernel<<<1, 32, 0, stream>>>(sums, parts, loss, clip, step);
   BOOSTLM_CHECK_LAUNCH();
 }
 
