@@ -107,10 +107,10 @@ for precision in fp32 bf16; do
   pair "lax-nosigma-$precision" lax "$precision" --lax-latent-act off
 done
 # CUDA graphs (issue 47, --cuda-graph on by default): every one-process run above replays, from
-# its second micro-batch on, the micro-batch's forward, loss and backward, the gradient norm's sums
-# and the optimizer's updates as three graphs (the emulated runtime's stream capture refuses a
-# host read, a synchronisation or an allocation outside the graph's pool in them); runs with
-# ranks replay the last two. Off, every kernel is launched from the host: the same kernels on the
+# its second step on, the whole step as one graph (train/step.h's whole_step; the emulated
+# runtime's stream capture refuses a host read, a synchronisation or an allocation outside the
+# graph's pool in it); --grad-accum 2 replays each micro-batch's forward and backward, the norm's
+# sums and the updates as graphs of their own; runs with ranks replay the last two. Off, every kernel is launched from the host: the same kernels on the
 # same data, so the same losses bit for bit, fp32 and bf16 (whose AdamW also writes the bf16 copy
 # in the graph).
 for precision in fp32 bf16; do
