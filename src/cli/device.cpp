@@ -39,9 +39,10 @@ void add_device_option(CLI::App& cmd) {
       ->check(CLI::IsMember({"cpu", "cpu-checked", "cuda"}));
   cmd.add_option_function<std::string>(
          "--cuda-graph", [](const std::string& v) { set_kernel_graphs(v == "on"); },
-         "on: with --device cuda, the optimizer's updates and the gradient norm's sums are each "
-         "captured once as a CUDA graph and replayed every step (one launch each); off: every "
-         "kernel launched from the host (no effect on the CPU)")
+         "on: with --device cuda, kernels are captured once as CUDA graphs and replayed (a "
+         "process alone: the whole step as one graph; with TP, PP or DP groups: the gradient "
+         "norm's sums and the optimizer's updates); off: every kernel launched from the host "
+         "(no effect on the CPU)")
       ->default_str("on")
       ->check(CLI::IsMember({"on", "off"}));
 }
