@@ -25,8 +25,9 @@ const DeviceCounterHooks& hooks() {
 }
 
 // Warm-up step first (the caching allocator's first allocations, plans), then the counted one:
-// with --cuda-graph on, the second step captures the optimizer's and the gradient norm's graphs
-// and launches them, which counts as every later step would (graph nodes, one host launch each).
+// with --cuda-graph on, the second step captures its graphs (the whole step, for the process
+// alone here) and launches them, which counts as every later step would (graph nodes, one host
+// launch per graph).
 DeviceStepResult run_one(const DeviceStepOptions& o, ModelConfig config, const std::string& arch,
                          const std::string& precision, const plan::Device& device) {
   if (o.layers > 0) config.n_layers = o.layers;

@@ -36,10 +36,8 @@ struct CUevent_st {
 };
 
 // A graph from a capture (its nodes in capture order, which is an order of its dependencies),
-// and an instantiated one.
-struct CUgraphNode_st {
-  std::size_t index = 0;
-};
+// and an instantiated one. A node handle (cudaGraphGetNodes) is only an identity.
+struct CUgraphNode_st {};
 struct CUgraph_st {
   std::vector<cuda_emulator::streams::Node> nodes;
   std::vector<std::unique_ptr<CUgraphNode_st>> handles;  // cudaGraphGetNodes'
@@ -774,10 +772,8 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t*
   if (it == graphs().end() || !numNodes) return fail(cudaErrorInvalidValue);
   CUgraph_st& g = *it->second;
   if (nodes) {
-    while (g.handles.size() < g.nodes.size()) {
+    while (g.handles.size() < g.nodes.size())
       g.handles.push_back(std::make_unique<CUgraphNode_st>());
-      g.handles.back()->index = g.handles.size() - 1;
-    }
     const std::size_t n = std::min(*numNodes, g.nodes.size());
     for (std::size_t i = 0; i < n; ++i) nodes[i] = g.handles[i].get();
     for (std::size_t i = n; i < *numNodes; ++i) nodes[i] = nullptr;

@@ -11,7 +11,7 @@
 //
 // Stream capture (cudaStreamBeginCapture): work enqueued on a capturing stream does not run: it
 // becomes a node of the capture, in enqueue order, and cudaGraphLaunch later enqueues the nodes,
-// in that order, as ordinary work (graphs.cpp). Nodes keep their arguments as enqueued (a kernel's
+// in that order, as ordinary work (runtime.cpp's graph calls). Nodes keep their arguments as enqueued (a kernel's
 // pointers and scalars, a copy's addresses), which is what a GPU's graph bakes in. A stream joins a
 // capture by waiting on an event recorded in it (a fork) and must be joined back (the origin
 // waits on an event recorded on it after its last node) before the capture ends. What a GPU
@@ -96,7 +96,7 @@ cudaError_t invalidate(const std::shared_ptr<Stream>& stream, cudaError_t status
 // prohibits it (the captures that do are invalidated), else cudaSuccess.
 cudaError_t check_unsafe_call();
 cudaError_t exchange_capture_mode(cudaStreamCaptureMode* mode);
-// An event recorded on a capturing stream (a marker node is added).
+// Where an event recorded on a capturing stream now stands (no node is added).
 CaptureMark mark(const std::shared_ptr<Stream>& stream);
 // `waiter` waits on an event recorded at `mark`: it joins the capture (a fork) or takes the
 // dependencies on; cudaErrorStreamCaptureMerge when it captures another sequence.

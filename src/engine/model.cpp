@@ -500,7 +500,8 @@ bool Model::graphs_possible() const {
          active_kernels().graphs.begin != nullptr;
 }
 
-void Model::stage_batch(const int32_t* tokens, const int32_t* targets, bool round_weights) {
+Model::StagedBatch Model::stage_batch(const int32_t* tokens, const int32_t* targets,
+                                     bool round_weights) {
   set_micro(0);
   const int64_t N = batch_ * seq_len_;
   device_values(tokens, N, token_ids_);
@@ -508,6 +509,7 @@ void Model::stage_batch(const int32_t* tokens, const int32_t* targets, bool roun
   if (round_weights) round_weights_once();
   ids_staged_ = true;
   loss_out_ = loss_slot_.data();
+  return StagedBatch(*this);
 }
 
 void Model::unstage_batch() {
@@ -534,16 +536,12 @@ std::vector<const void*> Model::graph_key(float grad_scale) const {
 float Model::graphed_forward_backward(const int32_t* tokens, const int32_t* targets,
                                       bool round_weights, float grad_scale) {
   BOOSTLM_ASSERT_MSG(graphs_possible(), "graphed_forward_backward without graphs_possible()");
-  // Outside the graph: the batch's ids to the device, the weights' bf16 copy when stale.
-  stage_batch(tokens, targets, round_weights);
-  try {
+  {
+    // Outside the graph: the batch's ids to the device, the weights' bf16 copy when stale.
+    const StagedBatch staged = stage_batch(tokens, targets, round_weights);
     step_graph_.run(graph_key(grad_scale),
                     [&] { forward_backward_calls(tokens, targets, grad_scale); });
-  } catch (...) {
-    unstage_batch();
-    throw;
   }
-  unstage_batch();
   float loss = 0;
   device_download(&loss, loss_slot_.data(), sizeof loss);
   return loss;
@@ -586,41 +584,30 @@ void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
   device_download(out, logits_last_.data(), config_.vocab_size * sizeof(float));  // for sampling
 }
 
-void Model::norm_ranges(int64_t begin, int64_t end, std::vector<IndexRange>& sharded,
-                        std::vector<IndexRange>& replicated) const {
+void Model::grad_norm_calls(int64_t begin, int64_t end) {
+  if (end < 0) end = grads_.size();
   // Replicated tensors hold the same gradient on every TP rank: counted once, on TP rank 0. One
-  // sum per part (a device reads two values back, not one per tensor).
+  // sum per part (a device reads two values back, not one per tensor); a part with no ranges
+  // sums to 0.
+  std::vector<IndexRange> sharded, replicated;
   for (const auto& p : table_.entries()) {
     const int64_t lo = std::max(p.offset, begin), hi = std::min(p.offset + p.numel, end);
     if (lo >= hi) continue;
     (tp_->size() > 1 && p.shard_axis < 0 ? replicated : sharded).push_back({lo, hi});
   }
   if (tp_->rank() != 0) replicated.clear();
-}
-
-void Model::grad_norm_calls() {
-  std::vector<IndexRange> sharded, replicated;
-  norm_ranges(0, grads_.size(), sharded, replicated);
   auto* sums = reinterpret_cast<double*>(norm_sums_.data());
   sum_squares_ranges_into(grads_.data(), sharded, sums);
   sum_squares_ranges_into(grads_.data(), replicated, sums + 1);
 }
 
 double Model::grad_sum_squares(int64_t begin, int64_t end, Communicator* dp) {
-  if (end < 0) end = grads_.size();
-  std::vector<IndexRange> sharded, replicated;
-  norm_ranges(begin, end, sharded, replicated);
-  auto* sums = reinterpret_cast<double*>(norm_sums_.data());
   norm_graph_.run({grads_.data(), reinterpret_cast<const void*>(begin),
                    reinterpret_cast<const void*>(end)},
-                  [&] {
-                    sum_squares_ranges_into(grads_.data(), sharded, sums);
-                    sum_squares_ranges_into(grads_.data(), replicated, sums + 1);
-                  });
+                  [&] { grad_norm_calls(begin, end); });
   double parts[2];
-  device_download(parts, sums, sizeof parts);
-  double total = parts[0];
-  if (!replicated.empty()) total += parts[1];
+  device_download(parts, grad_norm_sums(), sizeof parts);
+  double total = parts[0] + parts[1];  // + 0.0 where nothing is replicated: the same bits
   // Host values: over MPI whatever the groups' device transports.
   tp_->all_reduce_host(&total, 1);
   if (dp) dp->all_reduce_host(&total, 1);

@@ -87,13 +87,24 @@ class Model {
   bool graphs_possible() const;
   // The pieces of graphed_forward_backward, for a graph of the whole step (train/step.h): the
   // batch staged on the device before the graph (ids uploaded, the weights' bf16 copy refreshed
-  // when round_weights and stale) until unstage_batch; the calls (on micro-batch slot 0, the loss
-  // written to loss_slot()); the gradient norm's two sums written to grad_norm_sums(); the key of
-  // everything those calls' arguments depend on.
-  void stage_batch(const int32_t* tokens, const int32_t* targets, bool round_weights);
-  void unstage_batch();
+  // when round_weights and stale) for as long as the returned StagedBatch lives; the calls (on
+  // micro-batch slot 0, the loss written to loss_slot()); the gradient norm's two sums (sharded,
+  // replicated) of flat elements [begin, end) written to grad_norm_sums(); the key of everything
+  // those calls' arguments depend on.
+  class StagedBatch {
+   public:
+    explicit StagedBatch(Model& model) : model_(model) {}
+    ~StagedBatch() { model_.unstage_batch(); }
+    StagedBatch(const StagedBatch&) = delete;
+    StagedBatch& operator=(const StagedBatch&) = delete;
+
+   private:
+    Model& model_;
+  };
+  [[nodiscard]] StagedBatch stage_batch(const int32_t* tokens, const int32_t* targets,
+                                        bool round_weights);
   void forward_backward_calls(const int32_t* tokens, const int32_t* targets, float grad_scale);
-  void grad_norm_calls();
+  void grad_norm_calls(int64_t begin = 0, int64_t end = -1);
   const float* loss_slot() const { return loss_slot_.data(); }
   const double* grad_norm_sums() const { return reinterpret_cast<const double*>(norm_sums_.data()); }
   std::vector<const void*> graph_key(float grad_scale) const;
@@ -204,15 +215,15 @@ class Model {
   // their kernels as one graph (kernels/graph.h): one launch and one read-back per step.
   FlatBuffer norm_sums_{2 * sizeof(double) / sizeof(float)};
   KernelGraph norm_graph_;
-  // graphed_forward_backward's graph, its loss in the kernels' memory, and whether the batch's ids
-  // are already on the device (token_ids_, target_ids_) for the calls inside it.
+  // graphed_forward_backward's graph and the whole step's (train/step.h), the loss in the
+  // kernels' memory, and whether the batch's ids are already on the device (token_ids_,
+  // target_ids_) for the calls inside them.
   KernelGraph step_graph_, whole_step_graph_;
-  void norm_ranges(int64_t begin, int64_t end, std::vector<IndexRange>& sharded,
-                   std::vector<IndexRange>& replicated) const;
   uint64_t shape_generation_ = 0;  // prepare()'s reallocations, part of the graph's key
   FlatBuffer loss_slot_{1};
   float* loss_out_ = nullptr;  // set: head_and_loss writes its mean there and returns 0
   bool ids_staged_ = false;
+  void unstage_batch();
   const int32_t* batch_ids(const int32_t* host, Buffer<int32_t>& staging);
   void round_weights_once();
   // bf16 training: the weights from element bf16_begin_ on, rounded once per forward (an untied

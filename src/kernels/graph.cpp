@@ -23,7 +23,7 @@ KernelGraph::~KernelGraph() {
 }
 
 void KernelGraph::drop() {
-  if (graph_) static_cast<const KernelTable*>(backend_)->graphs.destroy(graph_);
+  if (graph_) backend_->graphs.destroy(graph_);
   graph_ = nullptr;
   backend_ = nullptr;
 }
@@ -49,14 +49,17 @@ void KernelGraph::run(const std::vector<const void*>& key, const std::function<v
     try {
       calls();
     } catch (...) {
-      if (void* partial = hooks.end()) hooks.destroy(partial);
+      // The capture is ended and dropped; the calls' own error is the one reported.
+      try {
+        if (void* partial = hooks.end()) hooks.destroy(partial);
+      } catch (...) {
+      }
       throw;
     }
     graph_ = hooks.end();
     backend_ = &table;
   }
   hooks.launch(graph_);
-  ++replays_;
 }
 
 }  // namespace boostlm

@@ -4,8 +4,9 @@
 //   KernelGraph g;
 //   g.run(key, [&] { ...kernel calls... });   // every step
 //
-// The first run with a key runs the calls as they come (the warm-up: the caching allocator's
-// blocks are then cached for the capture). The second captures them into a graph and launches
+// The first run with a key runs the calls as they come (the warm-up: GEMM plans, workspaces and
+// whatever else a first call sets up outside a capture). The second captures them into a graph
+// (its allocations from a pool of its own, caching_allocator.h) and launches
 // it; every later run launches that graph and does not run `calls` at all. The calls must
 // therefore be the same calls with the same arguments at every run with one key: whatever
 // changes from step to step (the learning rate, a step count) is read by the kernels from memory
@@ -21,6 +22,8 @@
 
 namespace boostlm {
 
+struct KernelTable;
+
 class KernelGraph {
  public:
   KernelGraph() = default;
@@ -29,16 +32,13 @@ class KernelGraph {
   KernelGraph& operator=(const KernelGraph&) = delete;
 
   void run(const std::vector<const void*>& key, const std::function<void()>& calls);
-  // How many runs launched the graph (0 where calls ran each time).
-  int64_t replays() const { return replays_; }
 
  private:
   void drop();
   std::vector<const void*> key_;
   int runs_with_key_ = 0;
   void* graph_ = nullptr;
-  const void* backend_ = nullptr;  // the table that made graph_
-  int64_t replays_ = 0;
+  const KernelTable* backend_ = nullptr;  // the table that made graph_
 };
 
 // --cuda-graph: whether KernelGraph captures where the backend can (on by default).

@@ -30,23 +30,24 @@ float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr) {
 float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm, Bf16Copy copy) {
   if (!std::isfinite(norm)) return norm;
   ++step_;
-  AdamWStep values{lr, 1.0f, math::adamw_bias_correction(config_.beta1, step_),
-                   math::adamw_bias_correction(config_.beta2, step_)};
   // Clipping scales the gradients as the update reads them (the gradient buffer is left as it is).
-  if (config_.grad_clip > 0.0f && norm > config_.grad_clip) values.grad_scale = config_.grad_clip / norm;
-  device_upload(step_values_.data(), &values, sizeof values);
-  const auto* at = reinterpret_cast<const AdamWStep*>(step_values_.data());
+  const float grad_scale =
+      config_.grad_clip > 0.0f && norm > config_.grad_clip ? config_.grad_clip / norm : 1.0f;
+  const AdamWStep* at = upload_step(lr, step_, grad_scale);
   updates_.run({weights.data(), grads.data(), copy.data, reinterpret_cast<const void*>(copy.begin)},
                [&] { update_calls(weights, grads, at, copy); });
   return norm;
 }
 
-AdamWStep* AdamW::stage_step(float lr) {
-  const int64_t next = step_ + 1;
-  const AdamWStep values{lr, 1.0f, math::adamw_bias_correction(config_.beta1, next),
-                         math::adamw_bias_correction(config_.beta2, next)};
+AdamWStep* AdamW::upload_step(float lr, int64_t t, float grad_scale) {
+  const AdamWStep values{lr, grad_scale, math::adamw_bias_correction(config_.beta1, t),
+                         math::adamw_bias_correction(config_.beta2, t)};
   device_upload(step_values_.data(), &values, sizeof values);
   return reinterpret_cast<AdamWStep*>(step_values_.data());
+}
+
+AdamWStep* AdamW::stage_step(float lr) {
+  return upload_step(lr, step_ + 1, 1.0f);  // the clipping factor is the device's to write
 }
 
 void AdamW::update_calls(FlatBuffer& weights, FlatBuffer& grads, const AdamWStep* at,

@@ -63,6 +63,8 @@ class AdamW {
   // (one launch for every tensor's update on a GPU, kernels/graph.h) replays with each step's.
   FlatBuffer step_values_;
   KernelGraph updates_;
+  // step_values_ = {lr, grad_scale, the bias corrections of step t}, uploaded.
+  AdamWStep* upload_step(float lr, int64_t t, float grad_scale);
   int64_t step_ = 0;
 };
 

@@ -50,14 +50,14 @@ double whole_step(Pipeline& pipeline, AdamW& optimizer, const MicroBatch& batch,
                   int64_t seq_len, float lr, float* grad_norm) {
   Model& model = pipeline.model();
   model.prepare(rows, seq_len);
-  // Before the graph: the batch's ids and the step's values on the device.
-  model.stage_batch(batch.inputs, batch.targets, true);
-  AdamWStep* at = optimizer.stage_step(lr);
   const Bf16Copy copy = model.bf16_copy();
-  std::vector<const void*> key = model.graph_key(1.0f);
-  for (const void* k : optimizer.graph_key()) key.push_back(k);
-  key.push_back(copy.data);
-  try {
+  {
+    // Before the graph: the batch's ids and the step's values on the device.
+    const Model::StagedBatch staged = model.stage_batch(batch.inputs, batch.targets, true);
+    AdamWStep* at = optimizer.stage_step(lr);
+    std::vector<const void*> key = model.graph_key(1.0f);
+    for (const void* k : optimizer.graph_key()) key.push_back(k);
+    key.push_back(copy.data);
     model.whole_step_graph().run(key, [&] {
       model.grads().zero();
       model.forward_backward_calls(batch.inputs, batch.targets, 1.0f);
@@ -65,11 +65,7 @@ double whole_step(Pipeline& pipeline, AdamW& optimizer, const MicroBatch& batch,
       adamw_clip_step(model.grad_norm_sums(), 2, model.loss_slot(), optimizer.grad_clip(), at);
       optimizer.update_calls(model.weights(), model.grads(), at, copy);
     });
-  } catch (...) {
-    model.unstage_batch();
-    throw;
   }
-  model.unstage_batch();
   // After it: the loss and the norm, as apply_gradients would have computed them.
   float loss = 0;
   double sums[2];

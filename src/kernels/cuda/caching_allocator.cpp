@@ -85,13 +85,17 @@ void CachingAllocator::release_cached_locked() {
       ++it;  // a live graph's blocks
       continue;
     }
-    for (void* block : blocks) {
-      backing_.free(block);
-      ++stats_.backing_frees;
-      stats_.reserved_bytes -= key.second;
-      stats_.cached_bytes -= key.second;
-    }
+    give_back_locked(blocks, key.second);
     it = free_.erase(it);
+  }
+}
+
+void CachingAllocator::give_back_locked(const std::vector<void*>& blocks, std::size_t bytes) {
+  for (void* block : blocks) {
+    backing_.free(block);
+    ++stats_.backing_frees;
+    stats_.reserved_bytes -= bytes;
+    stats_.cached_bytes -= bytes;
   }
 }
 
@@ -115,12 +119,7 @@ void CachingAllocator::release_pool(StreamKey pool) {
       ++it;
       continue;
     }
-    for (void* block : it->second) {
-      backing_.free(block);
-      ++stats_.backing_frees;
-      stats_.reserved_bytes -= it->first.second;
-      stats_.cached_bytes -= it->first.second;
-    }
+    give_back_locked(it->second, it->first.second);
     it = free_.erase(it);
   }
 }

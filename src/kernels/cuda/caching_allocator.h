@@ -109,6 +109,7 @@ class CachingAllocator {
   };
   using FreeKey = std::pair<StreamKey, std::size_t>;  // (stream, class)
   void release_cached_locked();
+  void give_back_locked(const std::vector<void*>& blocks, std::size_t bytes);  // to the backing
 
   BackingAllocator& backing_;
   mutable std::mutex mutex_;
