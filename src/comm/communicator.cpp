@@ -31,6 +31,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/fiber.h"
+#include "core/graph_capture.h"
 #include "core/profile.h"
 
 namespace boostlm {
@@ -265,6 +266,23 @@ void Communicator::count(Collective kind, int64_t elements, int64_t element_byte
   if (size_ == 1) return;
   counts_[kind].calls += 1;
   counts_[kind].bytes += elements * element_bytes;
+  if (const uint64_t capture = graph_capture_id()) {
+    // A device collective captured into a graph (host exchanges refuse a capture: watchdog.cpp):
+    // counted again at each replay, so a step counts the same with graphs as without; after each
+    // launch the host waits, watched, for the group's work in it (a hung peer is reported as for
+    // a collective launched alone). The graph must not outlive this Communicator.
+    const int64_t bytes = elements * element_bytes;
+    on_graph_replay([this, kind, bytes] {
+      counts_[kind].calls += 1;
+      counts_[kind].bytes += bytes;
+    });
+    if (capture != fenced_capture_) {
+      fenced_capture_ = capture;
+      after_graph_launch([this] {
+        if (std::unique_ptr<DeviceCompletion> done = device_->fence()) done->wait();
+      });
+    }
+  }
 }
 
 void Communicator::all_reduce(float* data, int64_t count) {

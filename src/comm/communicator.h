@@ -155,6 +155,7 @@ class Communicator {
   CommCounts counts_;
   CommOverlap* overlap_ = nullptr;
   bool compute_only_ = false;
+  uint64_t fenced_capture_ = 0;  // the graph capture this group's fence was registered with
   std::unique_ptr<DeviceTransport> device_;
 };
 

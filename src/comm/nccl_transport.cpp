@@ -110,10 +110,18 @@ NcclTransport::~NcclTransport() {
 }
 
 DeviceTransport::Started NcclTransport::enqueued(const char* operation, int64_t bytes) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  BOOSTLM_CHECK_CUDA(cudaStreamIsCapturing(stream_, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;  // a node of the graph
   auto mark = std::make_shared<Mark>();
   BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming));
   BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, stream_));
   return std::make_unique<NcclCompletion>(*this, std::move(mark), operation, bytes);
+}
+
+DeviceTransport::Started NcclTransport::fence() {
+  flush_p2p();
+  return enqueued("the collectives of a CUDA graph", 0);
 }
 
 DeviceTransport::Started NcclTransport::held(Point point, const char* operation) {

@@ -8,6 +8,11 @@
 // PyTorch's NCCL watchdog does) and the job ends with the watchdog's message and exit code. An
 // asynchronous NCCL error also aborts and ends the job, naming it.
 //
+// Inside a CUDA graph's capture (kernels/graph.h) the operations are queued alike and become the
+// graph's nodes (NCCL supports capture since 2.9); their completions are then nothing (the work
+// follows the graph's order on the stream), and the host waits once per launch, watched, on the
+// fence the Communicator registers for it.
+//
 // Reduce-scatter with uneven counts follows plan_reduce_scatter (one grouped ncclReduce per rank).
 //
 // Send and recv are held back and queued together, in one ncclGroupStart/End, when the first of
@@ -44,6 +49,8 @@ class NcclTransport final : public DeviceTransport {
   Started broadcast(float* data, int64_t count, int root) override;
   Started send(const float* data, int64_t count, int peer, int tag) override;
   Started recv(float* data, int64_t count, int peer, int tag) override;
+  bool capturable() const override { return true; }
+  Started fence() override;
 
   // The uneven reduce-scatter's pieces (plan_reduce_scatter), as one NCCL group; public for the
   // device tests, which can reach it with one rank.

@@ -52,6 +52,13 @@ class DeviceTransport {
   virtual Started broadcast(float* data, int64_t count, int root) = 0;
   virtual Started send(const float* data, int64_t count, int peer, int tag) = 0;
   virtual Started recv(float* data, int64_t count, int peer, int tag) = 0;
+
+  // CUDA graphs (kernels/graph.h): whether the operations above can be captured into a graph
+  // (NCCL's can: they are stream work, and return nothing to wait for while their stream
+  // captures); and a completion for everything queued so far, which the host waits for after a
+  // graph with this group's collectives in it is launched (nullptr: nothing to wait for).
+  virtual bool capturable() const { return false; }
+  virtual Started fence() { return nullptr; }
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@
 #include <thread>
 #include <unordered_set>
 
+#include "core/error.h"
+#include "core/graph_capture.h"
+
 namespace boostlm {
 namespace {
 
@@ -155,6 +158,12 @@ void stop_watchdog() {
 }
 
 WatchedExchange::WatchedExchange(const char* group, const char* operation, int64_t bytes) {
+  // A graph replays device work only: an exchange on the host while one captures would happen
+  // once, at the capture, and never again (core/graph_capture.h).
+  if (graph_capture_id() != 0)
+    throw error("a host exchange (", operation, " on group ", group,
+                ") inside a captured CUDA graph: it would not be replayed; only device "
+                "collectives over NCCL can be captured (--cuda-graph off runs without graphs)");
   g_in_flight.group.store(group, std::memory_order_relaxed);
   g_in_flight.operation.store(operation, std::memory_order_relaxed);
   g_in_flight.bytes.store(bytes, std::memory_order_relaxed);

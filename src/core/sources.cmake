@@ -13,6 +13,7 @@ add_library(boostlm_base STATIC
   ${CMAKE_CURRENT_LIST_DIR}/file_io.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hostfile.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fiber.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/graph_capture.cpp
   ${CMAKE_CURRENT_LIST_DIR}/threads.cpp
 )
 target_include_directories(boostlm_base PUBLIC ${PROJECT_SOURCE_DIR}/src)

@@ -82,8 +82,9 @@ class Model {
   // stage_forward. Only where nothing inside needs the host: graphs_possible().
   float graphed_forward_backward(const int32_t* tokens, const int32_t* targets, bool round_weights,
                                  float grad_scale);
-  // This process alone (no TP or PP group: their collectives wait on the host), one chunk, and
-  // a backend with graphs that --cuda-graph has not turned off.
+  // No pipeline stages (their sends wait on the host), a TP group alone or over a transport whose
+  // collectives are captured with the kernels (NCCL), one chunk, and a backend with graphs that
+  // --cuda-graph has not turned off.
   bool graphs_possible() const;
   // The pieces of graphed_forward_backward, for a graph of the whole step (train/step.h): the
   // batch staged on the device before the graph (ids uploaded, the weights' bf16 copy refreshed

@@ -363,6 +363,9 @@ const KernelTable& cpu_checked_kernel_table();
 
 // The table the interface's functions forward to now.
 const KernelTable& active_kernels();
+// The active backend's launches so far, and of them those replayed from graphs, where it counts
+// them (the emulated device); false elsewhere.
+bool device_launch_totals(uint64_t* launches, uint64_t* replayed);
 
 // Makes `table` (which must outlive its use: a backend's static table) the active one for the rest
 // of the process (before any work: the table is read without synchronisation). Throws Error naming the backend and the first entry it leaves empty: a

@@ -77,6 +77,17 @@ void use_kernels(const KernelTable& table) {
   g_active = &table;
 }
 
+bool device_launch_totals(uint64_t* launches, uint64_t* replayed) {
+  const KernelTable& table = active_kernels();
+  if (!table.counters.read) return false;
+  *launches = *replayed = 0;
+  for (const DeviceKernelCount& c : table.counters.read()) {
+    *launches += c.launches;
+    *replayed += c.graph_launches;
+  }
+  return true;
+}
+
 #define BOOSTLM_DISPATCH(ret, function, entry, params, args) \
   ret function params {                                      \
     return active().entry args;                              \

@@ -7,7 +7,10 @@
 // The first run with a key runs the calls as they come (the warm-up: GEMM plans, workspaces and
 // whatever else a first call sets up outside a capture). The second captures them into a graph
 // (its allocations from a pool of its own, caching_allocator.h) and launches
-// it; every later run launches that graph and does not run `calls` at all. The calls must
+// it; every later run launches that graph and does not run `calls` at all. What the calls do on
+// the host besides enqueueing (a Communicator's counts; the watched wait for a collective in the
+// graph) they register while capturing (core/graph_capture.h), and the graph runs it after its
+// launches. The calls must
 // therefore be the same calls with the same arguments at every run with one key: whatever
 // changes from step to step (the learning rate, a step count) is read by the kernels from memory
 // the caller writes before the run (AdamWStep), never passed by value; a key that changes (other
@@ -19,6 +22,8 @@
 #include <cstdint>
 #include <functional>
 #include <vector>
+
+#include "core/graph_capture.h"
 
 namespace boostlm {
 
@@ -39,6 +44,7 @@ class KernelGraph {
   int runs_with_key_ = 0;
   void* graph_ = nullptr;
   const KernelTable* backend_ = nullptr;  // the table that made graph_
+  GraphHostWork host_;                     // what graph_'s calls registered while captured
 };
 
 // --cuda-graph: whether KernelGraph captures where the backend can (on by default).

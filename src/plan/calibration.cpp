@@ -226,6 +226,7 @@ DeviceMeasurement measure_device(int threads, Communicator* sync) {
   d.memory_bandwidth = 1.0 / ew.per_unit;
   d.elementwise_efficiency = 1.0;  // the measured bandwidth is already what kernels achieve
   d.kernel_overhead_s = ew.fixed / 4;
+  d.graph_node_overhead_s = d.kernel_overhead_s;  // a CPU runs graphs' calls as they come
   out.notes.push_back(
       "element-wise bandwidth: add, SiLU, SwiGLU, RMSNorm at 64K..8M elements, rms "
       "error " +

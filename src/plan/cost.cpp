@@ -22,7 +22,13 @@ double gemm_efficiency(const GemmCurve& c, int64_t m, int64_t n, int64_t k) {
          saturation(k, c.half_dim);
 }
 
-double gemm_seconds(const Device& device, DType dtype, const GemmWork& g) {
+double launch_seconds(const Device& device, double per_launch, bool graphed) {
+  return graphed && device.graph_node_overhead_s > 0
+             ? std::min(per_launch, device.graph_node_overhead_s)
+             : per_launch;
+}
+
+double gemm_seconds(const Device& device, DType dtype, const GemmWork& g, bool graphed) {
   if (g.m == 0 || g.n == 0 || g.k == 0) return 0;
   const GemmCurve& c = device.curve(dtype);
   const double compute = g.flops() / (c.peak_flops * gemm_efficiency(c, g.m, g.n, g.k));
@@ -31,17 +37,18 @@ double gemm_seconds(const Device& device, DType dtype, const GemmWork& g) {
       (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n) * input_bytes(dtype) +
       static_cast<double>(g.m) * g.n * 4.0;
   const double memory = bytes / device.memory_bandwidth;
-  return std::max(compute, memory) + (g.own_call ? device.gemm_overhead_s : 0.0);
+  return std::max(compute, memory) +
+         (g.own_call ? launch_seconds(device, device.gemm_overhead_s, graphed) : 0.0);
 }
 
 double elementwise_seconds(const Device& device, double elements, int64_t kernels,
-                           double element_bytes) {
+                           double element_bytes, bool graphed) {
   return elements * element_bytes / (device.memory_bandwidth * device.elementwise_efficiency) +
-         kernels * device.kernel_overhead_s;
+         kernels * launch_seconds(device, device.kernel_overhead_s, graphed);
 }
 
 double attention_seconds(const Device& device, DType dtype, const Work& w, int64_t head_dim,
-                         double element_bytes) {
+                         double element_bytes, bool graphed) {
   if (w.attention_calls == 0) return 0;
   const GemmCurve& c = device.curve(dtype);
   const double efficiency =
@@ -49,7 +56,8 @@ double attention_seconds(const Device& device, DType dtype, const Work& w, int64
   const double compute = w.attention_flops / (c.peak_flops * efficiency);
   const double memory = w.attention_elements * element_bytes /
                         (device.memory_bandwidth * device.elementwise_efficiency);
-  return std::max(compute, memory) + w.attention_calls * device.kernel_overhead_s;
+  return std::max(compute, memory) +
+         w.attention_calls * launch_seconds(device, device.kernel_overhead_s, graphed);
 }
 
 double ring_factor(Collective kind, int group) {
@@ -118,11 +126,11 @@ WorkSeconds WorkSeconds::operator*(double s) const {
 
 WorkSeconds work_seconds(const CostContext& ctx, const Work& w, int64_t head_dim) {
   WorkSeconds s;
-  for (const auto& g : w.gemms) s.gemm += gemm_seconds(*ctx.device, ctx.dtype, g);
-  s.attention =
-      attention_seconds(*ctx.device, ctx.attention_dtype, w, head_dim, ctx.activation_bytes);
+  for (const auto& g : w.gemms) s.gemm += gemm_seconds(*ctx.device, ctx.dtype, g, ctx.graphed);
+  s.attention = attention_seconds(*ctx.device, ctx.attention_dtype, w, head_dim,
+                                  ctx.activation_bytes, ctx.graphed);
   s.elementwise = elementwise_seconds(*ctx.device, w.elementwise_elements, w.elementwise_kernels,
-                                      ctx.activation_bytes);
+                                      ctx.activation_bytes, ctx.graphed);
   if (ctx.tp_link)
     s.comm = comm_seconds(*ctx.tp_link, w.tp, ctx.tp, ctx.activation_bytes, ctx.tp_flows);
   return s;

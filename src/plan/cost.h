@@ -12,12 +12,16 @@ namespace boostlm::plan {
 
 // g(m)·g(n)·g(k) · max_efficiency: the share of peak a GEMM of this shape reaches.
 double gemm_efficiency(const GemmCurve& curve, int64_t m, int64_t n, int64_t k);
+// One launch's overhead: `per_launch` from the host, or, `graphed` (replayed as a node of a CUDA
+// graph, as the engine runs a GPU's step where StepConfig allows), the device's per-node overhead
+// where that is known and smaller (Device::graph_node_overhead_s; 0 counts as unknown).
+double launch_seconds(const Device& device, double per_launch, bool graphed);
 // max(FLOPs at the curve's rate, operands and result through memory) + the call overhead.
-double gemm_seconds(const Device& device, DType dtype, const GemmWork& gemm);
+double gemm_seconds(const Device& device, DType dtype, const GemmWork& gemm, bool graphed = false);
 double elementwise_seconds(const Device& device, double elements, int64_t kernels,
-                           double element_bytes);
+                           double element_bytes, bool graphed = false);
 double attention_seconds(const Device& device, DType dtype, const Work& work, int64_t head_dim,
-                         double element_bytes);
+                         double element_bytes, bool graphed = false);
 
 // Bytes on the wire per counted byte of a ring collective over `group` ranks: 2(t−1)/t for an
 // all-reduce (reduce-scatter then all-gather), (t−1)/t for a reduce-scatter of the whole buffer,
@@ -54,6 +58,7 @@ struct CostContext {
   const Link* tp_link = nullptr;
   int tp = 1;
   int tp_flows = 1;
+  bool graphed = false;  // the work is replayed from CUDA graphs (launch_seconds)
 };
 
 WorkSeconds work_seconds(const CostContext& ctx, const Work& work, int64_t head_dim);

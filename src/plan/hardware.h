@@ -39,7 +39,8 @@ struct Device {
   double elementwise_efficiency = 1;
   double kernel_overhead_s = 0;  // per element-wise kernel
   // Per kernel or copy launched as a node of a CUDA graph instead of from the host (the file's
-  // graph_node_overhead_us; absent: kernel_overhead_s, no gain assumed).
+  // graph_node_overhead_us; absent: kernel_overhead_s, no gain assumed; 0 in a Device built by
+  // hand counts as unknown, plan/cost.h's launch_seconds).
   double graph_node_overhead_s = 0;
   double attention_max_efficiency = 1;
   double attention_half_head_dim = 0;

@@ -63,6 +63,7 @@ StepConfig paper_step(const PaperRow& row, LayoutKind layout, int64_t micro_batc
   s.precision = DType::bf16;
   // The paper's naive baseline all-reduces every projection's output on its own (7 calls).
   s.options.grouping = layout != LayoutKind::naive_tp;
+  s.cuda_graphs = false;  // their engines launched every kernel from the host
   return s;
 }
 

@@ -50,6 +50,16 @@ double activation_bytes(const Hardware& hw, const StepConfig& c) {
   return hw.activations_fp32 || c.precision == DType::f32 ? 4.0 : 2.0;
 }
 
+int64_t overlap_chunks(const StepConfig& c);
+
+// Whether the engine replays a GPU step's kernels from CUDA graphs (kernels/graph.h): without
+// pipeline stages (their sends wait on the host) or --tp-overlap's chunks, and with no DP
+// all-reduce during backward (one DP rank, or ZeRO-1, which reduces after it). TP's collectives
+// are in the graphs over NCCL. On a CPU the node overhead is the kernel's: nothing changes.
+bool graphed(const StepConfig& c) {
+  return c.cuda_graphs && c.pp == 1 && overlap_chunks(c) == 1 && (c.dp == 1 || c.zero1);
+}
+
 CostContext cost_context(const Hardware& hw, const StepConfig& c, const Placement& pl) {
   CostContext ctx;
   ctx.device = pl.device;
@@ -59,6 +69,7 @@ CostContext cost_context(const Hardware& hw, const StepConfig& c, const Placemen
   ctx.tp_link = pl.tp;
   ctx.tp = c.tp;
   ctx.tp_flows = pl.tp_flows;
+  ctx.graphed = graphed(c);
   return ctx;
 }
 
@@ -194,11 +205,12 @@ std::pair<double, double> dp_seconds(const StepConfig& c, const Placement& pl, d
 
 // AdamW reads weights, gradients and both moments and writes weights and moments (28 bytes per
 // owned parameter); every step also zeroes the gradients and sums their squares (8 bytes), and in
-// bf16 rounds the weights once (6 bytes).
+// bf16 rounds the weights once (6 bytes). The norm's sums and the updates are CUDA graphs on a GPU
+// whatever the layout.
 double optimizer_seconds(const Device& dev, const StepConfig& c, double params) {
   const double owned = c.zero1 ? params / c.dp : params;
   const double bytes = owned * 28 + params * 8 + (c.precision == DType::bf16 ? params * 6 : 0);
-  return elementwise_seconds(dev, bytes, 3, 1.0);
+  return elementwise_seconds(dev, bytes, 3, 1.0, c.cuda_graphs);
 }
 
 // What this engine allocates, on every backend: activations in fp32 but for the parts it keeps in

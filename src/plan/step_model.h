@@ -42,6 +42,9 @@ struct StepConfig {
   bool zero1 = false;
   int64_t bucket_bytes = int64_t{16} << 20;  // DP all-reduce buckets (the engine's default)
   double activation_bytes = 0;  // per activation element; 0: from the precision and hardware
+  // Whether a GPU step replays its kernels from CUDA graphs where the engine can (--cuda-graph,
+  // on by default); the paper's rows set it off, as their runs launched every kernel.
+  bool cuda_graphs = true;
 
   int world() const { return tp * pp * dp; }
   int64_t global_batch() const { return micro_batch * micro_batches * dp; }

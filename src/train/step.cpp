@@ -42,8 +42,10 @@ float apply_gradients(Model& model, AdamW& optimizer, float lr, double loss,
 
 bool whole_step_possible(Pipeline& pipeline, const AdamW& optimizer,
                          std::span<const MicroBatch> micro, const DataParallelStep& dp) {
+  // The norm's sum over tensor-parallel ranks is a host exchange (Model::grad_sum_squares), so
+  // the whole step is one graph for a process alone; with TP the micro-batches are graphs.
   return micro.size() == 1 && !dp.reducer && !dp.zero && optimizer.whole() &&
-         pipeline.model().graphs_possible();
+         pipeline.model().tp().size() == 1 && pipeline.model().graphs_possible();
 }
 
 double whole_step(Pipeline& pipeline, AdamW& optimizer, const MicroBatch& batch, int64_t rows,

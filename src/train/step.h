@@ -36,7 +36,7 @@ double accumulate_gradients(Pipeline& pipeline, std::span<const MicroBatch> micr
 float apply_gradients(Model& model, AdamW& optimizer, float lr, double loss,
                       const DataParallelStep& dp = {});
 
-// A process alone with CUDA graphs (Model::graphs_possible), one micro-batch, no data-parallel
+// A process alone (no TP group) with CUDA graphs (Model::graphs_possible), one micro-batch, no data-parallel
 // reduction, the optimizer owning every weight: the whole step, the gradients' zeroing, forward,
 // loss, backward, the gradient norm's sums, the clipping factor and the updates, is one graph
 // (kernels/graph.h), the update skipped on the device where the loss or the norm is not finite

@@ -31,6 +31,7 @@
 #include "engine/data_parallel.h"
 #include "engine/model.h"
 #include "engine/pipeline.h"
+#include "kernels/backend.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_measure.h"
 #include "model/flops.h"
@@ -257,6 +258,9 @@ struct StepRecord {
   bool finite = true, signalled = false;
   int threads = 1;  // the OpenMP team that ran it (core/threads.h)
   float peak_rss_mb = 0;  // the largest of every rank's peak resident memory
+  // Where the device counts its launches (the emulated one): this rank's in the step, and of them
+  // those replayed from CUDA graphs; -1 elsewhere.
+  int64_t launches = -1, replayed = 0;
 };
 
 // A training run in pieces: the constructor sets it up (grid, checkpoint, data, model, optimizer,
@@ -317,8 +321,11 @@ class TrainingRun {
   std::string last_checkpoint_;
 
   bool use_zero() const { return o_.zero == 1; }
+  // The reducer where there is something to reduce: with one DP rank the step has no
+  // data-parallel work (and so may be one CUDA graph, train/step.h); ZeRO-1 keeps its partition.
   DataParallelStep dp_step() {
-    return {use_zero() ? nullptr : &*reducer_, use_zero() ? &*zero_ : nullptr, &grid_.dp()};
+    const bool reduce = !use_zero() && grid_.dp().size() > 1;
+    return {reduce ? &*reducer_ : nullptr, use_zero() ? &*zero_ : nullptr, &grid_.dp()};
   }
 };
 
@@ -409,6 +416,8 @@ StepRecord TrainingRun::step() {
       model_->overlap() ? model_->overlap()->stats() : CommOverlap::Stats{};
   const CommCounts tp_before = grid_.tp().counts(), dp_before = grid_.dp().counts(),
                    pp_before = grid_.pp().counts();
+  uint64_t launches_before = 0, replayed_before = 0;
+  const bool counted = device_launch_totals(&launches_before, &replayed_before);
   std::vector<Batch> batches;
   std::vector<MicroBatch> micro;
   for (int64_t i = 0; i < o_.grad_accum; ++i) batches.push_back(loader_->next());
@@ -433,6 +442,10 @@ StepRecord TrainingRun::step() {
   r.grad_norm = whole ? whole_norm : apply_gradients(*model_, *optimizer_, r.lr, r.loss, dp_step());
   r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
   r.seconds = now_s() - t0;
+  if (uint64_t launches = 0, replayed = 0; counted && device_launch_totals(&launches, &replayed)) {
+    r.launches = static_cast<int64_t>(launches - launches_before);
+    r.replayed = static_cast<int64_t>(replayed - replayed_before);
+  }
   r.tp = grid_.tp().counts() - tp_before;
   if (model_->overlap()) {
     const CommOverlap::Stats& now = model_->overlap()->stats();
@@ -479,6 +492,7 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
       {"activation_mb", model_->activation_bytes() / 1e6},
       {"optimizer_state_mb", 2.0 * (optimizer_->end() - optimizer_->begin()) * 4 / 1e6},
       {"comm", {{"tp", comm_json(r.tp)}, {"dp", comm_json(r.dp)}, {"pp", comm_json(r.pp)}}}};
+  if (r.launches >= 0) line["device"] = {{"launches", r.launches}, {"replayed", r.replayed}};
   if (model_->overlap())  // TP collectives: waited for, and in flight while another chunk computed
     line["tp_overlap"] = {{"chunks", model_->overlap_chunks()},
                           {"wait_ms", r.overlap_wait_s * 1e3},

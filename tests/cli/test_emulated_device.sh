@@ -3,7 +3,8 @@
 # cuda` runs the real kernel table, caching allocator, device transports and trainer with every GPU
 # thread a fiber on the CPU, and must give the losses of `--device cpu`:
 #  one process  dense, svd, cola and lax, fp32 and bf16 (lax with the Kronecker gate, the linear
-#               gate and without σ); cola with --cuda-graph off equal bit for bit to on
+#               gate and without σ); cola with --cuda-graph off equal bit for bit to on, and on
+#               replaying its steps (TP 2 too, with its collectives in the graphs)
 #  launch -n 2  TP 2 in btp, naive-tp and dense-tp (NCCL, i.e. comm/nccl_transport.cpp on the
 #               emulated NCCL), btp again with BOOSTLM_NCCL=0 (the staged path: device -> host ->
 #               MPI -> device) and in bf16, DP 2 with ZeRO-1, PP 2; lax in btp with low-rank
@@ -110,13 +111,35 @@ done
 # its second step on, the whole step as one graph (train/step.h's whole_step; the emulated
 # runtime's stream capture refuses a host read, a synchronisation or an allocation outside the
 # graph's pool in it); --grad-accum 2 replays each micro-batch's forward and backward, the norm's
-# sums and the updates as graphs of their own; runs with ranks replay the last two. Off, every kernel is launched from the host: the same kernels on the
+# sums and the updates as graphs of their own, as do runs with TP ranks over NCCL (their
+# collectives in the graphs) and ZeRO-1; other runs with ranks replay the last two. Off, every kernel is launched from the host: the same kernels on the
 # same data, so the same losses bit for bit, fp32 and bf16 (whose AdamW also writes the bf16 copy
 # in the graph).
+# graphs NAME MOST [OFF]: from step 2 on, NAME's steps replay their kernels from graphs and launch
+# at most MOST from the host (metrics.jsonl's "device": the emulated device's counts, rank 0's);
+# OFF, the same run with --cuda-graph off, replays nothing and counts the same collectives.
+graphs() {
+  python3 - "$1" "$2" "${3:-}" << 'PY' || fail "graphs: $1"
+import json, sys
+name, most, off_name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+on = [json.loads(l) for l in open(f"{name}/metrics.jsonl")]
+for line in on[1:]:
+    d = line["device"]
+    host = d["launches"] - d["replayed"]
+    assert d["replayed"] > 0 and host <= most, (name, line["step"], d, f"at most {most} from the host")
+if off_name:
+    off = [json.loads(l) for l in open(f"{off_name}/metrics.jsonl")]
+    assert all(line["device"]["replayed"] == 0 for line in off), (off_name, "replayed")
+    assert [l["comm"] for l in on] == [l["comm"] for l in off], ("collectives", on, off)
+d = on[-1]["device"]
+print(f"ok   {name}: {d['replayed']} of {d['launches']} launches replayed in its last step")
+PY
+}
 for precision in fp32 bf16; do
   train "cola-$precision-nograph" 1 cuda cola -b 2 --precision "$precision" --cuda-graph off &&
     compare "--cuda-graph off, $precision" "cola-$precision-cuda" "cola-$precision-nograph" 0 \
-      "the same kernels launched from the host or replayed: exact"
+      "the same kernels launched from the host or replayed: exact" &&
+    graphs "cola-$precision-cuda" 8 "cola-$precision-nograph"  # one graph launch, the ids' copies
 done
 echo "one process: $((SECONDS - started)) s so far"
 
@@ -131,6 +154,20 @@ parallel btp-tp2 cola cola-fp32-cpu -b 2 --tp 2 --layout btp
 parallel naive-tp2 cola cola-fp32-cpu -b 2 --tp 2 --layout naive-tp
 parallel dense-tp2 dense dense-fp32-cpu -b 2 --tp 2 --layout dense-tp
 BOOSTLM_NCCL=0 parallel btp-tp2-staged cola cola-fp32-cpu -b 2 --tp 2 --layout btp
+# CUDA graphs across ranks: TP's collectives over NCCL are captured with the kernels (each
+# micro-batch's forward and backward one graph, the norm's sums and the updates one each), counted
+# per replay as when launched; off, the same losses bit for bit and the same collectives. The
+# staged path's collectives wait on the host: only the norm and the updates are graphs there.
+train btp-tp2-nograph 2 cuda cola -b 2 --tp 2 --layout btp --cuda-graph off &&
+  compare "--cuda-graph off, tp 2" btp-tp2 btp-tp2-nograph 0 "the same kernels and collectives: exact" &&
+  graphs btp-tp2 12 btp-tp2-nograph
+graphs naive-tp2 12
+graphs dense-tp2 12
+python3 - btp-tp2-staged/metrics.jsonl << 'PY' || fail "the staged path captured its collectives"
+import json, sys
+d = [json.loads(l) for l in open(sys.argv[1])][-1]["device"]
+assert d["launches"] - d["replayed"] > 100, d
+PY
 # bf16 across ranks: the bf16 GEMMs and kept activations on each rank's device, the collectives
 # over NCCL, against the one-process CPU bf16 run with bf16's tolerances.
 train btp-tp2-bf16 2 cuda cola -b 2 --tp 2 --layout btp --precision bf16 &&

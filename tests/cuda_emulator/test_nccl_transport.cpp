@@ -16,6 +16,7 @@
 #include "comm/mpi_runtime.h"
 #include "comm/nccl_transport.h"
 #include "core/error.h"
+#include "core/graph_capture.h"
 
 namespace boostlm {
 namespace {
@@ -151,6 +152,68 @@ TEST_F(NcclTransportOnEmulator, HostMemoryIsRefused) {
     EXPECT_NE(what.find("invalid argument"), std::string::npos) << what;
     EXPECT_NE(what.find("is not device memory"), std::string::npos) << what;
   }
+}
+
+// CUDA graphs with collectives (issue 47; kernels/graph.h does this around a model's calls): a
+// Communicator's device collectives captured on the transport's stream become nodes of the graph,
+// rerun at each launch; the counts the capture made are added again at each replay through the
+// registered host work, and after each launch the host waits on the group's fence. A host
+// exchange inside the capture is refused, since the graph would not repeat it.
+TEST_F(NcclTransportOnEmulator, CollectivesCapturedInAGraphReplayAndAreCountedPerLaunch) {
+  Communicator group = world();
+  if (group.size() == 1) GTEST_SKIP() << "a group of one communicates nothing";
+  group.set_device_transport(std::make_unique<NcclTransport>(group, stream));
+  ASSERT_TRUE(group.device_transport()->capturable());
+  const int n = group.size();
+  std::vector<float> host(6, 1.0f + group.rank());
+  float* data = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&data), host.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+
+  GraphHostWork work;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  set_graph_capture(&work);
+  group.all_reduce(data, 6);  // queued as nodes: nothing runs, nothing to wait for
+  group.all_reduce(data, 6);
+  double on_host = 1;
+  try {
+    group.all_reduce_host(&on_host, 1);
+    ADD_FAILURE() << "a host exchange was accepted inside a capture";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("inside a captured CUDA graph"), std::string::npos)
+        << e.what();
+  }
+  set_graph_capture(nullptr);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  EXPECT_EQ(group.counts()[Collective::all_reduce].calls, 2);  // counted as they were captured
+  EXPECT_EQ(work.on_replay.size(), 2u);
+  ASSERT_EQ(work.after_launch.size(), 1u) << "one fence per group and graph";
+
+  std::vector<float> values(6);
+  ASSERT_EQ(cudaMemcpy(values.data(), data, 24, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(values[0], 1.0f + group.rank()) << "the capture ran a collective";
+  // The capture's own launch (fenced), then two replays (fenced, counted again).
+  float expected = 1.0f + group.rank(), sum_of_ranks = n * (n + 1) / 2.0f;
+  for (int launch = 0; launch < 3; ++launch) {
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    if (launch > 0)
+      for (const auto& action : work.on_replay) action();
+    for (const auto& action : work.after_launch) action();
+    // Two all-reduces of values equal on every rank but the first launch's input.
+    expected = launch == 0 ? sum_of_ranks * n : expected * n * n;
+    ASSERT_EQ(cudaMemcpy(values.data(), data, 24, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(values[5], expected) << "launch " << launch;
+  }
+  // 2 captured + 2 per replay; the refused host call counted nothing.
+  EXPECT_EQ(group.counts()[Collective::all_reduce].calls, 2 + 2 * 2);
+  EXPECT_EQ(group.counts()[Collective::all_reduce].bytes, 6 * 6 * 4);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(data);
 }
 
 }  // namespace

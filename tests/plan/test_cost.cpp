@@ -138,6 +138,38 @@ TEST(PlanStepModel, PipelineBubbleIsOneFOneB) {
   EXPECT_EQ(predict_step(h, btp_step(1, 1, 1, 4)).bubble_s, 0.0);
 }
 
+// CUDA graphs (issue 47): where the engine replays a GPU step (no pipeline stages, no TP-overlap
+// chunks, one DP rank or ZeRO-1; TP's collectives are in the graphs) a launch costs the device's
+// per-node overhead instead of the host's; the norm and the updates are graphs in every layout.
+TEST(PlanStepModel, ReplayedStepsPayTheGraphNodeOverhead) {
+  Hardware h = round_hardware();
+  h.device.kernel_overhead_s = 3e-6;
+  h.device.gemm_overhead_s = 5e-6;
+  EXPECT_DOUBLE_EQ(launch_seconds(h.device, 3e-6, true), 3e-6) << "no node overhead: unknown";
+  h.device.graph_node_overhead_s = 1e-6;
+  EXPECT_DOUBLE_EQ(launch_seconds(h.device, 3e-6, true), 1e-6);
+  EXPECT_DOUBLE_EQ(launch_seconds(h.device, 3e-6, false), 3e-6);
+  EXPECT_DOUBLE_EQ(launch_seconds(h.device, 0.5e-6, true), 0.5e-6) << "never dearer than a launch";
+  auto without = [](StepConfig c) {
+    c.cuda_graphs = false;
+    return c;
+  };
+  StepConfig zero = btp_step(1, 1, 2, 1);
+  zero.zero1 = true;
+  for (const StepConfig& c : {btp_step(1, 1, 1, 1), btp_step(2, 1, 1, 2), zero}) {
+    const StepPrediction on = predict_step(h, c), off = predict_step(h, without(c));
+    EXPECT_LT(on.micro_batches.compute(), off.micro_batches.compute()) << c.tp << " " << c.dp;
+    EXPECT_DOUBLE_EQ(on.micro_batches.comm, off.micro_batches.comm);
+    EXPECT_LT(on.optimizer_s, off.optimizer_s);
+  }
+  // Launched from the host: pipeline stages (their sends), DP's all-reduce during backward.
+  for (const StepConfig& c : {btp_step(1, 2, 1, 2), btp_step(1, 1, 2, 1)}) {
+    const StepPrediction on = predict_step(h, c), off = predict_step(h, without(c));
+    EXPECT_DOUBLE_EQ(on.micro_batches.compute(), off.micro_batches.compute()) << c.pp << c.dp;
+    EXPECT_LT(on.optimizer_s, off.optimizer_s);
+  }
+}
+
 // DP reduction hides behind the last micro-batch's backward; ZeRO-1's does not.
 TEST(PlanStepModel, DataParallelReductionOverlapsBackward) {
   Hardware h = round_hardware();

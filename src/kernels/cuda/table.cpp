@@ -294,8 +294,10 @@ const KernelTable& kernel_table() {
                                    : "cuBLASLt (bf16 inputs, fp32 accumulation)";
     };
 #ifdef BOOSTLM_CUDA_EMULATOR
-    // The emulated device counts its work (cuda_emulator/counters.h).
+    // The emulated device counts its work (cuda_emulator/counters.h) as it runs: read once
+    // everything queued has run.
     t.counters.read = [] {
+      BOOSTLM_CHECK_CUDA(cudaDeviceSynchronize());
       std::vector<DeviceKernelCount> rows;
       for (const cuda_emulator::KernelCounters& c : cuda_emulator::kernel_counters())
         rows.push_back({c.kernel, c.launches, c.tensor_flops, c.other_flops, c.bytes_read,
