@@ -79,7 +79,10 @@ void CheckpointIndex::check_complete(const std::string& source) const {
 CheckpointIndex CheckpointIndex::parse(std::string_view text, const std::string& source) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw error(source, ": not a JSON object");
-  if (j.value("format", std::string()) != kFormat)
+  // Typed reads only after the type is checked: a "format" of another JSON type is refused, not
+  // a nlohmann type_error (found by fuzz_checkpoint_index).
+  if (!j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != kFormat)
     throw error(source, ": \"format\" is not \"", kFormat, "\"");
   if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] != kVersion)
     throw error(source, ": \"version\" must be ", kVersion,

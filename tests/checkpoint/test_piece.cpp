@@ -136,6 +136,18 @@ TEST(CheckpointIndex, RoundTripsAndRefusesWhatCannotBeRead) {
   refuses("[0,10]", "[0,11]", "in two pieces");
   refuses("\"version\":1", "\"version\":2", "\"version\" must be 1");
   EXPECT_THROW(CheckpointIndex::parse("[1]", "index.json"), Error);
+  // A field of the wrong JSON type is refused as such, not as a JSON library exception (the
+  // fuzzer's find: "format" as an object).
+  auto refuses_text = [](const std::string& bad, const std::string& says) {
+    try {
+      CheckpointIndex::parse(bad, "index.json");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refuses_text(R"({"format": {"a": 1}, "version": 1, "tensors": {}})", "\"format\" is not");
+  refuses_text(R"({"format": 7})", "\"format\" is not");
 }
 
 // Every rank's assignment together: each piece written once, the bytes spread over the replicas.
