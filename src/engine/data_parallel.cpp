@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "comm/transport.h"
 #include "core/error.h"
 #include "kernels/adamw.h"
 #include "kernels/elementwise.h"
@@ -63,6 +64,10 @@ void GradReducer::head_done() {
 }
 void GradReducer::block_done(int64_t layer) {
   reached(n_layers_ - layer);
+}
+
+bool GradReducer::capturable() const {
+  return dp_.size() == 1 || (dp_.device_transport() && dp_.device_transport()->capturable());
 }
 
 void GradReducer::finish() {

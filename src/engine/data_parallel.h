@@ -26,6 +26,11 @@ class GradReducer final : public BackwardObserver {
   void block_done(int64_t layer) override;
   // Starts the buckets not started yet, waits for all, and divides by the DP size.
   void finish();
+  void backward_done() override { finish(); }
+  // Over NCCL the buckets' all-reduces are stream work: a graph captures them with the backward
+  // they follow (on a GPU they run in stream order either way); over MPI or the staged
+  // transport the host waits on them.
+  bool capturable() const override;
 
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
 

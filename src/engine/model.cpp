@@ -523,11 +523,11 @@ void Model::unstage_batch() {
 }
 
 void Model::forward_backward_calls(const int32_t* tokens, const int32_t* targets,
-                                   float grad_scale) {
+                                   float grad_scale, BackwardObserver* observer) {
   BOOSTLM_ASSERT_MSG(ids_staged_, "forward_backward_calls outside stage_batch");
   stage_forward(tokens, false);
   head_and_loss(targets, true, grad_scale);
-  stage_backward(tokens, nullptr);
+  stage_backward(tokens, observer);
 }
 
 std::vector<const void*> Model::graph_key(float grad_scale) const {
@@ -539,13 +539,19 @@ std::vector<const void*> Model::graph_key(float grad_scale) const {
 }
 
 float Model::graphed_forward_backward(const int32_t* tokens, const int32_t* targets,
-                                      bool round_weights, float grad_scale) {
+                                      bool round_weights, float grad_scale,
+                                      BackwardObserver* observer) {
   BOOSTLM_ASSERT_MSG(graphs_possible(), "graphed_forward_backward without graphs_possible()");
+  BOOSTLM_ASSERT_MSG(!observer || observer->capturable(), "an observer that cannot be captured");
   {
     // Outside the graph: the batch's ids to the device, the weights' bf16 copy when stale.
     const StagedBatch staged = stage_batch(tokens, targets, round_weights);
-    step_graph_.run(graph_key(grad_scale),
-                    [&] { forward_backward_calls(tokens, targets, grad_scale); });
+    std::vector<const void*> key = graph_key(grad_scale);
+    key.push_back(observer);
+    (observer ? observed_step_graph_ : step_graph_).run(key, [&] {
+      forward_backward_calls(tokens, targets, grad_scale, observer);
+      if (observer) observer->backward_done();
+    });
   }
   float loss = 0;
   device_download(&loss, loss_slot_.data(), sizeof loss);

@@ -35,6 +35,12 @@ class BackwardObserver {
   virtual ~BackwardObserver() = default;
   virtual void head_done() {}                // LM head, final norm (and the rest after them)
   virtual void block_done(int64_t layer) {}  // block `layer` and everything after it
+  // After the step's last backward, from Pipeline::forward_backward (inside the graph where it
+  // replays one); Model::forward_backward leaves it to its caller.
+  virtual void backward_done() {}
+  // Whether what the calls above do can be captured into a CUDA graph (device collectives over
+  // NCCL, nothing waited for on the host; kernels/graph.h).
+  virtual bool capturable() const { return false; }
 };
 
 class Model {
@@ -80,8 +86,10 @@ class Model {
   // One micro-batch's forward, loss and backward (forward_backward's work, on micro-batch slot 0)
   // replayed as one graph (kernels/graph.h) from its second call on; round_weights as for
   // stage_forward. Only where nothing inside needs the host: graphs_possible().
+  // With an `observer` (a capturable one) its calls, backward_done included, are in the graph
+  // too: a graph of their own, as they differ from the other micro-batches'.
   float graphed_forward_backward(const int32_t* tokens, const int32_t* targets, bool round_weights,
-                                 float grad_scale);
+                                 float grad_scale, BackwardObserver* observer = nullptr);
   // No pipeline stages (their sends wait on the host), a TP group alone or over a transport whose
   // collectives are captured with the kernels (NCCL), one chunk, and a backend with graphs that
   // --cuda-graph has not turned off.
@@ -104,7 +112,8 @@ class Model {
   };
   [[nodiscard]] StagedBatch stage_batch(const int32_t* tokens, const int32_t* targets,
                                         bool round_weights);
-  void forward_backward_calls(const int32_t* tokens, const int32_t* targets, float grad_scale);
+  void forward_backward_calls(const int32_t* tokens, const int32_t* targets, float grad_scale,
+                              BackwardObserver* observer = nullptr);
   void grad_norm_calls(int64_t begin = 0, int64_t end = -1);
   const float* loss_slot() const { return loss_slot_.data(); }
   const double* grad_norm_sums() const { return reinterpret_cast<const double*>(norm_sums_.data()); }
@@ -220,6 +229,7 @@ class Model {
   // kernels' memory, and whether the batch's ids are already on the device (token_ids_,
   // target_ids_) for the calls inside them.
   KernelGraph step_graph_, whole_step_graph_;
+  KernelGraph observed_step_graph_;  // graphed_forward_backward's with an observer
   uint64_t shape_generation_ = 0;  // prepare()'s reallocations, part of the graph's key
   FlatBuffer loss_slot_{1};
   float* loss_out_ = nullptr;  // set: head_and_loss writes its mean there and returns 0

@@ -88,13 +88,16 @@ double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, 
   auto observer_of = [&](int i) { return i + 1 == m ? observer : nullptr; };
 
   double loss = 0;
-  // One process alone: each micro-batch's forward, loss and backward is one CUDA graph, replayed
-  // (model.h, graphed_forward_backward). A data-parallel observer talks to the host mid-backward.
-  if (stages_ == 1 && observer == nullptr && model_.graphs_possible()) {
+  // Without stages: each micro-batch's forward, loss and backward is one CUDA graph, replayed
+  // (model.h, graphed_forward_backward), the last one's with the observer's calls (a data-parallel
+  // reducer over NCCL) and its backward_done in it. An observer that waits on the host (MPI, the
+  // staged transport) keeps the micro-batches launched from the host.
+  if (stages_ == 1 && (observer == nullptr || observer->capturable()) &&
+      model_.graphs_possible()) {
     for (int i = 0; i < m; ++i) {
       const double t0 = now_s();
       loss += model_.graphed_forward_backward(micro[i].inputs, micro[i].targets, i == 0,
-                                              grad_scale);
+                                              grad_scale, observer_of(i));
       stats_.compute_s += now_s() - t0;
     }
     stats_.step_s = now_s() - start;
@@ -123,6 +126,7 @@ double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, 
     backward_step(micro[j], j, observer_of(j));
     exchange(input_grad(), prev, gradient_tag(j), nullptr, 0, 0);
   }
+  if (observer) observer->backward_done();
   stats_.step_s = now_s() - start;
   // The loss lives on the last stage; every stage reports it (control data, not counted).
   pp_.broadcast_bytes(&loss, sizeof loss, stages_ - 1);

@@ -54,7 +54,8 @@ class Pipeline {
 
   // Forward and backward of every micro-batch (each B×T) in 1F1B order, adding
   // grad_scale · ∂loss_i/∂θ to the gradients. `observer` sees the backward of the last
-  // micro-batch only (so DP's all-reduce overlaps it). Returns Σ_i loss_i, on every stage.
+  // micro-batch only (so DP's all-reduce overlaps it), then its backward_done (a GradReducer's
+  // finish: the gradients are reduced when this returns). Returns Σ_i loss_i, on every stage.
   double forward_backward(std::span<const MicroBatch> micro, int64_t B, int64_t T, float grad_scale,
                           BackwardObserver* observer = nullptr);
   // The mean loss of one batch through every stage (evaluation), on every stage.

@@ -53,11 +53,11 @@ double activation_bytes(const Hardware& hw, const StepConfig& c) {
 int64_t overlap_chunks(const StepConfig& c);
 
 // Whether the engine replays a GPU step's kernels from CUDA graphs (kernels/graph.h): without
-// pipeline stages (their sends wait on the host) or --tp-overlap's chunks, and with no DP
-// all-reduce during backward (one DP rank, or ZeRO-1, which reduces after it). TP's collectives
-// are in the graphs over NCCL. On a CPU the node overhead is the kernel's: nothing changes.
+// pipeline stages (their sends wait on the host) or --tp-overlap's chunks; TP's and DP's
+// collectives are in the graphs over NCCL. On a CPU the node overhead is the kernel's: nothing
+// changes.
 bool graphed(const StepConfig& c) {
-  return c.cuda_graphs && c.pp == 1 && overlap_chunks(c) == 1 && (c.dp == 1 || c.zero1);
+  return c.cuda_graphs && c.pp == 1 && overlap_chunks(c) == 1;
 }
 
 CostContext cost_context(const Hardware& hw, const StepConfig& c, const Placement& pl) {

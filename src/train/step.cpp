@@ -14,10 +14,8 @@ double accumulate_gradients(Pipeline& pipeline, std::span<const MicroBatch> micr
   const double loss =
       pipeline.forward_backward(micro, batch, seq_len, 1.0f / static_cast<float>(micro.size()),
                                 dp.zero ? nullptr : dp.reducer);
-  if (dp.zero)
-    dp.zero->reduce_scatter(pipeline.model().grads());
-  else if (dp.reducer)
-    dp.reducer->finish();
+  // The reducer has finished in forward_backward (its backward_done).
+  if (dp.zero) dp.zero->reduce_scatter(pipeline.model().grads());
   return loss;
 }
 

@@ -111,8 +111,8 @@ done
 # its second step on, the whole step as one graph (train/step.h's whole_step; the emulated
 # runtime's stream capture refuses a host read, a synchronisation or an allocation outside the
 # graph's pool in it); --grad-accum 2 replays each micro-batch's forward and backward, the norm's
-# sums and the updates as graphs of their own, as do runs with TP ranks over NCCL (their
-# collectives in the graphs) and ZeRO-1; other runs with ranks replay the last two. Off, every kernel is launched from the host: the same kernels on the
+# sums and the updates as graphs of their own, as do runs with TP or DP ranks over NCCL (their
+# collectives in the graphs) and ZeRO-1; pipeline stages replay the last two. Off, every kernel is launched from the host: the same kernels on the
 # same data, so the same losses bit for bit, fp32 and bf16 (whose AdamW also writes the bf16 copy
 # in the graph).
 # graphs NAME MOST [OFF]: from step 2 on, NAME's steps replay their kernels from graphs and launch
@@ -193,6 +193,14 @@ expect_error "--tp-overlap on under --device cuda" "--tp-overlap on: the overlap
 # validation windows are theirs too).
 train cola-b1-cpu 1 cpu cola -b 1 --grad-accum 2 &&
   parallel dp2-zero1 cola cola-b1-cpu -b 1 --dp 2 --zero 1 &&
+  graphs dp2-zero1 16 &&  # the micro-batch a graph; ZeRO's reduce-scatter, all-gather and their
+  # copies launched beside it (14 measured)
+  # DP 2 without ZeRO: the bucketed all-reduces over NCCL, started during backward, are in the
+  # micro-batch's graph with the averaging; off, the same losses and collectives.
+  parallel dp2 cola cola-b1-cpu -b 1 --dp 2 &&
+  train dp2-nograph 2 cuda cola -b 1 --dp 2 --cuda-graph off &&
+  compare "--cuda-graph off, dp 2" dp2 dp2-nograph 0 "the same kernels and collectives: exact" &&
+  graphs dp2 12 dp2-nograph &&
   { train cola-b1-cuda 1 cuda cola -b 1 --grad-accum 2 &&  # the graph captured at micro-batch 2
       compare "one device, --grad-accum 2" cola-b1-cpu cola-b1-cuda "$fp32_tol" "$fp32_why"; } &&
   parallel pp2 cola cola-b1-cpu -b 1 --grad-accum 2 --pp 2
