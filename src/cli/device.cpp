@@ -40,9 +40,10 @@ void add_device_option(CLI::App& cmd) {
   cmd.add_option_function<std::string>(
          "--cuda-graph", [](const std::string& v) { set_kernel_graphs(v == "on"); },
          "on: with --device cuda, kernels are captured once as CUDA graphs and replayed (a "
-         "process alone: the whole step as one graph; with TP, PP or DP groups: the gradient "
-         "norm's sums and the optimizer's updates); off: every kernel launched from the host "
-         "(no effect on the CPU)")
+         "process alone: the whole step as one graph; with TP or DP groups over NCCL: each "
+         "micro-batch's forward and backward with their collectives, the gradient norm's sums and "
+         "the optimizer's updates; with PP stages or the staged transport: the last two); off: "
+         "every kernel launched from the host (no effect on the CPU)")
       ->default_str("on")
       ->check(CLI::IsMember({"on", "off"}));
 }
