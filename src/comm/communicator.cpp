@@ -262,6 +262,10 @@ void Communicator::refuse_overlapped(const char* operation) const {
                          " inside an overlapped task (only all_reduce is overlapped)");
 }
 
+bool Communicator::capturable() const {
+  return size_ == 1 || (device_ && device_->capturable());
+}
+
 void Communicator::count(Collective kind, int64_t elements, int64_t element_bytes) {
   if (size_ == 1) return;
   counts_[kind].calls += 1;

@@ -122,6 +122,9 @@ class Communicator {
   // lives on the host). nullptr returns to host memory.
   void set_device_transport(std::unique_ptr<DeviceTransport> transport);
   DeviceTransport* device_transport() const { return device_.get(); }
+  // Whether this group's collectives can be captured into a CUDA graph with the kernels around
+  // them (kernels/graph.h): a group of one (nothing to capture) or a transport that can (NCCL).
+  bool capturable() const;
   // The MPI_Comm this group owns (as void*; nullptr for the group of one process), for making
   // another Communicator over the same group (a transport's own, see comm/staged_transport.h).
   void* mpi_comm() const { return comm_; }

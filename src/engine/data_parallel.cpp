@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 
-#include "comm/transport.h"
 #include "core/error.h"
 #include "kernels/adamw.h"
 #include "kernels/elementwise.h"
@@ -64,10 +63,6 @@ void GradReducer::head_done() {
 }
 void GradReducer::block_done(int64_t layer) {
   reached(n_layers_ - layer);
-}
-
-bool GradReducer::capturable() const {
-  return dp_.size() == 1 || (dp_.device_transport() && dp_.device_transport()->capturable());
 }
 
 void GradReducer::finish() {

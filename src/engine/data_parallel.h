@@ -30,7 +30,7 @@ class GradReducer final : public BackwardObserver {
   // Over NCCL the buckets' all-reduces are stream work: a graph captures them with the backward
   // they follow (on a GPU they run in stream order either way); over MPI or the staged
   // transport the host waits on them.
-  bool capturable() const override;
+  bool capturable() const override { return dp_.capturable(); }
 
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
 

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "comm/mpi_runtime.h"
-#include "comm/transport.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/fiber.h"
@@ -498,10 +497,8 @@ void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
 
 bool Model::graphs_possible() const {
   // Tensor parallelism's collectives are captured with the kernels where its group's transport
-  // can be (NCCL; comm/transport.h); the staged one waits on the host.
-  const bool tp_capturable =
-      tp_->size() == 1 || (tp_->device_transport() && tp_->device_transport()->capturable());
-  return tp_capturable && pp_->size() == 1 && active_chunks_ == 1 && kernel_graphs() &&
+  // can be (NCCL); the staged one waits on the host.
+  return tp_->capturable() && pp_->size() == 1 && active_chunks_ == 1 && kernel_graphs() &&
          active_kernels().graphs.begin != nullptr;
 }
 

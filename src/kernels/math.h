@@ -257,7 +257,12 @@ BOOSTLM_HD inline double kron_dq_sum(const float* dk, const float* p_factor, int
   return sum;
 }
 
-// AdamW's bias corrections 1 − β^step (host: computed once per step, in double as the CPU does).
+// Gradient clipping's factor on the gradients: clip / norm above the clip, else 1 (and 1 with
+// clipping off, clip 0). The host's (AdamW::step) and the device's (adamw_clip below) rule.
+BOOSTLM_HD inline float clip_factor(float norm, float clip) {
+  return clip > 0.0f && norm > clip ? clip / norm : 1.0f;
+}
+
 // The step's decision from the gradient norm's sums and the loss (kernels/adamw.h's
 // adamw_clip_step; the host's AdamW::step and apply_gradients decide the same).
 BOOSTLM_HD inline void adamw_clip(const double* sums, int64_t parts, float loss, float clip,
@@ -267,9 +272,10 @@ BOOSTLM_HD inline void adamw_clip(const double* sums, int64_t parts, float loss,
   const float norm = static_cast<float>(sqrt(total));
   // x - x is 0 exactly when x is finite (NaN for an infinity or a NaN).
   skip = (loss - loss == 0.0f && norm - norm == 0.0f) ? 0 : 1;
-  grad_scale = (!skip && clip > 0.0f && norm > clip) ? clip / norm : 1.0f;
+  grad_scale = skip ? 1.0f : clip_factor(norm, clip);
 }
 
+// AdamW's bias corrections 1 − β^step (host: computed once per step, in double as the CPU does).
 inline float adamw_bias_correction(float beta, int64_t step) {
   return 1.0f - static_cast<float>(std::pow(static_cast<double>(beta), static_cast<double>(step)));
 }

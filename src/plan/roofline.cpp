@@ -37,8 +37,8 @@ namespace {
 // device's per-node overhead instead.
 double launch_overhead(const DeviceKernelCount& c, double per_launch, const Device& device) {
   const double from_host = static_cast<double>(c.launches - c.graph_launches);
-  return from_host * per_launch + static_cast<double>(c.graph_launches) *
-                                      std::min(per_launch, device.graph_node_overhead_s);
+  return from_host * per_launch +
+         static_cast<double>(c.graph_launches) * launch_seconds(device, per_launch, true);
 }
 
 RooflineRow price(const Device& device, const DeviceKernelCount& c) {

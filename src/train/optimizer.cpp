@@ -31,9 +31,7 @@ float AdamW::step(FlatBuffer& weights, FlatBuffer& grads, float lr, float norm, 
   if (!std::isfinite(norm)) return norm;
   ++step_;
   // Clipping scales the gradients as the update reads them (the gradient buffer is left as it is).
-  const float grad_scale =
-      config_.grad_clip > 0.0f && norm > config_.grad_clip ? config_.grad_clip / norm : 1.0f;
-  const AdamWStep* at = upload_step(lr, step_, grad_scale);
+  const AdamWStep* at = upload_step(lr, step_, math::clip_factor(norm, config_.grad_clip));
   updates_.run({weights.data(), grads.data(), copy.data, reinterpret_cast<const void*>(copy.begin)},
                [&] { update_calls(weights, grads, at, copy); });
   return norm;

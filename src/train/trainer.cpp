@@ -424,8 +424,7 @@ StepRecord TrainingRun::step() {
   for (const Batch& b : batches) micro.push_back({b.inputs.data(), b.targets.data()});
   // A process alone on a GPU with graphs: the whole step is one graph (train/step.h).
   r.lr = schedule_.at(state_.step);
-  const bool whole = grid_.shape().world() == 1 &&
-                     whole_step_possible(*pipeline_, *optimizer_, micro, dp_step());
+  const bool whole = whole_step_possible(*pipeline_, *optimizer_, micro, dp_step());
   float whole_norm = 0;
   const double loss =
       whole ? whole_step(*pipeline_, *optimizer_, micro[0], o_.batch_size, o_.seq_len, r.lr,
