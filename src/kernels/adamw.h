@@ -22,12 +22,14 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
                   const AdamWHyper& h, bf16_t* params_bf16 = nullptr);
 
 // What one step's update reads from the kernels' memory (device memory on a GPU) rather than from
-// its arguments: written before each step, so that a replayed graph of the updates (kernels/graph.h)
-// reads this step's values instead of having the first step's baked into its launches.
+// its arguments: written before each step, so that a replayed graph of the updates
+// (kernels/graph.h) reads this step's values instead of having the first step's baked into its
+// launches.
 struct AdamWStep {
   float lr = 0.0f;
   float grad_scale = 1.0f;  // the clipping factor
-  float c1 = 1.0f, c2 = 1.0f;  // the bias corrections 1 - β1^t, 1 - β2^t (math::adamw_bias_correction)
+  // The bias corrections 1 - β1^t, 1 - β2^t (math::adamw_bias_correction).
+  float c1 = 1.0f, c2 = 1.0f;
   int32_t skip = 0;  // non-zero: no update at all (p, m and v kept): a loss or norm not finite
 };
 // The clipping factor and the skip of *step from the gradient norm's sums (sums[0, parts), added in
@@ -40,6 +42,22 @@ void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float
 // its betas, eps and weight decay are). The same bits as adamw_update given those values.
 void adamw_update_at(float* params, const float* grads, float* m, float* v, int64_t n,
                      const AdamWHyper& h, const AdamWStep* step, bf16_t* params_bf16 = nullptr);
+
+// One tensor's part of a multi-tensor update: elements [begin, end) of the flat buffers, its
+// weight decay, and whether its bf16 copy is written.
+struct AdamWPart {
+  int64_t begin = 0, end = 0;
+  float weight_decay = 0.0f;
+  bool rounded = false;
+};
+// adamw_update_at over every part (h's weight decay is not used; each part's is), element i of a
+// part being params[i], grads[i], m[i - moments_begin], v[i - moments_begin] and
+// params_bf16[i - bf16_begin]: the same bits as one adamw_update_at per part. A GPU runs a step's
+// updates in a handful of launches instead of one per tensor.
+void adamw_update_parts_at(float* params, const float* grads, float* m, float* v,
+                           int64_t moments_begin, const std::vector<AdamWPart>& parts,
+                           const AdamWHyper& h, const AdamWStep* step,
+                           bf16_t* params_bf16 = nullptr, int64_t bf16_begin = 0);
 
 // bf16 training's copy of a flat weight buffer from element `begin` on (data nullptr: none): an
 // optimizer step given it rounds the updated weights into it in the same pass.

@@ -3,9 +3,9 @@
 // The engine calls the free functions of src/kernels/*.h (the interface, documented there). Each
 // of them forwards to the same entry of the active KernelTable (dispatch.cpp): the CPU backend's
 // (src/kernels/cpu/; under --device cpu-checked its checking table) unless another backend's table
-// was made active with use_kernels, once, before any work. This is ggml's backend interface (a struct of function pointers per backend)
-// with the interface's function names kept, so no call site names a backend and a backend is a
-// folder that fills a table.
+// was made active with use_kernels, once, before any work. This is ggml's backend interface (a
+// struct of function pointers per backend) with the interface's function names kept, so no call
+// site names a backend and a backend is a folder that fills a table.
 //
 // BOOSTLM_KERNEL_LIST is the one list of the table's entries, X(return type, function, entry,
 // (parameters), (arguments)), in the order of the interface headers. An overloaded function has one
@@ -241,6 +241,11 @@
     (float* params, const float* grads, float* m, float* v, int64_t n, const AdamWHyper& h,      \
      const AdamWStep* step, bf16_t* params_bf16),                                                \
     (params, grads, m, v, n, h, step, params_bf16))                                              \
+  X(void, adamw_update_parts_at, adamw_update_parts_at,                                          \
+    (float* params, const float* grads, float* m, float* v, int64_t moments_begin,               \
+     const std::vector<AdamWPart>& parts, const AdamWHyper& h, const AdamWStep* step,             \
+     bf16_t* params_bf16, int64_t bf16_begin),                                                   \
+    (params, grads, m, v, moments_begin, parts, h, step, params_bf16, bf16_begin))               \
   X(void, adamw_clip_step, adamw_clip_step,                                                      \
     (const double* sums, int64_t parts, const float* loss, float clip, AdamWStep* step),         \
     (sums, parts, loss, clip, step))                                                             \
@@ -309,7 +314,7 @@ namespace boostlm {
 struct DeviceKernelCount {
   std::string kernel;
   uint64_t launches = 0, tensor_flops = 0, other_flops = 0, bytes_read = 0, bytes_written = 0;
-  uint64_t undeclared = 0;  // launches whose launcher declared no cost
+  uint64_t undeclared = 0;      // launches whose launcher declared no cost
   uint64_t graph_launches = 0;  // of the launches, those run as nodes of a graph (kernels/graph.h)
   int64_t m = 0, n = 0, k = 0;
   int dim = 0;  // declared: what the kernel's efficiency depends on (attention: head dim)
@@ -368,8 +373,8 @@ const KernelTable& active_kernels();
 bool device_launch_totals(uint64_t* launches, uint64_t* replayed);
 
 // Makes `table` (which must outlive its use: a backend's static table) the active one for the rest
-// of the process (before any work: the table is read without synchronisation). Throws Error naming the backend and the first entry it leaves empty: a
-// backend must implement the whole interface.
+// of the process (before any work: the table is read without synchronisation). Throws Error naming
+// the backend and the first entry it leaves empty: a backend must implement the whole interface.
 void use_kernels(const KernelTable& table);
 
 // How many of `table`'s entries are filled, and the name of the first that is not ("" when none).

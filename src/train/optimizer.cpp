@@ -50,22 +50,20 @@ AdamWStep* AdamW::stage_step(float lr) {
 
 void AdamW::update_calls(FlatBuffer& weights, FlatBuffer& grads, const AdamWStep* at,
                          Bf16Copy copy) {
-  AdamWHyper h{0.0f, config_.beta1, config_.beta2, config_.eps, 0.0f, 0};
+  std::vector<AdamWPart> parts;
   for (const auto& p : table_.entries()) {
     // The part of this tensor inside the owned range.
     const int64_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
     if (lo >= hi) continue;
-    h.weight_decay = p.weight_decay ? config_.weight_decay : 0.0f;
+    const float decay = p.weight_decay ? config_.weight_decay : 0.0f;
     // [lo, mid) has no bf16 copy, [mid, hi) has one.
     const int64_t mid = copy.data ? std::clamp(copy.begin, lo, hi) : hi;
-    auto update = [&](int64_t from, int64_t to, bf16_t* rounded) {
-      if (from < to)
-        adamw_update_at(weights.data() + from, grads.data() + from, m_.data() + (from - begin_),
-                        v_.data() + (from - begin_), to - from, h, at, rounded);
-    };
-    update(lo, mid, nullptr);
-    update(mid, hi, copy.data ? copy.data + (mid - copy.begin) : nullptr);
+    if (lo < mid) parts.push_back({lo, mid, decay, false});
+    if (mid < hi) parts.push_back({mid, hi, decay, true});
   }
+  const AdamWHyper h{0.0f, config_.beta1, config_.beta2, config_.eps, 0.0f, 0};
+  adamw_update_parts_at(weights.data(), grads.data(), m_.data(), v_.data(), begin_, parts, h, at,
+                        copy.data, copy.begin);
 }
 
 }  // namespace boostlm

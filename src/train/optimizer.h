@@ -4,9 +4,10 @@
 // data-parallel rank keeps the moments of its part and updates only those weights). Its moment
 // buffers then hold just that range: element i of first_moment() belongs to flat element begin+i.
 //
-// A step's updates, one launch per tensor part, are one KernelGraph: on a GPU one graph launch
-// after the second step; the learning rate, clipping factor and bias corrections are uploaded
-// before each step and read by the kernels (AdamWStep), never baked into the graph.
+// A step's updates, one multi-tensor call (a launch per 64 tensor parts on a GPU), are one
+// KernelGraph: on a GPU one graph launch after the second step; the learning rate, clipping factor
+// and bias corrections are uploaded before each step and read by the kernels (AdamWStep), never
+// baked into the graph.
 #pragma once
 
 #include <cstdint>

@@ -58,6 +58,19 @@ void adamw_update_at(float* p, const float* g, float* m, float* v, int64_t n, co
   adamw_with(p, g, m, v, n, at, step->c1, step->c2, p_bf16);
 }
 
+void adamw_update_parts_at(float* p, const float* g, float* m, float* v, int64_t moments_begin,
+                           const std::vector<AdamWPart>& parts, const AdamWHyper& h,
+                           const AdamWStep* step, bf16_t* p_bf16, int64_t bf16_begin) {
+  AdamWHyper part_h = h;
+  for (const AdamWPart& part : parts) {
+    part_h.weight_decay = part.weight_decay;
+    const int64_t i = part.begin;
+    cpu::adamw_update_at(p + i, g + i, m + (i - moments_begin), v + (i - moments_begin),
+                         part.end - i, part_h, step,
+                         part.rounded ? p_bf16 + (i - bf16_begin) : nullptr);
+  }
+}
+
 double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges) {
   double total = 0.0;
   for (const IndexRange& r : ranges) total += cpu::sum_squares(x + r.begin, r.end - r.begin);

@@ -24,20 +24,28 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
   }
 }
 
-// The same, with the step's values read from device memory (one load per thread, from L2).
-__global__ void adamw_at_kernel(float* p, const float* g, float* m, float* v, int64_t n,
-                                float beta1, float beta2, float eps, float weight_decay,
-                                const AdamWStep* step, bf16_t* p_bf16) {
+// The same over a batch of tensor parts (AdamWPartBatch), with the step's values read from device
+// memory (one load per thread, from L2): block b updates part k where
+// block_begin[k] <= b < block_begin[k + 1], grid-striding over that part's blocks only.
+__global__ void adamw_parts_at_kernel(float* p, const float* g, float* m, float* v,
+                                      int64_t moments_begin, bf16_t* p_bf16, int64_t bf16_begin,
+                                      float beta1, float beta2, float eps, const AdamWStep* step,
+                                      const AdamWPartBatch parts) {
   const AdamWStep s = *step;
   if (s.skip) return;
-  for (int64_t i = grid_index(); i < n; i += grid_stride()) {
-    float pi = p[i], mi = m[i], vi = v[i];
+  const int k = parts.part_of(blockIdx.x);
+  const int64_t stride = parts.blocks(k) * blockDim.x;
+  const float weight_decay = parts.weight_decay[k];
+  bf16_t* rounded = parts.rounded[k] ? p_bf16 : nullptr;
+  for (int64_t i = parts.begin[k] + (blockIdx.x - parts.block_begin[k]) * blockDim.x + threadIdx.x;
+       i < parts.end[k]; i += stride) {
+    float pi = p[i], mi = m[i - moments_begin], vi = v[i - moments_begin];
     math::adamw_element(pi, s.grad_scale * g[i], mi, vi, s.lr, beta1, beta2, eps, weight_decay,
                         s.c1, s.c2);
     p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-    if (p_bf16) p_bf16[i] = math::round_to_bf16(pi);
+    m[i - moments_begin] = mi;
+    v[i - moments_begin] = vi;
+    if (rounded) rounded[i - bf16_begin] = math::round_to_bf16(pi);
   }
 }
 
@@ -72,6 +80,38 @@ __global__ void sum_partials_kernel(const double* partial, int64_t count, double
   if (threadIdx.x == 0) *result = sum;
 }
 
+// Both stages over a batch of ranges (SumPartBatch): block b of stage 1 computes what block
+// b - block_begin[k] of range k's own sum_squares_partial_kernel would (the same grid, the same
+// stride, so the same bits); stage 2's block k sums range k's partials as sum_partials_kernel.
+template <int kBlock>
+__global__ void sum_squares_parts_kernel(const float* x, const SumPartBatch parts,
+                                         double* partial) {
+  using Reduce = cub::BlockReduce<double, kBlock>;
+  __shared__ typename Reduce::TempStorage temp;
+  const int k = parts.part_of(blockIdx.x);
+  const int64_t stride = parts.blocks(k) * kBlock;
+  double sum = 0.0;
+  for (int64_t i = parts.begin[k] + (blockIdx.x - parts.block_begin[k]) * kBlock + threadIdx.x;
+       i < parts.end[k]; i += stride)
+    sum += static_cast<double>(x[i]) * x[i];
+  sum = Reduce(temp).Sum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+template <int kBlock>
+__global__ void sum_part_partials_kernel(const double* partial, const SumPartBatch parts,
+                                         double* results) {
+  using Reduce = cub::BlockReduce<double, kBlock>;
+  __shared__ typename Reduce::TempStorage temp;
+  const int k = blockIdx.x;
+  const int64_t count = parts.blocks(k);
+  const double* mine = partial + parts.block_begin[k];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += kBlock) sum += mine[i];
+  sum = Reduce(temp).Sum(sum);
+  if (threadIdx.x == 0) results[k] = sum;
+}
+
 __global__ void scale_kernel(float* x, int64_t n, float s) {
   for (int64_t i = grid_index(); i < n; i += grid_stride()) x[i] *= s;
 }
@@ -96,22 +136,44 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
 void adamw_update_at(float* params, const float* grads, float* m, float* v, int64_t n,
                      const AdamWHyper& h, const AdamWStep* step, bf16_t* params_bf16,
                      cudaStream_t stream) {
-  const LaunchGeometry g = elements_launch(n);
-  if (g.grid == 0) return;
-  BOOSTLM_DECLARE_LAUNCH(LaunchCost{
-      .bytes_read = bytes_of<float>(4 * n) + sizeof(AdamWStep),
-      .bytes_written = bytes_of<float>(3 * n) + (params_bf16 ? bytes_of<bf16_t>(n) : 0)});
-  adamw_at_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(params, grads, m, v, n, h.beta1,
-                                                           h.beta2, h.eps, h.weight_decay, step,
-                                                           params_bf16);
-  BOOSTLM_CHECK_LAUNCH();
+  adamw_update_parts_at(params, grads, m, v, 0, {{0, n, h.weight_decay, params_bf16 != nullptr}}, h,
+                        step, params_bf16, 0, stream);
+}
+
+void adamw_update_parts_at(float* params, const float* grads, float* m, float* v,
+                           int64_t moments_begin, const std::vector<AdamWPart>& parts,
+                           const AdamWHyper& h, const AdamWStep* step, bf16_t* params_bf16,
+                           int64_t bf16_begin, cudaStream_t stream) {
+  for (size_t first = 0; first < parts.size(); first += AdamWPartBatch::kMax) {
+    AdamWPartBatch batch;
+    int64_t elements = 0, rounded = 0;
+    for (size_t i = first; i < parts.size() && batch.count < AdamWPartBatch::kMax; ++i) {
+      const AdamWPart& part = parts[i];
+      const int64_t n = part.end - part.begin;
+      BOOSTLM_ASSERT(n >= 0 && (!part.rounded || params_bf16));
+      const int k = batch.add(part.begin, part.end, elements_launch(n).grid);
+      batch.weight_decay[k] = part.weight_decay;
+      batch.rounded[k] = part.rounded;
+      elements += n;
+      if (part.rounded) rounded += n;
+    }
+    const int64_t grid = batch.grid();
+    if (grid == 0) continue;
+    BOOSTLM_DECLARE_LAUNCH(
+        LaunchCost{.bytes_read = bytes_of<float>(4 * elements) + sizeof(AdamWStep),
+                   .bytes_written = bytes_of<float>(3 * elements) + bytes_of<bf16_t>(rounded)});
+    adamw_parts_at_kernel<<<grid_of(grid), kElementBlock, 0, stream>>>(
+        params, grads, m, v, moments_begin, params_bf16, bf16_begin, h.beta1, h.beta2, h.eps, step,
+        batch);
+    BOOSTLM_CHECK_LAUNCH();
+  }
 }
 
 void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float clip,
                      AdamWStep* step, cudaStream_t stream) {
-  BOOSTLM_DECLARE_LAUNCH(LaunchCost{
-      .bytes_read = bytes_of<double>(parts) + bytes_of<float>(1) + sizeof(AdamWStep),
-      .bytes_written = sizeof(AdamWStep)});
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = bytes_of<double>(parts) + bytes_of<float>(1) + sizeof(AdamWStep),
+                 .bytes_written = sizeof(AdamWStep)});
   clip_step_kernel<<<1, 32, 0, stream>>>(sums, parts, loss, clip, step);
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -141,6 +203,44 @@ void sum_values(const double* values, int64_t n, double* result, cudaStream_t st
       LaunchCost{.bytes_read = bytes_of<double>(n), .bytes_written = bytes_of<double>(1)});
   sum_partials_kernel<kReduceBlock><<<1, kReduceBlock, 0, stream>>>(values, n, result);
   BOOSTLM_CHECK_LAUNCH();
+}
+
+size_t sum_squares_ranges_workspace_bytes(const std::vector<IndexRange>& ranges) {
+  int64_t most = 0;  // partials of the largest batch
+  for (size_t first = 0; first < ranges.size(); first += SumPartBatch::kMax) {
+    int64_t blocks = 0;
+    for (size_t i = first; i < std::min(ranges.size(), first + SumPartBatch::kMax); ++i)
+      blocks += reduce_launch(ranges[i].end - ranges[i].begin).grid;
+    most = std::max(most, blocks);
+  }
+  return static_cast<size_t>(most) * sizeof(double);
+}
+
+void sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges, double* results,
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  BOOSTLM_ASSERT(workspace_bytes >= sum_squares_ranges_workspace_bytes(ranges));
+  double* partial = static_cast<double*>(workspace);
+  for (size_t first = 0; first < ranges.size(); first += SumPartBatch::kMax) {
+    SumPartBatch batch;
+    int64_t elements = 0;
+    for (size_t i = first; i < ranges.size() && batch.count < SumPartBatch::kMax; ++i) {
+      const int64_t n = ranges[i].end - ranges[i].begin;
+      BOOSTLM_ASSERT(n >= 0);
+      batch.add(ranges[i].begin, ranges[i].end, reduce_launch(n).grid);  // at least one block
+      elements += n;
+    }
+    const int64_t grid = batch.grid();
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(elements),
+                                      .bytes_written = bytes_of<double>(grid)});
+    sum_squares_parts_kernel<kReduceBlock>
+        <<<grid_of(grid), kReduceBlock, 0, stream>>>(x, batch, partial);
+    BOOSTLM_CHECK_LAUNCH();
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<double>(grid),
+                                      .bytes_written = bytes_of<double>(batch.count)});
+    sum_part_partials_kernel<kReduceBlock>
+        <<<batch.count, kReduceBlock, 0, stream>>>(partial, batch, results + first);
+    BOOSTLM_CHECK_LAUNCH();
+  }
 }
 
 void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream) {

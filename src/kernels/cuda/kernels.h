@@ -66,6 +66,11 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
 void adamw_update_at(float* params, const float* grads, float* m, float* v, int64_t n,
                      const AdamWHyper& h, const AdamWStep* step, bf16_t* params_bf16,
                      cudaStream_t stream);
+// adamw_update_at over tensor parts (kernels/adamw.h), AdamWPartBatch::kMax parts a launch.
+void adamw_update_parts_at(float* params, const float* grads, float* m, float* v,
+                           int64_t moments_begin, const std::vector<AdamWPart>& parts,
+                           const AdamWHyper& h, const AdamWStep* step, bf16_t* params_bf16,
+                           int64_t bf16_begin, cudaStream_t stream);
 // The step's clipping factor and skip from the norm's sums and the loss, all device memory
 // (kernels/adamw.h), one thread.
 void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float clip,
@@ -78,6 +83,11 @@ void sum_squares(const float* x, int64_t n, double* result, void* workspace, siz
 // *result (device memory) = Σ values[0..n) in index order, in one block (n up to a few thousand:
 // the per-range sums of sum_squares_ranges).
 void sum_values(const double* values, int64_t n, double* result, cudaStream_t stream);
+// results[i] (device memory) = what sum_squares gives for ranges[i], the same bits, in two
+// launches per SumPartBatch::kMax ranges. workspace: sum_squares_ranges_workspace_bytes(ranges).
+size_t sum_squares_ranges_workspace_bytes(const std::vector<IndexRange>& ranges);
+void sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges, double* results,
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream);
 void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream);
 
 // ---- Embedding (kernels/embedding.h). A token outside [0, V) gives a zero row (the CPU backend

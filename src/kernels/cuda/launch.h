@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/math.h"  // BOOSTLM_HD
+
 namespace boostlm::cuda {
 
 struct LaunchGeometry {
@@ -27,6 +29,52 @@ LaunchGeometry rows_launch(int64_t rows, int64_t cols);
 inline constexpr int kElementBlock = 256;
 inline constexpr int64_t kMaxElementGrid = 65536;
 LaunchGeometry elements_launch(int64_t n);
+
+// A multi-tensor launch's parts, carried in the kernel's parameters as PyTorch's multi_tensor_apply
+// carries its tensor lists: nothing to upload, so a captured graph holds them as they are, and one
+// launch replaces one per tensor (AdamW and the gradient norm: about 400 a step for a 1B model).
+// Part k is elements [begin[k], end[k]) and blocks [block_begin[k], block_begin[k + 1]) of the
+// grid, the grid its own launch would have had, so each block does what it would have done there.
+// kParts keeps the parameters well inside CUDA's 4 KB.
+template <int kParts>
+struct PartBatch {
+  static constexpr int kMax = kParts;
+  int count = 0;
+  int64_t begin[kParts] = {}, end[kParts] = {};
+  int64_t block_begin[kParts + 1] = {};
+  // Appends a part of `blocks` blocks; returns its index.
+  int add(int64_t from, int64_t to, int64_t blocks) {
+    begin[count] = from;
+    end[count] = to;
+    block_begin[count + 1] = block_begin[count] + blocks;
+    return count++;
+  }
+  int64_t grid() const { return block_begin[count]; }
+  BOOSTLM_HD int64_t blocks(int k) const { return block_begin[k + 1] - block_begin[k]; }
+  // The part block b belongs to: the last k with block_begin[k] <= b (never an empty part).
+  BOOSTLM_HD int part_of(int64_t b) const {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (block_begin[mid] <= b)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  }
+};
+
+// AdamW's parts (kernels/adamw.h's AdamWPart): each with its weight decay and whether its bf16
+// copy is written.
+struct AdamWPartBatch : PartBatch<64> {
+  float weight_decay[kMax] = {};
+  bool rounded[kMax] = {};
+};
+// The gradient norm's ranges.
+using SumPartBatch = PartBatch<96>;
+static_assert(sizeof(AdamWPartBatch) < 4000 && sizeof(SumPartBatch) < 4000,
+              "a kernel's parameters: 4 KB at most");
 
 // The first stage of a full reduction over n elements (sum_squares): each block writes one partial
 // (kReduceBlock threads, at least kReduceItemsPerThread elements per thread, at most

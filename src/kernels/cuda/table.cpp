@@ -9,9 +9,9 @@
 #include "kernels/cuda/event_timer.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_measure.h"
-#include "kernels/gemm_counters.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/plans.h"
+#include "kernels/gemm_counters.h"
 #ifdef BOOSTLM_CUDA_EMULATOR
 #include "cuda_emulator/counters.h"
 #endif
@@ -165,21 +165,17 @@ double sum_squares(const float* x, int64_t n, cudaStream_t s) {
   return value;
 }
 
-// One sum per range into a device array (the workspace reused in stream order), then their sum
-// in range order into *result (device memory).
-void sum_squares_ranges_into(const float* x, const std::vector<IndexRange>& ranges,
-                             double* result, cudaStream_t s) {
+// One sum per range into a device array (a batch of ranges per pair of launches, the workspace
+// reused in stream order), then their sum in range order into *result (device memory).
+void sum_squares_ranges_into(const float* x, const std::vector<IndexRange>& ranges, double* result,
+                             cudaStream_t s) {
   if (ranges.empty()) {
     BOOSTLM_CHECK_CUDA(cudaMemsetAsync(result, 0, sizeof(double), s));
     return;
   }
-  int64_t longest = 0;
-  for (const IndexRange& r : ranges) longest = std::max(longest, r.end - r.begin);
   const Scratch results(ranges.size() * sizeof(double), s),
-      w(sum_squares_workspace_bytes(longest), s);
-  for (size_t i = 0; i < ranges.size(); ++i)
-    cuda::sum_squares(x + ranges[i].begin, ranges[i].end - ranges[i].begin,
-                      results.as<double>() + i, w.data(), w.bytes(), s);
+      w(sum_squares_ranges_workspace_bytes(ranges), s);
+  cuda::sum_squares_ranges(x, ranges, results.as<double>(), w.data(), w.bytes(), s);
   cuda::sum_values(results.as<double>(), static_cast<int64_t>(ranges.size()), result, s);
 }
 

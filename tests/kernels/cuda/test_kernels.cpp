@@ -21,11 +21,15 @@
 #include "kernels/adamw.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/table.h"
 #include "kernels/embedding.h"
 #include "kernels/math.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#ifdef BOOSTLM_CUDA_EMULATOR
+#include "cuda_emulator/counters.h"
+#endif
 
 // In namespace boostlm (not boostlm::cuda): an unqualified kernel is the CPU backend's, cuda::
 // names the CUDA one.
@@ -264,8 +268,8 @@ TEST_F(CudaAdamW, UpdateMatchesTheCpuBackendWithClippingAndTheBf16Copy) {
 // update given them by value, bit for bit, on the device; and the CPU's form of it is the CPU's.
 TEST_F(CudaAdamW, UpdateAtReadsTheStepFromDeviceMemoryAsTheByValueUpdate) {
   const int64_t n = 4099;
-  const std::vector<float> p = random_floats(n, 50), m = random_floats(n, 51, 0.1f),
-                           v(n, 0.01f), g = random_floats(n, 52);
+  const std::vector<float> p = random_floats(n, 50), m = random_floats(n, 51, 0.1f), v(n, 0.01f),
+                           g = random_floats(n, 52);
   AdamWHyper h;
   h.lr = 3e-3f;
   h.weight_decay = 0.1f;
@@ -293,6 +297,117 @@ TEST_F(CudaAdamW, UpdateAtReadsTheStepFromDeviceMemoryAsTheByValueUpdate) {
   adamw_update_at(hp2.data(), g.data(), hm2.data(), hv2.data(), n, ignored, &step);
   EXPECT_EQ(hp, hp2);
   EXPECT_EQ(hv, hv2);
+}
+
+// Launches since reset_launches(), where the device counts them (the emulated one).
+bool launches_counted() {
+#ifdef BOOSTLM_CUDA_EMULATOR
+  return true;
+#else
+  return false;
+#endif
+}
+void reset_launches() {
+#ifdef BOOSTLM_CUDA_EMULATOR
+  cuda_emulator::reset_kernel_counters();
+#endif
+}
+int64_t launches() {
+  int64_t count = 0;
+#ifdef BOOSTLM_CUDA_EMULATOR
+  for (const cuda_emulator::KernelCounters& c : cuda_emulator::kernel_counters())
+    count += c.launches;
+#endif
+  return count;
+}
+
+// The multi-tensor update is one adamw_update_at per part, bit for bit: parts of every size (an
+// empty one, a one-element one, one spanning several blocks), with and without the bf16 copy and
+// their own weight decays, more of them than one launch carries, the moments and the copy offset
+// from the weights as ZeRO-1's shard and the copy's start make them; elements of no part are not
+// touched. Its launches: one per AdamWPartBatch::kMax parts.
+TEST_F(CudaAdamW, PartsUpdateIsOneUpdatePerPartInOneLaunchPerBatch) {
+  std::vector<AdamWPart> parts;
+  int64_t at = 5;  // elements [0, 5) belong to no part
+  for (int i = 0; i < 150; ++i) {
+    const int64_t n = i == 3 ? 0 : i == 4 ? 1 : i % 37 == 0 ? 70000 : 17 + 13 * i;
+    parts.push_back({at, at + n, i % 3 == 0 ? 0.0f : 0.1f, i % 5 != 1});
+    at += n + (i % 4 == 0 ? 3 : 0);  // and a few gaps
+  }
+  const int64_t total = at, moments_begin = 2, bf16_begin = 1;
+  const std::vector<float> p = random_floats(total, 60), g = random_floats(total, 61),
+                           m = random_floats(total - moments_begin, 62, 0.1f),
+                           v(total - moments_begin, 0.02f);
+  const std::vector<bf16_t> copy(total - bf16_begin, bf16_t{0x7fc0});
+  AdamWHyper h;
+  h.beta1 = 0.8f;
+  const AdamWStep step{2e-3f, 0.5f, math::adamw_bias_correction(h.beta1, 3),
+                       math::adamw_bias_correction(h.beta2, 3)};
+  DeviceArray<AdamWStep> d_step(std::vector<AdamWStep>{step});
+  DeviceArray<float> d_g(g), p1(p), m1(m), v1(v), p2(p), m2(m), v2(v);
+  DeviceArray<bf16_t> c1(copy), c2(copy);
+  for (const AdamWPart& part : parts) {
+    AdamWHyper part_h = h;
+    part_h.weight_decay = part.weight_decay;
+    const int64_t i = part.begin;
+    cuda::adamw_update_at(p1.get() + i, d_g.get() + i, m1.get() + (i - moments_begin),
+                          v1.get() + (i - moments_begin), part.end - i, part_h, d_step.get(),
+                          part.rounded ? c1.get() + (i - bf16_begin) : nullptr, stream);
+  }
+  sync();
+  reset_launches();
+  cuda::adamw_update_parts_at(p2.get(), d_g.get(), m2.get(), v2.get(), moments_begin, parts, h,
+                              d_step.get(), c2.get(), bf16_begin, stream);
+  sync();
+  const int64_t update_launches = launches();
+  EXPECT_EQ(p2.download(), p1.download());
+  EXPECT_EQ(m2.download(), m1.download());
+  EXPECT_EQ(v2.download(), v1.download());
+  EXPECT_EQ(c2.download(), c1.download());
+  EXPECT_EQ(p2.download()[0], p[0]);
+  if (launches_counted()) {
+    EXPECT_EQ(update_launches, (150 + cuda::AdamWPartBatch::kMax - 1) / cuda::AdamWPartBatch::kMax);
+  }
+  // The CPU's form: one adamw_update_at per part, the same as the device's to a few ulps.
+  std::vector<float> hp = p, hm = m, hv = v;
+  std::vector<bf16_t> hc = copy;
+  adamw_update_parts_at(hp.data(), g.data(), hm.data(), hv.data(), moments_begin, parts, h, &step,
+                        hc.data(), bf16_begin);
+  EXPECT_TRUE(all_near(p2.download(), hp, 1e-7, 2e-6));
+  EXPECT_TRUE(all_near(m2.download(), hm, 1e-7, 2e-6));
+}
+
+// The ranges' sums in batches are each range's own sum_squares, bit for bit, across more ranges
+// than one batch carries (empty ones included), in two launches per batch.
+TEST_F(CudaAdamW, SumSquaresRangesAreEachRangesOwnSum) {
+  std::vector<IndexRange> ranges;
+  int64_t at = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int64_t n = i % 50 == 7 ? 0 : i % 61 == 0 ? 300000 : 11 * i + 1;
+    ranges.push_back({at, at + n});
+    at += n + i % 2;
+  }
+  const auto x = random_floats(at, 63);
+  DeviceArray<float> d_x(x);
+  DeviceArray<double> own(ranges.size()), batched(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const int64_t n = ranges[i].end - ranges[i].begin;
+    const size_t bytes = cuda::sum_squares_workspace_bytes(n);
+    DeviceArray<unsigned char> workspace(bytes);
+    cuda::sum_squares(d_x.get() + ranges[i].begin, n, own.get() + i, workspace.get(), bytes,
+                      stream);
+    sync();
+  }
+  const size_t bytes = cuda::sum_squares_ranges_workspace_bytes(ranges);
+  DeviceArray<unsigned char> workspace(bytes);
+  reset_launches();
+  cuda::sum_squares_ranges(d_x.get(), ranges, batched.get(), workspace.get(), bytes, stream);
+  sync();
+  const int64_t sum_launches = launches();
+  EXPECT_EQ(batched.download(), own.download());
+  if (launches_counted()) {
+    EXPECT_EQ(sum_launches, 2 * ((200 + cuda::SumPartBatch::kMax - 1) / cuda::SumPartBatch::kMax));
+  }
 }
 
 // The gradient norm's ranges summed into device memory (what the norm's graph computes): the CPU's
