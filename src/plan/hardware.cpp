@@ -65,6 +65,8 @@ Device device_from_json(const json& j, const std::string& where) {
   const json& a = j.at("attention");
   d.attention_max_efficiency = fraction(a, "max_efficiency", where + ".attention");
   d.attention_half_head_dim = non_negative(a, "half_head_dim", where + ".attention");
+  d.attention_backward_products =
+      a.contains("backward_products") ? positive(a, "backward_products", where + ".attention") : 5;
   return d;
 }
 
@@ -83,7 +85,8 @@ json device_to_json(const Device& d) {
           {"graph_node_overhead_us", d.graph_node_overhead_s * 1e6},
           {"attention",
            {{"max_efficiency", d.attention_max_efficiency},
-            {"half_head_dim", d.attention_half_head_dim}}}};
+            {"half_head_dim", d.attention_half_head_dim},
+            {"backward_products", d.attention_backward_products}}}};
 }
 
 Link link_from_json(const json& j, const std::string& where) {
@@ -171,6 +174,7 @@ Hardware Hardware::from_json(const json& j) {
   h.intra_node = link_from_json(links.at("intra_node"), "links.intra_node");
   h.inter_node = link_from_json(links.at("inter_node"), "links.inter_node");
   h.activations_fp32 = j.value("activations_fp32", false);
+  h.attention_fp32 = j.value("attention_fp32", h.activations_fp32);
   return h;
 }
 
@@ -180,6 +184,7 @@ json Hardware::to_json() const {
             {"sources", sources},
             {"devices_per_node", devices_per_node},
             {"activations_fp32", activations_fp32},
+            {"attention_fp32", attention_fp32},
             {"device", device_to_json(device)},
             {"links",
              {{"intra_node", link_to_json(intra_node)}, {"inter_node", link_to_json(inter_node)}}}};

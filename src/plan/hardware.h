@@ -44,6 +44,10 @@ struct Device {
   double graph_node_overhead_s = 0;
   double attention_max_efficiency = 1;
   double attention_half_head_dim = 0;
+  // Products of the forward's size in the engine's attention backward on this device: 5 in one
+  // fused pass (FlashAttention-2's count; the CPU backend's); 7 for the CUDA backend's kernels,
+  // dK/dV and then dQ each recomputing S and dP (deterministic, no atomics).
+  double attention_backward_products = 5;
 
   const GemmCurve& curve(DType dtype) const;  // throws Error when the file has no such curve
 };
@@ -75,9 +79,13 @@ struct Hardware {
   // A rank alone on its node (CPU machines): it runs on all the node's cores.
   std::optional<Device> solo_device;
   Link intra_node, inter_node;
-  // The engine's CPU backend keeps activations and communicates in fp32 even when GEMMs run in
-  // bf16; a GPU implementation keeps them in the compute precision.
+  // How the engine runs on these devices. activations_fp32: element-wise passes and collectives
+  // over fp32 activations even when the GEMMs run in bf16 (bf16 training rounds their operands), as
+  // both of the engine's backends do; false models an engine keeping activations in the compute
+  // precision. attention_fp32: attention computed in fp32 (the CPU backend's; the CUDA backend runs
+  // bf16 attention on the tensor cores); absent from a file, it follows activations_fp32.
   bool activations_fp32 = false;
+  bool attention_fp32 = false;
 
   static Hardware from_json(const nlohmann::json& json);  // throws Error naming the field
   nlohmann::json to_json() const;

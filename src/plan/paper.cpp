@@ -67,7 +67,15 @@ StepConfig paper_step(const PaperRow& row, LayoutKind layout, int64_t micro_batc
   return s;
 }
 
-std::vector<PaperPrediction> predict_paper(const Hardware& hw, int64_t m) {
+Hardware paper_engine(Hardware hw) {
+  hw.activations_fp32 = false;  // bf16 activations in the element-wise passes and collectives
+  for (Device* d : {&hw.device, hw.solo_device ? &*hw.solo_device : nullptr})
+    if (d) d->attention_backward_products = 5;  // FlashAttention-2's fused backward
+  return hw;
+}
+
+std::vector<PaperPrediction> predict_paper(const Hardware& hardware, int64_t m) {
+  const Hardware hw = paper_engine(hardware);
   std::vector<PaperPrediction> out;
   for (const auto& row : paper_rows()) {
     out.push_back({row, predict_step(hw, paper_step(row, LayoutKind::dense_tp, m)),

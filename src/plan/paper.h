@@ -33,7 +33,12 @@ struct PaperPrediction {
   PaperRow row;
   StepPrediction dense, naive, btp;
 };
+// Their engines (Megatron-LM, nanotron) differ from boostlm's where the model tells them apart:
+// every kernel launched from the host (paper_step); activations in bf16 through the element-wise
+// passes and collectives, and FlashAttention-2's fused attention backward (paper_engine: the
+// hardware as their engines use it; memory is still counted as boostlm allocates it).
 StepConfig paper_step(const PaperRow& row, LayoutKind layout, int64_t micro_batches);
+Hardware paper_engine(Hardware hardware);
 std::vector<PaperPrediction> predict_paper(const Hardware& hardware, int64_t micro_batches = 1);
 
 }  // namespace boostlm::plan

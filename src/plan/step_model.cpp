@@ -64,7 +64,7 @@ CostContext cost_context(const Hardware& hw, const StepConfig& c, const Placemen
   CostContext ctx;
   ctx.device = pl.device;
   ctx.dtype = c.precision;
-  ctx.attention_dtype = hw.activations_fp32 ? DType::f32 : c.precision;
+  ctx.attention_dtype = hw.attention_fp32 ? DType::f32 : c.precision;
   ctx.activation_bytes = activation_bytes(hw, c);
   ctx.tp_link = pl.tp;
   ctx.tp = c.tp;

@@ -34,6 +34,7 @@ struct Builder final : WorkSink {
     const double T = static_cast<double>(mb.seq_len);
     const double forward = 2.0 * hd * T * (T + 1) * h * mb.batch;  // as model_flops counts it
     w.attention_flops += backward ? 2.5 * forward : forward;
+    if (backward) w.attention_backward_flops += 2.5 * forward;
     const double io = static_cast<double>(N) * (2 * h + 2 * kvh) * hd;  // q, k, v, out
     w.attention_elements += backward ? 2.0 * io : io;
     w.attention_calls += 1;
@@ -71,6 +72,7 @@ Work& Work::operator+=(const Work& o) {
   elementwise_elements += o.elementwise_elements;
   elementwise_kernels += o.elementwise_kernels;
   attention_flops += o.attention_flops;
+  attention_backward_flops += o.attention_backward_flops;
   attention_elements += o.attention_elements;
   attention_calls += o.attention_calls;
   tp += o.tp;

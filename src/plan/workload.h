@@ -28,8 +28,12 @@ struct Work {
   // Element-wise kernels: activation elements read plus written, and the number of kernels.
   double elementwise_elements = 0;
   int64_t elementwise_kernels = 0;
-  // Fused causal attention (forward and backward, FlashAttention-style).
+  // Fused causal attention (forward and backward, FlashAttention-style): FLOPs as FlashAttention-2
+  // counts them (a backward is 2.5 forwards: five products of the forward's size against two), and
+  // of those the backwards' (a device whose kernels run more products prices them,
+  // Device::attention_backward_products).
   double attention_flops = 0;
+  double attention_backward_flops = 0;
   double attention_elements = 0;  // q, k, v, out (and their gradients) read or written
   int64_t attention_calls = 0;
   CommCounts tp;  // as the engine counts it: 4 bytes per element

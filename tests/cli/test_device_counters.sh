@@ -12,6 +12,7 @@
 # Usage: test_device_counters.sh path/to/boostlm
 set -uo pipefail
 boostlm=$(realpath "$1")
+root=$(realpath "$(dirname "$0")/../..")
 source "$(dirname "$0")/lib.sh" devcount
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 cd "$work" || exit 1
@@ -84,6 +85,39 @@ check(on["predicted_overhead_s"] < off["predicted_overhead_s"], "no launch overh
 print(f"ok   graphs: {on['graph_launches']} of {on['launches']} launches replayed; host launches "
       f"{host_on} vs {off['launches']}; predicted overhead {on['predicted_overhead_s']*1e3:.3f} vs "
       f"{off['predicted_overhead_s']*1e3:.3f} ms")
+sys.exit(1 if bad else 0)
+PY
+
+# boostlm plan against the counted step (issue 47: plan takes the roofline's figures where its own
+# constants differed): a 1B CoLA of 4 blocks at 2048 tokens, one process on an H200, each class of
+# work priced by both: GEMMs, attention (the CUDA kernels' 7 products in backward), and element-wise
+# work with the optimizer (fp32 activations through the passes) against the counted memory-bound
+# kernels and copies. Before, plan said 55.6 ms for the whole 1B where the counted step was 71.4.
+"$py" -c "
+import json; c = json.load(open('$root/configs/1b-cola.json'))
+c.update(name='1b-cola-4', n_layers=4, max_seq_len=2048); json.dump(c, open('1b4.json', 'w'))"
+"$boostlm" plan -m 1b4.json --hardware h200 -g 1 -B 1 -t 2048 --micro-batch 1 --layouts btp \
+  --recompute none --no-zero --json plan4.json > plan4.log 2>&1 || fail "plan: $(tail -3 plan4.log)"
+"$boostlm" bench step --device cuda --shape 1b --layers 4 -b 1 -t 2048 --arch cola \
+  --precision bf16 --count-only --json roof4.json > roof4.log 2>&1 || fail "roof4: $(tail -3 roof4.log)"
+"$py" - plan4.json roof4.json << 'PY' || fail "plan against the counted step: see above"
+import json, sys
+plan = json.load(open(sys.argv[1]))[0]
+roof = json.load(open(sys.argv[2]))["results"][0]
+by = {}
+for k in roof["kernels"]:
+    by[k["class"]] = by.get(k["class"], 0) + k["predicted_s"]
+pairs = [("step", plan["step_s"], roof["predicted_step_s"], 0.10),
+         ("gemm", plan["gemm_s"], by.get("gemm", 0), 0.15),
+         ("attention", plan["attention_s"], by.get("attention", 0), 0.10),
+         ("element-wise and optimizer", plan["elementwise_s"] + plan["optimizer_s"],
+          by.get("memory", 0) + by.get("copy", 0), 0.15)]
+bad = 0
+for name, p, r, tol in pairs:
+    ok = abs(p / r - 1) <= tol
+    bad += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} plan {name} {p*1e3:.3f} ms, counted {r*1e3:.3f} ms "
+          f"({(p / r - 1) * 100:+.1f}%, within {tol*100:.0f}%)")
 sys.exit(1 if bad else 0)
 PY
 
