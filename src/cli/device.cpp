@@ -42,7 +42,9 @@ void add_device_option(CLI::App& cmd) {
          "on: with --device cuda, kernels are captured once as CUDA graphs and replayed (a "
          "process alone: the whole step as one graph; with TP or DP groups over NCCL: each "
          "micro-batch's forward and backward with their collectives, the gradient norm's sums and "
-         "the optimizer's updates; with PP stages or the staged transport: the last two); off: "
+         "the optimizer's updates; PP stages: each micro-batch's stage forward and backward, the "
+         "sends between them from the host (not with --recompute block or LaX); the staged "
+         "transport: the norm's sums and the updates); off: "
          "every kernel launched from the host (no effect on the CPU)")
       ->default_str("on")
       ->check(CLI::IsMember({"on", "off"}));

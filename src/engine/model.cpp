@@ -495,11 +495,65 @@ void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
   if (first_stage()) embedding_backward(tokens);
 }
 
-bool Model::graphs_possible() const {
+bool Model::graph_conditions() const {
   // Tensor parallelism's collectives are captured with the kernels where its group's transport
   // can be (NCCL); the staged one waits on the host.
-  return tp_->capturable() && pp_->size() == 1 && active_chunks_ == 1 && kernel_graphs() &&
+  return tp_->capturable() && active_chunks_ == 1 && kernel_graphs() &&
          active_kernels().graphs.begin != nullptr;
+}
+
+bool Model::graphs_possible() const {
+  return graph_conditions() && pp_->size() == 1;
+}
+
+bool Model::stage_graphs_possible() const {
+  return graph_conditions() && pp_->size() > 1 && options().recompute != Recompute::block &&
+         lax_boundary_ == 0;
+}
+
+KernelGraph& Model::stage_graph(int micro, int phase) {
+  const size_t at = static_cast<size_t>(micro % micro_slots_) * 3 + phase;
+  if (stage_graphs_.size() <= at) stage_graphs_.resize(at + 1);
+  if (!stage_graphs_[at]) stage_graphs_[at] = std::make_unique<KernelGraph>();
+  return *stage_graphs_[at];
+}
+
+float Model::graphed_stage_forward(const int32_t* tokens, const int32_t* targets, int micro,
+                                   bool round_weights, float grad_scale) {
+  BOOSTLM_ASSERT_MSG(stage_graphs_possible(), "graphed_stage_forward without stage graphs");
+  set_micro(micro);
+  const int64_t N = batch_ * seq_len_;
+  if (first_stage()) device_values(tokens, N, token_ids_);
+  if (last_stage()) device_values(targets, N, target_ids_);
+  if (round_weights) round_weights_once();
+  ids_staged_ = true;
+  loss_out_ = last_stage() ? loss_slot_.data() : nullptr;
+  stage_graph(micro, 0).run(graph_key(grad_scale), [&] {
+    stage_forward(tokens, false);
+    if (last_stage()) stage_loss(targets, true, grad_scale);
+  });
+  blocks().forward_replayed(last_layer_ - 1);
+  const bool last = last_stage();
+  unstage_batch();
+  float loss = 0;
+  if (last) device_download(&loss, loss_slot_.data(), sizeof loss);
+  return loss;
+}
+
+void Model::graphed_stage_backward(const int32_t* tokens, int micro, BackwardObserver* observer) {
+  BOOSTLM_ASSERT_MSG(stage_graphs_possible(), "graphed_stage_backward without stage graphs");
+  BOOSTLM_ASSERT_MSG(!observer || observer->capturable(), "an observer that cannot be captured");
+  set_micro(micro);
+  if (first_stage()) device_values(tokens, batch_ * seq_len_, token_ids_);
+  ids_staged_ = true;
+  // Whether the last block's backward recomputes its intermediates is decided on the host: one
+  // graph per answer.
+  std::vector<const void*> key = graph_key(0.0f);
+  key.push_back(observer);
+  key.push_back(blocks().backward_recomputes(last_layer_ - 1) ? this : nullptr);
+  stage_graph(micro, observer ? 2 : 1).run(key, [&] { stage_backward(tokens, observer); });
+  blocks().backward_replayed();
+  unstage_batch();
 }
 
 Model::StagedBatch Model::stage_batch(const int32_t* tokens, const int32_t* targets,

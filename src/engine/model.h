@@ -94,6 +94,19 @@ class Model {
   // collectives are captured with the kernels (NCCL), one chunk, and a backend with graphs that
   // --cuda-graph has not turned off.
   bool graphs_possible() const;
+  // Pipeline stages as graphs: a micro-batch's stage forward (with the loss, on the last stage) and
+  // its stage backward, each replayed from a graph of its own per activation slot from its second
+  // call on; the exchanges between them stay with the host (parallel/pipeline.h). The micro-batch's
+  // ids are uploaded before each launch, the weights' bf16 copy refreshed before a step's first
+  // forward (round_weights), the loss read back after the forward, and what the calls leave on the
+  // host (the layout's work area) set after a replay as the calls would have left it. Where
+  // stage_graphs_possible(): stages, graphs_possible()'s TP group, chunk and backend, and neither
+  // whole-block recomputation (the block a slot holds is host state) nor LaX (its chains' state
+  // passes from forward to backward on the host).
+  bool stage_graphs_possible() const;
+  float graphed_stage_forward(const int32_t* tokens, const int32_t* targets, int micro,
+                              bool round_weights, float grad_scale);
+  void graphed_stage_backward(const int32_t* tokens, int micro, BackwardObserver* observer);
   // The pieces of graphed_forward_backward, for a graph of the whole step (train/step.h): the
   // batch staged on the device before the graph (ids uploaded, the weights' bf16 copy refreshed
   // when round_weights and stale) for as long as the returned StagedBatch lives; the calls (on
@@ -230,6 +243,11 @@ class Model {
   // target_ids_) for the calls inside them.
   KernelGraph step_graph_, whole_step_graph_;
   KernelGraph observed_step_graph_;  // graphed_forward_backward's with an observer
+  // The pipeline stage's graphs: per activation slot, forward, backward and backward with an
+  // observer.
+  std::vector<std::unique_ptr<KernelGraph>> stage_graphs_;
+  KernelGraph& stage_graph(int micro, int phase);
+  bool graph_conditions() const;   // graphs_possible() but for the stages
   uint64_t shape_generation_ = 0;  // prepare()'s reallocations, part of the graph's key
   FlatBuffer loss_slot_{1};
   float* loss_out_ = nullptr;  // set: head_and_loss writes its mean there and returns 0

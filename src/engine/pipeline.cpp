@@ -48,16 +48,24 @@ void Pipeline::exchange(const float* send, int send_to, int send_tag, float* rec
 void Pipeline::forward_step(const MicroBatch& mb, int micro, bool first_of_step, float grad_scale,
                             double& loss) {
   const double t0 = now_s();
-  model_.set_micro(micro);
-  model_.stage_forward(mb.inputs, first_of_step);
-  if (model_.last_stage()) loss += model_.stage_loss(mb.targets, true, grad_scale);
+  if (model_.stage_graphs_possible()) {
+    loss += model_.graphed_stage_forward(mb.inputs, mb.targets, micro, first_of_step, grad_scale);
+  } else {
+    model_.set_micro(micro);
+    model_.stage_forward(mb.inputs, first_of_step);
+    if (model_.last_stage()) loss += model_.stage_loss(mb.targets, true, grad_scale);
+  }
   stats_.compute_s += now_s() - t0;
 }
 
 void Pipeline::backward_step(const MicroBatch& mb, int micro, BackwardObserver* observer) {
   const double t0 = now_s();
-  model_.set_micro(micro);
-  model_.stage_backward(mb.inputs, observer);
+  if (model_.stage_graphs_possible() && (!observer || observer->capturable())) {
+    model_.graphed_stage_backward(mb.inputs, micro, observer);
+  } else {
+    model_.set_micro(micro);
+    model_.stage_backward(mb.inputs, observer);
+  }
   stats_.compute_s += now_s() - t0;
 }
 

@@ -65,8 +65,7 @@ void Layout::block_backward(int64_t layer, float* dx) {
   const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
   concatenate_groups(layer);
   // The shared work area still holds the intermediates of the block forward ran last.
-  if (recomputes_intermediates() && (work_layer_ != layer || work_micro_ != micro_))
-    replay(layer, a);
+  if (backward_recomputes(layer)) replay(layer, a);
   work_layer_ = -1;  // backward overwrites them
 
   // MLP. In bf16 SwiGLU's backward writes the gate|up gradients in bf16 only: the group's GEMMs

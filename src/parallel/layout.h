@@ -177,6 +177,19 @@ class Layout {
   }
   // The micro-batch whose activations block_forward/backward use next.
   void set_micro(int micro) { micro_ = micro; }
+  // What a block's forward and backward leave on the host, for a caller that replays them from a
+  // graph instead of running them (Model's pipeline-stage graphs): the shared work area holding
+  // `layer`'s intermediates of the current micro-batch after a forward, nobody's after a backward.
+  // And whether block_backward(layer) would recompute them (lowrank recomputation, unless the
+  // forward that ran last was this block's on this micro-batch): a graph captures one answer.
+  void forward_replayed(int64_t layer) {
+    work_layer_ = layer;
+    work_micro_ = micro_;
+  }
+  void backward_replayed() { work_layer_ = -1; }
+  bool backward_recomputes(int64_t layer) const {
+    return recomputes_intermediates() && (work_layer_ != layer || work_micro_ != micro_);
+  }
   // Before prepare().
   void set_options(const BlockOptions& options) { options_ = options; }
   const BlockOptions& options() const { return options_; }

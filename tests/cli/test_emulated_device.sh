@@ -112,7 +112,9 @@ done
 # runtime's stream capture refuses a host read, a synchronisation or an allocation outside the
 # graph's pool in it); --grad-accum 2 replays each micro-batch's forward and backward, the norm's
 # sums and the updates as graphs of their own, as do runs with TP or DP ranks over NCCL (their
-# collectives in the graphs) and ZeRO-1; pipeline stages replay the last two. Off, every kernel is launched from the host: the same kernels on the
+# collectives in the graphs) and ZeRO-1; pipeline stages replay each micro-batch's stage forward
+# and stage backward, the sends between them from the host, and the last two. Off, every kernel is
+# launched from the host: the same kernels on the
 # same data, so the same losses bit for bit, fp32 and bf16 (whose AdamW also writes the bf16 copy
 # in the graph).
 # graphs NAME MOST [OFF]: from step 2 on, NAME's steps replay their kernels from graphs and launch
@@ -203,7 +205,13 @@ train cola-b1-cpu 1 cpu cola -b 1 --grad-accum 2 &&
   graphs dp2 12 dp2-nograph &&
   { train cola-b1-cuda 1 cuda cola -b 1 --grad-accum 2 &&  # the graph captured at micro-batch 2
       compare "one device, --grad-accum 2" cola-b1-cpu cola-b1-cuda "$fp32_tol" "$fp32_why"; } &&
-  parallel pp2 cola cola-b1-cpu -b 1 --grad-accum 2 --pp 2
+  parallel pp2 cola cola-b1-cpu -b 1 --grad-accum 2 --pp 2 &&
+  # Pipeline stages: each micro-batch's stage forward and backward a graph per activation slot
+  # (13 launches from the host measured on stage 0: the ids' copies, the graphs' launches); off,
+  # the same losses and the same sends and receives.
+  train pp2-nograph 2 cuda cola -b 1 --grad-accum 2 --pp 2 --cuda-graph off &&
+  compare "--cuda-graph off, pp 2" pp2 pp2-nograph 0 "the same kernels and sends: exact" &&
+  graphs pp2 16 pp2-nograph
 # LaX's chains cross the stage boundary (h forward, ∂L/∂h backward) beside the residual.
 train lax-b1-cpu 1 cpu lax -b 1 --grad-accum 2 &&
   parallel lax-pp2 lax lax-b1-cpu -b 1 --grad-accum 2 --pp 2

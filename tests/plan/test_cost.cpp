@@ -138,9 +138,10 @@ TEST(PlanStepModel, PipelineBubbleIsOneFOneB) {
   EXPECT_EQ(predict_step(h, btp_step(1, 1, 1, 4)).bubble_s, 0.0);
 }
 
-// CUDA graphs (issue 47): where the engine replays a GPU step (no pipeline stages, no TP-overlap
-// chunks; TP's and DP's collectives are in the graphs) a launch costs the device's per-node
-// overhead instead of the host's; the norm and the updates are graphs in every layout.
+// CUDA graphs (issue 47): where the engine replays a GPU step (no TP-overlap chunks; TP's and DP's
+// collectives are in the graphs; pipeline stages replay each micro-batch's forward and backward,
+// but not with whole-block recomputation or LaX) a launch costs the device's per-node overhead
+// instead of the host's; the norm and the updates are graphs in every layout.
 TEST(PlanStepModel, ReplayedStepsPayTheGraphNodeOverhead) {
   Hardware h = round_hardware();
   h.device.kernel_overhead_s = 3e-6;
@@ -157,14 +158,17 @@ TEST(PlanStepModel, ReplayedStepsPayTheGraphNodeOverhead) {
   StepConfig zero = btp_step(1, 1, 2, 1);
   zero.zero1 = true;
   for (const StepConfig& c : {btp_step(1, 1, 1, 1), btp_step(2, 1, 1, 2), btp_step(1, 1, 2, 1),
-                              zero}) {
+                              zero, btp_step(1, 2, 1, 2), btp_step(2, 2, 2, 4)}) {
     const StepPrediction on = predict_step(h, c), off = predict_step(h, without(c));
     EXPECT_LT(on.micro_batches.compute(), off.micro_batches.compute()) << c.tp << " " << c.dp;
     EXPECT_DOUBLE_EQ(on.micro_batches.comm, off.micro_batches.comm);
     EXPECT_LT(on.optimizer_s, off.optimizer_s);
   }
-  // Launched from the host: pipeline stages (their sends).
-  for (const StepConfig& c : {btp_step(1, 2, 1, 2), btp_step(2, 2, 2, 4)}) {
+  // Launched from the host: pipeline stages under whole-block recomputation, or of LaX.
+  StepConfig block = btp_step(1, 2, 1, 2), lax = btp_step(2, 2, 2, 4);
+  block.options.recompute = Recompute::block;
+  lax.config.arch = Arch::lax;
+  for (const StepConfig& c : {block, lax}) {
     const StepPrediction on = predict_step(h, c), off = predict_step(h, without(c));
     EXPECT_DOUBLE_EQ(on.micro_batches.compute(), off.micro_batches.compute()) << c.pp << c.dp;
     EXPECT_LT(on.optimizer_s, off.optimizer_s);
