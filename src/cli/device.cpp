@@ -24,8 +24,10 @@ void add_device_option(CLI::App& cmd) {
   set_cuda_start([] {
     use_device_of_local_rank();
     cuda::start_backend();
+    // Data parallelism's reductions on a stream of their own, overlapping backward.
     set_group_setup([](Communicator& group) {
-      group.set_device_transport(make_device_transport(group, cuda::buffer_stream()));
+      group.set_device_transport(
+          make_device_transport(group, cuda::buffer_stream(), group.name() == "dp"));
     });
   });
 #endif

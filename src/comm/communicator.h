@@ -142,6 +142,10 @@ class Communicator {
   bool spans_hosts();
   // The group's name for the watchdog (comm/watchdog.h), alive as long as the process.
   const char* watch_name() const { return watch_name_; }
+  // The caller's stream waits for this group's device operations queued so far (DeviceTransport::
+  // join): the blocking calls do it themselves; whoever waits for iall_reduce's requests inside a
+  // graph's capture (GradReducer::finish) calls it.
+  void join_device();
 
  private:
   bool overlapped() const;

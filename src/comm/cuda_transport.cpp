@@ -39,12 +39,14 @@ std::unique_ptr<DeviceTransport> make_staged_transport(Communicator& group, cuda
                                            std::make_unique<CudaStagingCopier>(stream));
 }
 
-std::unique_ptr<DeviceTransport> make_device_transport(Communicator& group, cudaStream_t stream) {
+std::unique_ptr<DeviceTransport> make_device_transport(Communicator& group, cudaStream_t stream,
+                                                       bool side_stream) {
   const bool nccl = nccl_requested(std::getenv("BOOSTLM_NCCL"));
 #ifdef BOOSTLM_HAVE_NCCL
-  if (nccl) return std::make_unique<NcclTransport>(group, stream);
+  if (nccl) return std::make_unique<NcclTransport>(group, stream, side_stream);
 #else
   (void)nccl;  // without NCCL in the build, the staged path is the only one
+  (void)side_stream;
 #endif
   return make_staged_transport(group, stream);
 }

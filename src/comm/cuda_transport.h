@@ -28,7 +28,10 @@ int use_device_of_local_rank();
 // The transport for `group` on `stream`: NCCL where built and BOOSTLM_NCCL is not 0 (bootstrapped
 // over the group, so collective: every rank of the group calls it), else the staged path.
 // NCCL refuses two ranks on one GPU: ranks sharing one need BOOSTLM_NCCL=0.
-std::unique_ptr<DeviceTransport> make_device_transport(Communicator& group, cudaStream_t stream);
+// side_stream: NCCL's operations on a stream of the transport's own, joined back into `stream`
+// (nccl_transport.h; data parallelism's group, whose reductions overlap backward).
+std::unique_ptr<DeviceTransport> make_device_transport(Communicator& group, cudaStream_t stream,
+                                                       bool side_stream = false);
 
 // The staged path's copies: page-locked host buffers, copies queued on the caller's stream (so a
 // copy from the device follows the kernels that wrote its data) and waited for.

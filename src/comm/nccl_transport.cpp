@@ -81,8 +81,13 @@ class NcclCompletion final : public DeviceCompletion {
   int64_t bytes_;
 };
 
-NcclTransport::NcclTransport(Communicator& group, cudaStream_t stream)
+NcclTransport::NcclTransport(Communicator& group, cudaStream_t stream, bool side_stream)
     : stream_(stream), rank_(group.rank()), group_name_(group.watch_name()) {
+  if (side_stream) {
+    BOOSTLM_CHECK_CUDA(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  }
   bootstrap_unique_id(
       group,
       [] {
@@ -107,6 +112,28 @@ NcclTransport::~NcclTransport() {
   } catch (const std::exception&) {
   }
   if (comm_) ncclCommDestroy(comm_);
+  if (side_) {
+    cudaStreamSynchronize(side_);
+    cudaEventDestroy(fork_);
+    cudaEventDestroy(join_);
+    cudaStreamDestroy(side_);
+  }
+}
+
+cudaStream_t NcclTransport::queue() {
+  if (!side_) return stream_;
+  BOOSTLM_CHECK_CUDA(cudaEventRecord(fork_, stream_));
+  BOOSTLM_CHECK_CUDA(cudaStreamWaitEvent(side_, fork_, 0));
+  unjoined_ = true;
+  return side_;
+}
+
+void NcclTransport::join() {
+  flush_p2p();
+  if (!side_ || !unjoined_) return;
+  BOOSTLM_CHECK_CUDA(cudaEventRecord(join_, side_));
+  BOOSTLM_CHECK_CUDA(cudaStreamWaitEvent(stream_, join_, 0));
+  unjoined_ = false;
 }
 
 DeviceTransport::Started NcclTransport::enqueued(const char* operation, int64_t bytes) {
@@ -115,13 +142,17 @@ DeviceTransport::Started NcclTransport::enqueued(const char* operation, int64_t 
   if (capture != cudaStreamCaptureStatusNone) return nullptr;  // a node of the graph
   auto mark = std::make_shared<Mark>();
   BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming));
-  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, stream_));
+  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, side_ ? side_ : stream_));
   return std::make_unique<NcclCompletion>(*this, std::move(mark), operation, bytes);
 }
 
 DeviceTransport::Started NcclTransport::fence() {
-  flush_p2p();
-  return enqueued("the collectives of a CUDA graph", 0);
+  join();  // a graph's work is on stream_, its side-stream part joined back into it
+  auto mark = std::make_shared<Mark>();
+  BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming));
+  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, stream_));
+  return std::make_unique<NcclCompletion>(*this, std::move(mark), "the collectives of a CUDA graph",
+                                          0);
 }
 
 DeviceTransport::Started NcclTransport::held(Point point, const char* operation) {
@@ -135,25 +166,26 @@ void NcclTransport::flush_p2p() {
   const std::vector<Point> points = std::move(held_);
   held_.clear();
   std::shared_ptr<Mark> mark = std::move(held_mark_);
+  const cudaStream_t stream = queue();
   BOOSTLM_CHECK_NCCL(ncclGroupStart(), comm_);
   for (const Point& point : points) {
     if (point.send)
-      BOOSTLM_CHECK_NCCL(ncclSend(point.data, point.count, ncclFloat, point.peer, comm_, stream_),
+      BOOSTLM_CHECK_NCCL(ncclSend(point.data, point.count, ncclFloat, point.peer, comm_, stream),
                          comm_);
     else
-      BOOSTLM_CHECK_NCCL(ncclRecv(point.data, point.count, ncclFloat, point.peer, comm_, stream_),
+      BOOSTLM_CHECK_NCCL(ncclRecv(point.data, point.count, ncclFloat, point.peer, comm_, stream),
                          comm_);
   }
   BOOSTLM_CHECK_NCCL(ncclGroupEnd(), comm_);
   BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming));
-  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, stream_));
+  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, stream));
 }
 
 DeviceTransport::Started NcclTransport::all_reduce(void* data, int64_t count, ElementType type,
                                                    ReduceOp op) {
   flush_p2p();
   BOOSTLM_CHECK_NCCL(ncclAllReduce(data, data, count, nccl_type(type),
-                                   op == ReduceOp::max ? ncclMax : ncclSum, comm_, stream_),
+                                   op == ReduceOp::max ? ncclMax : ncclSum, comm_, queue()),
                      comm_);
   return enqueued(op == ReduceOp::max ? "all_reduce_max" : "all_reduce",
                   count * element_bytes(type));
@@ -162,7 +194,7 @@ DeviceTransport::Started NcclTransport::all_reduce(void* data, int64_t count, El
 // In place when `send` is this rank's slot of `recv`, which NCCL supports as such.
 DeviceTransport::Started NcclTransport::all_gather(const float* send, int64_t count, float* recv) {
   flush_p2p();
-  BOOSTLM_CHECK_NCCL(ncclAllGather(send, recv, count, ncclFloat, comm_, stream_), comm_);
+  BOOSTLM_CHECK_NCCL(ncclAllGather(send, recv, count, ncclFloat, comm_, queue()), comm_);
   return enqueued("all_gather", count * 4);
 }
 
@@ -171,7 +203,7 @@ DeviceTransport::Started NcclTransport::reduce_scatter(const float* send, float*
   flush_p2p();
   const ReduceScatterPlan plan = plan_reduce_scatter(counts);
   if (!plan.equal) return reduce_pieces(send, recv, plan.pieces);
-  BOOSTLM_CHECK_NCCL(ncclReduceScatter(send, recv, plan.block, ncclFloat, ncclSum, comm_, stream_),
+  BOOSTLM_CHECK_NCCL(ncclReduceScatter(send, recv, plan.block, ncclFloat, ncclSum, comm_, queue()),
                      comm_);
   return enqueued("reduce_scatter", plan.block * static_cast<int64_t>(counts.size()) * 4);
 }
@@ -180,11 +212,12 @@ DeviceTransport::Started NcclTransport::reduce_pieces(const float* send, float* 
                                                       const std::vector<ReducePiece>& pieces) {
   flush_p2p();
   int64_t total = 0;
+  const cudaStream_t stream = queue();
   BOOSTLM_CHECK_NCCL(ncclGroupStart(), comm_);
   for (const ReducePiece& piece : pieces) {
     // recvbuff is read only on the root; the others pass theirs, unused.
     BOOSTLM_CHECK_NCCL(ncclReduce(send + piece.offset, recv, piece.count, ncclFloat, ncclSum,
-                                  piece.root, comm_, stream_),
+                                  piece.root, comm_, stream),
                        comm_);
     total += piece.count;
   }
@@ -194,7 +227,7 @@ DeviceTransport::Started NcclTransport::reduce_pieces(const float* send, float* 
 
 DeviceTransport::Started NcclTransport::broadcast(float* data, int64_t count, int root) {
   flush_p2p();
-  BOOSTLM_CHECK_NCCL(ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_), comm_);
+  BOOSTLM_CHECK_NCCL(ncclBroadcast(data, data, count, ncclFloat, root, comm_, queue()), comm_);
   return enqueued("broadcast", count * 4);
 }
 

@@ -13,6 +13,14 @@
 // follows the graph's order on the stream), and the host waits once per launch, watched, on the
 // fence the Communicator registers for it.
 //
+// With a side stream (data parallelism's group) the operations run on a stream of the transport's
+// own, each after an event of the caller's stream (what it reads is ready there), so the bucketed
+// gradient all-reduces that GradReducer starts during backward overlap the backward still queued
+// on the caller's stream, as PyTorch DDP's and Megatron's do; join() makes the caller's stream wait
+// for them (GradReducer::finish; every blocking call), inside a graph's capture too (a fork and a
+// join of the graph). Tensor parallelism's collectives sit on the critical path and stay on the
+// caller's stream.
+//
 // Reduce-scatter with uneven counts follows plan_reduce_scatter (one grouped ncclReduce per rank).
 //
 // Send and recv are held back and queued together, in one ncclGroupStart/End, when the first of
@@ -36,7 +44,7 @@ namespace boostlm {
 class NcclTransport final : public DeviceTransport {
  public:
   // Collective over `group`; the current CUDA device is this rank's (use_device_of_local_rank).
-  NcclTransport(Communicator& group, cudaStream_t stream);
+  NcclTransport(Communicator& group, cudaStream_t stream, bool side_stream = false);
   ~NcclTransport() override;
   NcclTransport(const NcclTransport&) = delete;
   NcclTransport& operator=(const NcclTransport&) = delete;
@@ -51,6 +59,7 @@ class NcclTransport final : public DeviceTransport {
   Started recv(float* data, int64_t count, int peer, int tag) override;
   bool capturable() const override { return true; }
   Started fence() override;
+  void join() override;
 
   // The uneven reduce-scatter's pieces (plan_reduce_scatter), as one NCCL group; public for the
   // device tests, which can reach it with one rank.
@@ -75,7 +84,14 @@ class NcclTransport final : public DeviceTransport {
   ncclComm_t comm_ = nullptr;
   std::vector<Point> held_;
   std::shared_ptr<Mark> held_mark_;  // the event the held operations' completions will poll
-  cudaStream_t stream_;
+  cudaStream_t stream_;              // the caller's
+  // The side stream (nullptr: none, everything on stream_), the events that order it after
+  // stream_ (fork) and stream_ after it (join), and whether anything was queued there since the
+  // last join.
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  bool unjoined_ = false;
+  cudaStream_t queue();  // where the next operation goes: after stream_'s work so far
   int rank_ = 0;
   const char* group_name_;
 };

@@ -59,6 +59,10 @@ class DeviceTransport {
   // graph with this group's collectives in it is launched (nullptr: nothing to wait for).
   virtual bool capturable() const { return false; }
   virtual Started fence() { return nullptr; }
+  // A transport queueing its operations on a stream of its own (NcclTransport's side stream):
+  // makes the caller's stream wait for everything queued there so far (a graph's capture needs it
+  // joined back before it ends). Nothing to do where operations run on the caller's stream.
+  virtual void join() {}
 };
 
 // ---------------------------------------------------------------------------------------------

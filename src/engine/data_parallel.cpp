@@ -69,6 +69,7 @@ void GradReducer::finish() {
   reached(n_layers_ + 1);
   for (auto& r : requests_) r.wait();
   requests_.clear();
+  dp_.join_device();  // the averaging below, and what follows, after the reductions
   for (auto& b : buckets_) b.started = false;
   if (dp_.size() > 1) scale_inplace(grads_.data(), grads_.size(), 1.0f / dp_.size());
 }

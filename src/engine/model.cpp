@@ -512,7 +512,7 @@ bool Model::stage_graphs_possible() const {
 }
 
 KernelGraph& Model::stage_graph(int micro, int phase) {
-  const size_t at = static_cast<size_t>(micro % micro_slots_) * 3 + phase;
+  const size_t at = static_cast<size_t>(micro % micro_slots_) * 2 + phase;
   if (stage_graphs_.size() <= at) stage_graphs_.resize(at + 1);
   if (!stage_graphs_[at]) stage_graphs_[at] = std::make_unique<KernelGraph>();
   return *stage_graphs_[at];
@@ -540,18 +540,16 @@ float Model::graphed_stage_forward(const int32_t* tokens, const int32_t* targets
   return loss;
 }
 
-void Model::graphed_stage_backward(const int32_t* tokens, int micro, BackwardObserver* observer) {
+void Model::graphed_stage_backward(const int32_t* tokens, int micro) {
   BOOSTLM_ASSERT_MSG(stage_graphs_possible(), "graphed_stage_backward without stage graphs");
-  BOOSTLM_ASSERT_MSG(!observer || observer->capturable(), "an observer that cannot be captured");
   set_micro(micro);
   if (first_stage()) device_values(tokens, batch_ * seq_len_, token_ids_);
   ids_staged_ = true;
   // Whether the last block's backward recomputes its intermediates is decided on the host: one
   // graph per answer.
   std::vector<const void*> key = graph_key(0.0f);
-  key.push_back(observer);
   key.push_back(blocks().backward_recomputes(last_layer_ - 1) ? this : nullptr);
-  stage_graph(micro, observer ? 2 : 1).run(key, [&] { stage_backward(tokens, observer); });
+  stage_graph(micro, 1).run(key, [&] { stage_backward(tokens, nullptr); });
   blocks().backward_replayed();
   unstage_batch();
 }

@@ -96,7 +96,8 @@ class Model {
   bool graphs_possible() const;
   // Pipeline stages as graphs: a micro-batch's stage forward (with the loss, on the last stage) and
   // its stage backward, each replayed from a graph of its own per activation slot from its second
-  // call on; the exchanges between them stay with the host (parallel/pipeline.h). The micro-batch's
+  // call on; the exchanges between them stay with the host (parallel/pipeline.h), as does the
+  // backward a data-parallel reducer observes (its reductions finish after it). The micro-batch's
   // ids are uploaded before each launch, the weights' bf16 copy refreshed before a step's first
   // forward (round_weights), the loss read back after the forward, and what the calls leave on the
   // host (the layout's work area) set after a replay as the calls would have left it. Where
@@ -106,7 +107,7 @@ class Model {
   bool stage_graphs_possible() const;
   float graphed_stage_forward(const int32_t* tokens, const int32_t* targets, int micro,
                               bool round_weights, float grad_scale);
-  void graphed_stage_backward(const int32_t* tokens, int micro, BackwardObserver* observer);
+  void graphed_stage_backward(const int32_t* tokens, int micro);
   // The pieces of graphed_forward_backward, for a graph of the whole step (train/step.h): the
   // batch staged on the device before the graph (ids uploaded, the weights' bf16 copy refreshed
   // when round_weights and stale) for as long as the returned StagedBatch lives; the calls (on
@@ -243,8 +244,7 @@ class Model {
   // target_ids_) for the calls inside them.
   KernelGraph step_graph_, whole_step_graph_;
   KernelGraph observed_step_graph_;  // graphed_forward_backward's with an observer
-  // The pipeline stage's graphs: per activation slot, forward, backward and backward with an
-  // observer.
+  // The pipeline stage's graphs: per activation slot, forward and backward.
   std::vector<std::unique_ptr<KernelGraph>> stage_graphs_;
   KernelGraph& stage_graph(int micro, int phase);
   bool graph_conditions() const;   // graphs_possible() but for the stages

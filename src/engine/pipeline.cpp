@@ -60,8 +60,10 @@ void Pipeline::forward_step(const MicroBatch& mb, int micro, bool first_of_step,
 
 void Pipeline::backward_step(const MicroBatch& mb, int micro, BackwardObserver* observer) {
   const double t0 = now_s();
-  if (model_.stage_graphs_possible() && (!observer || observer->capturable())) {
-    model_.graphed_stage_backward(mb.inputs, micro, observer);
+  // The micro-batch with an observer (the last: a data-parallel reducer's reductions start in its
+  // backward and are finished after it, outside any graph) is launched from the host.
+  if (model_.stage_graphs_possible() && !observer) {
+    model_.graphed_stage_backward(mb.inputs, micro);
   } else {
     model_.set_micro(micro);
     model_.stage_backward(mb.inputs, observer);

@@ -216,5 +216,61 @@ TEST_F(NcclTransportOnEmulator, CollectivesCapturedInAGraphReplayAndAreCountedPe
   cudaFree(data);
 }
 
+// Data parallelism's side stream (issue 47): the operations run on a stream of the transport's
+// own, after the caller's work queued so far, and join() makes the caller's stream wait for them
+// (a blocking call joins by itself). Inside a capture they are a fork of the graph: the graph
+// reduces at each launch once joined, and a capture ended before the join fails with unjoined
+// work, as it does on a GPU.
+TEST_F(NcclTransportOnEmulator, SideStreamForksFromAndJoinsTheCallersStream) {
+  Communicator group = world();
+  if (group.size() == 1) GTEST_SKIP() << "a group of one communicates nothing";
+  group.set_device_transport(std::make_unique<NcclTransport>(group, stream, /*side_stream=*/true));
+  const int n = group.size();
+  const float sum_of_ranks = n * (n + 1) / 2.0f;
+  const std::vector<float> host(6, 1.0f + group.rank());
+  std::vector<float> values(6);
+  float* data = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&data), 24), cudaSuccess);
+  // Outside a capture: what the caller's stream wrote is reduced; its next copy sees the sums.
+  ASSERT_EQ(cudaMemcpyAsync(data, host.data(), 24, cudaMemcpyHostToDevice, stream), cudaSuccess);
+  group.all_reduce(data, 6);
+  ASSERT_EQ(cudaMemcpyAsync(values.data(), data, 24, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(values[0], sum_of_ranks);
+
+  // A capture of an iall_reduce joined before its end (GradReducer::finish's order).
+  GraphHostWork work;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  set_graph_capture(&work);
+  CommRequest request = group.iall_reduce(data, 6);
+  request.wait();  // nothing to wait for while capturing
+  group.join_device();
+  set_graph_capture(nullptr);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  float expected = sum_of_ranks;
+  for (int launch = 0; launch < 2; ++launch) {
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    for (const auto& action : work.after_launch) action();  // the fence, on the caller's stream
+    expected *= n;
+    ASSERT_EQ(cudaMemcpy(values.data(), data, 24, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(values[5], expected) << "launch " << launch;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+
+  // Not joined: the capture fails.
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  GraphHostWork unjoined;
+  set_graph_capture(&unjoined);
+  CommRequest left = group.iall_reduce(data, 6);
+  set_graph_capture(nullptr);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaErrorStreamCaptureUnjoined);
+  cudaGetLastError();
+  cudaFree(data);
+}
+
 }  // namespace
 }  // namespace boostlm
