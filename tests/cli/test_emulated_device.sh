@@ -211,7 +211,13 @@ train cola-b1-cpu 1 cpu cola -b 1 --grad-accum 2 &&
   # the same losses and the same sends and receives.
   train pp2-nograph 2 cuda cola -b 1 --grad-accum 2 --pp 2 --cuda-graph off &&
   compare "--cuda-graph off, pp 2" pp2 pp2-nograph 0 "the same kernels and sends: exact" &&
-  graphs pp2 16 pp2-nograph
+  graphs pp2 16 pp2-nograph &&
+  # PP 2 x DP 2: the reducer's all-reduces on the DP group's side stream, forked from the stage's
+  # backward and joined before the averaging (outside the graphs: that backward runs from the host).
+  train pp2dp2 4 cuda cola -b 1 --grad-accum 2 --pp 2 --dp 2 &&
+  train pp2dp2-nograph 4 cuda cola -b 1 --grad-accum 2 --pp 2 --dp 2 --cuda-graph off &&
+  compare "--cuda-graph off, pp 2 x dp 2" pp2dp2 pp2dp2-nograph 0 "the same kernels: exact" &&
+  graphs pp2dp2 80 pp2dp2-nograph
 # LaX's chains cross the stage boundary (h forward, ∂L/∂h backward) beside the residual.
 train lax-b1-cpu 1 cpu lax -b 1 --grad-accum 2 &&
   parallel lax-pp2 lax lax-b1-cpu -b 1 --grad-accum 2 --pp 2
