@@ -53,9 +53,9 @@ double attention_seconds(const Device& device, DType dtype, const Work& w, int64
   const GemmCurve& c = device.curve(dtype);
   const double efficiency =
       device.attention_max_efficiency * saturation(head_dim, device.attention_half_head_dim);
-  // A backward of more products than FlashAttention-2's five costs them.
-  const double flops = w.attention_flops +
-                       w.attention_backward_flops * (device.attention_backward_products / 5.0 - 1.0);
+  // A backward of more products than FlashAttention-2's costs them.
+  const double more = device.attention_backward_products / kFusedAttentionBackwardProducts - 1.0;
+  const double flops = w.attention_flops + w.attention_backward_flops * more;
   const double compute = flops / (c.peak_flops * efficiency);
   const double memory = w.attention_elements * element_bytes /
                         (device.memory_bandwidth * device.elementwise_efficiency);

@@ -35,6 +35,13 @@ double fraction(const json& j, const std::string& key, const std::string& where)
   return v;
 }
 
+// An optional boolean at `key` of `j` (top level), `otherwise` when absent.
+bool flag(const json& j, const std::string& key, bool otherwise) {
+  if (!j.contains(key)) return otherwise;
+  if (!j.at(key).is_boolean()) throw error("hardware: ", key, " must be true or false");
+  return j.at(key).get<bool>();
+}
+
 double non_negative(const json& j, const std::string& key, const std::string& where) {
   const double v = j.value(key, 0.0);
   if (v < 0) throw error("hardware: ", where, ".", key, "=", v, " must not be negative");
@@ -65,8 +72,9 @@ Device device_from_json(const json& j, const std::string& where) {
   const json& a = j.at("attention");
   d.attention_max_efficiency = fraction(a, "max_efficiency", where + ".attention");
   d.attention_half_head_dim = non_negative(a, "half_head_dim", where + ".attention");
-  d.attention_backward_products =
-      a.contains("backward_products") ? positive(a, "backward_products", where + ".attention") : 5;
+  d.attention_backward_products = a.contains("backward_products")
+                                      ? positive(a, "backward_products", where + ".attention")
+                                      : kFusedAttentionBackwardProducts;
   return d;
 }
 
@@ -173,8 +181,8 @@ Hardware Hardware::from_json(const json& j) {
     throw error("hardware: links needs intra_node and inter_node");
   h.intra_node = link_from_json(links.at("intra_node"), "links.intra_node");
   h.inter_node = link_from_json(links.at("inter_node"), "links.inter_node");
-  h.activations_fp32 = j.value("activations_fp32", false);
-  h.attention_fp32 = j.value("attention_fp32", h.activations_fp32);
+  h.activations_fp32 = flag(j, "activations_fp32", false);
+  h.attention_fp32 = flag(j, "attention_fp32", h.activations_fp32);
   return h;
 }
 

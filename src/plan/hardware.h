@@ -31,6 +31,10 @@ struct GemmCurve {
   double half_dim = 0;
 };
 
+// Products of the forward's size in FlashAttention-2's fused attention backward (against the
+// forward's 2): the count a Work's attention FLOPs are in (plan/workload.h).
+inline constexpr double kFusedAttentionBackwardProducts = 5;
+
 struct Device {
   double memory_bytes = 0;
   std::map<DType, GemmCurve> gemm;  // per input precision
@@ -47,7 +51,7 @@ struct Device {
   // Products of the forward's size in the engine's attention backward on this device: 5 in one
   // fused pass (FlashAttention-2's count; the CPU backend's); 7 for the CUDA backend's kernels,
   // dK/dV and then dQ each recomputing S and dP (deterministic, no atomics).
-  double attention_backward_products = 5;
+  double attention_backward_products = kFusedAttentionBackwardProducts;
 
   const GemmCurve& curve(DType dtype) const;  // throws Error when the file has no such curve
 };

@@ -70,7 +70,7 @@ StepConfig paper_step(const PaperRow& row, LayoutKind layout, int64_t micro_batc
 Hardware paper_engine(Hardware hw) {
   hw.activations_fp32 = false;  // bf16 activations in the element-wise passes and collectives
   for (Device* d : {&hw.device, hw.solo_device ? &*hw.solo_device : nullptr})
-    if (d) d->attention_backward_products = 5;  // FlashAttention-2's fused backward
+    if (d) d->attention_backward_products = kFusedAttentionBackwardProducts;
   return hw;
 }
 

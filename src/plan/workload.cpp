@@ -6,6 +6,7 @@
 #include "model/params.h"
 #include "parallel/comm_formulas.h"
 #include "parallel/layout_cost.h"
+#include "plan/hardware.h"  // kFusedAttentionBackwardProducts
 
 namespace boostlm::plan {
 
@@ -29,12 +30,14 @@ struct Builder final : WorkSink {
     w.elementwise_kernels += 1;
   }
   // The engine's attention, like FlashAttention, recomputes the probabilities in backward:
-  // backward does 2.5× the forward's FLOPs (five products of the forward's size against two).
+  // counted as FlashAttention-2's, 2.5× the forward's FLOPs (five products of the forward's size
+  // against two); a device whose kernels run more prices them (plan/cost.h).
   void attention(int64_t h, int64_t kvh, bool backward) override {
     const double T = static_cast<double>(mb.seq_len);
     const double forward = 2.0 * hd * T * (T + 1) * h * mb.batch;  // as model_flops counts it
-    w.attention_flops += backward ? 2.5 * forward : forward;
-    if (backward) w.attention_backward_flops += 2.5 * forward;
+    const double flops = backward ? kFusedAttentionBackwardProducts / 2 * forward : forward;
+    w.attention_flops += flops;
+    if (backward) w.attention_backward_flops += flops;
     const double io = static_cast<double>(N) * (2 * h + 2 * kvh) * hd;  // q, k, v, out
     w.attention_elements += backward ? 2.0 * io : io;
     w.attention_calls += 1;

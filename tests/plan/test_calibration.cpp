@@ -106,6 +106,24 @@ TEST(PlanHardware, BadFilesNameTheField) {
     EXPECT_NE(std::string(e.what()).find("device.gemm.bf16.max_efficiency"), std::string::npos)
         << e.what();
   }
+  // The engine's description: a count of attention backward products, and booleans.
+  auto refused = [](const nlohmann::json& file, const std::string& field) {
+    try {
+      Hardware::from_json(file);
+      ADD_FAILURE() << field << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  j = load_hardware("h200").to_json();
+  j["device"]["attention"]["backward_products"] = 0;
+  refused(j, "device.attention.backward_products");
+  j = load_hardware("h200").to_json();
+  j["attention_fp32"] = "no";
+  refused(j, "attention_fp32");
+  j = load_hardware("h200").to_json();
+  j["activations_fp32"] = 1;
+  refused(j, "activations_fp32");
   j = load_hardware("a100-80g").to_json();
   j["links"].erase("inter_node");
   EXPECT_THROW(Hardware::from_json(j), Error);
