@@ -579,12 +579,13 @@ void Communicator::set_device_transport(std::unique_ptr<DeviceTransport> transpo
   device_ = std::move(transport);
 }
 
-// A blocking call on device memory waits for what the transport started. (Overlapped tasks are
-// host-side machinery, comm/overlap.h, refused on device memory: there streams overlap instead.)
 void Communicator::join_device() {
   if (device_) device_->join();
 }
 
+// A blocking call on device memory waits for what the transport started, its stream joined back
+// into the caller's. (Overlapped tasks are host-side machinery, comm/overlap.h, refused on device
+// memory: there streams overlap instead.)
 void Communicator::on_device(std::unique_ptr<DeviceCompletion> started) {
   if (started) started->wait();
   device_->join();

@@ -37,6 +37,7 @@ ncclDataType_t nccl_type(ElementType type) {
 
 struct NcclTransport::Mark {
   cudaEvent_t event = nullptr;  // recorded once the work it marks is queued
+  void record(cudaStream_t stream);  // creates the event and records it on `stream`
   ~Mark() {
     if (event) cudaEventDestroy(event);
   }
@@ -140,19 +141,24 @@ DeviceTransport::Started NcclTransport::enqueued(const char* operation, int64_t 
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   BOOSTLM_CHECK_CUDA(cudaStreamIsCapturing(stream_, &capture));
   if (capture != cudaStreamCaptureStatusNone) return nullptr;  // a node of the graph
+  return marked(side_ ? side_ : stream_, operation, bytes);
+}
+
+void NcclTransport::Mark::record(cudaStream_t stream) {
+  BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  BOOSTLM_CHECK_CUDA(cudaEventRecord(event, stream));
+}
+
+DeviceTransport::Started NcclTransport::marked(cudaStream_t stream, const char* operation,
+                                               int64_t bytes) {
   auto mark = std::make_shared<Mark>();
-  BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming));
-  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, side_ ? side_ : stream_));
+  mark->record(stream);
   return std::make_unique<NcclCompletion>(*this, std::move(mark), operation, bytes);
 }
 
 DeviceTransport::Started NcclTransport::fence() {
   join();  // a graph's work is on stream_, its side-stream part joined back into it
-  auto mark = std::make_shared<Mark>();
-  BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming));
-  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, stream_));
-  return std::make_unique<NcclCompletion>(*this, std::move(mark), "the collectives of a CUDA graph",
-                                          0);
+  return marked(stream_, "the collectives of a CUDA graph", 0);
 }
 
 DeviceTransport::Started NcclTransport::held(Point point, const char* operation) {
@@ -177,8 +183,7 @@ void NcclTransport::flush_p2p() {
                          comm_);
   }
   BOOSTLM_CHECK_NCCL(ncclGroupEnd(), comm_);
-  BOOSTLM_CHECK_CUDA(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming));
-  BOOSTLM_CHECK_CUDA(cudaEventRecord(mark->event, stream));
+  mark->record(stream);
 }
 
 DeviceTransport::Started NcclTransport::all_reduce(void* data, int64_t count, ElementType type,

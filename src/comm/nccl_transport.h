@@ -80,6 +80,8 @@ class NcclTransport final : public DeviceTransport {
   friend class NcclCompletion;
   struct Mark;  // an event recorded after queued work, shared by the completions it covers
   Started enqueued(const char* operation, int64_t bytes);  // an event after what was queued
+  Started marked(cudaStream_t stream, const char* operation,
+                 int64_t bytes);  // enqueued's, anywhere
   Started held(Point point, const char* operation);
   ncclComm_t comm_ = nullptr;
   std::vector<Point> held_;

@@ -27,9 +27,9 @@ class GradReducer final : public BackwardObserver {
   // Starts the buckets not started yet, waits for all, and divides by the DP size.
   void finish();
   void backward_done() override { finish(); }
-  // Over NCCL the buckets' all-reduces are stream work: a graph captures them with the backward
-  // they follow (on a GPU they run in stream order either way); over MPI or the staged
-  // transport the host waits on them.
+  // Over NCCL the buckets' all-reduces are stream work (on the DP group's side stream, forked
+  // from the backward they follow and joined back in finish): a graph captures them with that
+  // backward; over MPI or the staged transport the host waits on them.
   bool capturable() const override { return dp_.capturable(); }
 
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }

@@ -521,48 +521,39 @@ KernelGraph& Model::stage_graph(int micro, int phase) {
 float Model::graphed_stage_forward(const int32_t* tokens, const int32_t* targets, int micro,
                                    bool round_weights, float grad_scale) {
   BOOSTLM_ASSERT_MSG(stage_graphs_possible(), "graphed_stage_forward without stage graphs");
-  set_micro(micro);
-  const int64_t N = batch_ * seq_len_;
-  if (first_stage()) device_values(tokens, N, token_ids_);
-  if (last_stage()) device_values(targets, N, target_ids_);
-  if (round_weights) round_weights_once();
-  ids_staged_ = true;
-  loss_out_ = last_stage() ? loss_slot_.data() : nullptr;
-  stage_graph(micro, 0).run(graph_key(grad_scale), [&] {
-    stage_forward(tokens, false);
-    if (last_stage()) stage_loss(targets, true, grad_scale);
-  });
-  blocks().forward_replayed(last_layer_ - 1);
-  const bool last = last_stage();
-  unstage_batch();
+  {
+    const StagedBatch staged = stage_batch(tokens, targets, round_weights, micro);
+    stage_graph(micro, 0).run(graph_key(grad_scale), [&] {
+      stage_forward(tokens, false);
+      if (last_stage()) stage_loss(targets, true, grad_scale);
+    });
+    blocks().forward_replayed(last_layer_ - 1);
+  }
   float loss = 0;
-  if (last) device_download(&loss, loss_slot_.data(), sizeof loss);
+  if (last_stage()) device_download(&loss, loss_slot_.data(), sizeof loss);
   return loss;
 }
 
 void Model::graphed_stage_backward(const int32_t* tokens, int micro) {
   BOOSTLM_ASSERT_MSG(stage_graphs_possible(), "graphed_stage_backward without stage graphs");
-  set_micro(micro);
-  if (first_stage()) device_values(tokens, batch_ * seq_len_, token_ids_);
-  ids_staged_ = true;
+  const StagedBatch staged = stage_batch(tokens, nullptr, false, micro);
   // Whether the last block's backward recomputes its intermediates is decided on the host: one
   // graph per answer.
   std::vector<const void*> key = graph_key(0.0f);
   key.push_back(blocks().backward_recomputes(last_layer_ - 1) ? this : nullptr);
   stage_graph(micro, 1).run(key, [&] { stage_backward(tokens, nullptr); });
   blocks().backward_replayed();
-  unstage_batch();
 }
 
 Model::StagedBatch Model::stage_batch(const int32_t* tokens, const int32_t* targets,
-                                     bool round_weights) {
-  set_micro(0);
+                                      bool round_weights, int micro) {
+  set_micro(micro);
   const int64_t N = batch_ * seq_len_;
-  device_values(tokens, N, token_ids_);
-  device_values(targets, N, target_ids_);
+  if (first_stage()) device_values(tokens, N, token_ids_);
+  if (targets && last_stage()) device_values(targets, N, target_ids_);
   if (round_weights) round_weights_once();
   ids_staged_ = true;
-  loss_out_ = loss_slot_.data();
+  loss_out_ = last_stage() ? loss_slot_.data() : nullptr;
   return StagedBatch(*this);
 }
 

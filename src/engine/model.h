@@ -110,7 +110,9 @@ class Model {
   void graphed_stage_backward(const int32_t* tokens, int micro);
   // The pieces of graphed_forward_backward, for a graph of the whole step (train/step.h): the
   // batch staged on the device before the graph (ids uploaded, the weights' bf16 copy refreshed
-  // when round_weights and stale) for as long as the returned StagedBatch lives; the calls (on
+  // when round_weights and stale) for as long as the returned StagedBatch lives (with stages, on
+  // micro-batch `micro`'s slot: the tokens where the first stage reads them, the targets, where
+  // given, where the last does, and the loss written to loss_slot() there); the calls (on
   // micro-batch slot 0, the loss written to loss_slot()); the gradient norm's two sums (sharded,
   // replicated) of flat elements [begin, end) written to grad_norm_sums(); the key of everything
   // those calls' arguments depend on.
@@ -125,7 +127,7 @@ class Model {
     Model& model_;
   };
   [[nodiscard]] StagedBatch stage_batch(const int32_t* tokens, const int32_t* targets,
-                                        bool round_weights);
+                                        bool round_weights, int micro = 0);
   void forward_backward_calls(const int32_t* tokens, const int32_t* targets, float grad_scale,
                               BackwardObserver* observer = nullptr);
   void grad_norm_calls(int64_t begin = 0, int64_t end = -1);

@@ -205,14 +205,23 @@ void sum_values(const double* values, int64_t n, double* result, cudaStream_t st
   BOOSTLM_CHECK_LAUNCH();
 }
 
+namespace {
+// Ranges [first, first + kMax) as one batch, each with its own sum_squares grid (at least one
+// block, so an empty range sums to 0).
+SumPartBatch sum_batch(const std::vector<IndexRange>& ranges, size_t first) {
+  SumPartBatch batch;
+  for (size_t i = first; i < ranges.size() && batch.count < SumPartBatch::kMax; ++i) {
+    BOOSTLM_ASSERT(ranges[i].end >= ranges[i].begin);
+    batch.add(ranges[i].begin, ranges[i].end, reduce_launch(ranges[i].end - ranges[i].begin).grid);
+  }
+  return batch;
+}
+}  // namespace
+
 size_t sum_squares_ranges_workspace_bytes(const std::vector<IndexRange>& ranges) {
   int64_t most = 0;  // partials of the largest batch
-  for (size_t first = 0; first < ranges.size(); first += SumPartBatch::kMax) {
-    int64_t blocks = 0;
-    for (size_t i = first; i < std::min(ranges.size(), first + SumPartBatch::kMax); ++i)
-      blocks += reduce_launch(ranges[i].end - ranges[i].begin).grid;
-    most = std::max(most, blocks);
-  }
+  for (size_t first = 0; first < ranges.size(); first += SumPartBatch::kMax)
+    most = std::max(most, sum_batch(ranges, first).grid());
   return static_cast<size_t>(most) * sizeof(double);
 }
 
@@ -221,14 +230,9 @@ void sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges, d
   BOOSTLM_ASSERT(workspace_bytes >= sum_squares_ranges_workspace_bytes(ranges));
   double* partial = static_cast<double*>(workspace);
   for (size_t first = 0; first < ranges.size(); first += SumPartBatch::kMax) {
-    SumPartBatch batch;
+    const SumPartBatch batch = sum_batch(ranges, first);
     int64_t elements = 0;
-    for (size_t i = first; i < ranges.size() && batch.count < SumPartBatch::kMax; ++i) {
-      const int64_t n = ranges[i].end - ranges[i].begin;
-      BOOSTLM_ASSERT(n >= 0);
-      batch.add(ranges[i].begin, ranges[i].end, reduce_launch(n).grid);  // at least one block
-      elements += n;
-    }
+    for (int k = 0; k < batch.count; ++k) elements += batch.end[k] - batch.begin[k];
     const int64_t grid = batch.grid();
     BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(elements),
                                       .bytes_written = bytes_of<double>(grid)});
