@@ -41,10 +41,9 @@ void add_device_option(CLI::App& cmd) {
       ->check(CLI::IsMember({"cpu", "cpu-checked", "cuda"}));
   cmd.add_option_function<std::string>(
          "--cuda-graph", [](const std::string& v) { set_kernel_graphs(v == "on"); },
-         "on: with --device cuda, kernels are captured once as CUDA graphs and replayed (a "
-         "process alone: the whole step as one graph; with TP or DP groups over NCCL: each "
-         "micro-batch's forward and backward with their collectives, the gradient norm's sums and "
-         "the optimizer's updates; PP stages: each micro-batch's stage forward and backward, the "
+         "on: with --device cuda, kernels are captured once as CUDA graphs and replayed (one "
+         "process, or TP and DP groups over NCCL, ZeRO-1 too: the whole step as one graph, "
+         "collectives included; PP stages: each micro-batch's stage forward and backward, the "
          "sends between them from the host (not with --recompute block or LaX); the staged "
          "transport: the norm's sums and the updates); off: "
          "every kernel launched from the host (no effect on the CPU)")

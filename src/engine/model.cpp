@@ -253,7 +253,8 @@ void Model::round_weights_once() {
 }
 
 const int32_t* Model::batch_ids(const int32_t* host, Buffer<int32_t>& staging) {
-  if (ids_staged_) return staging.data();  // uploaded before the graph
+  // Uploaded before the graph: the selected micro-batch's slot.
+  if (ids_staged_) return staging.data() + staged_micro_ * batch_ * seq_len_;
   return device_values(host, batch_ * seq_len_, staging);
 }
 
@@ -548,17 +549,38 @@ void Model::graphed_stage_backward(const int32_t* tokens, int micro) {
 Model::StagedBatch Model::stage_batch(const int32_t* tokens, const int32_t* targets,
                                       bool round_weights, int micro) {
   set_micro(micro);
-  const int64_t N = batch_ * seq_len_;
-  if (first_stage()) device_values(tokens, N, token_ids_);
-  if (targets && last_stage()) device_values(targets, N, target_ids_);
+  return stage_batches({&tokens, 1}, {&targets, 1}, round_weights);
+}
+
+Model::StagedBatch Model::stage_batches(std::span<const int32_t* const> tokens,
+                                        std::span<const int32_t* const> targets,
+                                        bool round_weights) {
+  BOOSTLM_ASSERT(!tokens.empty() && targets.size() == tokens.size());
+  const int64_t N = batch_ * seq_len_, m = static_cast<int64_t>(tokens.size());
+  // Slot i of the staging buffers is micro-batch i's (uploaded, never the host's own ids: a graph
+  // reads them from the same place every replay).
+  auto upload = [&](std::span<const int32_t* const> ids, Buffer<int32_t>& staging) {
+    if (staging.size() < static_cast<size_t>(m * N)) staging.resize(m * N);
+    for (int64_t i = 0; i < m; ++i) device_upload(staging.data() + i * N, ids[i], N * sizeof(int32_t));
+  };
+  if (first_stage()) upload(tokens, token_ids_);
+  if (targets[0] && last_stage()) upload(targets, target_ids_);
+  if (loss_slot_.size() < m) loss_slot_ = FlatBuffer(m);
   if (round_weights) round_weights_once();
   ids_staged_ = true;
-  loss_out_ = last_stage() ? loss_slot_.data() : nullptr;
+  select_staged(0);
   return StagedBatch(*this);
+}
+
+void Model::select_staged(int i) {
+  BOOSTLM_ASSERT_MSG(ids_staged_, "select_staged outside stage_batches");
+  staged_micro_ = i;
+  loss_out_ = last_stage() ? loss_slot_.data() + i : nullptr;
 }
 
 void Model::unstage_batch() {
   ids_staged_ = false;
+  staged_micro_ = 0;
   loss_out_ = nullptr;
 }
 
@@ -633,6 +655,22 @@ void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
   gemm(Trans::N, Trans::T, 1, config_.vocab_size, d, 1.0f, norm_final_.data(), d,
        weights_.view(head), d, 0.0f, logits_last_.data(), config_.vocab_size, DType::f32);
   device_download(out, logits_last_.data(), config_.vocab_size * sizeof(float));  // for sampling
+}
+
+void Model::grad_norm_total_calls(int64_t begin, int64_t end, Communicator* dp) {
+  grad_norm_calls(begin, end);
+  if (grad_norm_parts(dp) == 2) return;
+  // Added as the host adds them (grad_sum_squares), then the one total summed over the groups in
+  // its order.
+  auto* sums = reinterpret_cast<double*>(norm_sums_.data());
+  sum_values_into(sums, 2, sums);
+  tp_->all_reduce(sums, 1);
+  if (dp) dp->all_reduce(sums, 1);
+  pp_->all_reduce(sums, 1);
+}
+
+int Model::grad_norm_parts(const Communicator* dp) const {
+  return tp_->size() == 1 && pp_->size() == 1 && (dp == nullptr || dp->size() == 1) ? 2 : 1;
 }
 
 void Model::grad_norm_calls(int64_t begin, int64_t end) {

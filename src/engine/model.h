@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -128,10 +129,23 @@ class Model {
   };
   [[nodiscard]] StagedBatch stage_batch(const int32_t* tokens, const int32_t* targets,
                                         bool round_weights, int micro = 0);
+  // Without stages, for a graph of a whole step's micro-batches: every micro-batch's ids staged
+  // (micro-batch i's at slot i; targets[0] nullptr: none), and select_staged(i) before micro-batch
+  // i's calls, which then read its ids and write its loss to loss_slot()[i]. Slot 0 is selected.
+  [[nodiscard]] StagedBatch stage_batches(std::span<const int32_t* const> tokens,
+                                          std::span<const int32_t* const> targets,
+                                          bool round_weights);
+  void select_staged(int i);
   void forward_backward_calls(const int32_t* tokens, const int32_t* targets, float grad_scale,
                               BackwardObserver* observer = nullptr);
   void grad_norm_calls(int64_t begin = 0, int64_t end = -1);
-  const float* loss_slot() const { return loss_slot_.data(); }
+  // grad_norm_calls, then, with groups to sum over (TP, `dp` as grad_sum_squares takes it, PP),
+  // the two sums added into grad_norm_sums()[0] and that total all-reduced over them on the device
+  // (grad_sum_squares adds and sums the same total over MPI: the same bits and collectives).
+  void grad_norm_total_calls(int64_t begin = 0, int64_t end = -1, Communicator* dp = nullptr);
+  // How many of grad_norm_sums() the norm is then the sum of (2; 1 where summed over groups).
+  int grad_norm_parts(const Communicator* dp = nullptr) const;
+  const float* loss_slot() const { return loss_slot_.data(); }  // [micro-batches staged]
   const double* grad_norm_sums() const { return reinterpret_cast<const double*>(norm_sums_.data()); }
   std::vector<const void*> graph_key(float grad_scale) const;
   KernelGraph& whole_step_graph() { return whole_step_graph_; }
@@ -254,6 +268,7 @@ class Model {
   FlatBuffer loss_slot_{1};
   float* loss_out_ = nullptr;  // set: head_and_loss writes its mean there and returns 0
   bool ids_staged_ = false;
+  int staged_micro_ = 0;  // the staged micro-batch the calls read (select_staged)
   void unstage_batch();
   const int32_t* batch_ids(const int32_t* host, Buffer<int32_t>& staging);
   void round_weights_once();
@@ -279,7 +294,8 @@ class Model {
   int64_t lax_boundary_ = 0;
   Buffer<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, row_max_, ce_stats_,
       ce_lse_, losses_, logits_last_;
-  Buffer<int32_t> token_ids_, target_ids_;  // device_values' staging for the batch's ids
+  // device_values' staging for the batch's ids (stage_batches: one slot per micro-batch)
+  Buffer<int32_t> token_ids_, target_ids_;
   // The head's logit chunk and ∂L/∂(final norm output) (also the embedding's gathered gradient,
   // after the blocks), or the blocks' work areas.
   Buffer<std::byte> workspace_;

@@ -33,11 +33,16 @@ struct AdamWStep {
   int32_t skip = 0;  // non-zero: no update at all (p, m and v kept): a loss or norm not finite
 };
 // The clipping factor and the skip of *step from the gradient norm's sums (sums[0, parts), added in
-// order: the norm is sqrt of their sum, as a float) and the loss (*loss), on the device: a step
-// captured whole decides there what the host decides otherwise (AdamW::step, apply_gradients):
-// skip unless both are finite; grad_scale = clip / norm where clip > 0 and norm > clip, else 1.
-void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float clip,
-                     AdamWStep* step);
+// order: the norm is sqrt of their sum, as a float) and the losses (losses[0, n_losses): a step's
+// micro-batches'), on the device: a step captured whole decides there what the host decides
+// otherwise (AdamW::step, apply_gradients): skip unless the norm and every loss are finite;
+// grad_scale = clip / norm where clip > 0 and norm > clip, else 1.
+void adamw_clip_step(const double* sums, int64_t parts, const float* losses, int64_t n_losses,
+                     float clip, AdamWStep* step);
+// *result = Σ values[0, n) in double, in an order fixed by n (two: values[0] + values[1], as the
+// host adds them), in the kernels' memory (result may be values): a norm's parts made one total on
+// the device.
+void sum_values_into(const double* values, int64_t n, double* result);
 // adamw_update with lr, grad_scale and the bias corrections read from *step (h's are not used;
 // its betas, eps and weight decay are). The same bits as adamw_update given those values.
 void adamw_update_at(float* params, const float* grads, float* m, float* v, int64_t n,

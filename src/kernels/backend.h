@@ -247,8 +247,11 @@
      bf16_t* params_bf16, int64_t bf16_begin),                                                   \
     (params, grads, m, v, moments_begin, parts, h, step, params_bf16, bf16_begin))               \
   X(void, adamw_clip_step, adamw_clip_step,                                                      \
-    (const double* sums, int64_t parts, const float* loss, float clip, AdamWStep* step),         \
-    (sums, parts, loss, clip, step))                                                             \
+    (const double* sums, int64_t parts, const float* losses, int64_t n_losses, float clip,       \
+     AdamWStep* step),                                                                           \
+    (sums, parts, losses, n_losses, clip, step))                                                 \
+  X(void, sum_values_into, sum_values_into, (const double* values, int64_t n, double* result),   \
+    (values, n, result))                                                                         \
   X(double, sum_squares, sum_squares, (const float* x, int64_t n), (x, n))                       \
   X(double, sum_squares_ranges, sum_squares_ranges,                                              \
     (const float* x, const std::vector<IndexRange>& ranges), (x, ranges))                        \

@@ -265,13 +265,15 @@ BOOSTLM_HD inline float clip_factor(float norm, float clip) {
 
 // The step's decision from the gradient norm's sums and the loss (kernels/adamw.h's
 // adamw_clip_step; the host's AdamW::step and apply_gradients decide the same).
-BOOSTLM_HD inline void adamw_clip(const double* sums, int64_t parts, float loss, float clip,
-                                  float& grad_scale, int32_t& skip) {
+BOOSTLM_HD inline void adamw_clip(const double* sums, int64_t parts, const float* losses,
+                                  int64_t n_losses, float clip, float& grad_scale, int32_t& skip) {
   double total = 0.0;
   for (int64_t i = 0; i < parts; ++i) total += sums[i];
   const float norm = static_cast<float>(sqrt(total));
   // x - x is 0 exactly when x is finite (NaN for an infinity or a NaN).
-  skip = (loss - loss == 0.0f && norm - norm == 0.0f) ? 0 : 1;
+  bool finite = norm - norm == 0.0f;
+  for (int64_t i = 0; i < n_losses; ++i) finite = finite && losses[i] - losses[i] == 0.0f;
+  skip = finite ? 0 : 1;
   grad_scale = skip ? 1.0f : clip_factor(norm, clip);
 }
 

@@ -1,6 +1,7 @@
 #include "train/step.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/device.h"
 #include "engine/model.h"
@@ -40,39 +41,73 @@ float apply_gradients(Model& model, AdamW& optimizer, float lr, double loss,
 
 bool whole_step_possible(Pipeline& pipeline, const AdamW& optimizer,
                          std::span<const MicroBatch> micro, const DataParallelStep& dp) {
-  // The norm's sum over tensor-parallel ranks is a host exchange (Model::grad_sum_squares), so
-  // the whole step is one graph for a process alone; with TP the micro-batches are graphs.
-  return micro.size() == 1 && !dp.reducer && !dp.zero && optimizer.whole() &&
-         pipeline.model().tp().size() == 1 && pipeline.model().graphs_possible();
+  const bool reduced = dp.zero ? dp.dp != nullptr && dp.dp->capturable()
+                               : optimizer.whole() &&
+                                     (dp.reducer == nullptr || dp.reducer->capturable());
+  return !micro.empty() && reduced && pipeline.model().graphs_possible();
 }
 
-double whole_step(Pipeline& pipeline, AdamW& optimizer, const MicroBatch& batch, int64_t rows,
-                  int64_t seq_len, float lr, float* grad_norm) {
+double whole_step(Pipeline& pipeline, AdamW& optimizer, std::span<const MicroBatch> micro,
+                  int64_t rows, int64_t seq_len, float lr, const DataParallelStep& dp,
+                  float* grad_norm) {
   Model& model = pipeline.model();
+  const int m = static_cast<int>(micro.size());
+  const float grad_scale = 1.0f / static_cast<float>(m);  // as accumulate_gradients scales
   model.prepare(rows, seq_len);
-  const Bf16Copy copy = model.bf16_copy();
+  // ZeRO-1's updates write no bf16 copy: the all-gather brings the others' (apply_gradients).
+  const Bf16Copy copy = dp.zero ? Bf16Copy{} : model.bf16_copy();
+  const int parts = model.grad_norm_parts(dp.zero ? dp.dp : nullptr);
   {
-    // Before the graph: the batch's ids and the step's values on the device.
-    const Model::StagedBatch staged = model.stage_batch(batch.inputs, batch.targets, true);
+    // Before the graph: every micro-batch's ids and the step's values on the device.
+    std::vector<const int32_t*> inputs, targets;
+    for (const MicroBatch& mb : micro) {
+      inputs.push_back(mb.inputs);
+      targets.push_back(mb.targets);
+    }
+    const Model::StagedBatch staged = model.stage_batches(inputs, targets, true);
     AdamWStep* at = optimizer.stage_step(lr);
-    std::vector<const void*> key = model.graph_key(1.0f);
+    std::vector<const void*> key = model.graph_key(grad_scale);
     for (const void* k : optimizer.graph_key()) key.push_back(k);
     key.push_back(copy.data);
+    key.push_back(dp.reducer);
+    key.push_back(dp.zero);
+    key.push_back(reinterpret_cast<const void*>(static_cast<intptr_t>(m)));
     model.whole_step_graph().run(key, [&] {
       model.grads().zero();
-      model.forward_backward_calls(batch.inputs, batch.targets, 1.0f);
-      model.grad_norm_calls();
-      adamw_clip_step(model.grad_norm_sums(), 2, model.loss_slot(), optimizer.grad_clip(), at);
+      for (int i = 0; i < m; ++i) {
+        model.select_staged(i);
+        // The data-parallel reduction starts in the last micro-batch's backward (as
+        // Pipeline::forward_backward's) and is joined before the norm.
+        model.forward_backward_calls(micro[i].inputs, micro[i].targets, grad_scale,
+                                     i + 1 == m ? dp.reducer : nullptr);
+      }
+      if (dp.reducer) dp.reducer->backward_done();
+      if (dp.zero) {
+        dp.zero->reduce_scatter(model.grads());
+        model.grad_norm_total_calls(dp.zero->begin(), dp.zero->end(), dp.dp);
+      } else {
+        model.grad_norm_total_calls();
+      }
+      adamw_clip_step(model.grad_norm_sums(), parts, model.loss_slot(), m,
+                      optimizer.grad_clip(), at);
       optimizer.update_calls(model.weights(), model.grads(), at, copy);
+      // Skipped or not, the same on every rank: a skipped step gathers the unchanged weights.
+      if (dp.zero) dp.zero->all_gather(model.weights());
     });
   }
-  // After it: the loss and the norm, as apply_gradients would have computed them.
-  float loss = 0;
-  double sums[2];
-  device_download(&loss, model.loss_slot(), sizeof loss);
-  device_download(sums, model.grad_norm_sums(), sizeof sums);
+  // After it: the losses and the norm, as accumulate_gradients and apply_gradients compute them.
+  std::vector<float> losses(m);
+  double sums[2] = {0.0, 0.0};
+  device_download(losses.data(), model.loss_slot(), m * sizeof(float));
+  device_download(sums, model.grad_norm_sums(), parts * sizeof(double));
+  double loss = 0;
+  bool finite = true;
+  for (const float l : losses) {
+    loss += l;
+    finite = finite && std::isfinite(l);
+  }
   *grad_norm = static_cast<float>(std::sqrt(sums[0] + sums[1]));
-  if (std::isfinite(loss) && std::isfinite(*grad_norm)) {
+  if (finite && std::isfinite(*grad_norm)) {
     optimizer.step_taken();
     if (copy.data) model.bf16_copy_written();
   }
@@ -83,7 +118,8 @@ float training_step(Pipeline& pipeline, AdamW& optimizer, const MicroBatch& batc
                     int64_t seq_len, float lr) {
   if (whole_step_possible(pipeline, optimizer, {&batch, 1})) {
     float norm = 0;
-    return static_cast<float>(whole_step(pipeline, optimizer, batch, rows, seq_len, lr, &norm));
+    return static_cast<float>(
+        whole_step(pipeline, optimizer, {&batch, 1}, rows, seq_len, lr, {}, &norm));
   }
   const double loss = accumulate_gradients(pipeline, {&batch, 1}, rows, seq_len);
   apply_gradients(pipeline.model(), optimizer, lr, loss);

@@ -422,13 +422,13 @@ StepRecord TrainingRun::step() {
   std::vector<MicroBatch> micro;
   for (int64_t i = 0; i < o_.grad_accum; ++i) batches.push_back(loader_->next());
   for (const Batch& b : batches) micro.push_back({b.inputs.data(), b.targets.data()});
-  // A process alone on a GPU with graphs: the whole step is one graph (train/step.h).
+  // On GPUs with graphs and no stages: the whole step is one graph (train/step.h).
   r.lr = schedule_.at(state_.step);
   const bool whole = whole_step_possible(*pipeline_, *optimizer_, micro, dp_step());
   float whole_norm = 0;
   const double loss =
-      whole ? whole_step(*pipeline_, *optimizer_, micro[0], o_.batch_size, o_.seq_len, r.lr,
-                         &whole_norm)
+      whole ? whole_step(*pipeline_, *optimizer_, micro, o_.batch_size, o_.seq_len, r.lr,
+                         dp_step(), &whole_norm)
             : accumulate_gradients(*pipeline_, micro, o_.batch_size, o_.seq_len, dp_step());
   r.pp = grid_.pp().counts() - pp_before;
   r.stages = pipeline_->gather_times();  // for the metrics

@@ -110,13 +110,14 @@ done
 # CUDA graphs (issue 47, --cuda-graph on by default): every one-process run above replays, from
 # its second step on, the whole step as one graph (train/step.h's whole_step; the emulated
 # runtime's stream capture refuses a host read, a synchronisation or an allocation outside the
-# graph's pool in it); --grad-accum 2 replays each micro-batch's forward and backward, the norm's
-# sums and the updates as graphs of their own, as do runs with TP or DP ranks over NCCL (their
-# collectives in the graphs) and ZeRO-1; pipeline stages replay each micro-batch's stage forward
-# and stage backward, the sends between them from the host, and the last two. Off, every kernel is
-# launched from the host: the same kernels on the
-# same data, so the same losses bit for bit, fp32 and bf16 (whose AdamW also writes the bf16 copy
-# in the graph).
+# graph's pool in it), as do --grad-accum 2 (both micro-batches in it) and runs with TP or DP
+# ranks over NCCL (their collectives, the DP all-reduces and the norm's TP sum in the graph): one
+# graph launch and 5 copies a step (the ids, the step's values, the loss and the norm back), ZeRO-1
+# too (its reduce-scatter, the norm's DP sum and the all-gather in the graph). Pipeline stages
+# replay each micro-batch's stage forward and stage backward, the sends between them from the host,
+# and the norm's sums and the updates as graphs of their own. Off, every kernel is launched from the host:
+# the same kernels on the same data, so the same losses bit for bit, fp32 and bf16 (whose AdamW
+# also writes the bf16 copy in the graph).
 # graphs NAME MOST [OFF]: from step 2 on, NAME's steps replay their kernels from graphs and launch
 # at most MOST from the host (metrics.jsonl's "device": the emulated device's counts, rank 0's);
 # OFF, the same run with --cuda-graph off, replays nothing and counts the same collectives.
@@ -134,14 +135,14 @@ if off_name:
     assert all(line["device"]["replayed"] == 0 for line in off), (off_name, "replayed")
     assert [l["comm"] for l in on] == [l["comm"] for l in off], ("collectives", on, off)
 d = on[-1]["device"]
-print(f"ok   {name}: {d['replayed']} of {d['launches']} launches replayed in its last step")
+print(f"ok   {name}: {d['replayed']} of {d['launches']} launches replayed in its last step, {d['launches'] - d['replayed']} from the host")
 PY
 }
 for precision in fp32 bf16; do
   train "cola-$precision-nograph" 1 cuda cola -b 2 --precision "$precision" --cuda-graph off &&
     compare "--cuda-graph off, $precision" "cola-$precision-cuda" "cola-$precision-nograph" 0 \
       "the same kernels launched from the host or replayed: exact" &&
-    graphs "cola-$precision-cuda" 8 "cola-$precision-nograph"  # one graph launch, the ids' copies
+    graphs "cola-$precision-cuda" 6 "cola-$precision-nograph"  # one graph launch, 5 copies
 done
 echo "one process: $((SECONDS - started)) s so far"
 
@@ -156,15 +157,15 @@ parallel btp-tp2 cola cola-fp32-cpu -b 2 --tp 2 --layout btp
 parallel naive-tp2 cola cola-fp32-cpu -b 2 --tp 2 --layout naive-tp
 parallel dense-tp2 dense dense-fp32-cpu -b 2 --tp 2 --layout dense-tp
 BOOSTLM_NCCL=0 parallel btp-tp2-staged cola cola-fp32-cpu -b 2 --tp 2 --layout btp
-# CUDA graphs across ranks: TP's collectives over NCCL are captured with the kernels (each
-# micro-batch's forward and backward one graph, the norm's sums and the updates one each), counted
-# per replay as when launched; off, the same losses bit for bit and the same collectives. The
-# staged path's collectives wait on the host: only the norm and the updates are graphs there.
+# CUDA graphs across ranks: TP's collectives over NCCL are captured with the kernels, the whole
+# step one graph (the norm's total all-reduced on the device, as the host path all-reduces it),
+# counted per replay as when launched; off, the same losses bit for bit and the same collectives.
+# The staged path's collectives wait on the host: only the norm and the updates are graphs there.
 train btp-tp2-nograph 2 cuda cola -b 2 --tp 2 --layout btp --cuda-graph off &&
   compare "--cuda-graph off, tp 2" btp-tp2 btp-tp2-nograph 0 "the same kernels and collectives: exact" &&
-  graphs btp-tp2 12 btp-tp2-nograph
-graphs naive-tp2 12
-graphs dense-tp2 12
+  graphs btp-tp2 6 btp-tp2-nograph
+graphs naive-tp2 6
+graphs dense-tp2 6
 python3 - btp-tp2-staged/metrics.jsonl << 'PY' || fail "the staged path captured its collectives"
 import json, sys
 d = [json.loads(l) for l in open(sys.argv[1])][-1]["device"]
@@ -195,16 +196,22 @@ expect_error "--tp-overlap on under --device cuda" "--tp-overlap on: the overlap
 # validation windows are theirs too).
 train cola-b1-cpu 1 cpu cola -b 1 --grad-accum 2 &&
   parallel dp2-zero1 cola cola-b1-cpu -b 1 --dp 2 --zero 1 &&
-  graphs dp2-zero1 16 &&  # the micro-batch a graph; ZeRO's reduce-scatter, all-gather and their
-  # copies launched beside it (14 measured)
+  train dp2-zero1-nograph 2 cuda cola -b 1 --dp 2 --zero 1 --cuda-graph off &&
+  compare "--cuda-graph off, zero 1" dp2-zero1 dp2-zero1-nograph 0 "the same kernels: exact" &&
+  graphs dp2-zero1 6 dp2-zero1-nograph &&  # the step a graph, ZeRO's reduce-scatter, norm and
+  # all-gather in it
   # DP 2 without ZeRO: the bucketed all-reduces over NCCL, started during backward, are in the
-  # micro-batch's graph with the averaging; off, the same losses and collectives.
+  # step's graph with the averaging; off, the same losses and collectives.
   parallel dp2 cola cola-b1-cpu -b 1 --dp 2 &&
   train dp2-nograph 2 cuda cola -b 1 --dp 2 --cuda-graph off &&
   compare "--cuda-graph off, dp 2" dp2 dp2-nograph 0 "the same kernels and collectives: exact" &&
-  graphs dp2 12 dp2-nograph &&
-  { train cola-b1-cuda 1 cuda cola -b 1 --grad-accum 2 &&  # the graph captured at micro-batch 2
-      compare "one device, --grad-accum 2" cola-b1-cpu cola-b1-cuda "$fp32_tol" "$fp32_why"; } &&
+  graphs dp2 6 dp2-nograph &&
+  { train cola-b1-cuda 1 cuda cola -b 1 --grad-accum 2 &&  # both micro-batches in the graph
+      compare "one device, --grad-accum 2" cola-b1-cpu cola-b1-cuda "$fp32_tol" "$fp32_why" &&
+      train cola-b1-nograph 1 cuda cola -b 1 --grad-accum 2 --cuda-graph off &&
+      compare "--cuda-graph off, --grad-accum 2" cola-b1-cuda cola-b1-nograph 0 \
+        "the same kernels: exact" &&
+      graphs cola-b1-cuda 8 cola-b1-nograph; } &&  # the ids of two micro-batches: 2 more copies
   parallel pp2 cola cola-b1-cpu -b 1 --grad-accum 2 --pp 2 &&
   # Pipeline stages: each micro-batch's stage forward and backward a graph per activation slot
   # (13 launches from the host measured on stage 0: the ids' copies, the graphs' launches); off,

@@ -375,6 +375,18 @@ TEST(AdamW, WritesTheRoundedWeightsInItsPass) {
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(copy[i], float_to_bf16(p[i])) << i;
 }
 
+// A norm's parts made one total on the device as the host adds them, in place too.
+TEST(AdamW, SumValuesIntoAddsAsTheHost) {
+  double parts[3] = {0.1, 1e17, 0.2};
+  double total = -1;
+  sum_values_into(parts, 3, &total);
+  EXPECT_NEAR(total, 1e17, 64.0);
+  sum_values_into(parts, 0, &total);
+  EXPECT_EQ(total, 0.0);
+  sum_values_into(parts, 2, parts);
+  EXPECT_EQ(parts[0], 0.1 + 1e17);
+}
+
 // A step captured whole decides on the device what the host decides otherwise: the clipping
 // factor clip / norm above the clip, 1 below it or without clipping, and no update at all (p, m
 // and v kept) where the loss or the norm is not finite.
@@ -382,18 +394,27 @@ TEST(AdamW, ClipStepDecidesOnTheDeviceAsTheHostDoes) {
   const double sums[2] = {16.0, 9.0};  // norm 5
   const float loss = 2.5f, nan = std::nanf(""), inf = INFINITY;
   AdamWStep step;
-  adamw_clip_step(sums, 2, &loss, 1.0f, &step);
+  adamw_clip_step(sums, 2, &loss, 1, 1.0f, &step);
   EXPECT_EQ(step.skip, 0);
   EXPECT_EQ(step.grad_scale, 1.0f / 5.0f);
-  adamw_clip_step(sums, 2, &loss, 10.0f, &step);
+  adamw_clip_step(sums, 2, &loss, 1, 10.0f, &step);
   EXPECT_EQ(step.grad_scale, 1.0f);
-  adamw_clip_step(sums, 1, &loss, 0.0f, &step);
+  adamw_clip_step(sums, 1, &loss, 1, 0.0f, &step);
   EXPECT_EQ(step.grad_scale, 1.0f);
-  adamw_clip_step(sums, 2, &nan, 1.0f, &step);
+  adamw_clip_step(sums, 2, &nan, 1, 1.0f, &step);
   EXPECT_EQ(step.skip, 1);
   const double huge[1] = {inf};
-  adamw_clip_step(huge, 1, &loss, 1.0f, &step);
+  adamw_clip_step(huge, 1, &loss, 1, 1.0f, &step);
   EXPECT_EQ(step.skip, 1);
+  // A step's micro-batches: any loss not finite skips it, as the host's mean of them would.
+  const float losses[3] = {2.5f, 3.0f, 1.0f}, one_inf[3] = {2.5f, inf, 1.0f};
+  adamw_clip_step(sums, 2, losses, 3, 1.0f, &step);
+  EXPECT_EQ(step.skip, 0);
+  EXPECT_EQ(step.grad_scale, 1.0f / 5.0f);
+  adamw_clip_step(sums, 2, one_inf, 3, 1.0f, &step);
+  EXPECT_EQ(step.skip, 1);
+  adamw_clip_step(sums, 2, one_inf, 1, 1.0f, &step);  // only the first counted
+  EXPECT_EQ(step.skip, 0);
   // Skipped: nothing moves; not skipped: the by-value update, bit for bit.
   const int64_t n = 257;
   std::vector<float> g(n), p(n), m(n), v(n, 0.01f);

@@ -77,10 +77,17 @@ double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges)
   return total;
 }
 
-void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float clip,
-                     AdamWStep* step) {
+void adamw_clip_step(const double* sums, int64_t parts, const float* losses, int64_t n_losses,
+                     float clip, AdamWStep* step) {
   const DeviceAccess access("adamw_clip_step");
-  math::adamw_clip(sums, parts, *loss, clip, step->grad_scale, step->skip);
+  math::adamw_clip(sums, parts, losses, n_losses, clip, step->grad_scale, step->skip);
+}
+
+void sum_values_into(const double* values, int64_t n, double* result) {
+  const DeviceAccess access("sum_values_into");
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += values[i];
+  *result = sum;
 }
 
 void sum_squares_ranges_into(const float* x, const std::vector<IndexRange>& ranges,

@@ -49,10 +49,10 @@ __global__ void adamw_parts_at_kernel(float* p, const float* g, float* m, float*
   }
 }
 
-__global__ void clip_step_kernel(const double* sums, int64_t parts, const float* loss, float clip,
-                                 AdamWStep* step) {
+__global__ void clip_step_kernel(const double* sums, int64_t parts, const float* losses,
+                                 int64_t n_losses, float clip, AdamWStep* step) {
   if (threadIdx.x == 0 && blockIdx.x == 0)
-    math::adamw_clip(sums, parts, *loss, clip, step->grad_scale, step->skip);
+    math::adamw_clip(sums, parts, losses, n_losses, clip, step->grad_scale, step->skip);
 }
 
 // Σx² as two launches of CUB's BlockReduce rather than cub::DeviceReduce::TransformReduce: the
@@ -169,12 +169,12 @@ void adamw_update_parts_at(float* params, const float* grads, float* m, float* v
   }
 }
 
-void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float clip,
-                     AdamWStep* step, cudaStream_t stream) {
-  BOOSTLM_DECLARE_LAUNCH(
-      LaunchCost{.bytes_read = bytes_of<double>(parts) + bytes_of<float>(1) + sizeof(AdamWStep),
-                 .bytes_written = sizeof(AdamWStep)});
-  clip_step_kernel<<<1, 32, 0, stream>>>(sums, parts, loss, clip, step);
+void adamw_clip_step(const double* sums, int64_t parts, const float* losses, int64_t n_losses,
+                     float clip, AdamWStep* step, cudaStream_t stream) {
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+      .bytes_read = bytes_of<double>(parts) + bytes_of<float>(n_losses) + sizeof(AdamWStep),
+      .bytes_written = sizeof(AdamWStep)});
+  clip_step_kernel<<<1, 32, 0, stream>>>(sums, parts, losses, n_losses, clip, step);
   BOOSTLM_CHECK_LAUNCH();
 }
 

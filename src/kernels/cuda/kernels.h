@@ -71,10 +71,10 @@ void adamw_update_parts_at(float* params, const float* grads, float* m, float* v
                            int64_t moments_begin, const std::vector<AdamWPart>& parts,
                            const AdamWHyper& h, const AdamWStep* step, bf16_t* params_bf16,
                            int64_t bf16_begin, cudaStream_t stream);
-// The step's clipping factor and skip from the norm's sums and the loss, all device memory
+// The step's clipping factor and skip from the norm's sums and the losses, all device memory
 // (kernels/adamw.h), one thread.
-void adamw_clip_step(const double* sums, int64_t parts, const float* loss, float clip,
-                     AdamWStep* step, cudaStream_t stream);
+void adamw_clip_step(const double* sums, int64_t parts, const float* losses, int64_t n_losses,
+                     float clip, AdamWStep* step, cudaStream_t stream);
 // *result (device memory) = Σ x² accumulated in double, deterministic (per-block partials in a
 // fixed grid, then one block sums them in order). workspace: sum_squares_workspace_bytes(n).
 size_t sum_squares_workspace_bytes(int64_t n);

@@ -179,6 +179,10 @@ void sum_squares_ranges_into(const float* x, const std::vector<IndexRange>& rang
   cuda::sum_values(results.as<double>(), static_cast<int64_t>(ranges.size()), result, s);
 }
 
+void sum_values_into(const double* values, int64_t n, double* result, cudaStream_t s) {
+  cuda::sum_values(values, n, result, s);
+}
+
 // The same, read back: one download for the lot.
 double sum_squares_ranges(const float* x, const std::vector<IndexRange>& ranges, cudaStream_t s) {
   if (ranges.empty()) return 0.0;

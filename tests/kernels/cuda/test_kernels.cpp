@@ -428,6 +428,30 @@ TEST_F(CudaAdamW, SumSquaresRangesIntoIsTheReadBackSum) {
   EXPECT_EQ(result[1], 0.0);
 }
 
+// A whole step's norm and decision on the device (train/step.h): two parts added as the host adds
+// them, in place, and the skip where any micro-batch's loss is not finite.
+TEST_F(CudaAdamW, NormPartsAndClipStepAreTheHostsOnTheDevice) {
+  const std::vector<double> parts = {0.1, 1e17};
+  DeviceArray<double> d_parts(parts);
+  const KernelTable& table = cuda::kernel_table();  // on the buffers' stream
+  table.sum_values_into(d_parts.get(), 2, d_parts.get());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(d_parts.download()[0], parts[0] + parts[1]);
+  const std::vector<double> sums = {16.0, 9.0};
+  DeviceArray<double> d_sums(sums);
+  DeviceArray<float> d_losses(std::vector<float>{2.5f, 3.0f, INFINITY});
+  DeviceArray<AdamWStep> d_step(1);
+  auto decide = [&](int64_t losses) {
+    table.adamw_clip_step(d_sums.get(), 2, d_losses.get(), losses, 1.0f, d_step.get());
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return d_step.download()[0];
+  };
+  const AdamWStep two = decide(2), three = decide(3);
+  EXPECT_EQ(two.skip, 0);
+  EXPECT_EQ(two.grad_scale, 1.0f / 5.0f);
+  EXPECT_EQ(three.skip, 1);
+}
+
 // Σx² in double: to 1e-12 relative of the CPU's double sum (another order), the same bits on a
 // second run, and 0 for no elements.
 TEST_F(CudaAdamW, SumSquaresIsTheDoubleSumAndDeterministic) {
