@@ -595,7 +595,7 @@ void Model::forward_backward_calls(const int32_t* tokens, const int32_t* targets
 std::vector<const void*> Model::graph_key(float grad_scale) const {
   const void* scale_key = nullptr;
   std::memcpy(&scale_key, &grad_scale, sizeof grad_scale);
-  return {token_ids_.data(), target_ids_.data(), weights_.data(), grads_.data(),
+  return {token_ids_.data(), target_ids_.data(), loss_slot_.data(), weights_.data(), grads_.data(),
           weights_bf16_.data(), reinterpret_cast<const void*>(shape_generation_),
           reinterpret_cast<const void*>(static_cast<intptr_t>(compute_)), scale_key};
 }
