@@ -42,10 +42,9 @@ void add_device_option(CLI::App& cmd) {
   cmd.add_option_function<std::string>(
          "--cuda-graph", [](const std::string& v) { set_kernel_graphs(v == "on"); },
          "on: with --device cuda, kernels are captured once as CUDA graphs and replayed (one "
-         "process, or TP and DP groups over NCCL, ZeRO-1 too: the whole step as one graph, "
-         "collectives included; PP stages: each micro-batch's stage forward and backward, the "
-         "sends between them from the host (not with --recompute block or LaX); the staged "
-         "transport: the norm's sums and the updates); off: "
+         "process, or TP, DP, ZeRO-1 and PP over NCCL: the whole step as one graph, collectives "
+         "and the pipeline's sends included; not PP stages with --recompute block or LaX, nor "
+         "the staged transport, which replay the norm's sums and the updates); off: "
          "every kernel launched from the host (no effect on the CPU)")
       ->default_str("on")
       ->check(CLI::IsMember({"on", "off"}));

@@ -53,6 +53,9 @@ class NcclCompletion final : public DeviceCompletion {
 
   bool ready() override {
     if (!mark_->event) transport_.flush_p2p();
+    // Flushed into a graph's capture: nodes of the graph, in stream order with what follows (the
+    // host waits for the graph's work through its fence).
+    if (!mark_->event) return true;
     const cudaError_t status = cudaEventQuery(mark_->event);
     if (status == cudaSuccess) return true;
     if (status != cudaErrorNotReady) BOOSTLM_CHECK_CUDA(status);
@@ -137,10 +140,14 @@ void NcclTransport::join() {
   unjoined_ = false;
 }
 
-DeviceTransport::Started NcclTransport::enqueued(const char* operation, int64_t bytes) {
+bool NcclTransport::capturing() const {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   BOOSTLM_CHECK_CUDA(cudaStreamIsCapturing(stream_, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return nullptr;  // a node of the graph
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+DeviceTransport::Started NcclTransport::enqueued(const char* operation, int64_t bytes) {
+  if (capturing()) return nullptr;  // a node of the graph
   return marked(side_ ? side_ : stream_, operation, bytes);
 }
 
@@ -183,7 +190,7 @@ void NcclTransport::flush_p2p() {
                          comm_);
   }
   BOOSTLM_CHECK_NCCL(ncclGroupEnd(), comm_);
-  mark->record(stream);
+  if (!capturing()) mark->record(stream);  // in a capture: nodes of the graph (enqueued's rule)
 }
 
 DeviceTransport::Started NcclTransport::all_reduce(void* data, int64_t count, ElementType type,

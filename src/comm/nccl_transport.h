@@ -83,6 +83,7 @@ class NcclTransport final : public DeviceTransport {
   Started marked(cudaStream_t stream, const char* operation,
                  int64_t bytes);  // enqueued's, anywhere
   Started held(Point point, const char* operation);
+  bool capturing() const;  // whether stream_ is capturing a graph
   ncclComm_t comm_ = nullptr;
   std::vector<Point> held_;
   std::shared_ptr<Mark> held_mark_;  // the event the held operations' completions will poll

@@ -578,6 +578,10 @@ void Model::select_staged(int i) {
   loss_out_ = last_stage() ? loss_slot_.data() + i : nullptr;
 }
 
+void Model::whole_step_replayed() {
+  for (auto& chunk : chunks_) chunk->backward_replayed();
+}
+
 void Model::unstage_batch() {
   ids_staged_ = false;
   staged_micro_ = 0;

@@ -137,6 +137,9 @@ class Model {
                                           std::span<const int32_t* const> targets,
                                           bool round_weights);
   void select_staged(int i);
+  // After a graph of whole steps replayed (train/step.h): what the calls leave on the host, set
+  // as they would have (the layout's work area: nobody's after a backward).
+  void whole_step_replayed();
   void forward_backward_calls(const int32_t* tokens, const int32_t* targets, float grad_scale,
                               BackwardObserver* observer = nullptr);
   void grad_norm_calls(int64_t begin = 0, int64_t end = -1);

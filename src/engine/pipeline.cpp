@@ -48,7 +48,12 @@ void Pipeline::exchange(const float* send, int send_to, int send_tag, float* rec
 void Pipeline::forward_step(const MicroBatch& mb, int micro, bool first_of_step, float grad_scale,
                             double& loss) {
   const double t0 = now_s();
-  if (model_.stage_graphs_possible()) {
+  if (calls_only_) {  // schedule_calls: micro-batch `micro`'s staged ids, its loss to its slot
+    model_.set_micro(micro);
+    model_.select_staged(micro);
+    model_.stage_forward(mb.inputs, false);
+    if (model_.last_stage()) model_.stage_loss(mb.targets, true, grad_scale);
+  } else if (model_.stage_graphs_possible()) {
     loss += model_.graphed_stage_forward(mb.inputs, mb.targets, micro, first_of_step, grad_scale);
   } else {
     model_.set_micro(micro);
@@ -62,7 +67,11 @@ void Pipeline::backward_step(const MicroBatch& mb, int micro, BackwardObserver* 
   const double t0 = now_s();
   // The micro-batch with an observer (the last: a data-parallel reducer's reductions start in its
   // backward and are finished after it, outside any graph) is launched from the host.
-  if (model_.stage_graphs_possible() && !observer) {
+  if (calls_only_) {
+    model_.set_micro(micro);
+    model_.select_staged(micro);
+    model_.stage_backward(mb.inputs, observer);
+  } else if (model_.stage_graphs_possible() && !observer) {
     model_.graphed_stage_backward(mb.inputs, micro);
   } else {
     model_.set_micro(micro);
@@ -71,17 +80,59 @@ void Pipeline::backward_step(const MicroBatch& mb, int micro, BackwardObserver* 
   stats_.compute_s += now_s() - t0;
 }
 
-double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, int64_t T,
-                                  float grad_scale, BackwardObserver* observer) {
-  const int m = static_cast<int>(micro.size());
+void Pipeline::check_slots(int m) const {
   BOOSTLM_ASSERT_MSG(m > 0, "a pipeline step needs at least one micro-batch");
   if (model_.micro_slots() < micro_slots(stages_, stage_, m))
     throw error("pipeline stage ", stage_, " of ", stages_, " needs activations for ",
                 micro_slots(stages_, stage_, m),
                 " micro-batches in flight, the model was built for ", model_.micro_slots());
+}
+
+double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, int64_t T,
+                                  float grad_scale, BackwardObserver* observer) {
+  const int m = static_cast<int>(micro.size());
+  check_slots(m);
   model_.prepare(B, T);
   stats_ = {};
   const double start = now_s();
+  double loss = 0;
+  // Without stages: each micro-batch's forward, loss and backward is one CUDA graph, replayed
+  // (model.h, graphed_forward_backward), the last one's with the observer's calls (a data-parallel
+  // reducer over NCCL) and its backward_done in it. An observer that waits on the host (MPI, the
+  // staged transport) keeps the micro-batches launched from the host.
+  if (stages_ == 1 && (observer == nullptr || observer->capturable()) &&
+      model_.graphs_possible()) {
+    for (int i = 0; i < m; ++i) {
+      const double t0 = now_s();
+      loss += model_.graphed_forward_backward(micro[i].inputs, micro[i].targets, i == 0,
+                                              grad_scale, i + 1 == m ? observer : nullptr);
+      stats_.compute_s += now_s() - t0;
+    }
+    stats_.step_s = now_s() - start;
+    return loss;
+  }
+  one_f_one_b(micro, grad_scale, observer, loss);
+  if (observer) observer->backward_done();
+  stats_.step_s = now_s() - start;
+  // The loss lives on the last stage; every stage reports it (control data, not counted).
+  pp_.broadcast_bytes(&loss, sizeof loss, stages_ - 1);
+  return loss;
+}
+
+void Pipeline::schedule_calls(std::span<const MicroBatch> micro, float grad_scale,
+                              BackwardObserver* observer) {
+  check_slots(static_cast<int>(micro.size()));
+  stats_ = {};
+  calls_only_ = true;
+  double unused = 0;
+  one_f_one_b(micro, grad_scale, observer, unused);
+  calls_only_ = false;
+  if (observer) observer->backward_done();
+}
+
+void Pipeline::one_f_one_b(std::span<const MicroBatch> micro, float grad_scale,
+                           BackwardObserver* observer, double& loss) {
+  const int m = static_cast<int>(micro.size());
   const bool first = model_.first_stage(), last = model_.last_stage();
   const int prev = stage_ - 1, next = stage_ + 1;
   // Receiving micro-batch i's input, or its output gradient; sending its output or input gradient.
@@ -96,23 +147,6 @@ double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, 
   auto output_grad = [&]() { return last ? nullptr : model_.output_grad(); };
   auto input_grad = [&]() { return first ? nullptr : model_.input_grad(); };
   auto observer_of = [&](int i) { return i + 1 == m ? observer : nullptr; };
-
-  double loss = 0;
-  // Without stages: each micro-batch's forward, loss and backward is one CUDA graph, replayed
-  // (model.h, graphed_forward_backward), the last one's with the observer's calls (a data-parallel
-  // reducer over NCCL) and its backward_done in it. An observer that waits on the host (MPI, the
-  // staged transport) keeps the micro-batches launched from the host.
-  if (stages_ == 1 && (observer == nullptr || observer->capturable()) &&
-      model_.graphs_possible()) {
-    for (int i = 0; i < m; ++i) {
-      const double t0 = now_s();
-      loss += model_.graphed_forward_backward(micro[i].inputs, micro[i].targets, i == 0,
-                                              grad_scale, observer_of(i));
-      stats_.compute_s += now_s() - t0;
-    }
-    stats_.step_s = now_s() - start;
-    return loss;
-  }
   const int warmup = warmup_forwards(stages_, stage_, m), steady = m - warmup;
   for (int i = 0; i < warmup; ++i) {
     exchange(nullptr, 0, 0, input(i), prev, activation_tag(i));
@@ -136,11 +170,6 @@ double Pipeline::forward_backward(std::span<const MicroBatch> micro, int64_t B, 
     backward_step(micro[j], j, observer_of(j));
     exchange(input_grad(), prev, gradient_tag(j), nullptr, 0, 0);
   }
-  if (observer) observer->backward_done();
-  stats_.step_s = now_s() - start;
-  // The loss lives on the last stage; every stage reports it (control data, not counted).
-  pp_.broadcast_bytes(&loss, sizeof loss, stages_ - 1);
-  return loss;
 }
 
 double PipelineTimes::bubble_fraction() const {
@@ -155,13 +184,15 @@ double PipelineTimes::one_f_one_b_fraction(int stages, int64_t micro_batches) {
 }
 
 PipelineTimes Pipeline::gather_times() {
-  const float mine[2] = {static_cast<float>(stats_.step_s), static_cast<float>(stats_.compute_s)};
-  std::vector<float> all(2 * stages_);
-  pp_.all_gather_host(mine, 2, all.data());  // host timings
+  const float mine[3] = {static_cast<float>(stats_.step_s), static_cast<float>(stats_.compute_s),
+                         stats_.graphed ? 1.0f : 0.0f};
+  std::vector<float> all(3 * stages_);
+  pp_.all_gather_host(mine, 3, all.data());  // host timings
   PipelineTimes t;
   for (int s = 0; s < stages_; ++s) {
-    t.span_s = std::max<double>(t.span_s, all[2 * s]);
-    t.compute_s.push_back(all[2 * s + 1]);
+    t.span_s = std::max<double>(t.span_s, all[3 * s]);
+    t.compute_s.push_back(all[3 * s + 1]);
+    t.graphed = t.graphed || all[3 * s + 2] != 0.0f;
   }
   return t;
 }

@@ -34,6 +34,9 @@ struct PipelineStats {
   double step_s = 0;     // from the first operation of the schedule to the end of the last
   double compute_s = 0;  // forward, loss and backward of this stage's layers
   double wait_s = 0;     // blocked in point-to-point exchanges: the bubble plus transfer time
+  // The step was one graph (train/step.h's whole_step): step_s is the whole step's, compute and
+  // waits are not told apart.
+  bool graphed = false;
 };
 
 // Every stage's times of the last step, gathered over the PP group. Stages start the schedule
@@ -43,6 +46,7 @@ struct PipelineStats {
 struct PipelineTimes {
   double span_s = 0;              // the longest stage's step_s
   std::vector<double> compute_s;  // per stage
+  bool graphed = false;           // some stage's step was one graph: no compute_s to tell
   double bubble_s(int stage) const { return span_s - compute_s[stage]; }
   double bubble_fraction() const;  // mean over the stages of bubble / span
   static double one_f_one_b_fraction(int stages, int64_t micro_batches);
@@ -58,11 +62,19 @@ class Pipeline {
   // finish: the gradients are reduced when this returns). Returns Σ_i loss_i, on every stage.
   double forward_backward(std::span<const MicroBatch> micro, int64_t B, int64_t T, float grad_scale,
                           BackwardObserver* observer = nullptr);
+  // The same schedule's calls, for a graph of the whole step (train/step.h): on the micro-batches
+  // Model::stage_batches staged (micro-batch i's loss to the last stage's loss_slot()[i], read
+  // after the launch), the sends and receives between the stages enqueued with them (NCCL), the
+  // observer's backward_done after the last backward. Returns nothing: no loss is on the host.
+  void schedule_calls(std::span<const MicroBatch> micro, float grad_scale,
+                      BackwardObserver* observer = nullptr);
   // The mean loss of one batch through every stage (evaluation), on every stage.
   float forward(const MicroBatch& batch, int64_t B, int64_t T);
 
   Model& model() { return model_; }
   const PipelineStats& stats() const { return stats_; }
+  // A whole step replayed as one graph took `seconds` (stats() then graphed).
+  void graphed_step(double seconds) { stats_ = {seconds, 0.0, 0.0, true}; }
   // stats() of every stage (a collective over the PP group: every stage calls it).
   PipelineTimes gather_times();
 
@@ -79,6 +91,12 @@ class Pipeline {
   void forward_step(const MicroBatch& mb, int micro, bool first_of_step, float grad_scale,
                     double& loss);
   void backward_step(const MicroBatch& mb, int micro, BackwardObserver* observer);
+  // The 1F1B order of forward_step, backward_step and the exchanges (the observer on the last
+  // micro-batch's backward), the host's losses added to `loss`.
+  void one_f_one_b(std::span<const MicroBatch> micro, float grad_scale, BackwardObserver* observer,
+                   double& loss);
+  void check_slots(int micro_batches) const;  // the model's activation slots suffice
+  bool calls_only_ = false;  // schedule_calls: the steps run the model's calls, never its graphs
 
   Model& model_;
   Communicator& pp_;

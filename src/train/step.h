@@ -36,19 +36,22 @@ double accumulate_gradients(Pipeline& pipeline, std::span<const MicroBatch> micr
 float apply_gradients(Model& model, AdamW& optimizer, float lr, double loss,
                       const DataParallelStep& dp = {});
 
-// With CUDA graphs and no pipeline stages (Model::graphs_possible: a TP group's collectives
-// captured over NCCL) and the data-parallel reduction, if any, over NCCL: the whole step, the
-// gradients' zeroing, every micro-batch's forward, loss and backward (the bucketed all-reduces
-// started in the last one's, or ZeRO-1's reduce-scatter after them), the gradient norm's sums
-// (their total all-reduced over TP, and under ZeRO-1 over DP, on the device), the clipping factor,
-// the updates (ZeRO-1: of the owned range, then the all-gather) is one graph (kernels/graph.h),
-// the update skipped on the device where a loss or the norm is not finite (as apply_gradients
-// skips it). The same calls, collectives and bits as accumulate_gradients and apply_gradients but
-// for a skipped ZeRO-1 step, which gathers the unchanged weights where the host skips the
-// all-gather. Every data-parallel replica decides the same: their norms are of the same
-// all-reduced gradients (or sum the same ranges' sums), and a loss that is not finite on one makes
-// its gradients, and so the reduced ones, not finite. whole_step returns Σ loss of the
-// micro-batches and writes the norm to *grad_norm, both read after the launch.
+// With CUDA graphs (Model::graphs_possible, or stage_graphs_possible with the PP group's sends
+// captured over NCCL: a TP group's collectives captured over NCCL, and over stages neither LaX nor
+// whole-block recomputation) and the data-parallel reduction, if any, over NCCL: the whole step,
+// the gradients' zeroing, every micro-batch's forward, loss and backward in 1F1B order with the
+// sends between the stages (Pipeline::schedule_calls; the bucketed all-reduces started in the last
+// one's backward, or ZeRO-1's reduce-scatter after them), the gradient norm's sums (their total
+// all-reduced over TP, PP and under ZeRO-1 DP, on the device), the clipping factor, the updates
+// (ZeRO-1: of the owned range, then the all-gather) is one graph (kernels/graph.h), the update
+// skipped on the device where a loss (the last stage's) or the norm is not finite (as
+// apply_gradients skips it). The same calls, collectives and bits as accumulate_gradients and
+// apply_gradients but for a skipped ZeRO-1 step, which gathers the unchanged weights where the
+// host skips the all-gather. Every replica and stage decides the same: their norms are of the
+// same reduced gradients (or the same sums over the groups), and a loss that is not finite makes
+// its gradients, and so the reduced ones and the norm, not finite. whole_step returns Σ loss of
+// the micro-batches (from the last stage, on every stage) and writes the norm to *grad_norm, both
+// read after the launch; the pipeline's stats() are then graphed.
 bool whole_step_possible(Pipeline& pipeline, const AdamW& optimizer,
                          std::span<const MicroBatch> micro, const DataParallelStep& dp = {});
 double whole_step(Pipeline& pipeline, AdamW& optimizer, std::span<const MicroBatch> micro,

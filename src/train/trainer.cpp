@@ -430,7 +430,6 @@ StepRecord TrainingRun::step() {
       whole ? whole_step(*pipeline_, *optimizer_, micro, o_.batch_size, o_.seq_len, r.lr,
                          dp_step(), &whole_norm)
             : accumulate_gradients(*pipeline_, micro, o_.batch_size, o_.seq_len, dp_step());
-  r.pp = grid_.pp().counts() - pp_before;
   r.stages = pipeline_->gather_times();  // for the metrics
   // Control data over the world: the mean loss over DP replicas, and whether any rank was
   // signalled (so every rank saves and stops at the same step).
@@ -445,7 +444,9 @@ StepRecord TrainingRun::step() {
     r.launches = static_cast<int64_t>(launches - launches_before);
     r.replayed = static_cast<int64_t>(replayed - replayed_before);
   }
+  // Each group's whole step (a graph of it counts its norm's sum too).
   r.tp = grid_.tp().counts() - tp_before;
+  r.pp = grid_.pp().counts() - pp_before;
   if (model_->overlap()) {
     const CommOverlap::Stats& now = model_->overlap()->stats();
     r.overlap_wait_s = now.wait_s - overlap_before.wait_s;
@@ -498,16 +499,21 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
                           {"hidden_ms", r.overlap_hidden_s * 1e3}};
   const int pp = grid_.shape().pp;
   if (pp > 1) {
-    nlohmann::json stages = nlohmann::json::array();
-    for (int s = 0; s < pp; ++s)
-      stages.push_back(
-          {{"compute_ms", r.stages.compute_s[s] * 1e3}, {"bubble_ms", r.stages.bubble_s(s) * 1e3}});
     line["pipeline"] = {
-        {"stages", stages},
         {"micro_batches", o_.grad_accum},
         {"time_ms", r.stages.span_s * 1e3},
-        {"bubble_fraction", r.stages.bubble_fraction()},
         {"bubble_fraction_1f1b", PipelineTimes::one_f_one_b_fraction(pp, o_.grad_accum)}};
+    if (r.stages.graphed) {
+      // One graph a step (train/step.h): the stages' compute and bubble are not told apart.
+      line["pipeline"]["graphed"] = true;
+    } else {
+      nlohmann::json stages = nlohmann::json::array();
+      for (int s = 0; s < pp; ++s)
+        stages.push_back({{"compute_ms", r.stages.compute_s[s] * 1e3},
+                          {"bubble_ms", r.stages.bubble_s(s) * 1e3}});
+      line["pipeline"]["stages"] = stages;
+      line["pipeline"]["bubble_fraction"] = r.stages.bubble_fraction();
+    }
   }
   if (evaluated && val_loss >= 0) line["val_loss"] = val_loss;
   if (!save_note_.is_null()) line.update(save_note_);

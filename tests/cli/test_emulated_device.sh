@@ -113,9 +113,9 @@ done
 # graph's pool in it), as do --grad-accum 2 (both micro-batches in it) and runs with TP or DP
 # ranks over NCCL (their collectives, the DP all-reduces and the norm's TP sum in the graph): one
 # graph launch and 5 copies a step (the ids, the step's values, the loss and the norm back), ZeRO-1
-# too (its reduce-scatter, the norm's DP sum and the all-gather in the graph). Pipeline stages
-# replay each micro-batch's stage forward and stage backward, the sends between them from the host,
-# and the norm's sums and the updates as graphs of their own. Off, every kernel is launched from the host:
+# too (its reduce-scatter, the norm's DP sum and the all-gather in the graph), and pipeline stages
+# (the 1F1B schedule with its sends and receives in the graph; LaX and whole-block recomputation
+# keep theirs launched from the host). Off, every kernel is launched from the host:
 # the same kernels on the same data, so the same losses bit for bit, fp32 and bf16 (whose AdamW
 # also writes the bf16 copy in the graph).
 # graphs NAME MOST [OFF]: from step 2 on, NAME's steps replay their kernels from graphs and launch
@@ -213,18 +213,19 @@ train cola-b1-cpu 1 cpu cola -b 1 --grad-accum 2 &&
         "the same kernels: exact" &&
       graphs cola-b1-cuda 8 cola-b1-nograph; } &&  # the ids of two micro-batches: 2 more copies
   parallel pp2 cola cola-b1-cpu -b 1 --grad-accum 2 --pp 2 &&
-  # Pipeline stages: each micro-batch's stage forward and backward a graph per activation slot
-  # (13 launches from the host measured on stage 0: the ids' copies, the graphs' launches); off,
-  # the same losses and the same sends and receives.
+  # Pipeline stages: the whole 1F1B schedule a graph, its sends and receives in it over NCCL, the
+  # norm's total summed over the stages there (5 launches from the host on stage 0: the graph, the
+  # two micro-batches' ids, the step's values, the norm back); off, the same losses and the same
+  # sends, receives and all-reduces.
   train pp2-nograph 2 cuda cola -b 1 --grad-accum 2 --pp 2 --cuda-graph off &&
   compare "--cuda-graph off, pp 2" pp2 pp2-nograph 0 "the same kernels and sends: exact" &&
-  graphs pp2 16 pp2-nograph &&
-  # PP 2 x DP 2: the reducer's all-reduces on the DP group's side stream, forked from the stage's
-  # backward and joined before the averaging (outside the graphs: that backward runs from the host).
+  graphs pp2 5 pp2-nograph &&
+  # PP 2 x DP 2: the reducer's all-reduces on the DP group's side stream, forked from the last
+  # micro-batch's stage backward and joined before the averaging, in the step's graph.
   train pp2dp2 4 cuda cola -b 1 --grad-accum 2 --pp 2 --dp 2 &&
   train pp2dp2-nograph 4 cuda cola -b 1 --grad-accum 2 --pp 2 --dp 2 --cuda-graph off &&
   compare "--cuda-graph off, pp 2 x dp 2" pp2dp2 pp2dp2-nograph 0 "the same kernels: exact" &&
-  graphs pp2dp2 80 pp2dp2-nograph
+  graphs pp2dp2 5 pp2dp2-nograph
 # LaX's chains cross the stage boundary (h forward, ∂L/∂h backward) beside the residual.
 train lax-b1-cpu 1 cpu lax -b 1 --grad-accum 2 &&
   parallel lax-pp2 lax lax-b1-cpu -b 1 --grad-accum 2 --pp 2

@@ -8,11 +8,11 @@
 // prints {"tp": {kind: {"calls", "bytes"}}, "pp": {...}, "dp": {...}} in the metrics' format.
 // Rank 0 is TP rank 0 of pipeline stage 0 and DP replica 0. Beside the formulas, a step of the
 // trainer (train/trainer.cpp) adds on each group of more than one rank:
-//  - TP and DP: Model::grad_sum_squares's one all-reduce of a double (8 bytes) for the gradient
+//  - TP and PP: Model::grad_sum_squares's one all-reduce of a double (8 bytes) for the gradient
 //    norm (over DP only under ZeRO, not tested here: its DP traffic is the reduce-scatter);
 //  - DP: GradReducer's bucketed all-reduce, which covers the flat gradient buffer from its first
 //    tensor to its last once, in as many calls as it has buckets (train's default 16 MiB);
-//  - PP: the metrics count the pipeline's sends and receives only (pipeline_p2p_comm).
+//  - PP: beside it, the pipeline's sends and receives (pipeline_p2p_comm).
 // The last step of a run also evaluates, so tests compare the steps before it.
 #include <cstdio>
 #include <cstdlib>
@@ -78,8 +78,9 @@ int main(int argc, char** argv) {
   CommCounts tp_comm = stage_tp_comm(layout, config, tokens, tp, head_chunks, options, pp,
                                      /*stage=*/0, micro_batches);
   if (tp > 1) add_norm_all_reduce(tp_comm);
-  const CommCounts pp_comm = pipeline_p2p_comm(layout, config, tokens, tp, pp, /*stage=*/0,
-                                               micro_batches, /*backward=*/true);
+  CommCounts pp_comm = pipeline_p2p_comm(layout, config, tokens, tp, pp, /*stage=*/0,
+                                         micro_batches, /*backward=*/true);
+  if (pp > 1) add_norm_all_reduce(pp_comm);
   CommCounts dp_comm;
   if (dp > 1) {
     if (tp > 1 || pp > 1) {
