@@ -430,7 +430,6 @@ StepRecord TrainingRun::step() {
       whole ? whole_step(*pipeline_, *optimizer_, micro, o_.batch_size, o_.seq_len, r.lr,
                          dp_step(), &whole_norm)
             : accumulate_gradients(*pipeline_, micro, o_.batch_size, o_.seq_len, dp_step());
-  r.stages = pipeline_->gather_times();  // for the metrics
   // Control data over the world: the mean loss over DP replicas, and whether any rank was
   // signalled (so every rank saves and stops at the same step).
   double control[2] = {loss / static_cast<double>(o_.grad_accum), poll_stop_signal() ? 1.0 : 0.0};
@@ -447,6 +446,7 @@ StepRecord TrainingRun::step() {
   // Each group's whole step (a graph of it counts its norm's sum too).
   r.tp = grid_.tp().counts() - tp_before;
   r.pp = grid_.pp().counts() - pp_before;
+  r.stages = pipeline_->gather_times();  // for the metrics (host timings: not the step's traffic)
   if (model_->overlap()) {
     const CommOverlap::Stats& now = model_->overlap()->stats();
     r.overlap_wait_s = now.wait_s - overlap_before.wait_s;
