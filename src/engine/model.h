@@ -95,10 +95,12 @@ class Model {
   // collectives are captured with the kernels (NCCL), one chunk, and a backend with graphs that
   // --cuda-graph has not turned off.
   bool graphs_possible() const;
-  // Pipeline stages as graphs: a micro-batch's stage forward (with the loss, on the last stage) and
-  // its stage backward, each replayed from a graph of its own per activation slot from its second
-  // call on; the exchanges between them stay with the host (parallel/pipeline.h), as does the
-  // backward a data-parallel reducer observes (its reductions finish after it). The micro-batch's
+  // Pipeline stages as graphs (the trainer's whole step over stages needs the same conditions,
+  // train/step.h; these per-slot graphs are what Pipeline::forward_backward replays): a
+  // micro-batch's stage forward (with the loss, on the last stage) and its stage backward, each
+  // replayed from a graph of its own per activation slot from its second call on; the exchanges
+  // between them stay with the host (parallel/pipeline.h), as does the backward a data-parallel
+  // reducer observes (its reductions finish after it). The micro-batch's
   // ids are uploaded before each launch, the weights' bf16 copy refreshed before a step's first
   // forward (round_weights), the loss read back after the forward, and what the calls leave on the
   // host (the layout's work area) set after a replay as the calls would have left it. Where

@@ -53,10 +53,10 @@ double activation_bytes(const Hardware& hw, const StepConfig& c) {
 int64_t overlap_chunks(const StepConfig& c);
 
 // Whether the engine replays a GPU step's kernels from CUDA graphs (kernels/graph.h): without
-// --tp-overlap's chunks; TP's and DP's collectives are in the graphs over NCCL; pipeline stages
-// replay each micro-batch's forward and backward, the sends between them from the host, unless
-// whole-block recomputation or LaX keeps them on the host (Model::stage_graphs_possible). On a CPU
-// the node overhead is the kernel's: nothing changes.
+// --tp-overlap's chunks; TP's and DP's collectives and the pipeline's sends are in the step's
+// graph over NCCL, unless whole-block recomputation or LaX keeps the stages on the host
+// (Model::stage_graphs_possible, train/step.h). On a CPU the node overhead is the kernel's:
+// nothing changes.
 bool graphed(const StepConfig& c) {
   const bool stages =
       c.pp == 1 || (c.options.recompute != Recompute::block && c.config.arch != Arch::lax);

@@ -422,7 +422,7 @@ StepRecord TrainingRun::step() {
   std::vector<MicroBatch> micro;
   for (int64_t i = 0; i < o_.grad_accum; ++i) batches.push_back(loader_->next());
   for (const Batch& b : batches) micro.push_back({b.inputs.data(), b.targets.data()});
-  // On GPUs with graphs and no stages: the whole step is one graph (train/step.h).
+  // On GPUs with graphs: the whole step is one graph (train/step.h).
   r.lr = schedule_.at(state_.step);
   const bool whole = whole_step_possible(*pipeline_, *optimizer_, micro, dp_step());
   float whole_norm = 0;
