@@ -561,7 +561,8 @@ Model::StagedBatch Model::stage_batches(std::span<const int32_t* const> tokens,
   // reads them from the same place every replay).
   auto upload = [&](std::span<const int32_t* const> ids, Buffer<int32_t>& staging) {
     if (staging.size() < static_cast<size_t>(m * N)) staging.resize(m * N);
-    for (int64_t i = 0; i < m; ++i) device_upload(staging.data() + i * N, ids[i], N * sizeof(int32_t));
+    for (int64_t i = 0; i < m; ++i)
+      device_upload(staging.data() + i * N, ids[i], N * sizeof(int32_t));
   };
   if (first_stage()) upload(tokens, token_ids_);
   if (targets[0] && last_stage()) upload(targets, target_ids_);

@@ -131,7 +131,7 @@ class Model {
   };
   [[nodiscard]] StagedBatch stage_batch(const int32_t* tokens, const int32_t* targets,
                                         bool round_weights, int micro = 0);
-  // stage_batch for several micro-batches in one graph (a whole step's, without stages): every
+  // stage_batch for several micro-batches in one graph (a whole step's, over any stages): every
   // micro-batch's ids staged (micro-batch i's at slot i; targets[0] nullptr: none), and
   // select_staged(i) before micro-batch i's calls, which then read its ids and write its loss to
   // loss_slot()[i]. Slot 0 is selected.

@@ -48,16 +48,14 @@ void Pipeline::exchange(const float* send, int send_to, int send_tag, float* rec
 void Pipeline::forward_step(const MicroBatch& mb, int micro, bool first_of_step, float grad_scale,
                             double& loss) {
   const double t0 = now_s();
-  if (calls_only_) {  // schedule_calls: micro-batch `micro`'s staged ids, its loss to its slot
-    model_.set_micro(micro);
-    model_.select_staged(micro);
-    model_.stage_forward(mb.inputs, false);
-    if (model_.last_stage()) model_.stage_loss(mb.targets, true, grad_scale);
-  } else if (model_.stage_graphs_possible()) {
+  if (!calls_only_ && model_.stage_graphs_possible()) {
     loss += model_.graphed_stage_forward(mb.inputs, mb.targets, micro, first_of_step, grad_scale);
   } else {
     model_.set_micro(micro);
-    model_.stage_forward(mb.inputs, first_of_step);
+    // schedule_calls: micro-batch `micro`'s staged ids (the weights rounded before the graph), its
+    // loss to its slot (stage_loss then returns 0).
+    if (calls_only_) model_.select_staged(micro);
+    model_.stage_forward(mb.inputs, first_of_step && !calls_only_);
     if (model_.last_stage()) loss += model_.stage_loss(mb.targets, true, grad_scale);
   }
   stats_.compute_s += now_s() - t0;
@@ -67,14 +65,11 @@ void Pipeline::backward_step(const MicroBatch& mb, int micro, BackwardObserver* 
   const double t0 = now_s();
   // The micro-batch with an observer (the last: a data-parallel reducer's reductions start in its
   // backward and are finished after it, outside any graph) is launched from the host.
-  if (calls_only_) {
-    model_.set_micro(micro);
-    model_.select_staged(micro);
-    model_.stage_backward(mb.inputs, observer);
-  } else if (model_.stage_graphs_possible() && !observer) {
+  if (!calls_only_ && model_.stage_graphs_possible() && !observer) {
     model_.graphed_stage_backward(mb.inputs, micro);
   } else {
     model_.set_micro(micro);
+    if (calls_only_) model_.select_staged(micro);
     model_.stage_backward(mb.inputs, observer);
   }
   stats_.compute_s += now_s() - t0;

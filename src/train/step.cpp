@@ -110,7 +110,7 @@ double whole_step(Pipeline& pipeline, AdamW& optimizer, std::span<const MicroBat
       if (!std::isfinite(l)) control[1] = 0.0;
     }
   }
-  if (model.pp().size() > 1) model.pp().broadcast_bytes(control, sizeof control, model.pp().size() - 1);
+  model.pp().broadcast_bytes(control, sizeof control, model.pp().size() - 1);
   double sums[2] = {0.0, 0.0};
   device_download(sums, model.grad_norm_sums(), parts * sizeof(double));
   pipeline.graphed_step(now_s() - start);

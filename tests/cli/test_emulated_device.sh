@@ -135,7 +135,9 @@ if off_name:
     assert all(line["device"]["replayed"] == 0 for line in off), (off_name, "replayed")
     assert [l["comm"] for l in on] == [l["comm"] for l in off], ("collectives", on, off)
 d = on[-1]["device"]
-print(f"ok   {name}: {d['replayed']} of {d['launches']} launches replayed in its last step, {d['launches'] - d['replayed']} from the host")
+host = d["launches"] - d["replayed"]
+print(f"ok   {name}: {d['replayed']} of {d['launches']} launches replayed in its last step, "
+      f"{host} from the host")
 PY
 }
 for precision in fp32 bf16; do

@@ -36,9 +36,13 @@ TEST(PlanWorkload, BlockFlopsMatchModelFlopsAtEveryTpSize) {
       EXPECT_DOUBLE_EQ(xb.gemm_flops(), 2 * xf.gemm_flops());
       const double crossings =
           (c.n_layers - 1) * xf.gemm_flops() * (lc.layout == LayoutKind::naive_tp ? t : 1);
-      if (lc.layout == LayoutKind::btp) EXPECT_EQ(xf.tp.total_calls() + xb.tp.total_calls(), 0);
+      if (lc.layout == LayoutKind::btp) {
+        EXPECT_EQ(xf.tp.total_calls() + xb.tp.total_calls(), 0);
+      }
       const double per_block = (model_flops(c, B, T).projections - crossings) / c.n_layers;
-      if (c.arch == Arch::lax) EXPECT_GT(crossings, 0);
+      if (c.arch == Arch::lax) {
+        EXPECT_GT(crossings, 0);
+      }
       const Work f = block_forward_work(mb), b = block_backward_work(mb);
       SCOPED_TRACE(test::case_name(lc) + " tp=" + std::to_string(t));
       EXPECT_DOUBLE_EQ(f.gemm_flops() * t, per_block);
