@@ -120,4 +120,20 @@ int64_t workspace_elements(const MicroBatchShape& mb) {
   return deferred ? head + blocks : std::max(head, blocks);
 }
 
+int64_t attention_ds_scratch_bytes(const MicroBatchShape& mb) {
+  constexpr int64_t kTile = 64, kBound = int64_t{512} << 20, kMaxGridY = 65535;
+  const ModelConfig& c = mb.config;
+  const int64_t hd = c.head_dim();
+  if (hd != 16 && hd != 32 && hd != 64 && hd != 128) return 0;  // the CUDA-core kernels
+  const int64_t kv_heads = std::max<int64_t>(1, c.n_kv_heads / mb.tp);
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  const int64_t tiles = (mb.seq_len + kTile - 1) / kTile;
+  const int64_t unit = tiles * (tiles + 1) / 2 * group * kTile * kTile * 2;
+  if (unit > kBound) return 0;
+  const int64_t units = mb.batch * kv_heads;
+  const int64_t fit = std::min(kBound / unit, kMaxGridY / group);
+  const int64_t chunks = (units + fit - 1) / fit;
+  return (units + chunks - 1) / chunks * unit;
+}
+
 }  // namespace boostlm::plan

@@ -1,7 +1,8 @@
 // Parameters and activations per rank, counted the way the engine allocates them: the parameter
 // shards of parallel/layout.cpp and engine/model.cpp, and what each layout keeps for backward as
-// its own cost model states it (LayoutCost in parallel/<layout>/cost.cpp; SPEC §3.6). Elements, not bytes: the byte width is the
-// caller's (fp32 in this engine's CPU backend, the compute precision on a GPU).
+// its own cost model states it (LayoutCost in parallel/<layout>/cost.cpp; SPEC §3.6). Elements, not
+// bytes: the byte width is the caller's (fp32 in this engine's CPU backend, the compute precision
+// on a GPU).
 #pragma once
 
 #include <cstdint>
@@ -41,5 +42,10 @@ int64_t model_activation_bytes(const MicroBatchShape& mb, DType compute);
 // What lives only while one block's backward or the head runs (gradient scratch, logits chunk):
 // an estimate from the engine's buffers, not an exact count.
 int64_t workspace_elements(const MicroBatchShape& mb);
+// The CUDA backend's bf16 attention backward keeps the dS tiles of one chunk of (sequence, kv
+// head) units while a block's attention backward runs, at most 512 MiB (kernels/cuda/plans.h,
+// attention_ds_chunk_units: the same count, tested against it): device memory, and none on the
+// CPU or in fp32.
+int64_t attention_ds_scratch_bytes(const MicroBatchShape& mb);
 
 }  // namespace boostlm::plan

@@ -248,6 +248,8 @@ MemoryEstimate rank_memory(const StepConfig& c, int stage, double bytes_per_acti
                          bf16_kept_elements(mb, stage_layers(c.config, c.pp, stage) * in_flight)) *
                      (bytes_per_activation - 2);
   m.workspace = static_cast<double>(workspace_elements(mb)) * bytes_per_activation;
+  if (c.device_attention_scratch && c.precision == DType::bf16)
+    m.workspace += static_cast<double>(attention_ds_scratch_bytes(mb));
   m.checkpoint_staging = m.weights + m.optimizer;
   return m;
 }

@@ -45,6 +45,9 @@ struct StepConfig {
   // Whether a GPU step replays its kernels from CUDA graphs where the engine can (--cuda-graph,
   // on by default); the paper's rows set it off, as their runs launched every kernel.
   bool cuda_graphs = true;
+  // Whether the rank's memory holds the CUDA backend's attention scratch (dS tiles, bf16 only):
+  // a GPU's; not the host memory train's check counts.
+  bool device_attention_scratch = true;
 
   int world() const { return tp * pp * dp; }
   int64_t global_batch() const { return micro_batch * micro_batches * dp; }

@@ -1,6 +1,5 @@
 #include "train/memory_check.h"
 
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -63,6 +62,7 @@ RankMemoryNeed estimate_rank_memory(const TrainOptions& o, const ModelConfig& co
   c.seq_len = o.seq_len;
   c.precision = o.precision;
   c.zero1 = o.zero == 1;
+  c.device_attention_scratch = false;  // host memory: the dS tiles live on a GPU
   RankMemoryNeed need;
   for (int stage = 0; stage < c.pp; ++stage) {
     // This CPU engine keeps activations in fp32 whatever the compute precision.

@@ -423,13 +423,12 @@ template <typename In>
 LaunchCost attention_cost(const AttentionShape& s, AttentionKernel kernel) {
   const AttentionBytes bytes = attention_bytes(s, kernel, sizeof(In));
   constexpr bool bf16 = std::is_same_v<In, bf16_t>;
-  const char* name = kernel == AttentionKernel::forward
-                         ? (bf16 ? "flash_forward_kernel<bf16>" : "flash_forward_kernel<float>")
-                     : kernel == AttentionKernel::backward_dkdv
-                         ? (bf16 ? "flash_backward_dkdv_kernel<bf16>"
-                                 : "flash_backward_dkdv_kernel<float>")
-                         : (bf16 ? "flash_backward_dq_kernel<bf16>"
-                                 : "flash_backward_dq_kernel<float>");
+  const char* name =
+      kernel == AttentionKernel::forward
+          ? (bf16 ? "flash_forward_kernel<bf16>" : "flash_forward_kernel<float>")
+      : kernel == AttentionKernel::backward_dkdv
+          ? (bf16 ? "flash_backward_dkdv_kernel<bf16>" : "flash_backward_dkdv_kernel<float>")
+          : (bf16 ? "flash_backward_dq_kernel<bf16>" : "flash_backward_dq_kernel<float>");
   return {.bytes_read = bytes.read,
           .bytes_written = bytes.written,
           .other_flops = static_cast<uint64_t>(attention_tile_flops(s, kernel, kAttnKeyTile)),
@@ -465,7 +464,8 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
               const float* dout, int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk,
               float* dv, int64_t lddv, void* workspace, size_t workspace_bytes,
               cudaStream_t stream) {
-  BOOSTLM_ASSERT(workspace_bytes >= attention_backward_workspace_bytes(s));
+  constexpr bool bf16_inputs = std::is_same_v<In, bf16_t>;
+  BOOSTLM_ASSERT(workspace_bytes >= attention_backward_workspace_bytes(s, bf16_inputs));
   const AttnDims d = dims_of(s, ldq, ldk, ldv);
   float* delta = static_cast<float*>(workspace);
   const int64_t items = s.batch * s.seq_len * s.n_heads;
@@ -477,9 +477,15 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
       <<<grid_of((items + kAttnWarps - 1) / kAttnWarps), kAttnThreads, 0, stream>>>(
           d, s.batch, out, ldo, dout, lddo, delta);
   BOOSTLM_CHECK_LAUNCH();
-  if (attention_uses_tensor_cores(s, std::is_same_v<In, bf16_t>))
+  if (attention_uses_tensor_cores(s, bf16_inputs)) {
+    // The dS tiles follow delta, 256-byte aligned, when the workspace holds them.
+    const size_t ds_at = (bytes_of<float>(items) + 255) / 256 * 256;
+    bf16_t* ds = attention_ds_chunk_units(s) && workspace_bytes > ds_at
+                     ? reinterpret_cast<bf16_t*>(static_cast<char*>(workspace) + ds_at)
+                     : nullptr;
     return attention_mma_backward(s, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk,
-                                  lddk, dv, lddv, stream);
+                                  lddk, dv, lddv, ds, stream);
+  }
   const AttentionGeometry gkv = attention_launch(s, AttentionKernel::backward_dkdv);
   const AttentionGeometry gq = attention_launch(s, AttentionKernel::backward_dq);
   with_rounding(rounds<In>(s), [&](auto round) {
@@ -488,8 +494,8 @@ void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, in
                        attention_cost<In>(s, AttentionKernel::backward_dkdv), stream, d, q, k, v,
                        lse, static_cast<const float*>(delta), dout, lddo, dk, lddk, dv, lddv);
       launch_attention(flash_backward_dq_kernel<In, round(), chunks()>, gq,
-                       attention_cost<In>(s, AttentionKernel::backward_dq), stream, d, q, k, v,
-                       lse, static_cast<const float*>(delta), dout, lddo, dq, lddq);
+                       attention_cost<In>(s, AttentionKernel::backward_dq), stream, d, q, k, v, lse,
+                       static_cast<const float*>(delta), dout, lddo, dq, lddq);
     });
   });
 }

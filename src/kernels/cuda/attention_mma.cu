@@ -14,12 +14,17 @@
 //   O += P V     A = P from S's accumulators repacked to bf16 in registers (the C fragment of two
 //                neighbouring n-tiles is the A fragment of one k-step), B = V (ldmatrix .trans)
 // and in the backward the same two shapes: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, dV += Pᵀ dO, dK += dSᵀ Q (dK/dV
-// kernel); S = Q Kᵀ, dP = dO Vᵀ, dQ += dS K (dQ kernel). As in attention.cu, the two backward
-// kernels recompute the scores, so nothing is added with atomics: every result is deterministic.
+// kernel). The dK/dV kernel also stores dS, rounded to the bf16 its products take, one tile per
+// (query tile, key tile) pair (plans.h, attention_ds_chunk_units), and the dQ kernel sums
+// dQ += dS K over its key tiles in order, A = dS read transposed (ldmatrix .trans), B = K: five
+// products in all, as FlashAttention-2, and nothing added with atomics, so every result is
+// deterministic. Where the tiles would not fit their bound the dQ kernel recomputes S = Q Kᵀ and
+// dP = dO Vᵀ (seven products) instead, with the same bits.
 //
 // The roundings are the CUDA-core kernels' bf16 ones: q, k, v, dO, P and dS are bf16 where they
 // meet in a product, everything else fp32 (the softmax statistics, the row sums of P, which sum
 // the unrounded probabilities, and the outputs).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -34,16 +39,31 @@ namespace boostlm::cuda {
 
 namespace {
 
-constexpr int kTile = kAttnMmaTile;      // query rows and keys per tile
-constexpr int kWarps = kAttnMmaWarps;    // 4: each owns 16 rows of the tile
+constexpr int kTile = kAttnMmaTile;    // query rows and keys per tile
+constexpr int kWarps = kAttnMmaWarps;  // 4: each owns 16 rows of the tile
 constexpr int kThreads = kWarps * 32;
-constexpr int kKeyTiles = kTile / 8;     // n-tiles of 8 keys in a row of scores
+constexpr int kKeyTiles = kTile / 8;  // n-tiles of 8 keys in a row of scores
 static_assert(kTile == 16 * kWarps);
 
 struct Dims {
   int64_t T, n_heads, group, ldq, ldk, ldv;
   float scale;
 };
+
+// The dS tiles of the units [unit0, unit0 + n) of a chunk: per unit and query head of its group,
+// the (query tile qi, key tile kj ≤ qi) pairs in the order qi (qi + 1) / 2 + kj, each tile
+// [kAttnMmaTile keys][kAttnMmaTile queries] bf16 (dSᵀ, as the dK/dV kernel holds it).
+struct DsTiles {
+  bf16_t* tiles = nullptr;  // nullptr: the dQ kernel recomputes
+  int64_t unit0 = 0, pairs = 0;
+};
+constexpr int kDsTileElements = kTile * kTile;
+
+__device__ inline bf16_t* ds_tile(const DsTiles& ds, int64_t unit, int64_t group, int64_t hg,
+                                  int64_t qi, int64_t kj) {
+  return ds.tiles +
+         (((unit - ds.unit0) * group + hg) * ds.pairs + qi * (qi + 1) / 2 + kj) * kDsTileElements;
+}
 
 // The padded row stride of a bf16 tile, in elements.
 template <int kHD>
@@ -234,8 +254,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kHD, typename In>
 __device__ void load_query_side(const Dims& d, int64_t b, int64_t h, int64_t i0, const In* q,
                                 const float* dout, int64_t lddo, const float* lse,
-                                const float* delta, bf16_t* Qs, bf16_t* dOs, float* Ls,
-                                float* Ds) {
+                                const float* delta, bf16_t* Qs, bf16_t* dOs, float* Ls, float* Ds) {
   const int64_t T = d.T, rows = T - i0 < kTile ? T - i0 : kTile;
   load_tile<kHD>(q + (b * T + i0) * d.ldq + h * kHD, d.ldq, rows, Qs);
   load_tile<kHD>(dout + (b * T + i0) * lddo + h * kHD, lddo, rows, dOs);
@@ -249,13 +268,13 @@ __device__ void load_query_side(const Dims& d, int64_t b, int64_t h, int64_t i0,
 // ---- dK, dV. Grid: (key tiles, kv heads, batch); each block walks the group's query heads and
 // the query tiles from its diagonal on, in order. Warp w owns keys j0 + 16w..16w+15; the scores
 // are transposed (keys are the rows) and taken 32 queries at a time.
-template <int kHD, typename In>
+template <int kHD, typename In, bool kStoreDs>
 __global__ void __launch_bounds__(kThreads)
     mma_backward_dkdv_kernel(Dims d, const In* q, const In* k, const In* v, const float* lse,
                              const float* delta, const float* dout, int64_t lddo, float* dk,
-                             int64_t lddk, float* dv, int64_t lddv) {
+                             int64_t lddk, float* dv, int64_t lddv, DsTiles ds) {
   extern __shared__ uint4 mma_smem[];
-    bf16_t* Ks = reinterpret_cast<bf16_t*>(mma_smem);
+  bf16_t* Ks = reinterpret_cast<bf16_t*>(mma_smem);
   bf16_t* Vs = Ks + kTileElements<kHD>;
   bf16_t* Qs = Vs + kTileElements<kHD>;
   bf16_t* dOs = Qs + kTileElements<kHD>;
@@ -264,7 +283,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kHalf = kTile / 2, kHalfTiles = kHalf / 8;
   const int warp = threadIdx.x / 32;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t kvh = blockIdx.y, b = blockIdx.z, T = d.T;
+  // Grid (key tiles, kv heads, batch), or (key tiles, the chunk's units, 1).
+  const int n_kv = static_cast<int>(d.n_heads / d.group);  // units fit an int: the grid's do
+  const int unit = static_cast<int>(ds.unit0) + blockIdx.z * gridDim.y + blockIdx.y;
+  const int64_t kvh = unit % n_kv, b = unit / n_kv, T = d.T;
   const int64_t keys = T - j0 < kTile ? T - j0 : kTile;
   load_tile<kHD>(k + (b * T + j0) * d.ldk + kvh * kHD, d.ldk, keys, Ks);
   load_tile<kHD>(v + (b * T + j0) * d.ldv + kvh * kHD, d.ldv, keys, Vs);
@@ -277,7 +299,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();  // the previous tile's reads of Qs, dOs are done (and Ks, Vs are written)
       load_query_side<kHD>(d, b, h, i0, q, dout, lddo, lse, delta, Qs, dOs, Ls, Ds);
       __syncthreads();
-#pragma unroll
+#pragma unroll 1
       for (int half = 0; half < 2; ++half) {
         float st[kHalfTiles][4], dpt[kHalfTiles][4];
         zero(st);
@@ -295,6 +317,17 @@ __global__ void __launch_bounds__(kThreads)
             dpt[n][e] = valid ? math::attention_dscore(p, dpt[n][e], Ds[i], d.scale) : 0.0f;
             st[n][e] = p;
           }
+        if constexpr (kStoreDs) {
+          // dSᵀ as its products round it: elements e, e + 1 are neighbouring queries of a key.
+          bf16_t* tile = ds_tile(ds, unit, d.group, h - kvh * d.group, i0 / kTile, j0 / kTile);
+          uint32_t* row = reinterpret_cast<uint32_t*>(tile + (16 * warp + frag_row(0)) * kTile +
+                                                      kHalf * half + frag_col(0));
+#pragma unroll
+          for (int n = 0; n < kHalfTiles; ++n) {
+            row[4 * n] = mma::pack_bf16(dpt[n][0], dpt[n][1]);
+            row[4 * n + 4 * kTile] = mma::pack_bf16(dpt[n][2], dpt[n][3]);  // 8 keys on
+          }
+        }
         product_pb<kHD>(dv_acc, st, dOs, kHalf * half);
         product_pb<kHD>(dk_acc, dpt, Qs, kHalf * half);
       }
@@ -324,7 +357,7 @@ __global__ void __launch_bounds__(kThreads)
                            const float* delta, const float* dout, int64_t lddo, float* dq,
                            int64_t lddq) {
   extern __shared__ uint4 mma_smem[];
-    bf16_t* Qs = reinterpret_cast<bf16_t*>(mma_smem);
+  bf16_t* Qs = reinterpret_cast<bf16_t*>(mma_smem);
   bf16_t* dOs = Qs + kTileElements<kHD>;
   bf16_t* Ks = dOs + kTileElements<kHD>;
   bf16_t* Vs = Ks + kTileElements<kHD>;
@@ -374,8 +407,73 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- dQ from the stored dS. Grid: (query tiles, last first; heads; batch), or (query tiles, the
+// chunk's units times the group, 1); each block walks the key tiles up to its diagonal, one
+// product a tile: dQ += dS K, A = dS from the [key][query] tile (ldmatrix .trans), B = K
+// (ldmatrix .trans, as product_pb's).
+template <int kHD, typename In>
+__global__ void __launch_bounds__(kThreads)
+    mma_backward_dq_ds_kernel(Dims d, const In* k, float* dq, int64_t lddq, DsTiles ds) {
+  extern __shared__ uint4 mma_smem[];
+  bf16_t* Ks = reinterpret_cast<bf16_t*>(mma_smem);
+  bf16_t* Ss = Ks + kTileElements<kHD>;
+  constexpr int lds = kTile + kAttnMmaPad;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t qi = gridDim.x - 1 - blockIdx.x, i0 = qi * kTile;
+  const int64_t flat = static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+  const int64_t n_kv = d.n_heads / d.group;
+  const int64_t unit = ds.unit0 + flat / d.group, hg = flat % d.group;
+  const int64_t kvh = unit % n_kv, b = unit / n_kv, h = kvh * d.group + hg, T = d.T;
+
+  float acc[kHD / 8][4];
+  zero(acc);
+  for (int64_t kj = 0; kj <= qi; ++kj) {
+    const int64_t j0 = kj * kTile, keys = T - j0 < kTile ? T - j0 : kTile;
+    __syncthreads();  // the previous tile's reads of Ks, Ss are done
+    load_tile<kHD>(k + (b * T + j0) * d.ldk + kvh * kHD, d.ldk, keys, Ks);
+    const uint4* tile = reinterpret_cast<const uint4*>(ds_tile(ds, unit, d.group, hg, qi, kj));
+    for (int e = threadIdx.x; e < kDsTileElements / 8; e += kThreads)
+      *reinterpret_cast<uint4*>(Ss + (e / (kTile / 8)) * lds + (e % (kTile / 8)) * 8) = tile[e];
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      // Matrices (.trans of the [key][query] tile): (q 0-7, keys 0-7), (q 8-15, keys 0-7),
+      // (q 0-7, keys 8-15), (q 8-15, keys 8-15): the A fragment's order.
+      uint32_t a[4];
+      mma::ldmatrix_x4_trans(
+          a, Ss + (16 * kk + lane % 8 + 8 * (lane / 16)) * lds + 16 * warp + 8 * ((lane / 8) % 2));
+#pragma unroll
+      for (int dd = 0; dd < kHD / 16; ++dd) {
+        uint32_t bk[4];
+        mma::ldmatrix_x4_trans(
+            bk, Ks + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * kTileStride<kHD> + 16 * dd +
+                    8 * (lane / 16));
+        const uint32_t b_lo[2] = {bk[0], bk[1]}, b_hi[2] = {bk[2], bk[3]};
+        mma::mma_bf16_16816(acc[2 * dd], a, b_lo, acc[2 * dd]);
+        mma::mma_bf16_16816(acc[2 * dd + 1], a, b_hi, acc[2 * dd + 1]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = i0 + 16 * warp + frag_row(2 * r);
+    if (row >= T) continue;
+#pragma unroll
+    for (int n = 0; n < kHD / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        dq[(b * T + row) * lddq + h * kHD + 8 * n + frag_col(2 * r + c)] = acc[n][2 * r + c];
+  }
+}
+
 Dims dims_of(const AttentionShape& s, int64_t ldq, int64_t ldk, int64_t ldv) {
-  return {s.seq_len, s.n_heads, s.n_heads / s.n_kv_heads, ldq, ldk, ldv,
+  return {s.seq_len,
+          s.n_heads,
+          s.n_heads / s.n_kv_heads,
+          ldq,
+          ldk,
+          ldv,
           1.0f / std::sqrt(static_cast<float>(s.head_dim))};
 }
 
@@ -403,13 +501,19 @@ void allow_shared(Kernel kernel, const AttentionGeometry& g) {
                                             static_cast<int>(g.shared_bytes)));
 }
 
-// Its tile products all on mma.sync (the emulator holds the launch to them), its operands once.
+// Its tile products all on mma.sync (the emulator holds the launch to them), its operands once;
+// for `units` of the shape's batch · n_kv_heads units (every count is the same per unit), the dK/dV
+// kernel writing their dS tiles when `stores_ds`.
 template <typename In>
-LaunchCost attention_cost(const AttentionShape& s, AttentionKernel kernel) {
+LaunchCost attention_cost(const AttentionShape& s, AttentionKernel kernel, int64_t units = 0,
+                          bool stores_ds = false) {
   const AttentionBytes bytes = attention_bytes(s, kernel, sizeof(In));
-  return {.bytes_read = bytes.read,
-          .bytes_written = bytes.written,
-          .tensor_flops = static_cast<uint64_t>(attention_mma_flops(s, kernel)),
+  const uint64_t all = static_cast<uint64_t>(s.batch * s.n_kv_heads);
+  const uint64_t part = units ? static_cast<uint64_t>(units) : all;
+  const uint64_t ds = stores_ds ? attention_ds_unit_bytes(s) * part : 0;
+  return {.bytes_read = bytes.read / all * part,
+          .bytes_written = bytes.written / all * part + ds,
+          .tensor_flops = static_cast<uint64_t>(attention_mma_flops(s, kernel)) / all * part,
           .dim = static_cast<int>(s.head_dim)};
 }
 
@@ -426,31 +530,58 @@ void forward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int
   with_head_dim(s.head_dim, [&](auto hd) {
     allow_shared(mma_forward_kernel<hd(), In>, g);
     BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::forward));
-    mma_forward_kernel<hd(), In><<<grid_of(g), g.block, g.shared_bytes, stream>>>(d, q, k, v, out,
-                                                                                 ldo, lse);
+    mma_forward_kernel<hd(), In>
+        <<<grid_of(g), g.block, g.shared_bytes, stream>>>(d, q, k, v, out, ldo, lse);
     BOOSTLM_CHECK_LAUNCH();
   });
 }
 
+// With dS tiles (ds_scratch: attention_ds_chunk_units of them per chunk), per chunk of units the
+// dK/dV kernel and the dQ kernel that reads them; without, the dK/dV kernel over every unit and
+// the dQ kernel that recomputes.
 template <typename In>
 void backward(const AttentionShape& s, const In* q, int64_t ldq, const In* k, int64_t ldk,
               const In* v, int64_t ldv, const float* lse, const float* delta, const float* dout,
               int64_t lddo, float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
-              int64_t lddv, cudaStream_t stream) {
+              int64_t lddv, bf16_t* ds_scratch, cudaStream_t stream) {
   const AttentionGeometry gkv = attention_mma_launch(s, AttentionKernel::backward_dkdv);
-  const AttentionGeometry gq = attention_mma_launch(s, AttentionKernel::backward_dq);
   const Dims d = dims_of(s, ldq, ldk, ldv);
+  const int64_t chunk = ds_scratch ? attention_ds_chunk_units(s) : 0;
   with_head_dim(s.head_dim, [&](auto hd) {
-    allow_shared(mma_backward_dkdv_kernel<hd(), In>, gkv);
-    BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::backward_dkdv));
-    mma_backward_dkdv_kernel<hd(), In><<<grid_of(gkv), gkv.block, gkv.shared_bytes, stream>>>(
-        d, q, k, v, lse, delta, dout, lddo, dk, lddk, dv, lddv);
-    BOOSTLM_CHECK_LAUNCH();
-    allow_shared(mma_backward_dq_kernel<hd(), In>, gq);
-    BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::backward_dq));
-    mma_backward_dq_kernel<hd(), In><<<grid_of(gq), gq.block, gq.shared_bytes, stream>>>(
-        d, q, k, v, lse, delta, dout, lddo, dq, lddq);
-    BOOSTLM_CHECK_LAUNCH();
+    if (chunk == 0) {
+      allow_shared(mma_backward_dkdv_kernel<hd(), In, false>, gkv);
+      const AttentionGeometry gq = attention_mma_launch(s, AttentionKernel::backward_dq);
+      BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::backward_dkdv));
+      mma_backward_dkdv_kernel<hd(), In, false>
+          <<<grid_of(gkv), gkv.block, gkv.shared_bytes, stream>>>(d, q, k, v, lse, delta, dout, lddo, dk, lddk, dv, lddv, DsTiles{});
+      BOOSTLM_CHECK_LAUNCH();
+      allow_shared(mma_backward_dq_kernel<hd(), In>, gq);
+      BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::backward_dq));
+      mma_backward_dq_kernel<hd(), In><<<grid_of(gq), gq.block, gq.shared_bytes, stream>>>(
+          d, q, k, v, lse, delta, dout, lddo, dq, lddq);
+      BOOSTLM_CHECK_LAUNCH();
+      return;
+    }
+    const AttentionGeometry gq = attention_mma_launch(s, AttentionKernel::backward_dq_ds);
+    allow_shared(mma_backward_dkdv_kernel<hd(), In, true>, gkv);
+    allow_shared(mma_backward_dq_ds_kernel<hd(), In>, gq);
+    const int64_t units = s.batch * s.n_kv_heads, group = s.n_heads / s.n_kv_heads;
+    const int64_t tiles = gkv.grid_x;
+    for (int64_t u0 = 0; u0 < units; u0 += chunk) {
+      const int64_t n = std::min(chunk, units - u0);
+      const DsTiles ds{ds_scratch, u0, tiles * (tiles + 1) / 2};
+      BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::backward_dkdv, n, true));
+      mma_backward_dkdv_kernel<hd(), In, true>
+          <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(n)), gkv.block,
+             gkv.shared_bytes, stream>>>(d, q, k, v, lse, delta, dout, lddo, dk, lddk, dv, lddv,
+                                         ds);
+      BOOSTLM_CHECK_LAUNCH();
+      BOOSTLM_DECLARE_LAUNCH(attention_cost<In>(s, AttentionKernel::backward_dq_ds, n));
+      mma_backward_dq_ds_kernel<hd(), In>
+          <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(n * group)), gq.block,
+             gq.shared_bytes, stream>>>(d, k, dq, lddq, ds);
+      BOOSTLM_CHECK_LAUNCH();
+    }
   });
 }
 
@@ -470,15 +601,17 @@ void attention_mma_backward(const AttentionShape& s, const float* q, int64_t ldq
                             int64_t ldk, const float* v, int64_t ldv, const float* lse,
                             const float* delta, const float* dout, int64_t lddo, float* dq,
                             int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
-                            cudaStream_t stream) {
-  backward(s, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv, stream);
+                            bf16_t* ds_scratch, cudaStream_t stream) {
+  backward(s, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv,
+           ds_scratch, stream);
 }
-void attention_mma_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq,
-                            const bf16_t* k, int64_t ldk, const bf16_t* v, int64_t ldv,
-                            const float* lse, const float* delta, const float* dout, int64_t lddo,
-                            float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
-                            int64_t lddv, cudaStream_t stream) {
-  backward(s, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv, stream);
+void attention_mma_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                            int64_t ldk, const bf16_t* v, int64_t ldv, const float* lse,
+                            const float* delta, const float* dout, int64_t lddo, float* dq,
+                            int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
+                            bf16_t* ds_scratch, cudaStream_t stream) {
+  backward(s, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv,
+           ds_scratch, stream);
 }
 
 }  // namespace boostlm::cuda

@@ -1,7 +1,8 @@
 // The tensor-core flash attention (attention_mma.cu), which attention.cu's entry points call for
 // bf16 compute at the head dimensions it is compiled for (plans.h: attention_uses_tensor_cores).
 // Arguments as kernels.h's attention_forward / attention_backward; the backward takes the rows'
-// delta (Σ dO ⊙ O, computed by attention.cu) in place of the output and the workspace.
+// delta (Σ dO ⊙ O, computed by attention.cu) in place of the output and the workspace, and the
+// room for one chunk of dS tiles (plans.h, attention_ds_chunk_units), or nullptr to recompute.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,11 +24,11 @@ void attention_mma_backward(const AttentionShape& s, const float* q, int64_t ldq
                             int64_t ldk, const float* v, int64_t ldv, const float* lse,
                             const float* delta, const float* dout, int64_t lddo, float* dq,
                             int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
-                            cudaStream_t stream);
-void attention_mma_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq,
-                            const bf16_t* k, int64_t ldk, const bf16_t* v, int64_t ldv,
-                            const float* lse, const float* delta, const float* dout, int64_t lddo,
-                            float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
-                            int64_t lddv, cudaStream_t stream);
+                            bf16_t* ds_scratch, cudaStream_t stream);
+void attention_mma_backward(const AttentionShape& s, const bf16_t* q, int64_t ldq, const bf16_t* k,
+                            int64_t ldk, const bf16_t* v, int64_t ldv, const float* lse,
+                            const float* delta, const float* dout, int64_t lddo, float* dq,
+                            int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
+                            bf16_t* ds_scratch, cudaStream_t stream);
 
 }  // namespace boostlm::cuda

@@ -49,6 +49,9 @@ AttentionGeometry attention_launch(const AttentionShape& s, AttentionKernel kern
       g.grid_y = s.n_heads;
       floats = 2 * kAttnQueryTile * hd + kv_tiles + tile_scores + 2 * kAttnQueryTile;  // no P
       break;
+    case AttentionKernel::backward_dq_ds:
+      BOOSTLM_ASSERT_MSG(false,
+                         "dQ from stored dS is the tensor-core path's (attention_mma_launch)");
   }
   g.grid_z = s.batch;
   g.shared_bytes = static_cast<size_t>(floats) * sizeof(float);
@@ -59,7 +62,8 @@ AttentionGeometry attention_launch(const AttentionShape& s, AttentionKernel kern
 
 namespace {
 bool tensor_cores_enabled = true;
-}
+size_t ds_scratch_bytes = kAttnDsScratchBytes;
+}  // namespace
 
 bool attention_tensor_core_head_dim(int64_t head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
@@ -94,6 +98,11 @@ AttentionGeometry attention_mma_launch(const AttentionShape& s, AttentionKernel 
       g.grid_y = kernel == AttentionKernel::backward_dq ? s.n_heads : s.n_kv_heads;
       g.shared_bytes = 4 * tile + 2 * kAttnMmaTile * sizeof(float);  // Q, dO, K, V; lse, delta
       break;
+    case AttentionKernel::backward_dq_ds:
+      g.grid_x = ceil_div(s.seq_len, kAttnMmaTile);
+      g.grid_y = s.n_heads;
+      g.shared_bytes = tile + static_cast<size_t>(kAttnMmaTile) * (kAttnMmaTile + kAttnMmaPad) * 2;
+      break;
   }
   g.grid_z = s.batch;
   BOOSTLM_ASSERT(g.grid_x <= kMaxGridX && g.grid_y <= kMaxGridYZ && g.grid_z <= kMaxGridYZ);
@@ -115,6 +124,8 @@ int64_t attention_tile_flops(const AttentionShape& s, AttentionKernel kernel, in
       return pairs * 4 * product;  // Sᵀ, dPᵀ, dV, dK
     case AttentionKernel::backward_dq:
       return pairs * 3 * product;  // S, dP, dQ
+    case AttentionKernel::backward_dq_ds:
+      return pairs * product;  // dQ from the stored dS
   }
   return 0;
 }
@@ -135,12 +146,41 @@ AttentionBytes attention_bytes(const AttentionShape& s, AttentionKernel kernel, 
       return {inputs + q * 4 + 2 * stats, 2 * kv * 4};
     case AttentionKernel::backward_dq:
       return {inputs + q * 4 + 2 * stats, q * 4};
+    case AttentionKernel::backward_dq_ds:  // K and the dS tiles
+      return {kv * in_bytes +
+                  static_cast<uint64_t>(s.batch * s.n_kv_heads) * attention_ds_unit_bytes(s),
+              q * 4};
   }
   return {};
 }
 
-size_t attention_backward_workspace_bytes(const AttentionShape& s) {
-  return static_cast<size_t>(s.batch * s.n_heads * s.seq_len) * sizeof(float);
+size_t attention_ds_unit_bytes(const AttentionShape& s) {
+  const int64_t tiles = ceil_div(s.seq_len, kAttnMmaTile);
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  return static_cast<size_t>(tiles * (tiles + 1) / 2 * group) * kAttnMmaTile * kAttnMmaTile * 2;
+}
+
+int64_t attention_ds_chunk_units(const AttentionShape& s) {
+  const size_t unit = attention_ds_unit_bytes(s);
+  const int64_t units = s.batch * s.n_kv_heads;
+  if (unit > ds_scratch_bytes) return 0;
+  // A chunk's dQ grid has units · group blocks in y.
+  const int64_t fit = std::min(static_cast<int64_t>(ds_scratch_bytes / unit),
+                               kMaxGridYZ / (s.n_heads / s.n_kv_heads));
+  const int64_t chunks = ceil_div(units, fit);
+  return ceil_div(units, chunks);
+}
+
+void set_attention_ds_scratch_bytes(size_t bytes) {
+  ds_scratch_bytes = bytes ? bytes : kAttnDsScratchBytes;
+}
+
+size_t attention_backward_workspace_bytes(const AttentionShape& s, bool bf16_inputs) {
+  const size_t delta = static_cast<size_t>(s.batch * s.n_heads * s.seq_len) * sizeof(float);
+  if (!attention_uses_tensor_cores(s, bf16_inputs)) return delta;
+  const int64_t units = attention_ds_chunk_units(s);
+  return units ? (delta + 255) / 256 * 256 + static_cast<size_t>(units) * attention_ds_unit_bytes(s)
+               : delta;
 }
 
 std::vector<RowChunk> row_chunks(int64_t rows, int64_t chunk_rows) {

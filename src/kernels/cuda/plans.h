@@ -34,7 +34,9 @@ BOOSTLM_HD inline int64_t attention_kv_tile_stride(int64_t head_dim) {
   return head_dim + 1;
 }
 
-enum class AttentionKernel { forward, backward_dkdv, backward_dq };
+// backward_dq recomputes S and dP (3 tile products); backward_dq_ds reads the dK/dV kernel's dS
+// (1 product; the tensor-core path, attention_ds_chunk_units).
+enum class AttentionKernel { forward, backward_dkdv, backward_dq, backward_dq_ds };
 
 struct AttentionGeometry {
   int64_t grid_x = 0, grid_y = 0, grid_z = 0;  // tiles, heads (kv heads for dK/dV), batch
@@ -53,8 +55,10 @@ AttentionGeometry attention_launch(const AttentionShape& s, AttentionKernel kern
 inline constexpr size_t kDefaultSharedBytes = 48 * 1024;
 inline constexpr size_t kMaxSharedBytesSm80 = 163 * 1024;
 
-// Backward workspace: delta[b, h, t] = Σ dO ⊙ O over the row, fp32.
-size_t attention_backward_workspace_bytes(const AttentionShape& s);
+// Backward workspace: delta[b, h, t] = Σ dO ⊙ O over the row, fp32; on the tensor-core path
+// (bf16 inputs, or s.compute bf16) then, 256-byte aligned, one chunk of dS tiles
+// (attention_ds_chunk_units).
+size_t attention_backward_workspace_bytes(const AttentionShape& s, bool bf16_inputs = false);
 
 // ---- Flash attention on the tensor cores (attention_mma.cu): bf16 tile products on mma.sync
 // m16n8k16. A block of kAttnMmaWarps warps holds kAttnMmaTile query rows and kAttnMmaTile keys,
@@ -76,6 +80,23 @@ AttentionGeometry attention_mma_launch(const AttentionShape& s, AttentionKernel 
 // The FLOPs the kernel's mma.sync instructions execute (the tiles it visits, masked entries
 // included): what the emulated device counts, and the kernel's own estimate of its work.
 int64_t attention_mma_flops(const AttentionShape& s, AttentionKernel kernel);
+
+// The tensor-core backward's dQ without recomputation. The dK/dV kernel, which forms every dS
+// value anyway, stores it as the bf16 its products round it to, one [kAttnMmaTile keys x
+// kAttnMmaTile queries] tile per (query tile, key tile) pair on or below the diagonal, and the dQ
+// kernel (backward_dq_ds) sums dS·K over its key tiles in order: 5 tile products in the backward
+// (FlashAttention-2's count, which FlashAttention-2 reaches by adding dQ with atomics) and the
+// same bits as recomputing. The tiles are kept per unit, one (batch, kv head) with the group's
+// query heads, at most kAttnDsScratchBytes at a time: the backward runs over chunks of units. A
+// unit larger than that (past about 48 k positions at a group of 1) takes the dQ kernel that
+// recomputes S and dP (backward_dq) instead.
+inline constexpr size_t kAttnDsScratchBytes = size_t{512} << 20;
+size_t attention_ds_unit_bytes(const AttentionShape& s);
+// Units per chunk, balanced over the chunks (batch · n_kv_heads units in all); 0: recompute.
+int64_t attention_ds_chunk_units(const AttentionShape& s);
+// Tests: a smaller bound than kAttnDsScratchBytes, to run several chunks or the recomputing dQ on
+// small shapes (0: the default).
+void set_attention_ds_scratch_bytes(size_t bytes);
 
 // ---- What an attention kernel costs (launch_cost.h), either path.
 // The FLOPs of the tile products of a kernel visiting every (query tile, key tile) pair on or

@@ -1,6 +1,7 @@
 #include "kernels/cuda/table.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -126,7 +127,7 @@ void attention_backward_on(const AttentionShape& sh, const T* q, int64_t ldq, co
                            const float* lse, const float* dout, int64_t lddo, float* dq,
                            int64_t lddq, float* dk, int64_t lddk, float* dv, int64_t lddv,
                            cudaStream_t s) {
-  const Scratch w(attention_backward_workspace_bytes(sh), s);
+  const Scratch w(attention_backward_workspace_bytes(sh, std::is_same_v<T, bf16_t>), s);
   cuda::attention_backward(sh, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk,
                            lddk, dv, lddv, w.data(), w.bytes(), s);
 }

@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -213,7 +213,7 @@ TEST_F(CudaAttention, Bf16StorageIsTheKernelOnTheRoundedValues) {
     DeviceArray<bf16_t> q(q16), k(k16), v(v16), out(in.N * in.qd);
     DeviceArray<float> lse(in.lse_size), dout(in.dout), dq(in.N * in.qd), dk(in.N * in.kd),
         dv(in.N * in.kd);
-    const size_t bytes = cuda::attention_backward_workspace_bytes(s);
+    const size_t bytes = cuda::attention_backward_workspace_bytes(s, true);
     DeviceArray<char> work(bytes);
     cuda::attention_forward(s, q.get(), in.ldq, k.get(), in.ldk, v.get(), in.ldk, out.get(), in.qd,
                             lse.get(), stream);
@@ -270,8 +270,8 @@ TEST_F(CudaAttention, IsDeterministic) {
 // accumulate in fp32, in other orders (and P rounded from probabilities that differ in the last
 // fp32 bits), so they agree far inside the bf16 bounds: 2e-3 relative in norm.
 TEST_F(CudaAttention, TensorCoresMatchTheCudaCoreKernels) {
-  const AttentionShape shapes[] = {{2, 33, 4, 2, 16}, {2, 65, 4, 4, 32}, {1, 200, 4, 1, 64},
-                                   {1, 130, 2, 2, 128}};
+  const AttentionShape shapes[] = {
+      {2, 33, 4, 2, 16}, {2, 65, 4, 4, 32}, {1, 200, 4, 1, 64}, {1, 130, 2, 2, 128}};
   for (AttentionShape s : shapes) {
     s.compute = DType::bf16;
     SCOPED_TRACE(::testing::Message() << s.seq_len << " hd " << s.head_dim);
@@ -289,6 +289,37 @@ TEST_F(CudaAttention, TensorCoresMatchTheCudaCoreKernels) {
   }
 }
 
+// dQ from the dK/dV kernel's stored dS tiles is dQ recomputing S and dP bit for bit (the same dS,
+// rounded to the same bf16, summed over the key tiles in the same order; dK and dV unchanged), in
+// one chunk of units, in several (the last one shorter or balanced), one unit a chunk, and for
+// bf16 inputs as for fp32 inputs with bf16 compute.
+TEST_F(CudaAttention, DqFromStoredDsIsTheRecomputedDqBitForBit) {
+  AttentionShape s{3, 130, 4, 2, 64};  // 6 units of (batch, kv head), 3 query tiles
+  s.compute = DType::bf16;
+  const Inputs in(s);
+  const size_t unit = cuda::attention_ds_unit_bytes(s);
+  EXPECT_EQ(unit, 6u * 2 * 64 * 64 * 2);  // 3 · 4 / 2 tile pairs, 2 query heads a unit
+  cuda::set_attention_ds_scratch_bytes(unit - 1);
+  ASSERT_EQ(cuda::attention_ds_chunk_units(s), 0);
+  EXPECT_EQ(cuda::attention_backward_workspace_bytes(s), 3u * 130 * 4 * 4);  // delta only
+  const Result recomputed = gpu_attention(s, in, false, stream);
+  for (const auto& [bound, units] : {std::pair{6, 6}, {4, 3}, {5, 3}, {1, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "a bound of " << bound << " units");
+    cuda::set_attention_ds_scratch_bytes(bound * unit);
+    ASSERT_EQ(cuda::attention_ds_chunk_units(s), units);
+    const Result stored = gpu_attention(s, in, false, stream);
+    EXPECT_TRUE(all_near(stored.dq, recomputed.dq, 0, 0));
+    EXPECT_TRUE(all_near(stored.dk, recomputed.dk, 0, 0));
+    EXPECT_TRUE(all_near(stored.dv, recomputed.dv, 0, 0));
+    EXPECT_TRUE(all_near(stored.out, recomputed.out, 0, 0));
+  }
+  cuda::set_attention_ds_scratch_bytes(0);
+  EXPECT_EQ(cuda::attention_ds_chunk_units(s), 6);
+  EXPECT_EQ(cuda::attention_backward_workspace_bytes(s), 6400u + 6 * unit);  // delta to 256 B
+  EXPECT_EQ(cuda::attention_backward_workspace_bytes(s),
+            cuda::attention_backward_workspace_bytes({3, 130, 4, 2, 64}, true));
+}
+
 #ifdef BOOSTLM_CUDA_EMULATOR
 // On the emulated device every FLOP of the tensor-core kernels' tile products is an mma.sync (the
 // counters see each one), exactly as many as the kernel's own estimate (plans.h), which the
@@ -299,21 +330,59 @@ TEST_F(CudaAttention, TensorCoreKernelsRunTheirEstimatedFlopsAsMma) {
   const Inputs in(s);
   cuda_emulator::reset_kernel_counters();
   gpu_attention(s, in, false, stream);
-  uint64_t forward = 0, dkdv = 0, dq = 0, other = 0;
-  for (const auto& c : cuda_emulator::kernel_counters()) {
-    if (c.kernel.find("mma_forward_kernel") != std::string::npos)
-      forward += c.tensor_flops;
-    else if (c.kernel.find("mma_backward_dkdv_kernel") != std::string::npos)
-      dkdv += c.tensor_flops;
-    else if (c.kernel.find("mma_backward_dq_kernel") != std::string::npos)
-      dq += c.tensor_flops;
-    else
-      other += c.tensor_flops;
-  }
-  EXPECT_EQ(forward, cuda::attention_mma_flops(s, cuda::AttentionKernel::forward));
-  EXPECT_EQ(dkdv, cuda::attention_mma_flops(s, cuda::AttentionKernel::backward_dkdv));
-  EXPECT_EQ(dq, cuda::attention_mma_flops(s, cuda::AttentionKernel::backward_dq));
-  EXPECT_EQ(other, 0u);
+  struct Counted {
+    uint64_t forward = 0, dkdv = 0, dq = 0, dq_ds = 0, other = 0, dkdv_written = 0;
+    int64_t dkdv_launches = 0, dq_ds_launches = 0;
+  };
+  const auto count = [] {
+    Counted n;
+    for (const auto& c : cuda_emulator::kernel_counters()) {
+      if (c.kernel.find("mma_forward_kernel") != std::string::npos) {
+        n.forward += c.tensor_flops;
+      } else if (c.kernel.find("mma_backward_dkdv_kernel") != std::string::npos) {
+        n.dkdv += c.tensor_flops;
+        n.dkdv_written += c.bytes_written;
+        n.dkdv_launches += c.launches;
+      } else if (c.kernel.find("mma_backward_dq_kernel") != std::string::npos) {
+        n.dq += c.tensor_flops;
+      } else if (c.kernel.find("mma_backward_dq_ds_kernel") != std::string::npos) {
+        n.dq_ds += c.tensor_flops;
+        n.dq_ds_launches += c.launches;
+      } else {
+        n.other += c.tensor_flops;
+      }
+    }
+    return n;
+  };
+  // dQ from the stored dS: one product a tile, 5 in the backward (s has 4 units, one chunk).
+  const Counted stored = count();
+  EXPECT_EQ(stored.forward, cuda::attention_mma_flops(s, cuda::AttentionKernel::forward));
+  EXPECT_EQ(stored.dkdv, cuda::attention_mma_flops(s, cuda::AttentionKernel::backward_dkdv));
+  EXPECT_EQ(stored.dq_ds, cuda::attention_mma_flops(s, cuda::AttentionKernel::backward_dq_ds));
+  EXPECT_EQ(stored.dq, 0u);
+  EXPECT_EQ(stored.other, 0u);
+  EXPECT_EQ(stored.dq_ds * 2, stored.forward);  // one product of the forward's two
+  EXPECT_EQ(stored.dkdv_written, 2 * in.N * in.kd * sizeof(float) +
+                                     4 * cuda::attention_ds_unit_bytes(s));  // dK, dV and dS
+  // Several chunks: their launches' counts add up to one's.
+  cuda::set_attention_ds_scratch_bytes(2 * cuda::attention_ds_unit_bytes(s));
+  cuda_emulator::reset_kernel_counters();
+  gpu_attention(s, in, false, stream);
+  const Counted chunked = count();
+  EXPECT_EQ(chunked.dkdv_launches, 2);
+  EXPECT_EQ(chunked.dq_ds_launches, 2);
+  EXPECT_EQ(chunked.dkdv, stored.dkdv);
+  EXPECT_EQ(chunked.dq_ds, stored.dq_ds);
+  EXPECT_EQ(chunked.dkdv_written, stored.dkdv_written);
+  // A unit over the bound: dQ recomputes S and dP (3 products a tile, 7 in the backward).
+  cuda::set_attention_ds_scratch_bytes(1);
+  cuda_emulator::reset_kernel_counters();
+  gpu_attention(s, in, false, stream);
+  const Counted recomputed = count();
+  cuda::set_attention_ds_scratch_bytes(0);
+  EXPECT_EQ(recomputed.dq, cuda::attention_mma_flops(s, cuda::AttentionKernel::backward_dq));
+  EXPECT_EQ(recomputed.dq, 3 * stored.dq_ds);
+  EXPECT_EQ(recomputed.dq_ds, 0u);
 
   cuda_emulator::reset_kernel_counters();
   s.compute = DType::f32;
@@ -335,7 +404,8 @@ TEST_F(CudaAttention, CachedAttentionHoldsMoreKeysThanTheDefaultSharedMemory) {
   const int64_t max_keys = cuda::attention_cached_max_keys();
   int device = 0, optin = 0;
   BOOSTLM_CHECK_CUDA(cudaGetDevice(&device));
-  BOOSTLM_CHECK_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  BOOSTLM_CHECK_CUDA(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   ASSERT_GT(optin, 48 << 10) << "a device without opt-in shared memory (before sm_70)";
   EXPECT_GT(max_keys, default_keys);
   EXPECT_LE(max_keys * static_cast<int64_t>(sizeof(float)), optin);
@@ -388,7 +458,7 @@ TEST_F(CudaAttention, MeasuresTheAttentionRate) {
     DeviceArray<bf16_t> q(rounded), k(rounded), v(rounded), out(N * width);
     DeviceArray<float> lse(s.batch * s.n_heads * s.seq_len), dout(values), dq(N * width),
         dk(N * width), dv(N * width);
-    const size_t bytes = cuda::attention_backward_workspace_bytes(s);
+    const size_t bytes = cuda::attention_backward_workspace_bytes(s, true);
     DeviceArray<char> work(bytes);
     // The model's FLOPs: QKᵀ and PV over the causal pairs; the backward counted as 2.5x the
     // forward (FlashAttention's convention: four products and the recomputed S).
@@ -413,8 +483,8 @@ TEST_F(CudaAttention, MeasuresTheAttentionRate) {
         return ms / kReps;
       };
       const float forward_ms = time_ms([&] {
-        cuda::attention_forward(s, q.get(), width, k.get(), width, v.get(), width, out.get(),
-                                width, lse.get(), stream);
+        cuda::attention_forward(s, q.get(), width, k.get(), width, v.get(), width, out.get(), width,
+                                lse.get(), stream);
       });
       const float backward_ms = time_ms([&] {
         cuda::attention_backward(s, q.get(), width, k.get(), width, v.get(), width, out.get(),

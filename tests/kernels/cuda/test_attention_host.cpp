@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "core/rng.h"
@@ -15,6 +16,8 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/plans.h"
 #include "kernels/math.h"
+#include "plan/memory.h"
+#include "plan/workload.h"
 
 namespace boostlm::cuda {
 namespace {
@@ -101,6 +104,41 @@ TEST(AttentionPlan, BackwardWorkspaceIsOneFloatPerQueryRowAndHead) {
   EXPECT_EQ(attention_backward_workspace_bytes({2, 100, 8, 2, 64}), 2u * 100 * 8 * 4);
   // The tiles' stride: one float of padding per key row.
   EXPECT_EQ(attention_kv_tile_stride(64), 65);
+}
+
+// The tensor-core backward's dS tiles: per unit (sequence, kv head) the tile pairs on or below the
+// diagonal for each query head of the group, chunks balanced under the 512 MiB bound (the dQ
+// grid's y within CUDA's limit too), none past it; and the planner counts the same bytes.
+TEST(AttentionPlan, DsTilesComeInBalancedChunksUnderTheirBound) {
+  const AttentionShape s{4, 4096, 32, 32, 64};  // the 1B shape at the paper's micro-batch
+  EXPECT_EQ(attention_ds_unit_bytes(s), 64u * 65 / 2 * 64 * 64 * 2);  // 17 MB
+  EXPECT_EQ(attention_ds_chunk_units(s), 26);  // 128 units, 30 fit: 5 chunks of 26 (the last 24)
+  EXPECT_EQ(attention_ds_chunk_units({1, 4096, 32, 32, 64}), 16);  // 32 units: 2 chunks of 16
+  EXPECT_EQ(attention_ds_chunk_units({1, 64, 8, 2, 64}), 2);       // all at once
+  EXPECT_EQ(attention_ds_chunk_units({1, 65536, 1, 1, 64}), 0);    // 4 GiB a unit: recompute
+  // 131 072 units of 16 KiB: 32 768 fit the bound, 32 767 the grid's y: 5 chunks of 26 215.
+  EXPECT_EQ(attention_ds_chunk_units({1024, 64, 256, 128, 16}), 26215);
+  AttentionShape fp32 = s;
+  EXPECT_EQ(attention_backward_workspace_bytes(fp32), 4u * 4096 * 32 * 4);  // delta alone
+  fp32.compute = DType::bf16;
+  EXPECT_EQ(attention_backward_workspace_bytes(fp32),
+            4u * 4096 * 32 * 4 + 26 * attention_ds_unit_bytes(s));
+
+  for (const auto& [batch, seq, tp] :
+       {std::tuple{4, 4096, 1}, {1, 4096, 2}, {8, 1024, 4}, {2, 65536, 1}, {3, 100, 1}}) {
+    plan::MicroBatchShape mb;
+    mb.config.d_model = 2048;
+    mb.config.n_heads = 32;
+    mb.config.n_kv_heads = 8;
+    mb.batch = batch;
+    mb.seq_len = seq;
+    mb.tp = tp;
+    const AttentionShape local{batch, seq, 32 / tp, 8 / tp, 64};
+    EXPECT_EQ(
+        plan::attention_ds_scratch_bytes(mb),
+        static_cast<int64_t>(attention_ds_chunk_units(local) * attention_ds_unit_bytes(local)))
+        << batch << " x " << seq << " at tp " << tp;
+  }
 }
 
 TEST(CrossEntropyPlan, RowChunksCoverTheRowsInOrder) {
