@@ -119,14 +119,14 @@
      int64_t first_pos),                                                                         \
     (x, ld, rows, heads, table, first_pos))                                                      \
   X(void, rope_forward_bf16, rope_forward_bf16,                                                  \
-    (float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,          \
+    (const float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,          \
      bf16_t* out, int64_t ldo),                                                                  \
     (x, ld, B, T, heads, table, out, ldo))                                                       \
   X(void, rope_backward, rope_backward,                                                          \
     (float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table),        \
     (dx, ld, B, T, heads, table))                                                                \
   X(void, rope_backward_bf16, rope_backward_bf16,                                                \
-    (float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,         \
+    (const float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,         \
      bf16_t* out, int64_t ldo),                                                                  \
     (dx, ld, B, T, heads, table, out, ldo))                                                      \
   /* kernels/attention.h */                                                                      \

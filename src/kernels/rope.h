@@ -24,16 +24,16 @@ void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
 // (incremental decoding: new tokens after the cached ones).
 void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const RopeTable& table,
                      int64_t first_pos);
-// rope_forward, and each rotated row rounded into out (row stride ldo) while it is in cache: q and
-// k as bf16 training keeps them (x holds the rotated fp32 values too).
-void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+// rope_forward's rotation of x rounded into out (row stride ldo): q and k as bf16 training keeps
+// them. x is read, not written (its rotated fp32 values have no reader: attention reads out).
+void rope_forward_bf16(const float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
                        const RopeTable& table, bf16_t* out, int64_t ldo);
 // The adjoint (rotation by −angle), in place on the gradient.
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                    const RopeTable& table);
-// rope_backward, each rotated row also rounded into out (row stride ldo): a gradient that only
-// bf16 GEMMs read.
-void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
+// rope_backward's rotation of dx rounded into out (row stride ldo): a gradient that only bf16
+// GEMMs read. dx is read, not written.
+void rope_backward_bf16(const float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                         const RopeTable& table, bf16_t* out, int64_t ldo);
 
 }  // namespace boostlm

@@ -63,7 +63,9 @@ TEST(Roofline, EachKindOfKernelAtItsRate) {
   double sum = 0;
   for (size_t i = 0; i < r.rows.size(); ++i) {
     sum += r.rows[i].seconds();
-    if (i > 0) EXPECT_GE(r.rows[i - 1].seconds(), r.rows[i].seconds());
+    if (i > 0) {
+      EXPECT_GE(r.rows[i - 1].seconds(), r.rows[i].seconds());
+    }
   }
   EXPECT_NEAR(r.seconds, sum, 1e-15);
 }

@@ -1,11 +1,12 @@
 #include "kernels/rope.h"
 #include "kernels/cpu/kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/error.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "core/profile.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -54,19 +55,37 @@ inline void rotate_row(float* row, int64_t heads, int64_t hd, const float* c, co
   }
 }
 
-// Every row of x [B·T, heads·hd] (token n at position n % T); with `out`, each rotated row is also
-// rounded into out (row stride ldo) while it is in cache.
+// Every row of x [B·T, heads·hd] (token n at position n % T), in place.
 template <int Sign>
-void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,
-            bf16_t* out = nullptr, int64_t ldo = 0) {
+void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table) {
   BOOSTLM_ASSERT(T <= table.max_pos);
-  const int64_t hd = table.head_dim, half = hd / 2;
+  const int64_t half = table.head_dim / 2;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < B * T; ++n) {
     const int64_t p = n % T;
-    float* row = x + n * ld;
-    rotate_row<Sign>(row, heads, hd, table.cos.data() + p * half, table.sin.data() + p * half);
-    if (out) cpu::round_row_bf16(row, heads * hd, out + n * ldo);
+    rotate_row<Sign>(x + n * ld, heads, table.head_dim, table.cos.data() + p * half,
+                     table.sin.data() + p * half);
+  }
+}
+
+// Every row of x rotated in a copy that stays in cache and rounded into out (row stride ldo); x
+// is only read.
+template <int Sign>
+void rotate_rounded(const float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+                    const RopeTable& table, bf16_t* out, int64_t ldo) {
+  BOOSTLM_ASSERT(T <= table.max_pos);
+  const int64_t hd = table.head_dim, half = hd / 2, width = heads * hd;
+#pragma omp parallel
+  {
+    std::vector<float> row(static_cast<size_t>(width));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < B * T; ++n) {
+      const int64_t p = n % T;
+      std::copy(x + n * ld, x + n * ld + width, row.begin());
+      rotate_row<Sign>(row.data(), heads, hd, table.cos.data() + p * half,
+                       table.sin.data() + p * half);
+      cpu::round_row_bf16(row.data(), width, out + n * ldo);
+    }
   }
 }
 }  // namespace
@@ -85,15 +104,15 @@ void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const Ro
     rotate_row<1>(x + i * ld, heads, t.head_dim, t.cos.data() + p * half, t.sin.data() + p * half);
   }
 }
-void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+void rope_forward_bf16(const float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
                        const RopeTable& t, bf16_t* out, int64_t ldo) {
   BOOSTLM_KERNEL("rope");
-  rotate<1>(x, ld, B, T, heads, t, out, ldo);
+  rotate_rounded<1>(x, ld, B, T, heads, t, out, ldo);
 }
-void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
+void rope_backward_bf16(const float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                         const RopeTable& t, bf16_t* out, int64_t ldo) {
   BOOSTLM_KERNEL("rope");
-  rotate<-1>(dx, ld, B, T, heads, t, out, ldo);
+  rotate_rounded<-1>(dx, ld, B, T, heads, t, out, ldo);
 }
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t) {
   BOOSTLM_KERNEL("rope");

@@ -116,11 +116,11 @@ void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
                   const DeviceRopeTable& table, cudaStream_t stream);
 void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads,
                      const DeviceRopeTable& table, int64_t first_pos, cudaStream_t stream);
-void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+void rope_forward_bf16(const float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
                        const DeviceRopeTable& table, bf16_t* out, int64_t ldo, cudaStream_t stream);
 void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                    const DeviceRopeTable& table, cudaStream_t stream);
-void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
+void rope_backward_bf16(const float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                         const DeviceRopeTable& table, bf16_t* out, int64_t ldo,
                         cudaStream_t stream);
 

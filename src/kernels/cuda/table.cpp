@@ -108,7 +108,7 @@ void rope_forward_at(float* x, int64_t ld, int64_t rows, int64_t heads, const Ro
                      int64_t first_pos, cudaStream_t s) {
   cuda::rope_forward_at(x, ld, rows, heads, on_device(t), first_pos, s);
 }
-void rope_forward_bf16(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
+void rope_forward_bf16(const float* x, int64_t ld, int64_t B, int64_t T, int64_t heads,
                        const RopeTable& t, bf16_t* out, int64_t ldo, cudaStream_t s) {
   cuda::rope_forward_bf16(x, ld, B, T, heads, on_device(t), out, ldo, s);
 }
@@ -116,7 +116,7 @@ void rope_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, c
                    cudaStream_t s) {
   cuda::rope_backward(dx, ld, B, T, heads, on_device(t), s);
 }
-void rope_backward_bf16(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
+void rope_backward_bf16(const float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads,
                         const RopeTable& t, bf16_t* out, int64_t ldo, cudaStream_t s) {
   cuda::rope_backward_bf16(dx, ld, B, T, heads, on_device(t), out, ldo, s);
 }
