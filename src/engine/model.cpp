@@ -507,6 +507,10 @@ bool Model::graphs_possible() const {
   return graph_conditions() && pp_->size() == 1;
 }
 
+bool Model::pipeline_graphs_possible() const {
+  return graph_conditions() && pp_->size() > 1;
+}
+
 bool Model::stage_graphs_possible() const {
   return graph_conditions() && pp_->size() > 1 && options().recompute != Recompute::block &&
          lax_boundary_ == 0;

@@ -108,6 +108,11 @@ class Model {
   // whole-block recomputation (the block a slot holds is host state) nor LaX (its chains' state
   // passes from forward to backward on the host).
   bool stage_graphs_possible() const;
+  // Whether a graph of a whole step over stages can hold the pipeline's calls (train/step.h):
+  // graphs_possible()'s TP group, chunk and backend. Whole-block recomputation and LaX included:
+  // the graph holds the whole 1F1B schedule, and the host state they decide by (the block a slot
+  // holds, the chains' carries) is set by that schedule's own calls, the same every step.
+  bool pipeline_graphs_possible() const;
   float graphed_stage_forward(const int32_t* tokens, const int32_t* targets, int micro,
                               bool round_weights, float grad_scale);
   void graphed_stage_backward(const int32_t* tokens, int micro);

@@ -54,13 +54,10 @@ int64_t overlap_chunks(const StepConfig& c);
 
 // Whether the engine replays a GPU step's kernels from CUDA graphs (kernels/graph.h): without
 // --tp-overlap's chunks; TP's and DP's collectives and the pipeline's sends are in the step's
-// graph over NCCL, unless whole-block recomputation or LaX keeps the stages on the host
-// (Model::stage_graphs_possible, train/step.h). On a CPU the node overhead is the kernel's:
-// nothing changes.
+// graph over NCCL (Model::pipeline_graphs_possible, train/step.h). On a CPU the node overhead is
+// the kernel's: nothing changes.
 bool graphed(const StepConfig& c) {
-  const bool stages =
-      c.pp == 1 || (c.options.recompute != Recompute::block && c.config.arch != Arch::lax);
-  return c.cuda_graphs && stages && overlap_chunks(c) == 1;
+  return c.cuda_graphs && overlap_chunks(c) == 1;
 }
 
 CostContext cost_context(const Hardware& hw, const StepConfig& c, const Placement& pl) {

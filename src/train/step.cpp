@@ -47,7 +47,7 @@ bool whole_step_possible(Pipeline& pipeline, const AdamW& optimizer,
                                : optimizer.whole() &&
                                      (dp.reducer == nullptr || dp.reducer->capturable());
   const bool graphs =
-      model.graphs_possible() || (model.stage_graphs_possible() && model.pp().capturable());
+      model.graphs_possible() || (model.pipeline_graphs_possible() && model.pp().capturable());
   return !micro.empty() && reduced && graphs;
 }
 

@@ -114,8 +114,8 @@ done
 # ranks over NCCL (their collectives, the DP all-reduces and the norm's TP sum in the graph): one
 # graph launch and 5 copies a step (the ids, the step's values, the loss and the norm back), ZeRO-1
 # too (its reduce-scatter, the norm's DP sum and the all-gather in the graph), and pipeline stages
-# (the 1F1B schedule with its sends and receives in the graph; LaX and whole-block recomputation
-# keep theirs launched from the host). Off, every kernel is launched from the host:
+# (the 1F1B schedule with its sends and receives in the graph, LaX's chains and whole-block
+# recomputation included). Off, every kernel is launched from the host:
 # the same kernels on the same data, so the same losses bit for bit, fp32 and bf16 (whose AdamW
 # also writes the bf16 copy in the graph).
 # graphs NAME MOST [OFF]: from step 2 on, NAME's steps replay their kernels from graphs and launch
@@ -228,9 +228,21 @@ train cola-b1-cpu 1 cpu cola -b 1 --grad-accum 2 &&
   train pp2dp2-nograph 4 cuda cola -b 1 --grad-accum 2 --pp 2 --dp 2 --cuda-graph off &&
   compare "--cuda-graph off, pp 2 x dp 2" pp2dp2 pp2dp2-nograph 0 "the same kernels: exact" &&
   graphs pp2dp2 5 pp2dp2-nograph
-# LaX's chains cross the stage boundary (h forward, ∂L/∂h backward) beside the residual.
+# LaX's chains cross the stage boundary (h forward, ∂L/∂h backward) beside the residual; the
+# step one graph with them, and with whole-block recomputation (whose decisions, like the chains'
+# carries, the schedule's own calls make on the host, the same every step).
 train lax-b1-cpu 1 cpu lax -b 1 --grad-accum 2 &&
-  parallel lax-pp2 lax lax-b1-cpu -b 1 --grad-accum 2 --pp 2
+  parallel lax-pp2 lax lax-b1-cpu -b 1 --grad-accum 2 --pp 2 &&
+  train lax-pp2-nograph 2 cuda lax -b 1 --grad-accum 2 --pp 2 --cuda-graph off &&
+  compare "--cuda-graph off, lax pp 2" lax-pp2 lax-pp2-nograph 0 "the same kernels and sends: exact" &&
+  graphs lax-pp2 5 lax-pp2-nograph &&
+  train pp2-block 2 cuda cola -b 1 --grad-accum 2 --pp 2 --recompute block &&
+  compare "--recompute block, pp 2" pp2 pp2-block 0 "recomputed as computed: exact" &&
+  train pp2-block-nograph 2 cuda cola -b 1 --grad-accum 2 --pp 2 --recompute block \
+    --cuda-graph off &&
+  compare "--cuda-graph off, pp 2 --recompute block" pp2-block pp2-block-nograph 0 \
+    "the same kernels and sends: exact" &&
+  graphs pp2-block 5 pp2-block-nograph
 echo "dp 2, pp 2: $((SECONDS - started)) s so far"
 
 # ZeRO-1 at dp 1 saving its checkpoint at step 2 (the optimizer's all-gather over a group of one,
