@@ -75,7 +75,9 @@ bool attention_uses_tensor_cores(const AttentionShape& s, bool bf16_inputs);
 void set_attention_tensor_cores(bool on);
 // Geometry as attention_launch's: forward and dQ one block per (query tile, head, batch), dK/dV one
 // per (key tile, kv head, batch); kAttnMmaWarps·32 threads; the bf16 tiles (Q, K, V forward; Q, dO,
-// K, V and the rows' lse and delta backward) as dynamic shared memory.
+// K, V and the rows' lse and delta backward; K and dS for backward_dq_ds) as dynamic shared
+// memory. With dS tiles the backward launches per chunk of units: grids (tiles, units) and
+// (tiles, units · group), the same blocks.
 AttentionGeometry attention_mma_launch(const AttentionShape& s, AttentionKernel kernel);
 // The FLOPs the kernel's mma.sync instructions execute (the tiles it visits, masked entries
 // included): what the emulated device counts, and the kernel's own estimate of its work.
