@@ -9,6 +9,8 @@
 // Softmax scale 1/sqrt(head_dim).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -23,6 +25,35 @@ struct AttentionShape {
   int64_t batch, seq_len, n_heads, n_kv_heads, head_dim;
   DType compute = DType::f32;
 };
+
+// ---- What the CUDA backend's tensor-core attention (kernels/cuda/plans.h) keeps, as arithmetic
+// on the shape that the planner counts too (plan/memory.h): the head dimensions it is compiled for,
+// and its backward's dS tiles. Those are kAttentionDsTile x kAttentionDsTile bf16 per pair of
+// query and key tiles on or below the diagonal and per query head, kept for a chunk of units (one
+// sequence's kv head with its group of query heads) at a time.
+inline bool attention_tensor_core_head_dim(int64_t head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+inline constexpr int64_t kAttentionDsTile = 64;
+inline constexpr size_t kAttentionDsBoundBytes = size_t{512} << 20;
+inline size_t attention_ds_unit_bytes(const AttentionShape& s) {
+  const int64_t tiles = (s.seq_len + kAttentionDsTile - 1) / kAttentionDsTile;
+  return static_cast<size_t>(tiles * (tiles + 1) / 2 * (s.n_heads / s.n_kv_heads) *
+                             kAttentionDsTile * kAttentionDsTile * 2);
+}
+// Units per chunk with at most `bound` bytes of tiles a chunk (and units · group within CUDA's
+// 65 535 grid rows in y, the chunk's dQ launch), balanced over the chunks of the shape's
+// batch · n_kv_heads units; 0 where one unit is over the bound.
+inline int64_t attention_ds_units_per_chunk(const AttentionShape& s, size_t bound) {
+  constexpr int64_t kMaxGridY = 65535;
+  const size_t unit = attention_ds_unit_bytes(s);
+  if (unit > bound) return 0;
+  const int64_t units = s.batch * s.n_kv_heads;
+  const int64_t fit = std::min(static_cast<int64_t>(bound / unit),
+                               kMaxGridY / (s.n_heads / s.n_kv_heads));
+  const int64_t chunks = (units + fit - 1) / fit;
+  return (units + chunks - 1) / chunks;
+}
 
 // out: [B·T, n_heads·head_dim] (row stride ldo); lse: [B, n_heads, T].
 void attention_forward(const AttentionShape& s, const float* q, int64_t ldq, const float* k,

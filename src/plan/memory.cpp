@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/attention.h"
 #include "parallel/layout_cost.h"
 
 namespace boostlm::plan {
@@ -121,19 +122,13 @@ int64_t workspace_elements(const MicroBatchShape& mb) {
 }
 
 int64_t attention_ds_scratch_bytes(const MicroBatchShape& mb) {
-  constexpr int64_t kTile = 64, kBound = int64_t{512} << 20, kMaxGridY = 65535;
   const ModelConfig& c = mb.config;
-  const int64_t hd = c.head_dim();
-  if (hd != 16 && hd != 32 && hd != 64 && hd != 128) return 0;  // the CUDA-core kernels
-  const int64_t kv_heads = std::max<int64_t>(1, c.n_kv_heads / mb.tp);
+  if (!attention_tensor_core_head_dim(c.head_dim())) return 0;  // the CUDA-core kernels
   const int64_t group = c.n_heads / c.n_kv_heads;
-  const int64_t tiles = (mb.seq_len + kTile - 1) / kTile;
-  const int64_t unit = tiles * (tiles + 1) / 2 * group * kTile * kTile * 2;
-  if (unit > kBound) return 0;
-  const int64_t units = mb.batch * kv_heads;
-  const int64_t fit = std::min(kBound / unit, kMaxGridY / group);
-  const int64_t chunks = (units + fit - 1) / fit;
-  return (units + chunks - 1) / chunks * unit;
+  const int64_t kv_heads = std::max<int64_t>(1, c.n_kv_heads / mb.tp);
+  const AttentionShape local{mb.batch, mb.seq_len, kv_heads * group, kv_heads, c.head_dim()};
+  return attention_ds_units_per_chunk(local, kAttentionDsBoundBytes) *
+         static_cast<int64_t>(attention_ds_unit_bytes(local));
 }
 
 }  // namespace boostlm::plan

@@ -43,9 +43,9 @@ int64_t model_activation_bytes(const MicroBatchShape& mb, DType compute);
 // an estimate from the engine's buffers, not an exact count.
 int64_t workspace_elements(const MicroBatchShape& mb);
 // The CUDA backend's bf16 attention backward keeps the dS tiles of one chunk of (sequence, kv
-// head) units while a block's attention backward runs, at most 512 MiB (kernels/cuda/plans.h,
-// attention_ds_chunk_units: the same count, tested against it): device memory, and none on the
-// CPU or in fp32.
+// head) units while a block's attention backward runs, at most 512 MiB (kernels/attention.h's
+// arithmetic, which the kernels' launcher uses too): device memory, and none on the CPU or in
+// fp32.
 int64_t attention_ds_scratch_bytes(const MicroBatchShape& mb);
 
 }  // namespace boostlm::plan

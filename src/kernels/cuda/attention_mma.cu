@@ -117,30 +117,38 @@ __device__ void product_abt(float (&acc)[kN][4], const bf16_t* as, int a0, const
   }
 }
 
+// acc[n] (16 x 8 each, kHD / 8 of them) += A · B for the warp over one k-step of 16: A the warp's
+// 16 x 16 fragment `a`, B rows k0..k0+15 of tile `bs` (kHD columns).
+template <int kHD>
+__device__ void product_kstep(float (&acc)[kHD / 8][4], const uint32_t (&a)[4], const bf16_t* bs,
+                              int k0) {
+  constexpr int ldt = kTileStride<kHD>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 0; d < kHD / 16; ++d) {
+    // Matrices (.trans): (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
+    uint32_t b[4];
+    mma::ldmatrix_x4_trans(
+        b, bs + (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * ldt + 16 * d + 8 * (lane / 16));
+    const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+    mma::mma_bf16_16816(acc[2 * d], a, b_lo, acc[2 * d]);
+    mma::mma_bf16_16816(acc[2 * d + 1], a, b_hi, acc[2 * d + 1]);
+  }
+}
+
 // acc[n] (16 x 8 each, kHD / 8 of them) += P · B for the warp: P is 16 x 8·kP in registers as
 // the C fragments of kP n-tiles (rounded to bf16 here), B is rows b0..b0+8·kP−1 of tile `bs`.
 template <int kHD, int kP>
 __device__ void product_pb(float (&acc)[kHD / 8][4], const float (&p)[kP][4], const bf16_t* bs,
                            int b0) {
-  constexpr int ldt = kTileStride<kHD>;
   static_assert(kP % 2 == 0);
-  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < kP / 2; ++kk) {
     const uint32_t a[4] = {mma::pack_bf16(p[2 * kk][0], p[2 * kk][1]),
                            mma::pack_bf16(p[2 * kk][2], p[2 * kk][3]),
                            mma::pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                            mma::pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-#pragma unroll
-    for (int d = 0; d < kHD / 16; ++d) {
-      // Matrices (.trans): (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
-      uint32_t b[4];
-      mma::ldmatrix_x4_trans(b, bs + (b0 + 16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * ldt +
-                                    16 * d + 8 * (lane / 16));
-      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-      mma::mma_bf16_16816(acc[2 * d], a, b_lo, acc[2 * d]);
-      mma::mma_bf16_16816(acc[2 * d + 1], a, b_hi, acc[2 * d + 1]);
-    }
+    product_kstep<kHD>(acc, a, bs, b0 + 16 * kk);
   }
 }
 
@@ -168,6 +176,24 @@ __device__ inline void zero(float (&acc)[kN][4]) {
   for (int n = 0; n < kN; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+}
+
+// The warp's 16 query rows of dQ (rows i0 + 16·warp.., those before T) from its accumulators,
+// head h of sequence b.
+template <int kHD>
+__device__ void store_dq(const float (&acc)[kHD / 8][4], float* dq, int64_t lddq, int64_t b,
+                         int64_t h, int64_t i0, int64_t T) {
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = i0 + 16 * warp + frag_row(2 * r);
+    if (row >= T) continue;
+#pragma unroll
+    for (int n = 0; n < kHD / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        dq[(b * T + row) * lddq + h * kHD + 8 * n + frag_col(2 * r + c)] = acc[n][2 * r + c];
+  }
 }
 
 // The elements of one bf16 tile in shared memory.
@@ -395,22 +421,13 @@ __global__ void __launch_bounds__(kThreads)
     product_pb<kHD>(acc, dp, Ks, 0);
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t row = i0 + 16 * warp + frag_row(2 * r);
-    if (row >= T) continue;
-#pragma unroll
-    for (int n = 0; n < kHD / 8; ++n)
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-        dq[(b * T + row) * lddq + h * kHD + 8 * n + frag_col(2 * r + c)] = acc[n][2 * r + c];
-  }
+  store_dq<kHD>(acc, dq, lddq, b, h, i0, T);
 }
 
 // ---- dQ from the stored dS. Grid: (query tiles, last first; heads; batch), or (query tiles, the
 // chunk's units times the group, 1); each block walks the key tiles up to its diagonal, one
 // product a tile: dQ += dS K, A = dS from the [key][query] tile (ldmatrix .trans), B = K
-// (ldmatrix .trans, as product_pb's).
+// (product_kstep, as product_pb's).
 template <int kHD, typename In>
 __global__ void __launch_bounds__(kThreads)
     mma_backward_dq_ds_kernel(Dims d, const In* k, float* dq, int64_t lddq, DsTiles ds) {
@@ -442,29 +459,11 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t a[4];
       mma::ldmatrix_x4_trans(
           a, Ss + (16 * kk + lane % 8 + 8 * (lane / 16)) * lds + 16 * warp + 8 * ((lane / 8) % 2));
-#pragma unroll
-      for (int dd = 0; dd < kHD / 16; ++dd) {
-        uint32_t bk[4];
-        mma::ldmatrix_x4_trans(
-            bk, Ks + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * kTileStride<kHD> + 16 * dd +
-                    8 * (lane / 16));
-        const uint32_t b_lo[2] = {bk[0], bk[1]}, b_hi[2] = {bk[2], bk[3]};
-        mma::mma_bf16_16816(acc[2 * dd], a, b_lo, acc[2 * dd]);
-        mma::mma_bf16_16816(acc[2 * dd + 1], a, b_hi, acc[2 * dd + 1]);
-      }
+      product_kstep<kHD>(acc, a, Ks, 16 * kk);
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t row = i0 + 16 * warp + frag_row(2 * r);
-    if (row >= T) continue;
-#pragma unroll
-    for (int n = 0; n < kHD / 8; ++n)
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-        dq[(b * T + row) * lddq + h * kHD + 8 * n + frag_col(2 * r + c)] = acc[n][2 * r + c];
-  }
+  store_dq<kHD>(acc, dq, lddq, b, h, i0, T);
 }
 
 Dims dims_of(const AttentionShape& s, int64_t ldq, int64_t ldk, int64_t ldv) {

@@ -62,12 +62,8 @@ AttentionGeometry attention_launch(const AttentionShape& s, AttentionKernel kern
 
 namespace {
 bool tensor_cores_enabled = true;
-size_t ds_scratch_bytes = kAttnDsScratchBytes;
+size_t ds_scratch_bytes = kAttentionDsBoundBytes;
 }  // namespace
-
-bool attention_tensor_core_head_dim(int64_t head_dim) {
-  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
-}
 
 bool attention_uses_tensor_cores(const AttentionShape& s, bool bf16_inputs) {
   return tensor_cores_enabled && (bf16_inputs || s.compute == DType::bf16) &&
@@ -154,25 +150,12 @@ AttentionBytes attention_bytes(const AttentionShape& s, AttentionKernel kernel, 
   return {};
 }
 
-size_t attention_ds_unit_bytes(const AttentionShape& s) {
-  const int64_t tiles = ceil_div(s.seq_len, kAttnMmaTile);
-  const int64_t group = s.n_heads / s.n_kv_heads;
-  return static_cast<size_t>(tiles * (tiles + 1) / 2 * group) * kAttnMmaTile * kAttnMmaTile * 2;
-}
-
 int64_t attention_ds_chunk_units(const AttentionShape& s) {
-  const size_t unit = attention_ds_unit_bytes(s);
-  const int64_t units = s.batch * s.n_kv_heads;
-  if (unit > ds_scratch_bytes) return 0;
-  // A chunk's dQ grid has units · group blocks in y.
-  const int64_t fit = std::min(static_cast<int64_t>(ds_scratch_bytes / unit),
-                               kMaxGridYZ / (s.n_heads / s.n_kv_heads));
-  const int64_t chunks = ceil_div(units, fit);
-  return ceil_div(units, chunks);
+  return attention_ds_units_per_chunk(s, ds_scratch_bytes);
 }
 
 void set_attention_ds_scratch_bytes(size_t bytes) {
-  ds_scratch_bytes = bytes ? bytes : kAttnDsScratchBytes;
+  ds_scratch_bytes = bytes ? bytes : kAttentionDsBoundBytes;
 }
 
 size_t attention_backward_workspace_bytes(const AttentionShape& s, bool bf16_inputs) {

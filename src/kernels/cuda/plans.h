@@ -66,8 +66,9 @@ size_t attention_backward_workspace_bytes(const AttentionShape& s, bool bf16_inp
 inline constexpr int kAttnMmaTile = 64;
 inline constexpr int kAttnMmaWarps = 4;
 inline constexpr int kAttnMmaPad = 8;
-// The head dimensions it is compiled for (16, 32, 64, 128); others run on attention.cu's kernels.
-bool attention_tensor_core_head_dim(int64_t head_dim);
+// The head dimensions it is compiled for: kernels/attention.h's attention_tensor_core_head_dim (16,
+// 32, 64, 128); others run on attention.cu's kernels.
+static_assert(kAttnMmaTile == kAttentionDsTile, "the dS tiles are the kernels' tiles");
 // The tensor-core path is taken for bf16 compute (bf16 inputs, or fp32 inputs with s.compute bf16)
 // at a compiled head dimension, unless turned off (the CUDA-core kernels then run: tests and
 // benchmarks compare the two).
@@ -89,15 +90,15 @@ int64_t attention_mma_flops(const AttentionShape& s, AttentionKernel kernel);
 // kernel (backward_dq_ds) sums dS·K over its key tiles in order: 5 tile products in the backward
 // (FlashAttention-2's count, which FlashAttention-2 reaches by adding dQ with atomics) and the
 // same bits as recomputing. The tiles are kept per unit, one (batch, kv head) with the group's
-// query heads, at most kAttnDsScratchBytes at a time: the backward runs over chunks of units. A
+// query heads, at most 512 MiB at a time: the backward runs over chunks of units. A
 // unit larger than that (past about 48 k positions at a group of 1) takes the dQ kernel that
-// recomputes S and dP (backward_dq) instead.
-inline constexpr size_t kAttnDsScratchBytes = size_t{512} << 20;
-size_t attention_ds_unit_bytes(const AttentionShape& s);
-// Units per chunk, balanced over the chunks (batch · n_kv_heads units in all); 0: recompute.
+// recomputes S and dP (backward_dq) instead. The bound is kernels/attention.h's
+// kAttentionDsBoundBytes and the arithmetic its attention_ds_unit_bytes and
+// attention_ds_units_per_chunk, which the planner counts with.
+// Units per chunk under the bound in force; 0: recompute.
 int64_t attention_ds_chunk_units(const AttentionShape& s);
-// Tests: a smaller bound than kAttnDsScratchBytes, to run several chunks or the recomputing dQ on
-// small shapes (0: the default).
+// Tests: a smaller bound than kAttentionDsBoundBytes, to run several chunks or the recomputing dQ
+// on small shapes (0: the default).
 void set_attention_ds_scratch_bytes(size_t bytes);
 
 // ---- What an attention kernel costs (launch_cost.h), either path.

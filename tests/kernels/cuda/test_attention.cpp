@@ -297,7 +297,7 @@ TEST_F(CudaAttention, DqFromStoredDsIsTheRecomputedDqBitForBit) {
   AttentionShape s{3, 130, 4, 2, 64};  // 6 units of (batch, kv head), 3 query tiles
   s.compute = DType::bf16;
   const Inputs in(s);
-  const size_t unit = cuda::attention_ds_unit_bytes(s);
+  const size_t unit = attention_ds_unit_bytes(s);
   EXPECT_EQ(unit, 6u * 2 * 64 * 64 * 2);  // 3 · 4 / 2 tile pairs, 2 query heads a unit
   cuda::set_attention_ds_scratch_bytes(unit - 1);
   ASSERT_EQ(cuda::attention_ds_chunk_units(s), 0);
@@ -363,9 +363,9 @@ TEST_F(CudaAttention, TensorCoreKernelsRunTheirEstimatedFlopsAsMma) {
   EXPECT_EQ(stored.other, 0u);
   EXPECT_EQ(stored.dq_ds * 2, stored.forward);  // one product of the forward's two
   EXPECT_EQ(stored.dkdv_written, 2 * in.N * in.kd * sizeof(float) +
-                                     4 * cuda::attention_ds_unit_bytes(s));  // dK, dV and dS
+                                     4 * attention_ds_unit_bytes(s));  // dK, dV and dS
   // Several chunks: their launches' counts add up to one's.
-  cuda::set_attention_ds_scratch_bytes(2 * cuda::attention_ds_unit_bytes(s));
+  cuda::set_attention_ds_scratch_bytes(2 * attention_ds_unit_bytes(s));
   cuda_emulator::reset_kernel_counters();
   gpu_attention(s, in, false, stream);
   const Counted chunked = count();
