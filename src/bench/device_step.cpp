@@ -61,6 +61,7 @@ DeviceStepResult run_one(const DeviceStepOptions& o, ModelConfig config, const s
   r.model_flops = model_flops(config, B, T).training();
   r.roofline = plan::price_kernels(device, hooks().read());
   r.peak_flops = device.curve(dtype).peak_flops;
+  r.gemm_max_efficiency = device.curve(DType::bf16).max_efficiency;
   return r;
 }
 
@@ -82,16 +83,17 @@ void print_result(const DeviceStepOptions& o, const DeviceStepResult& r,
   std::printf("\n%s %s, %d layers, %.1fM parameters, batch %ld x %ld%s\n", r.arch.c_str(),
               r.precision.c_str(), r.layers, r.params_m, o.batch, o.seq_len,
               o.count_only ? " (count-only: kernels counted, not run)" : "");
-  std::printf("  launches per step %lu (%lu undeclared; %lu from the host, %lu as nodes of CUDA "
-              "graphs); model FLOPs %s; tensor-core FLOPs %s, CUDA-core matrix FLOPs %s: %.2f%% "
-              "on tensor cores; global memory %sB\n",
-              f.launches, f.undeclared, f.launches - f.graph_launches, f.graph_launches,
-              human(r.model_flops).c_str(),
-              human(f.tensor_flops).c_str(), human(f.other_flops).c_str(),
-              100 * f.tensor_share(), human(f.bytes).c_str());
-  std::printf("  predicted on %s (a roofline of the counted kernels, not a measurement): "
-              "%.3f ms per step, of which %.3f ms launch overhead; MFU %.1f%%\n",
-              hardware.c_str(), f.seconds * 1e3, f.overhead_s * 1e3, 100 * r.mfu());
+  std::printf(
+      "  launches per step %lu (%lu undeclared; %lu from the host, %lu as nodes of CUDA "
+      "graphs); model FLOPs %s; tensor-core FLOPs %s, CUDA-core matrix FLOPs %s: %.2f%% "
+      "on tensor cores; global memory %sB\n",
+      f.launches, f.undeclared, f.launches - f.graph_launches, f.graph_launches,
+      human(r.model_flops).c_str(), human(f.tensor_flops).c_str(), human(f.other_flops).c_str(),
+      100 * f.tensor_share(), human(f.bytes).c_str());
+  std::printf(
+      "  predicted on %s (a roofline of the counted kernels, not a measurement): "
+      "%.3f ms per step, of which %.3f ms launch overhead; MFU %.1f%%\n",
+      hardware.c_str(), f.seconds * 1e3, f.overhead_s * 1e3, 100 * r.mfu());
   // Where the time goes, by kind of kernel (launch overheads apart).
   std::map<std::string, std::pair<double, uint64_t>> by_class;
   for (const plan::RooflineRow& row : f.rows) {
@@ -105,8 +107,17 @@ void print_result(const DeviceStepOptions& o, const DeviceStepResult& r,
                 100 * value.first / f.seconds, value.second);
   std::printf(" launch overhead %.2f ms (%.1f%%)\n", f.overhead_s * 1e3,
               100 * f.overhead_s / f.seconds);
-  std::printf("  %-58s %9s %9s %9s %9s %9s %7s %6s %s\n", "kernel", "launches", "tensor", "cuda-core",
-              "bytes", "pred. ms", "share", "bound", "class");
+  // How far this design can go on this device: the same kernels with their bytes free, then with
+  // attention also at the GEMMs' best (model FLOPs over each).
+  const double bf16_best = r.gemm_max_efficiency;
+  std::printf(
+      "  ceilings of these kernels (prediction): every byte and launch free %.3f ms, MFU "
+      "%.1f%%; attention also at the bf16 GEMMs' best (%.0f%% of peak) %.3f ms, MFU "
+      "%.1f%%\n",
+      f.flops_only_s * 1e3, 100 * r.mfu_at(f.flops_only_s), 100 * bf16_best,
+      f.flops_only_attention_at_gemm_s * 1e3, 100 * r.mfu_at(f.flops_only_attention_at_gemm_s));
+  std::printf("  %-58s %9s %9s %9s %9s %9s %7s %6s %s\n", "kernel", "launches", "tensor",
+              "cuda-core", "bytes", "pred. ms", "share", "bound", "class");
   int shown = 0;
   for (const plan::RooflineRow& row : f.rows) {
     if (shown++ == o.top) {
@@ -126,7 +137,11 @@ void print_result(const DeviceStepOptions& o, const DeviceStepResult& r,
 }  // namespace
 
 double DeviceStepResult::mfu() const {
-  return roofline.seconds > 0 ? model_flops / roofline.seconds / peak_flops : 0.0;
+  return mfu_at(roofline.seconds);
+}
+
+double DeviceStepResult::mfu_at(double seconds) const {
+  return seconds > 0 ? model_flops / seconds / peak_flops : 0.0;
 }
 
 bool device_counts_kernels() {
@@ -135,8 +150,9 @@ bool device_counts_kernels() {
 
 std::vector<DeviceStepResult> run_device_step_bench(const DeviceStepOptions& o) {
   if (!device_counts_kernels())
-    throw error("bench step: the kernel counters need the emulated CUDA device (a "
-                "-DBOOSTLM_CUDA=EMULATE build with --device cuda)");
+    throw error(
+        "bench step: the kernel counters need the emulated CUDA device (a "
+        "-DBOOSTLM_CUDA=EMULATE build with --device cuda)");
   const plan::Hardware hardware = plan::load_hardware(o.hardware);
   std::vector<DeviceStepResult> results;
   for (const auto& arch : o.archs) {
@@ -151,9 +167,12 @@ std::vector<DeviceStepResult> run_device_step_bench(const DeviceStepOptions& o) 
 }
 
 nlohmann::json to_json(const DeviceStepOptions& o, const std::vector<DeviceStepResult>& results) {
-  nlohmann::json out = {{"shape", o.shape},         {"batch", o.batch},
-                        {"seq_len", o.seq_len},     {"count_only", o.count_only},
-                        {"hardware", o.hardware},   {"prediction", true},
+  nlohmann::json out = {{"shape", o.shape},
+                        {"batch", o.batch},
+                        {"seq_len", o.seq_len},
+                        {"count_only", o.count_only},
+                        {"hardware", o.hardware},
+                        {"prediction", true},
                         {"results", nlohmann::json::array()}};
   for (const auto& r : results) {
     nlohmann::json kernels = nlohmann::json::array();
@@ -172,23 +191,28 @@ nlohmann::json to_json(const DeviceStepOptions& o, const std::vector<DeviceStepR
                          {"memory_bound", row.memory_bound()}});
     }
     const plan::Roofline& f = r.roofline;
-    out["results"].push_back({{"arch", r.arch},
-                              {"precision", r.precision},
-                              {"layers", r.layers},
-                              {"params_m", r.params_m},
-                              {"model_flops", r.model_flops},
-                              {"launches", f.launches},
-                              {"graph_launches", f.graph_launches},
-                              {"undeclared_launches", f.undeclared},
-                              {"tensor_flops", f.tensor_flops},
-                              {"cuda_core_flops", f.other_flops},
-                              {"tensor_share", f.tensor_share()},
-                              {"bytes", f.bytes},
-                              {"predicted_step_s", f.seconds},
-                              {"predicted_overhead_s", f.overhead_s},
-                              {"predicted_mfu", r.mfu()},
-                              {"loss", r.loss},
-                              {"kernels", kernels}});
+    out["results"].push_back(
+        {{"arch", r.arch},
+         {"precision", r.precision},
+         {"layers", r.layers},
+         {"params_m", r.params_m},
+         {"model_flops", r.model_flops},
+         {"launches", f.launches},
+         {"graph_launches", f.graph_launches},
+         {"undeclared_launches", f.undeclared},
+         {"tensor_flops", f.tensor_flops},
+         {"cuda_core_flops", f.other_flops},
+         {"tensor_share", f.tensor_share()},
+         {"bytes", f.bytes},
+         {"predicted_step_s", f.seconds},
+         {"predicted_overhead_s", f.overhead_s},
+         {"predicted_mfu", r.mfu()},
+         {"ceiling_bytes_free_s", f.flops_only_s},
+         {"ceiling_bytes_free_mfu", r.mfu_at(f.flops_only_s)},
+         {"ceiling_attention_at_gemm_s", f.flops_only_attention_at_gemm_s},
+         {"ceiling_attention_at_gemm_mfu", r.mfu_at(f.flops_only_attention_at_gemm_s)},
+         {"loss", r.loss},
+         {"kernels", kernels}});
   }
   return out;
 }

@@ -35,7 +35,9 @@ struct DeviceStepResult {
   float loss = 0;
   plan::Roofline roofline;
   double mfu() const;  // model FLOPs / predicted seconds / the device's bf16 or fp32 peak
+  double mfu_at(double seconds) const;  // the same for a step of `seconds`
   double peak_flops = 0;
+  double gemm_max_efficiency = 0;  // the device's bf16 GEMM curve's best share of its peak
 };
 
 // Whether the active device counts its kernels (the emulated CUDA device).

@@ -43,8 +43,8 @@ void add_device_option(CLI::App& cmd) {
          "--cuda-graph", [](const std::string& v) { set_kernel_graphs(v == "on"); },
          "on: with --device cuda, kernels are captured once as CUDA graphs and replayed (one "
          "process, or TP, DP, ZeRO-1 and PP over NCCL: the whole step as one graph, collectives "
-         "and the pipeline's sends included; not PP stages with --recompute block or LaX, nor "
-         "the staged transport, which replay the norm's sums and the updates); off: "
+         "and the pipeline's sends included, LaX and --recompute block too; not with "
+         "--tp-overlap, nor over the staged transport, whose collectives wait on the host); off: "
          "every kernel launched from the host (no effect on the CPU)")
       ->default_str("on")
       ->check(CLI::IsMember({"on", "off"}));

@@ -41,6 +41,13 @@ double launch_overhead(const DeviceKernelCount& c, double per_launch, const Devi
          static_cast<double>(c.graph_launches) * launch_seconds(device, per_launch, true);
 }
 
+// Fused attention's share of the bf16 peak at its head dimension.
+double attention_efficiency(const Device& device, const DeviceKernelCount& c) {
+  const double hd = c.dim > 0 ? c.dim : 128;
+  const double half = device.attention_half_head_dim;
+  return device.attention_max_efficiency * (half > 0 ? hd / (hd + half) : 1.0);
+}
+
 RooflineRow price(const Device& device, const DeviceKernelCount& c) {
   RooflineRow row;
   row.count = c;
@@ -58,11 +65,8 @@ RooflineRow price(const Device& device, const DeviceKernelCount& c) {
   } else {
     if (c.tensor_flops > 0) {
       row.kind = KernelClass::attention;
-      const double hd = c.dim > 0 ? c.dim : 128;
-      const double half = device.attention_half_head_dim;
-      const double efficiency =
-          device.attention_max_efficiency * (half > 0 ? hd / (hd + half) : 1.0);
-      compute += c.tensor_flops / (device.curve(DType::bf16).peak_flops * efficiency);
+      compute +=
+          c.tensor_flops / (device.curve(DType::bf16).peak_flops * attention_efficiency(device, c));
     }
     if (c.other_flops > 0) {
       if (c.tensor_flops == 0) row.kind = KernelClass::cuda_core;
@@ -93,6 +97,14 @@ Roofline price_kernels(const Device& device, const std::vector<DeviceKernelCount
     r.undeclared += c.undeclared;
     r.seconds += row.seconds();
     r.overhead_s += row.overhead_s;
+    r.flops_only_s += row.compute_s;
+    r.flops_only_attention_at_gemm_s += row.compute_s;
+    if (row.kind == KernelClass::attention) {
+      const GemmCurve& bf16 = device.curve(DType::bf16);
+      r.flops_only_attention_at_gemm_s +=
+          c.tensor_flops / (bf16.peak_flops * bf16.max_efficiency) -
+          c.tensor_flops / (bf16.peak_flops * attention_efficiency(device, c));
+    }
   }
   std::stable_sort(r.rows.begin(), r.rows.end(), [](const RooflineRow& a, const RooflineRow& b) {
     return a.seconds() > b.seconds();

@@ -34,6 +34,11 @@ struct Roofline {
   uint64_t launches = 0, tensor_flops = 0, other_flops = 0, bytes = 0, undeclared = 0;
   uint64_t graph_launches = 0;  // of the launches, graph nodes (the rest from the host)
   double seconds = 0, overhead_s = 0;
+  // Ceilings of the design, for the table of where the time goes: the step if every kernel took
+  // only its FLOPs' time (each byte free, no launch overhead), and the same with attention's
+  // tensor-core FLOPs also at the bf16 GEMM curve's best efficiency (what a fused attention at
+  // cuBLAS's rate would reach).
+  double flops_only_s = 0, flops_only_attention_at_gemm_s = 0;
   double tensor_share() const;  // of the matrix-product FLOPs, those on the tensor cores
 };
 

@@ -48,6 +48,10 @@ for e, c in zip(executed, counted):
     name = f"{e['arch']} {e['precision']}"
     check(e["undeclared_launches"] == 0, f"{name}: {e['undeclared_launches']} undeclared launches")
     check(e["launches"] > 0 and e["predicted_step_s"] > 0, f"{name}: nothing counted")
+    # The design's ceilings: no step faster than its FLOPs alone, attention at the GEMMs' best
+    # faster still (bf16: FA2's curve is below the GEMMs').
+    check(0 < e["ceiling_attention_at_gemm_s"] <= e["ceiling_bytes_free_s"] < e["predicted_step_s"],
+          f"{name}: ceilings out of order")
     if e["precision"] == "bf16":
         # All of them; LaX's Kronecker factor gradients (a contraction of r² elements per gate)
         # run on the CUDA cores, a millionth of the step.

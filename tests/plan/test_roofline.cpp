@@ -68,6 +68,11 @@ TEST(Roofline, EachKindOfKernelAtItsRate) {
     }
   }
   EXPECT_NEAR(r.seconds, sum, 1e-15);
+  // The ceilings: FLOPs only (bytes and launches free), then attention at the bf16 GEMMs' best
+  // (100 TFLOP/s · 0.5 instead of · 0.25).
+  const double flops_only = row(gemm.kernel).compute_s + 1e9 / 25e12 + 8e6 / 8e12;
+  EXPECT_NEAR(r.flops_only_s, flops_only, 1e-15);
+  EXPECT_NEAR(r.flops_only_attention_at_gemm_s, flops_only - 1e9 / 25e12 + 1e9 / 50e12, 1e-15);
 }
 
 }  // namespace
