@@ -341,12 +341,17 @@ cublasStatus_t check_problem(const char* call, cublasLtMatmulDesc_t desc_handle,
                         std::to_string(p.m) + "x" + std::to_string(p.n));
   if (p.a.batch != p.d.batch || p.b.batch != p.d.batch || p.c.batch != p.d.batch)
     return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "the four batch counts differ");
-  // The types: real cuBLASLt also offers bf16 C/D and more; the emulator does not.
+  // The types, as cuBLASLt's table of supported combinations has them for CUBLAS_COMPUTE_32F with
+  // an fp32 scale: fp32 A/B with fp32 C/D; bf16 A/B with fp32 or bf16 C/D, C's type D's. (Real
+  // cuBLASLt offers more; the emulator does not.)
   if (p.a.type != p.b.type || (p.a.type != CUDA_R_32F && p.a.type != CUDA_R_16BF))
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, call,
                   "A and B must both be CUDA_R_32F or both CUDA_R_16BF");
-  if (p.c.type != CUDA_R_32F || p.d.type != CUDA_R_32F)
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, call, "C and D must be CUDA_R_32F");
+  if (p.c.type != p.d.type)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, call, "C and D must be of one type");
+  if (p.d.type != CUDA_R_32F && !(p.d.type == CUDA_R_16BF && p.a.type == CUDA_R_16BF))
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                  "C and D must be CUDA_R_32F, or CUDA_R_16BF with CUDA_R_16BF inputs");
   if (d.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && p.a.type != CUDA_R_32F)
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, call,
                   "CUBLAS_COMPUTE_32F_FAST_TF32 takes CUDA_R_32F inputs");
@@ -441,17 +446,34 @@ std::vector<float> dense(const void* base, const Layout& l, int32_t member, bool
   return out;
 }
 
-void scatter(const std::vector<float>& values, const Layout& l, int32_t member, float* base) {
+// fp32 to bf16 as the epilogue of a bf16-output matmul stores it: to nearest, ties to even; a NaN
+// stays a (quiet) NaN.
+uint16_t to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+void scatter(const std::vector<float>& values, const Layout& l, int32_t member, void* base) {
   const int64_t first = static_cast<int64_t>(member) * l.stride;
   for (uint64_t c = 0; c < l.cols; ++c)
-    for (uint64_t r = 0; r < l.rows; ++r) base[first + offset(l, r, c)] = values[r + c * l.rows];
+    for (uint64_t r = 0; r < l.rows; ++r) {
+      const int64_t at = first + offset(l, r, c);
+      const float value = values[r + c * l.rows];
+      if (l.type == CUDA_R_16BF)
+        static_cast<uint16_t*>(base)[at] = to_bf16(value);
+      else
+        static_cast<float*>(base)[at] = value;
+    }
 }
 
 struct Launch {
   Problem p;
   const void *a, *b;
-  const float* c;
-  float* d;
+  const void* c;  // of p.c's type, D's
+  void* d;
   float alpha, beta;
   void* workspace;
   uint64_t workspace_used;
@@ -777,8 +799,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const bool reads_c = w.beta != 0.0f;
   const int64_t a_bytes = total_span(p.a) * element_bytes(p.a.type);
   const int64_t b_bytes = total_span(p.b) * element_bytes(p.b.type);
-  const int64_t c_bytes = reads_c ? total_span(p.c) * 4 : 0;
-  const int64_t d_bytes = total_span(p.d) * 4;
+  const int64_t c_bytes = reads_c ? total_span(p.c) * element_bytes(p.c.type) : 0;
+  const int64_t d_bytes = total_span(p.d) * element_bytes(p.d.type);
   const struct {
     const char* name;
     const void* ptr;
@@ -823,8 +845,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
   w.a = A;
   w.b = B;
-  w.c = static_cast<const float*>(C);
-  w.d = static_cast<float*>(D);
+  w.c = C;
+  w.d = D;
   w.workspace = workspace;
   w.workspace_used = algo.workspace;
   // The counters (cuda_emulator/counters.h): bf16 operands, or a compute type that rounds to a

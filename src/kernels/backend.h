@@ -34,6 +34,10 @@
     (Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,    \
      GemmInput B, float beta, float* C, int64_t ldc, const GemmBatch& batch, DType compute),     \
     (trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc, batch, compute))                      \
+  X(void, gemm_batched_bf16_out, gemm_batched_bf16_out,                                          \
+    (Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,    \
+     GemmInput B, bf16_t* C, int64_t ldc, const GemmBatch& batch),                               \
+    (trans_a, trans_b, M, N, K, alpha, A, B, C, ldc, batch))                                     \
   X(void, gemm, gemm,                                                                            \
     (Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,    \
      GemmInput B, float beta, float* C, int64_t ldc, DType compute),                             \

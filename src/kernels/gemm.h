@@ -61,6 +61,15 @@ void gemm_batched(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
                   GemmInput A, GemmInput B, float beta, float* C, int64_t ldc,
                   const GemmBatch& batch, DType compute);
 
+// The same in bf16 with C written in bf16 only: each member's fp32 result rounded to nearest even,
+// the bits round_to_bf16 gives the fp32 output (beta 0: nothing read from C). For an output only
+// bf16 readers take (SwiGLU's gate and up, which it rounds before anything else): half the bytes
+// written, and the reader's read halved, where the GEMM's own epilogue rounds (cuBLASLt's bf16 D,
+// oneDNN's bf16 dst).
+void gemm_batched_bf16_out(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
+                           float alpha, GemmInput A, GemmInput B, bf16_t* C, int64_t ldc,
+                           const GemmBatch& batch);
+
 // How the active backend runs GEMMs of `compute` precision, in words (the run's first line says
 // it: on a CPU without AVX-512, bf16 GEMMs run as fp32 GEMMs of the widened operands).
 const char* gemm_engine(DType compute);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 
 #include "core/buffer.h"
 #include "core/error.h"
@@ -183,8 +184,12 @@ int64_t column_of(ProjectionGroup group, int m) {
 
 }  // namespace
 
-void group_up_forward(ProjectionGroup group, GemmInput latent, int64_t N, float* const* y,
-                      const int64_t* ldy, bool batched, DType compute) {
+namespace {
+
+// y_m = latent_m B_m, y of type Out (float: in `compute`; bf16_t: bf16 GEMMs writing bf16).
+template <class Out>
+void up_forward(ProjectionGroup group, GemmInput latent, int64_t N, Out* const* y,
+                const int64_t* ldy, bool batched, DType compute) {
   auto steps = [&](int j) -> std::optional<GemmBatch> {
     const ProjectionWeights &p = group[j], &q = group[j + 1];
     if (p.rank != q.rank || p.d_out != q.d_out || ldy[j] != ldy[j + 1]) return std::nullopt;
@@ -192,9 +197,26 @@ void group_up_forward(ProjectionGroup group, GemmInput latent, int64_t N, float*
   };
   for_each_batch(group, batched, steps, [&](int m, const GemmBatch& batch) {
     const ProjectionWeights& p = group[m];
-    gemm_batched(Trans::N, Trans::N, N, p.d_out, p.rank, 1.0f, latent.at(column_of(group, m)),
-                 {p.b, p.b_bf16, p.d_out}, 0.0f, y[m], ldy[m], batch, compute);
+    const GemmInput b{p.b, p.b_bf16, p.d_out};
+    if constexpr (std::is_same_v<Out, bf16_t>)
+      gemm_batched_bf16_out(Trans::N, Trans::N, N, p.d_out, p.rank, 1.0f,
+                            latent.at(column_of(group, m)), b, y[m], ldy[m], batch);
+    else
+      gemm_batched(Trans::N, Trans::N, N, p.d_out, p.rank, 1.0f, latent.at(column_of(group, m)), b,
+                   0.0f, y[m], ldy[m], batch, compute);
   });
+}
+
+}  // namespace
+
+void group_up_forward(ProjectionGroup group, GemmInput latent, int64_t N, float* const* y,
+                      const int64_t* ldy, bool batched, DType compute) {
+  up_forward(group, latent, N, y, ldy, batched, compute);
+}
+
+void group_up_forward_bf16_out(ProjectionGroup group, GemmInput latent, int64_t N, bf16_t* const* y,
+                               const int64_t* ldy, bool batched) {
+  up_forward(group, latent, N, y, ldy, batched, DType::bf16);
 }
 
 namespace {
@@ -322,6 +344,13 @@ void dense_projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N
   BOOSTLM_ASSERT_MSG(p.rank == 0, "dense_projection_forward on a low-rank projection");
   gemm(Trans::N, Trans::T, N, p.d_out, p.d_in, 1.0f, x, {p.weight, p.weight_bf16, p.d_in}, 0.0f, y,
        ldy, compute);
+}
+
+void dense_projection_forward_bf16_out(const ProjectionWeights& p, GemmInput x, int64_t N,
+                                       bf16_t* y, int64_t ldy) {
+  BOOSTLM_ASSERT_MSG(p.rank == 0, "dense_projection_forward on a low-rank projection");
+  gemm_batched_bf16_out(Trans::N, Trans::T, N, p.d_out, p.d_in, 1.0f, x,
+                        {p.weight, p.weight_bf16, p.d_in}, y, ldy, GemmBatch{});
 }
 
 void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,

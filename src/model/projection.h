@@ -57,6 +57,9 @@ ProjectionWeights bind_projection(const ProjDims& dims, int64_t layer, bool late
 // (row stride ldy).
 void dense_projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* y,
                               int64_t ldy, DType compute);
+// The same in bf16 with y written in bf16 only (as group_up_forward_bf16_out).
+void dense_projection_forward_bf16_out(const ProjectionWeights& p, GemmInput x, int64_t N,
+                                       bf16_t* y, int64_t ldy);
 // Accumulates dW; dx = dx_beta·dx + ∂L/∂x. dy [N, d_out]: fp32 (rounded here once for both GEMMs,
 // in bf16), or in bf16 already, as a producer that feeds only these GEMMs wrote it.
 void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,
@@ -93,6 +96,11 @@ const float* group_activate(ProjectionGroup group, const float* z, float* h, int
 // whose operands lie evenly spaced in memory run as one strided batched GEMM; else one GEMM each.
 void group_up_forward(ProjectionGroup group, GemmInput latent, int64_t N, float* const* y,
                       const int64_t* ldy, bool batched, DType compute);
+// The same in bf16 training with the outputs written in bf16 only (kernels/gemm.h's
+// gemm_batched_bf16_out: the bits rounding the fp32 outputs would give), for outputs only bf16
+// readers take.
+void group_up_forward_bf16_out(ProjectionGroup group, GemmInput latent, int64_t N, bf16_t* const* y,
+                               const int64_t* ldy, bool batched);
 // dB_m += latent_mᵀ dy_m;  dlatent_m = dy_m B_mᵀ into member m's columns of dlatent (row stride
 // ld_dlatent); batched as in group_up_forward.
 // dy[m]: fp32 (rounded here, the members as one span) or all in bf16 already, row stride dy[m].ld.

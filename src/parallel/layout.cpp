@@ -42,7 +42,7 @@ void Layout::block_forward(int64_t layer, const float* x_in, float* x_out) {
   a.x_in = x_in;
   work_layer_ = layer;
   work_micro_ = micro_;
-  const int64_t N = batch_ * seq_len_, rc = residual_columns(), ff = widths_.ff;
+  const int64_t N = batch_ * seq_len_, rc = residual_columns();
   concatenate_groups(layer);
 
   // Attention sub-block.
@@ -52,9 +52,8 @@ void Layout::block_forward(int64_t layer, const float* x_in, float* x_out) {
   add(x_in, partial_.data(), a.x_mid.data(), N * rc);
 
   // MLP sub-block.
-  float *gate = gate_up_output(w), *up = gate + N * ff;
-  group_forward(layer, kGateUp, {a.x_mid.data(), rc}, {gate, up});
-  group_forward(layer, kDown, mlp_hidden(w, /*fresh=*/true), {partial_.data()});
+  const bool kept = gate_up(layer, a, w, /*replay=*/false);
+  group_forward(layer, kDown, mlp_hidden(w, /*fresh=*/!kept), {partial_.data()});
   add(a.x_mid.data(), partial_.data(), x_out, N * rc);
 }
 
@@ -165,14 +164,32 @@ GemmInput Layout::attention(BlockActs& w) {
 // up halves from the kept latents, locally; attention and SwiGLU run again.
 void Layout::replay(int64_t layer, BlockActs& a) {
   BlockActs& w = work_;
-  const int64_t N = batch_ * seq_len_, ff = widths_.ff, rc = residual_columns();
+  const int64_t rc = residual_columns();
   const Qkv qkv = split_qkv(qkv_output(w));
   group_replay(layer, kQkv, {a.x_in, rc}, {qkv.q, qkv.k, qkv.v});
   attention(w);
-  float *gate = gate_up_output(w), *up = gate + N * ff;
-  group_replay(layer, kGateUp, {a.x_mid.data(), rc}, {gate, up});
   // In bf16, gate|up as forward kept them: rounded (SwiGLU's output is recomputed by backward).
-  if (compute_ == DType::bf16) mlp_hidden(w, /*fresh=*/true);
+  if (!gate_up(layer, a, w, /*replay=*/true) && compute_ == DType::bf16)
+    mlp_hidden(w, /*fresh=*/true);
+}
+
+bool Layout::gate_up_in_bf16() const {
+  return compute_ == DType::bf16 && bf16_outputs(kGateUp);
+}
+
+bool Layout::gate_up(int64_t layer, BlockActs& a, BlockActs& w, bool replay) {
+  const int64_t n = batch_ * seq_len_ * widths_.ff;
+  const GemmInput x{a.x_mid.data(), residual_columns()};
+  if (gate_up_in_bf16()) {
+    bf16_t *gate = w.gate_up16.data(), *up = gate + n;
+    replay ? group_replay_bf16(layer, kGateUp, x, {gate, up})
+           : group_forward_bf16(layer, kGateUp, x, {gate, up});
+    return true;
+  }
+  float *gate = gate_up_output(w), *up = gate + n;
+  replay ? group_replay(layer, kGateUp, x, {gate, up})
+         : group_forward(layer, kGateUp, x, {gate, up});
+  return false;
 }
 
 void Layout::ReplicatedNorms::allocate(int64_t N, int64_t d, DType compute) {
@@ -219,6 +236,14 @@ void Layout::group_replay(int64_t, const Group&, GemmInput, std::initializer_lis
   BOOSTLM_ASSERT_MSG(false, "this layout keeps its intermediates; it has nothing to replay");
 }
 
+void Layout::group_forward_bf16(int64_t, const Group&, GemmInput, std::initializer_list<bf16_t*>) {
+  BOOSTLM_ASSERT_MSG(false, "this layout writes its outputs in fp32 (bf16_outputs)");
+}
+
+void Layout::group_replay_bf16(int64_t, const Group&, GemmInput, std::initializer_list<bf16_t*>) {
+  BOOSTLM_ASSERT_MSG(false, "this layout writes its outputs in fp32 (bf16_outputs)");
+}
+
 Layout::Qkv Layout::split_qkv(float* qkv) const {
   const int64_t N = batch_ * seq_len_, hd = config_.head_dim();
   const int64_t ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
@@ -243,7 +268,7 @@ void Layout::allocate(int64_t B, int64_t T) {
   work_plan_.add(partial_, N * rc);
   work_plan_.add(d_qkv_, N * (ql + 2 * kvl));
   work_plan_.add(d_attn_, N * ql);
-  work_plan_.add(d_gate_up_, 2 * N * ff);
+  work_plan_.add(d_gate_up_, gate_up_in_bf16() ? 0 : 2 * N * ff);  // fp32 gradients, or outputs
   work_plan_.add(d_hidden_, N * ff);
   work_plan_.add(hidden_, bf16 ? 0 : N * ff);
   work_plan_.add(hidden_bf16_, bf16 ? N * ff : 0);
@@ -337,10 +362,11 @@ void Layout::bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grad
     bw.norm2 = weights.view(n2);
     bw.dnorm2 = grads.view(n2);
     for (int i = 0; i < kProjectionsPerBlock; ++i) {
-      bw.proj[i] = bind_projection(dims[i], l, config_.latent_act(), table, weights, grads, rounded);
+      bw.proj[i] =
+          bind_projection(dims[i], l, config_.latent_act(), table, weights, grads, rounded);
       if (has_lax_crossing(config_, l))
-        bw.lax[i] = bind_lax(config_, projection_prefix(l, dims[i]), dims[i].rank, table, weights,
-                             &grads);
+        bw.lax[i] =
+            bind_lax(config_, projection_prefix(l, dims[i]), dims[i].rank, table, weights, &grads);
     }
     blocks_[l] = bw;
   }

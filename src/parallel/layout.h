@@ -278,6 +278,17 @@ class Layout {
   virtual bool recomputes_intermediates() const { return false; }
   virtual void group_replay(int64_t layer, const Group& g, GemmInput x,
                             std::initializer_list<float*> y);
+  // Whether, in bf16 training, group g's outputs can be written by its GEMMs in bf16 only
+  // (group_forward_bf16 / group_replay_bf16, as group_forward / group_replay with bf16 y_m): where
+  // the rank's GEMMs produce them whole, nothing summing them over ranks after (btp's and
+  // dense-tp's column-parallel gate|up; not naive-tp's, whose partial outputs are all-reduced in
+  // fp32). The skeleton asks it for gate|up, which only SwiGLU reads, rounding them first: the same
+  // bits, without an fp32 copy written and read.
+  virtual bool bf16_outputs(const Group&) const { return false; }
+  virtual void group_forward_bf16(int64_t layer, const Group& g, GemmInput x,
+                                  std::initializer_list<bf16_t*> y);
+  virtual void group_replay_bf16(int64_t layer, const Group& g, GemmInput x,
+                                 std::initializer_list<bf16_t*> y);
   // The layout's own per-slot state (norm statistics, latents) for B·T tokens, and its bytes.
   virtual void allocate_groups(int64_t N) = 0;
   virtual int64_t group_slot_bytes() const = 0;   // one slot
@@ -342,7 +353,8 @@ class Layout {
   // spaced outputs) — those in one shared work area when the layout recomputes them.
   // In bf16 training q | k | v, the attention output and gate | up are kept in bf16 (qkv16, attn16,
   // gate_up16): only bf16 tiles and GEMMs read q, k, v and the output, and SwiGLU's backward reads
-  // gate | up; the GEMMs write into fp32 work areas (qkv_output, gate_up_output) rounded from. The
+  // gate | up; the GEMMs write into fp32 work areas (qkv_output, gate_up_output) rounded from, or
+  // for gate | up where the layout can (bf16_outputs) into gate_up16 directly. The
   // residual, the lse and everything of the norms stay fp32. SwiGLU's output, read only by the down
   // projection, is not kept: backward recomputes it from gate | up.
   struct BlockActs {
@@ -367,6 +379,11 @@ class Layout {
   // SwiGLU's output as the down projection's input, into the work area: from the gate|up GEMMs'
   // output (fresh: forward, which in bf16 also keeps gate|up rounded) or from the kept gate|up.
   GemmInput mlp_hidden(BlockActs& w, bool fresh);
+  // The gate|up GEMMs of block `layer` (replay: rebuilt by backward's recomputation). Returns
+  // whether they wrote w.gate_up16 directly (bf16_outputs), else gate_up_output(w) for SwiGLU to
+  // round (mlp_hidden fresh).
+  bool gate_up(int64_t layer, BlockActs& a, BlockActs& w, bool replay);
+  bool gate_up_in_bf16() const;
   void replay(int64_t layer, BlockActs& a);  // lowrank recomputation of the intermediates
   static int64_t bytes_of(const BlockActs& a);
 

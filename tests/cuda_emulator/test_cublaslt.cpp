@@ -531,8 +531,11 @@ TEST_F(CublasLt, UnsupportedCombinationsAreNotSupported) {
   k.a.type = k.b.type = CUDA_R_16BF;
   k.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   expect_refused(handle, stream, k, CUBLAS_STATUS_NOT_SUPPORTED, true, {});
-  k = ok;  // bf16 D: not emulated
-  k.d.type = CUDA_R_16BF;
+  k = ok;  // bf16 C and D with fp32 inputs: not in cuBLASLt's table for CUBLAS_COMPUTE_32F
+  k.c.type = k.d.type = CUDA_R_16BF;
+  expect_refused(handle, stream, k, CUBLAS_STATUS_NOT_SUPPORTED, true, {});
+  k.a.type = k.b.type = CUDA_R_16BF;  // C's type is not D's
+  k.c.type = CUDA_R_32F;
   expect_refused(handle, stream, k, CUBLAS_STATUS_NOT_SUPPORTED, true, {});
   k = ok;  // mixed inputs
   k.a.type = CUDA_R_16BF;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "core/dtype.h"
@@ -148,6 +149,51 @@ INSTANTIATE_TEST_SUITE_P(
                                          GemmCase{Trans::T, Trans::N, 1.0f, 1.0f},
                                          GemmCase{Trans::T, Trans::T, 0.5f, 1.0f}),
                        ::testing::Values(DType::f32, DType::bf16), ::testing::Bool()));
+
+// A bf16 output is the fp32 output rounded, bit for bit, and leaves the padding between rows and
+// members alone: on oneDNN's bf16 matmul (its bf16 destination) and on the widened fallback (under
+// ONEDNN_MAX_CPU_ISA=AVX2, the avx2.* and bf16_without_avx512_matmul runs).
+TEST(GemmBf16Out, IsTheFp32OutputRounded) {
+  for (const GemmCase& c :
+       {GemmCase{Trans::N, Trans::N, 1.0f, 0.0f}, GemmCase{Trans::N, Trans::T, 1.0f, 0.0f},
+        GemmCase{Trans::T, Trans::N, 1.0f, 0.0f}, GemmCase{Trans::T, Trans::T, 0.5f, 0.0f}})
+    for (const bool prerounded : {false, true})
+      for (const auto& [M, N, K] : {std::array<int64_t, 3>{37, 29, 53}, {300, 700, 128}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "ta " << (c.ta == Trans::T) << " tb " << (c.tb == Trans::T)
+                     << " prerounded " << prerounded << " " << M << "x" << N << "x" << K);
+        const int64_t count = 3;
+        const int64_t a_rows = c.ta == Trans::N ? M : K, a_cols = c.ta == Trans::N ? K : M;
+        const int64_t b_rows = c.tb == Trans::N ? K : N, b_cols = c.tb == Trans::N ? N : K;
+        const int64_t lda = count * a_cols + 4, ldb = b_cols + 5, b_stride = b_rows * ldb + 7;
+        const int64_t ldc = count * N + 1;
+        auto A = random_vector(a_rows * lda, 1), B = random_vector(count * b_stride, 2);
+        std::vector<bf16_t> A16(A.size()), B16(B.size());
+        round_to_bf16(A.data(), 1, A.size(), A.size(), A16.data());
+        round_to_bf16(B.data(), 1, B.size(), B.size(), B16.data());
+        const GemmInput a(A.data(), prerounded ? A16.data() : nullptr, lda);
+        const GemmInput b(B.data(), prerounded ? B16.data() : nullptr, ldb);
+        for (const int64_t members : {int64_t{1}, count}) {
+          const GemmBatch batch{members, a_cols, b_stride, N};
+          std::vector<float> C(M * ldc, 0.0f);
+          gemm_batched(c.ta, c.tb, M, N, K, c.alpha, a, b, 0.0f, C.data(), ldc, batch, DType::bf16);
+          std::vector<bf16_t> expected(M * N);  // one member's, rounded contiguous
+          std::vector<bf16_t> C16(C.size(), 0x1234);
+          const int64_t calls = gemm_counters().calls;
+          gemm_batched_bf16_out(c.ta, c.tb, M, N, K, c.alpha, a, b, C16.data(), ldc, batch);
+          EXPECT_EQ(gemm_counters().calls, calls + 1);
+          for (int64_t m = 0; m < members; ++m) {
+            round_to_bf16(C.data() + m * N, M, N, ldc, expected.data());
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < N; ++j)
+                ASSERT_EQ(C16[i * ldc + m * N + j], expected[i * N + j])
+                    << "member " << m << " of " << members << " at " << i << "," << j;
+          }
+          for (int64_t i = 0; i < M; ++i)  // the columns past the last member: untouched
+            for (int64_t j = members * N; j < ldc; ++j) ASSERT_EQ(C16[i * ldc + j], 0x1234);
+        }
+      }
+}
 
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);

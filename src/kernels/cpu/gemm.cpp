@@ -12,8 +12,8 @@
 #include <dnnl.hpp>
 
 #include "core/buffer.h"
-#include "core/error.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "core/profile.h"
 #include "core/threads.h"
 #include "kernels/cpu/vec_math.h"
@@ -35,8 +35,8 @@ namespace {
 struct MatmulEngine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  using Key = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int64_t, float, float>;
+  using Key = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
   struct Cached {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
@@ -133,10 +133,12 @@ dnnl::memory::desc matrix_desc(int64_t count, int64_t rows, int64_t cols, Trans 
   return {{count, rows, cols}, type, {x.stride, strides[0], strides[1]}};
 }
 
-// C = alpha·op(A)·op(B) + beta·C for every member, on oneDNN's matmul primitive.
+// C = alpha·op(A)·op(B) + beta·C for every member, on oneDNN's matmul primitive; C of type
+// dst_type (fp32, or bf16: the fp32 result rounded to nearest even by the primitive).
 void matmul(dnnl::memory::data_type type, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
-            float alpha, const Operand& a, const Operand& b, float beta, float* C, int64_t ldc,
-            const GemmBatch& batch) {
+            float alpha, const Operand& a, const Operand& b, float beta, void* C, int64_t ldc,
+            const GemmBatch& batch,
+            dnnl::memory::data_type dst_type = dnnl::memory::data_type::f32) {
   using dnnl::memory;
   MatmulEngine& e = matmul_engine();
   const int64_t count = batch.count;
@@ -145,6 +147,7 @@ void matmul(dnnl::memory::data_type type, Trans ta, Trans tb, int64_t M, int64_t
       type == dnnl::memory::data_type::bf16 ? ThreadGovernor::instance().max_threads() : team;
   MatmulEngine::Key key{threads,
                         static_cast<int>(type),
+                        static_cast<int>(dst_type),
                         static_cast<int>(ta),
                         static_cast<int>(tb),
                         count,
@@ -164,7 +167,7 @@ void matmul(dnnl::memory::data_type type, Trans ta, Trans tb, int64_t M, int64_t
     const memory::desc a_md = matrix_desc(count, M, K, ta, a, type);
     const memory::desc b_md = matrix_desc(count, K, N, tb, b, type);
     const memory::desc c_md =
-        matrix_desc(count, M, N, Trans::N, {C, ldc, batch.stride_c}, memory::data_type::f32);
+        matrix_desc(count, M, N, Trans::N, {C, ldc, batch.stride_c}, dst_type);
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
@@ -236,16 +239,14 @@ void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, 
               const GemmInput& B, float beta, float* C, int64_t ldc, const GemmBatch& batch);
 
 double gemm_bf16_widened(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
-                         const GemmInput& A, const GemmInput& B, float beta, float* C,
-                         int64_t ldc, const GemmBatch& batch) {
+                         const GemmInput& A, const GemmInput& B, float beta, float* C, int64_t ldc,
+                         const GemmBatch& batch) {
   static thread_local Buffer<float> a_scratch, b_scratch;
   const double start = now_s();
-  const Widened a = ta == Trans::N
-                        ? widen_operand(A, M, K, batch.count, batch.stride_a, a_scratch)
-                        : widen_operand(A, K, M, batch.count, batch.stride_a, a_scratch);
-  const Widened b = tb == Trans::N
-                        ? widen_operand(B, K, N, batch.count, batch.stride_b, b_scratch)
-                        : widen_operand(B, N, K, batch.count, batch.stride_b, b_scratch);
+  const Widened a = ta == Trans::N ? widen_operand(A, M, K, batch.count, batch.stride_a, a_scratch)
+                                   : widen_operand(A, K, M, batch.count, batch.stride_a, a_scratch);
+  const Widened b = tb == Trans::N ? widen_operand(B, K, N, batch.count, batch.stride_b, b_scratch)
+                                   : widen_operand(B, N, K, batch.count, batch.stride_b, b_scratch);
   const double prepared = now_s() - start;
   GemmBatch widened = batch;
   widened.stride_a = a.stride;
@@ -257,10 +258,14 @@ double gemm_bf16_widened(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, fl
 // Returns the seconds spent preparing the operands (rounding and transposing), which the caller
 // books as their own phase rather than as GEMM time.
 double gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
-                 const GemmInput& A, const GemmInput& B, float beta, float* C, int64_t ldc,
-                 const GemmBatch& batch) {
-  if (!bf16_matmul_available())
-    return gemm_bf16_widened(ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch);
+                 const GemmInput& A, const GemmInput& B, float beta, void* C, int64_t ldc,
+                 const GemmBatch& batch,
+                 dnnl::memory::data_type dst_type = dnnl::memory::data_type::f32) {
+  if (!bf16_matmul_available()) {
+    BOOSTLM_ASSERT(dst_type == dnnl::memory::data_type::f32);
+    return gemm_bf16_widened(ta, tb, M, N, K, alpha, A, B, beta, static_cast<float*>(C), ldc,
+                             batch);
+  }
   MatmulEngine& e = matmul_engine();
   const double start = now_s();
   // A transposed first operand that has a bf16 copy and a short reduction is read in place (see
@@ -273,7 +278,7 @@ double gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
                                    : bf16_operand(B, N, K, batch, batch.stride_b, e.b_scratch);
   const double prepared = now_s() - start;
   matmul(dnnl::memory::data_type::bf16, direct_t ? Trans::T : Trans::N, tb, M, N, K, alpha, a, b,
-         beta, C, ldc, batch);
+         beta, C, ldc, batch, dst_type);
   return prepared;
 }
 
@@ -353,6 +358,42 @@ void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
   if (operands > 0) Profile::global().add("gemm_operands", operands);
   count_gemm_call(
       {ta, tb, M, N, K, beta, compute}, batch.count,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - operands);
+}
+
+void gemm_batched_bf16_out(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           GemmInput A, GemmInput B, bf16_t* C, int64_t ldc,
+                           const GemmBatch& batch) {
+  BOOSTLM_ASSERT(M >= 0 && N >= 0 && K >= 0 && batch.count >= 1);
+  if (M == 0 || N == 0) return;
+  const DeviceAccess access("gemm");
+  const auto start = std::chrono::steady_clock::now();
+  double operands = 0;
+  if (K > 0 && bf16_matmul_available()) {
+    // The primitive's bf16 destination: its fp32 accumulators rounded as they are stored.
+    operands =
+        gemm_bf16(ta, tb, M, N, K, alpha, A, B, 0.0f, C, ldc, batch, dnnl::memory::data_type::bf16);
+  } else {
+    // The widened fp32 GEMM (no bf16 units) into a scratch, then rounded: the same bits.
+    static thread_local Buffer<float> out;
+    const int64_t member = M * N;
+    if (out.size() < static_cast<size_t>(batch.count * member)) out.resize(batch.count * member);
+    GemmBatch dense = batch;
+    dense.stride_c = member;
+    if (K == 0)
+      std::fill(out.begin(), out.begin() + batch.count * member, 0.0f);
+    else
+      operands = gemm_bf16(ta, tb, M, N, K, alpha, A, B, 0.0f, out.data(), N, dense);
+    for (int64_t i = 0; i < batch.count; ++i) {
+      const float* from = out.data() + i * member;
+      bf16_t* to = C + i * batch.stride_c;
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < M; ++r) cpu::round_row_bf16(from + r * N, N, to + r * ldc);
+    }
+  }
+  if (operands > 0) Profile::global().add("gemm_operands", operands);
+  count_gemm_call(
+      {ta, tb, M, N, K, 0.0f, DType::bf16}, batch.count,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - operands);
 }
 

@@ -66,7 +66,7 @@ GemmPlan build_plan(cublasLtHandle_t handle, const GemmKey& key, std::size_t wor
       "cublasLtMatmulDescSetAttribute(TRANSB)", key);
   plan.a = make_layout(input, p.a, p.batch, p.stride_a, key);
   plan.b = make_layout(input, p.b, p.batch, p.stride_b, key);
-  plan.c = make_layout(CUDA_R_32F, p.c, p.batch, p.stride_c, key);
+  plan.c = make_layout(key.bf16_out ? CUDA_R_16BF : CUDA_R_32F, p.c, p.batch, p.stride_c, key);
 
   Preference pref;
   check_cublaslt(cublasLtMatmulPreferenceCreate(&pref.pref), "cublasLtMatmulPreferenceCreate", key);
@@ -187,17 +187,28 @@ void GemmContext::collect_timings() {
   });
 }
 
-void gemm_batched(GemmContext& ctx, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
-                  float alpha, GemmInput A, GemmInput B, float beta, float* C, int64_t ldc,
-                  const GemmBatch& batch, DType compute, cudaStream_t stream) {
+namespace {
+
+// Both entries: C fp32 (c32) or, with bf16 inputs and beta 0, bf16 (c16).
+void gemm_any(GemmContext& ctx, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+              GemmInput A, GemmInput B, float beta, float* c32, bf16_t* c16, int64_t ldc,
+              const GemmBatch& batch, DType compute, cudaStream_t stream) {
   BOOSTLM_ASSERT(M >= 0 && N >= 0 && K >= 0 && batch.count >= 1);
+  BOOSTLM_ASSERT((c32 != nullptr) != (c16 != nullptr));
+  BOOSTLM_ASSERT(!c16 || (beta == 0.0f && compute == DType::bf16));
   if (M == 0 || N == 0) return;
+  void* C = c16 ? static_cast<void*>(c16) : static_cast<void*>(c32);
   const GemmShape shape{ta, tb, M, N, K, beta, compute};
   EventTimer* timer = ctx.timer();
   EventTimer::Interval interval = 0;
   if (K == 0) {
     if (timer) interval = timer->start(stream);
-    scale_columns(C, batch.count, batch.stride_c, M, N, ldc, beta, stream);
+    if (c16)  // zeros (no C read): a fill per member, or per row where rows have gaps
+      for (int64_t i = 0; i < batch.count; ++i)
+        for (int64_t r = 0; r < (ldc == N ? 1 : M); ++r)
+          fill(c16 + i * batch.stride_c + r * ldc, ldc == N ? M * N : N, bf16_t{}, stream);
+    else
+      scale_columns(c32, batch.count, batch.stride_c, M, N, ldc, beta, stream);
   } else {
     // The operands as the matmul reads them. bf16 rounding of an operand without a copy is not
     // GEMM time (as on the CPU backend): the timed interval starts after it.
@@ -225,6 +236,7 @@ void gemm_batched(GemmContext& ctx, Trans ta, Trans tb, int64_t M, int64_t N, in
     key.problem = column_major_problem(ta, tb, M, N, K, lda, ldb, ldc,
                                        GemmBatch{batch.count, stride_a, stride_b, batch.stride_c});
     key.reads_c = beta != 0.0f;
+    key.bf16_out = c16 != nullptr;
     // cuBLASLt's A is the call's B (gemm_plan.h).
     key.align_a = pointer_alignment(b_data);
     key.align_b = pointer_alignment(a_data);
@@ -238,6 +250,20 @@ void gemm_batched(GemmContext& ctx, Trans ta, Trans tb, int64_t M, int64_t N, in
   }
   if (timer) timer->stop(interval, stream);
   ctx.count(shape, batch.count, interval);
+}
+
+}  // namespace
+
+void gemm_batched(GemmContext& ctx, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
+                  float alpha, GemmInput A, GemmInput B, float beta, float* C, int64_t ldc,
+                  const GemmBatch& batch, DType compute, cudaStream_t stream) {
+  gemm_any(ctx, ta, tb, M, N, K, alpha, A, B, beta, C, nullptr, ldc, batch, compute, stream);
+}
+
+void gemm_batched_bf16_out(GemmContext& ctx, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
+                           float alpha, GemmInput A, GemmInput B, bf16_t* C, int64_t ldc,
+                           const GemmBatch& batch, cudaStream_t stream) {
+  gemm_any(ctx, ta, tb, M, N, K, alpha, A, B, 0.0f, nullptr, C, ldc, batch, DType::bf16, stream);
 }
 
 void gemm(GemmContext& ctx, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,

@@ -2,7 +2,8 @@
 //
 //  - Precision as the CPU backend: bf16 inputs (an operand's bf16 copy when it has one, else its
 //    fp32 values rounded into a block of the caching allocator on the stream, as the CPU rounds
-//    into scratch) with fp32 accumulation and fp32 C; or fp32, optionally with TF32 products
+//    into scratch) with fp32 accumulation and fp32 C (bf16 C where gemm_batched_bf16_out asks);
+//    or fp32, optionally with TF32 products
 //    (GemmOptions::tf32, for `--precision fp32` runs that accept 10-bit products; off by default,
 //    so fp32 means fp32).
 //  - Transposes are cuBLASLt ops on the stored operands and the row-major layout is the swap of
@@ -16,8 +17,8 @@
 //    which cuBLASLt does not offer. beta (the residual and gradient accumulation) is the one fusion
 //    the engine's GEMMs need, and it is in the matmul itself.
 //  - Plans (the matmul descriptor, the four layouts and the heuristic's algorithm) are built once
-//    per GemmKey (gemm_plan.h: shape, strides, batch, precision, beta ≠ 0, alignments) and cached in
-//    the context. The heuristic is asked once per key; the first algorithm it returns is kept.
+//    per GemmKey (gemm_plan.h: shape, strides, batch, precision, beta ≠ 0, alignments) and cached
+//    in the context. The heuristic is asked once per key; the first algorithm it returns is kept.
 //  - Each call is counted in kernels/gemm_counters.h at once (calls, FLOPs). With a timer
 //    (set_timer), its time is measured with events on the stream and added when collect_timings()
 //    runs (the kernel table's context has one, collected whenever the counters are read); without
@@ -114,6 +115,11 @@ void gemm(GemmContext& ctx, Trans trans_a, Trans trans_b, int64_t M, int64_t N, 
 void gemm_batched(GemmContext& ctx, Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, GemmInput A, GemmInput B, float beta, float* C, int64_t ldc,
                   const GemmBatch& batch, DType compute, cudaStream_t stream);
+// kernels/gemm.h's gemm_batched_bf16_out: cuBLASLt's bf16 C and D (its epilogue rounds the fp32
+// accumulators to nearest even), beta 0.
+void gemm_batched_bf16_out(GemmContext& ctx, Trans trans_a, Trans trans_b, int64_t M, int64_t N,
+                           int64_t K, float alpha, GemmInput A, GemmInput B, bf16_t* C, int64_t ldc,
+                           const GemmBatch& batch, cudaStream_t stream);
 inline void gemm(GemmContext& ctx, Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
                  float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                  float* C, int64_t ldc, DType compute, cudaStream_t stream) {

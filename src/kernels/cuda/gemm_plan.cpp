@@ -72,6 +72,7 @@ std::size_t GemmKeyHash::operator()(const GemmKey& key) const {
                     p.c.cols, p.c.ld, p.batch, p.stride_a, p.stride_b, p.stride_c})
     mix(static_cast<uint64_t>(v));
   mix(key.reads_c);
+  mix(key.bf16_out);
   mix(key.align_a);
   mix(key.align_b);
   mix(key.align_c);
@@ -89,8 +90,8 @@ std::string describe(const GemmKey& key) {
   if (p.batch > 1)
     os << " batch=" << p.batch << " strides(A,B,C)=(" << p.stride_b << "," << p.stride_a << ","
        << p.stride_c << ")";
-  os << " beta" << (key.reads_c ? "!=0" : "=0") << " align(A,B,C)=(" << key.align_b << ","
-     << key.align_a << "," << key.align_c << ")";
+  os << " beta" << (key.reads_c ? "!=0" : "=0") << (key.bf16_out ? " C bf16" : "")
+     << " align(A,B,C)=(" << key.align_b << "," << key.align_a << "," << key.align_c << ")";
   return os.str();
 }
 

@@ -24,7 +24,8 @@ namespace boostlm::cuda {
 // What a GEMM multiplies in and accumulates in: fp32 (exact fp32 products), fp32 with TF32
 // products (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to 10-bit mantissas inside the
 // tensor cores; an option of `--precision fp32`, off by default), or bf16 inputs. Every kind
-// accumulates and writes fp32, as the CPU backend does.
+// accumulates in fp32 and writes fp32, as the CPU backend does, or with bf16 inputs bf16 where the
+// caller asks (gemm_batched_bf16_out).
 enum class GemmPrecision { f32, tf32, bf16 };
 const char* to_string(GemmPrecision precision);
 
@@ -55,11 +56,14 @@ LtProblem column_major_problem(Trans trans_a, Trans trans_b, int64_t M, int64_t 
 uint32_t pointer_alignment(const void* p);
 
 // Everything the heuristic's choice depends on: the problem, the precision, whether C is read
-// (beta ≠ 0) and the alignments of A', B' and C. Two calls with equal keys can share an algorithm.
+// (beta ≠ 0), whether C is written in bf16 (bf16 inputs only: cuBLASLt's bf16 C and D, the fp32
+// accumulators rounded in the epilogue) and the alignments of A', B' and C. Two calls with equal
+// keys can share an algorithm.
 struct GemmKey {
   GemmPrecision precision = GemmPrecision::f32;
   LtProblem problem;
   bool reads_c = false;
+  bool bf16_out = false;
   uint32_t align_a = 0, align_b = 0, align_c = 0;
   bool operator==(const GemmKey&) const = default;
 };

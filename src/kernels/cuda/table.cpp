@@ -72,6 +72,11 @@ void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
                   DType compute, cudaStream_t s) {
   cuda::gemm_batched(gemm_context(), ta, tb, M, N, K, alpha, A, B, beta, C, ldc, batch, compute, s);
 }
+void gemm_batched_bf16_out(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           GemmInput A, GemmInput B, bf16_t* C, int64_t ldc, const GemmBatch& batch,
+                           cudaStream_t s) {
+  cuda::gemm_batched_bf16_out(gemm_context(), ta, tb, M, N, K, alpha, A, B, C, ldc, batch, s);
+}
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,
           GemmInput B, float beta, float* C, int64_t ldc, DType compute, cudaStream_t s) {
   cuda::gemm(gemm_context(), ta, tb, M, N, K, alpha, A, B, beta, C, ldc, compute, s);

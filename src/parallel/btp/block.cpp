@@ -26,11 +26,13 @@
 //    them with local GEMMs only. block: backward reruns the whole forward, collectives included.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
 #include "kernels/rmsnorm.h"
+
 #include "parallel/layout.h"
 
 namespace boostlm {
@@ -83,11 +85,30 @@ class Btp final : public Layout {
   void group_replay(int64_t layer, const Group& g, GemmInput x,
                     std::initializer_list<float*> y) override {
     up_project(layer, g, kept_[slot(layer)], y);
-    if (g.normed && !options_.online_norm) {  // the synchronous norm's output, from the kept 1/rms
-      const Norm n = norm(layer, g);
-      const int64_t N = batch_ * seq_len_;
-      rmsnorm_apply(x.f32, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_);
-    }
+    replay_norm(layer, g, x);
+  }
+
+  // B is column-parallel: each rank's outputs are whole, so gate|up can come out in bf16.
+  bool bf16_outputs(const Group& g) const override { return g.index == kGateUp.index; }
+  void group_forward_bf16(int64_t layer, const Group& g, GemmInput x,
+                          std::initializer_list<bf16_t*> y) override {
+    Kept& a = kept_[slot(layer)];
+    const Norm n = norm(layer, g);
+    latents_forward(layer, g, x, n.gamma, n.rstd, n.out, a);
+    up_project(layer, g, a, y);
+  }
+  void group_replay_bf16(int64_t layer, const Group& g, GemmInput x,
+                         std::initializer_list<bf16_t*> y) override {
+    up_project(layer, g, kept_[slot(layer)], y);
+    replay_norm(layer, g, x);
+  }
+
+  // The synchronous norm's output, from the kept 1/rms (the online norm keeps none).
+  void replay_norm(int64_t layer, const Group& g, GemmInput x) {
+    if (!g.normed || options_.online_norm) return;
+    const Norm n = norm(layer, g);
+    const int64_t N = batch_ * seq_len_;
+    rmsnorm_apply(x.f32, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_);
   }
 
   void allocate_groups(int64_t N) override {
@@ -275,12 +296,18 @@ class Btp final : public Layout {
 
   // y_m = σ(z_m) B_m for the group's members (column-parallel B; batched when grouping). Each
   // y_m: [N, d_out] contiguous.
-  void up_project(int64_t layer, const Group& g, Kept& a, std::initializer_list<float*> y) {
+  // y_m in fp32, or bf16 (bf16 training: the GEMMs' own rounding).
+  template <class Out>
+  void up_project(int64_t layer, const Group& g, Kept& a, std::initializer_list<Out*> y) {
     const ProjectionGroup group = members(layer, g);
     const int64_t N = batch_ * seq_len_;
     const auto ld = output_strides(group);
-    group_up_forward(group, latent_of(layer, group, a, g), N, y.begin(), ld.data(),
-                     options_.grouping, compute_);
+    if constexpr (std::is_same_v<Out, bf16_t>)
+      group_up_forward_bf16_out(group, latent_of(layer, group, a, g), N, y.begin(), ld.data(),
+                                options_.grouping);
+    else
+      group_up_forward(group, latent_of(layer, group, a, g), N, y.begin(), ld.data(),
+                       options_.grouping, compute_);
   }
 
   static std::array<int64_t, 3> output_strides(ProjectionGroup group) {

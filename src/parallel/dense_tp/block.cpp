@@ -52,6 +52,19 @@ class DenseTp final : public Layout {
     }
   }
 
+  // Column-parallel gate|up: each rank's outputs are whole, so they can come out in bf16.
+  bool bf16_outputs(const Group& g) const override { return g.index == kGateUp.index; }
+  void group_forward_bf16(int64_t layer, const Group& g, GemmInput x,
+                          std::initializer_list<bf16_t*> y) override {
+    BOOSTLM_ASSERT(g.normed);
+    const int64_t N = batch_ * seq_len_;
+    const GemmInput in = replicated_norm_forward(norm(layer, g), x.f32);
+    for (int m = 0; m < g.count; ++m) {
+      const ProjectionWeights& p = blocks_[layer].proj[g.first + m];
+      dense_projection_forward_bf16_out(p, in, N, y.begin()[m], p.d_out);
+    }
+  }
+
   void group_backward(int64_t layer, const Group& g, GemmInput x,
                       std::initializer_list<GemmInput> dy, float* dx) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;

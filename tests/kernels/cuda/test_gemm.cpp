@@ -197,6 +197,7 @@ TEST(GemmPlan, EveryFieldOfTheKeyDistinguishesPlans) {
   vary([](GemmKey& k) { k.problem.stride_b += 8; });
   vary([](GemmKey& k) { k.problem.stride_c += 8; });
   vary([](GemmKey& k) { k.reads_c = false; });
+  vary([](GemmKey& k) { k.bf16_out = true; });
   vary([](GemmKey& k) { k.align_a = 16; });
   vary([](GemmKey& k) { k.align_b = 16; });
   vary([](GemmKey& k) { k.align_c = 16; });
@@ -356,6 +357,35 @@ TEST_F(CudaGemm, EveryTransposeShapeAndBatchMatchesTheCpuBackend) {
       check_against_cpu(ctx, c, DType::bf16, false, s, 1.01 * gamma + 1e-7, stream);
       check_against_cpu(ctx, c, DType::bf16, true, s, 1.01 * gamma + 1e-7, stream);
     }
+  }
+}
+
+// A bf16 C (cuBLASLt's bf16 D, rounded in its epilogue) is the same call's fp32 C rounded to
+// nearest even, bit for bit (the emulator runs the one product for both and rounds as a GPU's
+// epilogue does), with the padding between rows and members untouched.
+TEST_F(CudaGemm, Bf16OutputIsTheFp32OutputRounded) {
+  cuda::GemmContext ctx;
+  for (const Call& c : calls()) {
+    if (c.K == 0) continue;
+    SCOPED_TRACE(::testing::Message()
+                 << "M" << c.M << " N" << c.N << " K" << c.K << " batch" << c.batch.count);
+    const auto A = random_floats(c.a_span(), 10), B = random_floats(c.b_span(), 11);
+    DeviceArray<float> dA(A), dB(B), dC(std::vector<float>(c.c_span(), 0.0f));
+    DeviceArray<bf16_t> dC16(std::vector<bf16_t>(c.c_span(), 0x1234));
+    cuda::gemm_batched(ctx, c.ta, c.tb, c.M, c.N, c.K, 0.7f, GemmInput(dA.get(), c.lda()),
+                       GemmInput(dB.get(), c.ldb()), 0.0f, dC.get(), c.ldc(), c.batch, DType::bf16,
+                       stream);
+    cuda::gemm_batched_bf16_out(ctx, c.ta, c.tb, c.M, c.N, c.K, 0.7f, GemmInput(dA.get(), c.lda()),
+                                GemmInput(dB.get(), c.ldb()), dC16.get(), c.ldc(), c.batch, stream);
+    BOOSTLM_CHECK_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<float> f32 = dC.download();
+    const std::vector<bf16_t> b16 = dC16.download();
+    std::vector<bool> written(c.c_span(), false);
+    for (int64_t m = 0; m < c.batch.count; ++m)
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < c.N; ++j) written[m * c.batch.stride_c + i * c.ldc() + j] = true;
+    for (int64_t e = 0; e < c.c_span(); ++e)
+      ASSERT_EQ(b16[e], written[e] ? float_to_bf16(f32[e]) : bf16_t{0x1234}) << "element " << e;
   }
 }
 
