@@ -99,19 +99,21 @@ __global__ void column_partial_add_kernel(const float* partial, int64_t chunks, 
 
 // out[j] += Σ_r term(r, j) over a [rows, cols] domain, deterministically, through `workspace` of
 // column_reduce_workspace_bytes(rows, cols) bytes.
-// `name` and `term_bytes` (what the terms read in global memory) are the first stage's launch
-// cost (launch_cost.h).
+// `name`, `term_bytes` (what the terms read in global memory) and `term_written` (what they
+// write on the way: a term may also produce an element-wise result from what it reads) are the
+// first stage's launch cost (launch_cost.h).
 template <typename Term>
 void column_sum_add(int64_t rows, int64_t cols, const Term& term, float* out, void* workspace,
                     size_t workspace_bytes, const char* name, uint64_t term_bytes,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, uint64_t term_written = 0) {
   BOOSTLM_ASSERT(workspace_bytes >= column_reduce_workspace_bytes(rows, cols));
   const ColumnReduceGeometry cg = column_reduce_launch(rows, cols);
   if (cg.row_chunks == 0) return;
   float* partial = static_cast<float*>(workspace);
-  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = term_bytes,
-                                    .bytes_written = bytes_of<float>(cg.row_chunks * cols),
-                                    .name = name});
+  BOOSTLM_DECLARE_LAUNCH(
+      LaunchCost{.bytes_read = term_bytes,
+                 .bytes_written = bytes_of<float>(cg.row_chunks * cols) + term_written,
+                 .name = name});
   column_partial_kernel<<<dim3(static_cast<unsigned>(cg.column_blocks),
                                static_cast<unsigned>(cg.row_chunks)),
                           cg.block, 0, stream>>>(rows, cols, cg.rows_per_chunk, term, partial);

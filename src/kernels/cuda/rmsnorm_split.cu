@@ -134,21 +134,20 @@ struct OnlineUnpack {  // z = summed · rstd (or a copy)
   }
 };
 
-struct OnlineInputBackward {  // dx = β·dx + g ⊙ γ + 2·ds·x
+// Online-RMSNorm's input backward in one pass over x and g: the term of dγ's column sum, x ⊙ g,
+// and on the way dx = β·dx + g ⊙ γ + 2·ds·x for the same element (x and g read into registers
+// before dx is written: dx may be g).
+struct OnlineInputBackwardTerm {
   const float *g, *x, *gamma, *ds;
   int64_t D;
   float dx_beta;
   float* dx;
-  __device__ void operator()(int64_t r, int64_t j) const {
+  __device__ float operator()(int64_t r, int64_t j) const {
     const int64_t e = r * D + j;
-    dx[e] = math::online_norm_dx(dx[e], dx_beta, g[e], gamma[j], 2.0f * ds[r], x[e]);
+    const float xe = x[e], ge = g[e];
+    dx[e] = math::online_norm_dx(dx[e], dx_beta, ge, gamma[j], 2.0f * ds[r], xe);
+    return xe * ge;
   }
-};
-
-struct ProductTerm {  // x ⊙ g (Online-RMSNorm's dγ summand), contiguous rows of D
-  const float *x, *g;
-  int64_t D;
-  __device__ float operator()(int64_t r, int64_t j) const { return x[r * D + j] * g[r * D + j]; }
 };
 
 // ---- online_norm_input_bf16: one block per row; Σx² (written when sum_sq is given), then the
@@ -189,9 +188,9 @@ void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const f
   const LaunchGeometry g = rows_launch(rows, width);
   if (g.grid == 0) return;
   with_row_block(g.block, [&](auto block) {
-    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
-        .bytes_read = bytes_of<Z>(rows * width) + bytes_of<float>(rows * width + rows),
-        .bytes_written = bytes_of<float>(rows * width + rows)});
+    BOOSTLM_DECLARE_LAUNCH(
+        LaunchCost{.bytes_read = bytes_of<Z>(rows * width) + bytes_of<float>(rows * width + rows),
+                   .bytes_written = bytes_of<float>(rows * width + rows)});
     latent_backward_kernel<block()>
         <<<grid_of(g.grid), block(), 0, stream>>>(z, dz, width, rstd, D_total, ds);
   });
@@ -273,12 +272,12 @@ void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, i
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
                       int64_t D, float eps, bool rescale, bool with_stat, cudaStream_t stream) {
   if (!rescale && !with_stat) return;
-  for_each_element(rows, width + 1, OnlinePack{p, ld, width, sum_sq, D, eps, rescale, with_stat},
-                   {.bytes_read = bytes_of<float>((rescale ? rows * width : 0) + rows),
-                    .bytes_written = bytes_of<float>((rescale ? rows * width : 0) +
-                                                     (with_stat ? rows : 0)),
-                    .name = "elements_2d_kernel<OnlinePack>"},
-                   stream);
+  for_each_element(
+      rows, width + 1, OnlinePack{p, ld, width, sum_sq, D, eps, rescale, with_stat},
+      {.bytes_read = bytes_of<float>((rescale ? rows * width : 0) + rows),
+       .bytes_written = bytes_of<float>((rescale ? rows * width : 0) + (with_stat ? rows : 0)),
+       .name = "elements_2d_kernel<OnlinePack>"},
+      stream);
 }
 
 void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
@@ -323,13 +322,11 @@ size_t online_norm_input_backward_workspace_bytes(int64_t rows, int64_t D) {
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  column_sum_add(rows, D, ProductTerm{x, g, D}, dgamma, workspace, workspace_bytes,
-                 "column_partial_kernel<ProductTerm>", bytes_of<float>(2 * rows * D), stream);
-  for_each_element(rows, D, OnlineInputBackward{g, x, gamma, ds, D, dx_beta, dx},
-                   {.bytes_read = bytes_of<float>((dx_beta != 0.0f ? 3 : 2) * rows * D + D + rows),
-                    .bytes_written = bytes_of<float>(rows * D),
-                    .name = "elements_2d_kernel<OnlineInputBackward>"},
-                   stream);
+  // γ and ds are read once per column and row chunk, and per row: counted once each.
+  column_sum_add(rows, D, OnlineInputBackwardTerm{g, x, gamma, ds, D, dx_beta, dx}, dgamma,
+                 workspace, workspace_bytes, "column_partial_kernel<OnlineInputBackwardTerm>",
+                 bytes_of<float>((dx_beta != 0.0f ? 3 : 2) * rows * D + D + rows), stream,
+                 bytes_of<float>(rows * D));
 }
 
 }  // namespace boostlm::cuda

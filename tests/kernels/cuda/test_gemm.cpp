@@ -361,8 +361,9 @@ TEST_F(CudaGemm, EveryTransposeShapeAndBatchMatchesTheCpuBackend) {
 }
 
 // A bf16 C (cuBLASLt's bf16 D, rounded in its epilogue) is the same call's fp32 C rounded to
-// nearest even, bit for bit (the emulator runs the one product for both and rounds as a GPU's
-// epilogue does), with the padding between rows and members untouched.
+// nearest even, bit for bit on the emulated device (it runs the one product for both and rounds as
+// a GPU's epilogue does; on a GPU within a bf16 step), the padding between rows and members
+// untouched.
 TEST_F(CudaGemm, Bf16OutputIsTheFp32OutputRounded) {
   cuda::GemmContext ctx;
   for (const Call& c : calls()) {
@@ -384,8 +385,21 @@ TEST_F(CudaGemm, Bf16OutputIsTheFp32OutputRounded) {
     for (int64_t m = 0; m < c.batch.count; ++m)
       for (int64_t i = 0; i < c.M; ++i)
         for (int64_t j = 0; j < c.N; ++j) written[m * c.batch.stride_c + i * c.ldc() + j] = true;
-    for (int64_t e = 0; e < c.c_span(); ++e)
-      ASSERT_EQ(b16[e], written[e] ? float_to_bf16(f32[e]) : bf16_t{0x1234}) << "element " << e;
+    for (int64_t e = 0; e < c.c_span(); ++e) {
+      if (!written[e]) {
+        ASSERT_EQ(b16[e], bf16_t{0x1234}) << "element " << e;
+        continue;
+      }
+#ifdef BOOSTLM_CUDA_EMULATOR
+      ASSERT_EQ(b16[e], float_to_bf16(f32[e])) << "element " << e;
+#else
+      // A GPU's heuristic may pick another algorithm (another summation order) for the bf16 D:
+      // within one bf16 step of the fp32 result's rounding.
+      ASSERT_LE(std::abs(bf16_to_float(b16[e]) - bf16_to_float(float_to_bf16(f32[e]))),
+                std::ldexp(std::abs(f32[e]), -7) + 1e-30f)
+          << "element " << e;
+#endif
+    }
   }
 }
 
