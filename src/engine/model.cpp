@@ -184,7 +184,7 @@ void Model::prepare(int64_t B, int64_t T) {
   // they interleave), are never in use at once: one workspace holds the larger. A deferred head
   // ∂W keeps every chunk's logit gradient through the blocks' backward: then they sit side by
   // side.
-  const int64_t chunk = logits_chunk_rows(vocab_rows_, N);
+  const int64_t chunk = logits_chunk_rows(vocab_rows_, N, logits_chunk_elements());
   const bool defer = defers_head_gradient();
   WorkspacePlan head;
   head.add(logits_, (defer ? N : chunk) * vocab_rows_);
@@ -310,7 +310,7 @@ void Model::for_each_chunk(const std::function<void(Layout&, int, int64_t)>& bod
 void Model::deferred_head_gradient() {
   BOOSTLM_ASSERT(head_gradient_pending_);
   const int64_t N = batch_ * seq_len_, d = config_.d_model, V = vocab_rows_;
-  const int64_t chunk = logits_chunk_rows(V, N);
+  const int64_t chunk = logits_chunk_rows(V, N, logits_chunk_elements());
   const ParamInfo& head =
       table_.at(config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   const GemmInput x_all(norm_final_.data(),
@@ -362,7 +362,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
                   rstd_final_.data());
 
   const bool defer = backward && defers_head_gradient();
-  const int64_t chunk = logits_chunk_rows(V, N);
+  const int64_t chunk = logits_chunk_rows(V, N, logits_chunk_elements());
   const GemmInput x_all = rounded_input(compute_, norm_final_.data(), N, d, norm_final_bf16_);
   const GemmInput w_head(weights_.view(head), rounded_weights().at(head.offset), d);
   const float scale = grad_scale / static_cast<float>(N);

@@ -361,6 +361,8 @@ struct KernelTable {
   // null: timed on the host clock there.
   double (*measure_gemm_gflops)(int64_t M, int64_t N, int64_t K, DType compute, int reps) = nullptr;
   double (*measure_peak_gemm_gflops)(DType compute) = nullptr;
+  // Logit elements a chunk of the LM head holds (kernels/cross_entropy.h); 0: the host's.
+  int64_t logits_chunk_elements = 0;
   DeviceCounterHooks counters;
   KernelGraphHooks graphs;
 #define BOOSTLM_KERNEL_ENTRY(ret, function, entry, params, args) ret(*entry) params = nullptr;

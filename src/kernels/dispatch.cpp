@@ -39,6 +39,11 @@ const char* gemm_engine(DType compute) {
   return t.describe_gemm ? t.describe_gemm(compute) : t.backend;
 }
 
+int64_t logits_chunk_elements() {
+  const KernelTable& t = active();
+  return t.logits_chunk_elements > 0 ? t.logits_chunk_elements : kHostLogitsChunkElements;
+}
+
 bool gemm_keeps_threads(DType compute) {
   const KernelTable& t = active();
   return t.gemm_keeps_threads != nullptr && t.gemm_keeps_threads(compute);

@@ -278,9 +278,8 @@ std::pair<int64_t, int64_t> stage_layer_range(int64_t n_layers, int stages, int 
   return {first, first + base + (stage < extra ? 1 : 0)};
 }
 
-int64_t logits_chunk_rows(int64_t vocab_columns, int64_t tokens) {
-  constexpr int64_t kLogitsChunkElements = int64_t{16} << 20;
-  int64_t rows = kLogitsChunkElements / vocab_columns;
+int64_t logits_chunk_rows(int64_t vocab_columns, int64_t tokens, int64_t chunk_elements) {
+  int64_t rows = chunk_elements / vocab_columns;
   // A multiple of 64 rows where that fits: oneDNN's bf16 head GEMMs ran 5-10% faster at 512 rows
   // than at 524 (32000 columns, one process).
   if (rows > 64) rows -= rows % 64;

@@ -95,7 +95,9 @@ struct ModelConfig {
 std::pair<int64_t, int64_t> stage_layer_range(int64_t n_layers, int stages, int stage);
 
 // Rows of the logits the head computes at once, of `tokens` rows of `vocab_columns` (the rank's
-// vocabulary slice): at most 16 Mi elements (64 MiB in fp32), so [N, V] is never held whole.
-int64_t logits_chunk_rows(int64_t vocab_columns, int64_t tokens);
+// vocabulary slice): at most `chunk_elements` (the backend's, kernels/cross_entropy.h's
+// logits_chunk_elements: 64 MiB of fp32 on the host, 256 MiB on a GPU), so [N, V] is never held
+// whole.
+int64_t logits_chunk_rows(int64_t vocab_columns, int64_t tokens, int64_t chunk_elements);
 
 }  // namespace boostlm

@@ -114,7 +114,8 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
   const int64_t chunks = overlap_chunks(c);
   BlockOptions chunk_options = c.options;
   chunk_options.overlap_chunks = 1;
-  MicroBatchShape mb{c.layout, c.config, chunk_options, c.micro_batch / chunks, c.seq_len, c.tp};
+  MicroBatchShape mb{c.layout,  c.config, chunk_options,          c.micro_batch / chunks,
+                     c.seq_len, c.tp,     c.logits_chunk_elements};
   const CostContext ctx = cost_context(hw, c, pl);
   const int64_t hd = c.config.head_dim();
   const Work fwd = block_forward_work(mb), bwd = block_backward_work(mb),
@@ -225,7 +226,8 @@ MemoryEstimate stage_memory(const Hardware& hw, const StepConfig& c, const Place
 }  // namespace
 
 MemoryEstimate rank_memory(const StepConfig& c, int stage, double bytes_per_activation) {
-  MicroBatchShape mb{c.layout, c.config, c.options, c.micro_batch, c.seq_len, c.tp};
+  MicroBatchShape mb{
+      c.layout, c.config, c.options, c.micro_batch, c.seq_len, c.tp, c.logits_chunk_elements};
   const double params = stage_param_elements(c.layout, c.config, c.tp, c.pp, stage);
   MemoryEstimate m;
   m.weights = params * 4;

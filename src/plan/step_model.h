@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "kernels/cross_entropy.h"
 #include "model/config.h"
 #include "parallel/layout.h"
 #include "plan/cost.h"
@@ -48,6 +49,9 @@ struct StepConfig {
   // Whether the rank's memory holds the CUDA backend's attention scratch (dS tiles, bf16 only):
   // a GPU's; not the host memory train's check counts.
   bool device_attention_scratch = true;
+  // Logit elements per LM-head chunk: a GPU's (the CUDA backend's), or the host's for train's
+  // check (kernels/cross_entropy.h).
+  int64_t logits_chunk_elements = kDeviceLogitsChunkElements;
 
   int world() const { return tp * pp * dp; }
   int64_t global_batch() const { return micro_batch * micro_batches * dp; }

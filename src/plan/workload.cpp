@@ -125,7 +125,7 @@ Work lax_crossing_work(const MicroBatchShape& mb, bool backward) {
 
 int64_t head_chunk_rows(const MicroBatchShape& mb) {
   const int64_t vocab_rows = mb.config.vocab_size / mb.tp;
-  return logits_chunk_rows(vocab_rows, mb.tokens());
+  return logits_chunk_rows(vocab_rows, mb.tokens(), mb.logits_chunk_elements);
 }
 
 Work embedding_work(const MicroBatchShape& mb) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/cross_entropy.h"
 #include "model/config.h"
 #include "parallel/layout.h"
 
@@ -49,6 +50,8 @@ struct MicroBatchShape {
   BlockOptions options;
   int64_t batch = 1, seq_len = 1;
   int tp = 1;
+  // Logit elements per head chunk on the backend that runs it (kernels/cross_entropy.h).
+  int64_t logits_chunk_elements = kDeviceLogitsChunkElements;
   int64_t tokens() const { return batch * seq_len; }
 };
 

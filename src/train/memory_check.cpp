@@ -9,6 +9,7 @@
 
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "kernels/cross_entropy.h"
 #include "plan/memory.h"
 #include "plan/step_model.h"
 
@@ -63,6 +64,7 @@ RankMemoryNeed estimate_rank_memory(const TrainOptions& o, const ModelConfig& co
   c.precision = o.precision;
   c.zero1 = o.zero == 1;
   c.device_attention_scratch = false;  // host memory: the dS tiles live on a GPU
+  c.logits_chunk_elements = kHostLogitsChunkElements;
   RankMemoryNeed need;
   for (int stage = 0; stage < c.pp; ++stage) {
     // This CPU engine keeps activations in fp32 whatever the compute precision.

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "engine/data_parallel.h"
 #include "engine/model.h"
+#include "kernels/cross_entropy.h"
 #include "gradient_check.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_counters.h"
@@ -409,7 +410,7 @@ TEST(TpOverlap, DeferredHeadGradientEqualsTheStepWithoutOverlap) {
       const int64_t B = 2, T = 512, N = B * T;
       const auto tokens = random_tokens(2 * N, config.vocab_size, 5),
                  targets = random_tokens(2 * N, config.vocab_size, 6);
-      ASSERT_GT(N, logits_chunk_rows(config.vocab_size / tp, N));
+      ASSERT_GT(N, logits_chunk_rows(config.vocab_size / tp, N, logits_chunk_elements()));
       auto run = [&](int chunks, std::vector<float>& losses) {
         BlockOptions options;
         options.overlap_chunks = chunks;

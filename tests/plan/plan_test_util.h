@@ -9,6 +9,7 @@
 
 #include "core/rng.h"
 #include "engine/model.h"
+#include "kernels/cross_entropy.h"
 #include "kernels/gemm_counters.h"
 #include "plan/workload.h"
 #include "test_util.h"
@@ -61,10 +62,17 @@ inline std::string case_name(const LayoutCase& c) {
          to_string(c.options.recompute) + "/kv" + std::to_string(c.kv_heads) + to_string(c.ranks);
 }
 
+// A micro-batch as the engine of the active backend runs it (its LM-head chunks included), for
+// the tests that hold the planner to the engine's own counts.
 inline MicroBatchShape micro_batch(const LayoutCase& c, int64_t B, int64_t T, int tp) {
   const ModelConfig model = small_model(c.arch, c.kv_heads, 3);
-  return {c.layout, c.arch == Arch::dense ? model : with_ranks(model, c.ranks), c.options, B, T,
-          tp};
+  return {c.layout,
+          c.arch == Arch::dense ? model : with_ranks(model, c.ranks),
+          c.options,
+          B,
+          T,
+          tp,
+          logits_chunk_elements()};
 }
 
 // Sorted (M, N, K) of GEMMs, so two lists compare as multisets.

@@ -5,6 +5,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "kernels/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/event_timer.h"
@@ -314,6 +315,7 @@ const KernelTable& kernel_table() {
     t.counters.set_count_only = [](bool on) { cuda_emulator::set_count_only(on); };
 #endif
     t.graphs = {graph_begin, graph_end, graph_launch, graph_destroy};
+    t.logits_chunk_elements = kDeviceLogitsChunkElements;
 #define BOOSTLM_CUDA_ENTRY(ret, function, entry, params, args) t.entry = &entry##_on_stream;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CUDA_ENTRY)
 #undef BOOSTLM_CUDA_ENTRY
