@@ -32,7 +32,6 @@
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
 #include "kernels/rmsnorm.h"
-
 #include "parallel/layout.h"
 
 namespace boostlm {
@@ -61,10 +60,7 @@ class Btp final : public Layout {
   // riding along), then its up halves locally (latents_forward, up_project below).
   void group_forward(int64_t layer, const Group& g, GemmInput x,
                      std::initializer_list<float*> y) override {
-    Kept& a = kept_[slot(layer)];
-    const Norm n = norm(layer, g);
-    latents_forward(layer, g, x, n.gamma, n.rstd, n.out, a);
-    up_project(layer, g, a, y);
+    forward_into(layer, g, x, y);
   }
 
   // The latents' gradients are partial (B is column-parallel): their all-reduce(s), then dA and
@@ -84,27 +80,32 @@ class Btp final : public Layout {
 
   void group_replay(int64_t layer, const Group& g, GemmInput x,
                     std::initializer_list<float*> y) override {
-    up_project(layer, g, kept_[slot(layer)], y);
-    replay_norm(layer, g, x);
+    replay_into(layer, g, x, y);
   }
 
   // B is column-parallel: each rank's outputs are whole, so gate|up can come out in bf16.
   bool bf16_outputs(const Group& g) const override { return g.index == kGateUp.index; }
   void group_forward_bf16(int64_t layer, const Group& g, GemmInput x,
                           std::initializer_list<bf16_t*> y) override {
+    forward_into(layer, g, x, y);
+  }
+  void group_replay_bf16(int64_t layer, const Group& g, GemmInput x,
+                         std::initializer_list<bf16_t*> y) override {
+    replay_into(layer, g, x, y);
+  }
+
+  // A group's forward and its replay (the up halves from the kept latents, and the synchronous
+  // norm's output from the kept 1/rms: the online norm keeps none), outputs in fp32 or bf16.
+  template <class Out>
+  void forward_into(int64_t layer, const Group& g, GemmInput x, std::initializer_list<Out*> y) {
     Kept& a = kept_[slot(layer)];
     const Norm n = norm(layer, g);
     latents_forward(layer, g, x, n.gamma, n.rstd, n.out, a);
     up_project(layer, g, a, y);
   }
-  void group_replay_bf16(int64_t layer, const Group& g, GemmInput x,
-                         std::initializer_list<bf16_t*> y) override {
+  template <class Out>
+  void replay_into(int64_t layer, const Group& g, GemmInput x, std::initializer_list<Out*> y) {
     up_project(layer, g, kept_[slot(layer)], y);
-    replay_norm(layer, g, x);
-  }
-
-  // The synchronous norm's output, from the kept 1/rms (the online norm keeps none).
-  void replay_norm(int64_t layer, const Group& g, GemmInput x) {
     if (!g.normed || options_.online_norm) return;
     const Norm n = norm(layer, g);
     const int64_t N = batch_ * seq_len_;
@@ -295,8 +296,7 @@ class Btp final : public Layout {
   }
 
   // y_m = σ(z_m) B_m for the group's members (column-parallel B; batched when grouping). Each
-  // y_m: [N, d_out] contiguous.
-  // y_m in fp32, or bf16 (bf16 training: the GEMMs' own rounding).
+  // y_m: [N, d_out] contiguous, in fp32 or in bf16 (bf16 training: the GEMMs' own rounding).
   template <class Out>
   void up_project(int64_t layer, const Group& g, Kept& a, std::initializer_list<Out*> y) {
     const ProjectionGroup group = members(layer, g);
