@@ -446,16 +446,6 @@ std::vector<float> dense(const void* base, const Layout& l, int32_t member, bool
   return out;
 }
 
-// fp32 to bf16 as the epilogue of a bf16-output matmul stores it: to nearest, ties to even; a NaN
-// stays a (quiet) NaN.
-uint16_t to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 void scatter(const std::vector<float>& values, const Layout& l, int32_t member, void* base) {
   const int64_t first = static_cast<int64_t>(member) * l.stride;
   for (uint64_t c = 0; c < l.cols; ++c)
@@ -463,7 +453,7 @@ void scatter(const std::vector<float>& values, const Layout& l, int32_t member, 
       const int64_t at = first + offset(l, r, c);
       const float value = values[r + c * l.rows];
       if (l.type == CUDA_R_16BF)
-        static_cast<uint16_t*>(base)[at] = to_bf16(value);
+        static_cast<uint16_t*>(base)[at] = cuda_emulator::float_to_bf16(value);
       else
         static_cast<float*>(base)[at] = value;
     }

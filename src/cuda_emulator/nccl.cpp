@@ -133,14 +133,7 @@ float bf16_to_float(uint16_t bits) {
   return value;
 }
 
-// Round to nearest even; a NaN stays a (quiet) NaN.
-uint16_t float_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
+using cuda_emulator::float_to_bf16;
 
 // Device values [count] of `type` as the MPI operation takes them.
 Bytes to_wire(const void* data, std::size_t count, ncclDataType_t type) {
