@@ -5,10 +5,13 @@
 #            reachable only inside kernels, collectives and named copies, core/device.h) and give
 #            the bits of --device cpu: no host access to device memory anywhere on those paths, and
 #            no kernel given host memory (the checking mode's kernel table checks every array).
-#  cuda      --device cuda stops at once, before any work, with the reason and a non-zero status.
-# Usage: test_device.sh path/to/boostlm
+#  cuda      --device cuda stops at once, before any work, with the reason and a non-zero status;
+#            not in the emulated device's build (second argument "emulated"), where --device cuda
+#            runs (emulated_device_engine tests it there).
+# Usage: test_device.sh path/to/boostlm [emulated]
 set -uo pipefail
 boostlm=$(realpath "$1")
+emulated=${2:-}
 source "$(dirname "$0")/lib.sh" device
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 tiny_corpus "$boostlm" "$work"
@@ -71,6 +74,10 @@ done
   fail "eval/generate/resume differ: $(cat eval-cpu*.out generate-cpu*.out) $(loss resume-cpu.out) $(loss resume-cpu-checked.out)"
 
 # --device cuda: refused before any work (no run directory), with the reason.
+if [ "$emulated" = emulated ]; then
+  finish "device: every path runs under --device cpu-checked with the same bits (cuda runs here: the emulated device)"
+  exit 0
+fi
 for cmd in "train -c cola.json -d data -o cuda-run --steps 1" "eval --checkpoint one-process-cpu --data data/val_000000.bin" \
            "generate --checkpoint one-process-cpu --prompt x" "bench step --shape tiny"; do
   # shellcheck disable=SC2086
