@@ -23,7 +23,7 @@
 # 1B CoLA's step at sequence 4096 beside its prediction (issue 47).
 # Not checked yet: the layouts on several GPUs (one GPU here), the other benchmarks on the GPU.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 mode=${1:-}
 bundle=${2:-device-bundle}
 
@@ -38,9 +38,18 @@ prepare() {
     "$build/tests/kernels/cuda/boostlm_cuda_backend_tests" \
     "$build/tests/kernels/cuda/boostlm_mma_tests" \
     "$build/tests/comm/boostlm_comm_cuda_tests" "$bundle/bin/"
-  # The step's predicted cost on an H200 (bench step --device cuda on the emulated device), set
-  # beside the measured one.
+  # The step's predicted cost (bench step --device cuda on the emulated device), set beside the
+  # measured one: on an H200 as the README's table (results/), and priced on each GPU file the
+  # lent machine may be (hardware/h100-sxm.json, h200.json) where the emulated build is here.
   cp results/device-step-1b-4096.json "$bundle/" 2> /dev/null
+  local emu=${BUILD_EMU:-build-emu} hw
+  if [ -x "$emu/boostlm" ]; then
+    for hw in h100-sxm h200; do
+      "$emu/boostlm" bench step --device cuda --count-only --shape 1b --arch cola --precision bf16 \
+        -b 1 -t 4096 --hardware "$hw" --json "$bundle/device-step-1b-4096-$hw.json" > /dev/null ||
+        echo "device-check: no $hw prediction (bench step --count-only failed)" >&2
+    done
+  fi
   cp "$0" "$bundle/"
   # The libraries a GPU machine's image lacks: everything the binaries load but the C and C++
   # runtimes (a newer image has newer ones) and CUDA's (found there, in the toolkit or the wheels).
@@ -133,7 +142,6 @@ engine_check() {
 {"arch": "cola", "vocab_size": 320, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
  "d_ff": 96, "attn_rank": 16, "mlp_rank": 16, "max_seq_len": 64}
 JSON
-  local loss
   loss() { grep -o '"train_loss":[^,}]*' "$1" 2> /dev/null | tail -1 | cut -d: -f2; }
   for prec in fp32 bf16; do
     for dev in cpu cuda; do
@@ -290,11 +298,17 @@ speed_check() {
       --steps 5 --warmup 2 --cuda-graph "$g" > "$out/step_60m_graph_$g.txt" 2>&1
     echo "| 60m-cola bf16 step, b 4 x 1024, --cuda-graph $g (exit $?) | $(grep -m1 '^cola ' "$out/step_60m_graph_$g.txt") |"
   done
-  if [ -f "$bundle/device-step-1b-4096.json" ]; then
+  # The prediction for this GPU where prepare priced it (an H100 or an H200), else the H200's.
+  local hw=h200 gpu
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)
+  case $gpu in *H100*) hw=h100-sxm ;; esac
+  local file=$bundle/device-step-1b-4096-$hw.json
+  [ -f "$file" ] || { hw=h200; file=$bundle/device-step-1b-4096.json; }
+  if [ -f "$file" ]; then
     local predicted
-    predicted=$(grep -o '"predicted_step_s": *[0-9.e-]*' "$bundle/device-step-1b-4096.json" | head -1 |
+    predicted=$(grep -o '"predicted_step_s": *[0-9.e-]*' "$file" | head -1 |
       awk '{printf "%.1f ms", $2 * 1000}')
-    echo "| predicted (emulated counters, h200.json) | $predicted |"
+    echo "| predicted for ${gpu:-this GPU} (emulated counters, $hw.json) | $predicted |"
   fi
 }
 
