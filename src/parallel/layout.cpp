@@ -46,9 +46,8 @@ void Layout::block_forward(int64_t layer, const float* x_in, float* x_out) {
   concatenate_groups(layer);
 
   // Attention sub-block.
-  const Qkv qkv = split_qkv(qkv_output(w));
-  group_forward(layer, kQkv, {x_in, rc}, {qkv.q, qkv.k, qkv.v});
-  group_forward(layer, kO, attention(w), {partial_.data()});
+  const bool v_in_bf16 = qkv(layer, a, w, /*replay=*/false);
+  group_forward(layer, kO, attention(w, v_in_bf16), {partial_.data()});
   add(x_in, partial_.data(), a.x_mid.data(), N * rc);
 
   // MLP sub-block.
@@ -141,7 +140,7 @@ GemmInput Layout::mlp_hidden(BlockActs& w, bool fresh) {
 
 // RoPE on q and k where they were produced, then causal attention over this rank's heads. In bf16,
 // q | k | v are kept rounded (the tiles read them so) and the output is written in bf16.
-GemmInput Layout::attention(BlockActs& w) {
+GemmInput Layout::attention(BlockActs& w, bool v_in_bf16) {
   const int64_t N = batch_ * seq_len_;
   const int64_t hd = config_.head_dim(), ql = widths_.heads * hd, kvl = widths_.kv_heads * hd;
   const Qkv qkv = split_qkv(qkv_output(w));
@@ -155,7 +154,7 @@ GemmInput Layout::attention(BlockActs& w) {
   bf16_t *q = w.qkv16.data(), *k = q + N * ql, *v = k + N * kvl;
   rope_forward_bf16(qkv.q, ql, batch_, seq_len_, widths_.heads, rope_, q, ql);
   rope_forward_bf16(qkv.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_, k, kvl);
-  round_to_bf16(qkv.v, N, kvl, kvl, v);
+  if (!v_in_bf16) round_to_bf16(qkv.v, N, kvl, kvl, v);
   attention_forward(shape, q, ql, k, kvl, v, kvl, w.attn16.data(), ql, w.lse.data());
   return {nullptr, w.attn16.data(), ql};
 }
@@ -164,10 +163,7 @@ GemmInput Layout::attention(BlockActs& w) {
 // up halves from the kept latents, locally; attention and SwiGLU run again.
 void Layout::replay(int64_t layer, BlockActs& a) {
   BlockActs& w = work_;
-  const int64_t rc = residual_columns();
-  const Qkv qkv = split_qkv(qkv_output(w));
-  group_replay(layer, kQkv, {a.x_in, rc}, {qkv.q, qkv.k, qkv.v});
-  attention(w);
+  attention(w, qkv(layer, a, w, /*replay=*/true));
   // In bf16, gate|up as forward kept them: rounded (SwiGLU's output is recomputed by backward).
   if (!gate_up(layer, a, w, /*replay=*/true) && compute_ == DType::bf16)
     mlp_hidden(w, /*fresh=*/true);
@@ -182,13 +178,28 @@ bool Layout::gate_up(int64_t layer, BlockActs& a, BlockActs& w, bool replay) {
   const GemmInput x{a.x_mid.data(), residual_columns()};
   if (gate_up_in_bf16()) {
     bf16_t *gate = w.gate_up16.data(), *up = gate + n;
-    replay ? group_replay_bf16(layer, kGateUp, x, {gate, up})
-           : group_forward_bf16(layer, kGateUp, x, {gate, up});
+    replay ? group_replay_mixed(layer, kGateUp, x, {{nullptr, gate}, {nullptr, up}})
+           : group_forward_mixed(layer, kGateUp, x, {{nullptr, gate}, {nullptr, up}});
     return true;
   }
   float *gate = gate_up_output(w), *up = gate + n;
   replay ? group_replay(layer, kGateUp, x, {gate, up})
          : group_forward(layer, kGateUp, x, {gate, up});
+  return false;
+}
+
+bool Layout::qkv(int64_t layer, BlockActs& a, BlockActs& w, bool replay) {
+  const Qkv out = split_qkv(qkv_output(w));
+  const GemmInput x{a.x_in, residual_columns()};
+  if (compute_ == DType::bf16 && bf16_outputs(kQkv)) {
+    const int64_t N = batch_ * seq_len_, hd = config_.head_dim();
+    bf16_t* v = w.qkv16.data() + N * (widths_.heads + widths_.kv_heads) * hd;
+    replay ? group_replay_mixed(layer, kQkv, x, {{out.q}, {out.k}, {nullptr, v}})
+           : group_forward_mixed(layer, kQkv, x, {{out.q}, {out.k}, {nullptr, v}});
+    return true;
+  }
+  replay ? group_replay(layer, kQkv, x, {out.q, out.k, out.v})
+         : group_forward(layer, kQkv, x, {out.q, out.k, out.v});
   return false;
 }
 
@@ -236,12 +247,21 @@ void Layout::group_replay(int64_t, const Group&, GemmInput, std::initializer_lis
   BOOSTLM_ASSERT_MSG(false, "this layout keeps its intermediates; it has nothing to replay");
 }
 
-void Layout::group_forward_bf16(int64_t, const Group&, GemmInput, std::initializer_list<bf16_t*>) {
+void Layout::group_forward_mixed(int64_t, const Group&, GemmInput,
+                                 std::initializer_list<GroupOutput>) {
   BOOSTLM_ASSERT_MSG(false, "this layout writes its outputs in fp32 (bf16_outputs)");
 }
 
-void Layout::group_replay_bf16(int64_t, const Group&, GemmInput, std::initializer_list<bf16_t*>) {
+void Layout::group_replay_mixed(int64_t, const Group&, GemmInput,
+                                std::initializer_list<GroupOutput>) {
   BOOSTLM_ASSERT_MSG(false, "this layout writes its outputs in fp32 (bf16_outputs)");
+}
+
+std::array<Layout::GroupOutput, 3> Layout::fp32_outputs(std::initializer_list<float*> y) {
+  BOOSTLM_ASSERT(y.size() <= 3);
+  std::array<GroupOutput, 3> out{};
+  for (size_t m = 0; m < y.size(); ++m) out[m].f32 = y.begin()[m];
+  return out;
 }
 
 Layout::Qkv Layout::split_qkv(float* qkv) const {

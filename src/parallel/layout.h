@@ -278,17 +278,25 @@ class Layout {
   virtual bool recomputes_intermediates() const { return false; }
   virtual void group_replay(int64_t layer, const Group& g, GemmInput x,
                             std::initializer_list<float*> y);
+  // A member's output: fp32 (f32), or in bf16 only (bf16), where the layout can write it so.
+  struct GroupOutput {
+    float* f32 = nullptr;
+    bf16_t* bf16 = nullptr;
+  };
   // Whether, in bf16 training, group g's outputs can be written by its GEMMs in bf16 only
-  // (group_forward_bf16 / group_replay_bf16, as group_forward / group_replay with bf16 y_m): where
-  // the rank's GEMMs produce them whole, nothing summing them over ranks after (btp's and
-  // dense-tp's column-parallel gate|up; not naive-tp's, whose partial outputs are all-reduced in
-  // fp32). The skeleton asks it for gate|up, which only SwiGLU reads, rounding them first: the same
-  // bits, without an fp32 copy written and read.
+  // (group_forward_mixed / group_replay_mixed: as group_forward / group_replay, each member in
+  // fp32 or bf16 as the skeleton asks): where the rank's GEMMs produce them whole, nothing summing
+  // them over ranks after (btp's and dense-tp's column-parallel q|k|v and gate|up; not naive-tp's,
+  // whose partial outputs are all-reduced in fp32). The skeleton asks it for gate and up, which
+  // only SwiGLU reads, rounding them first, and for v, which only the attention tiles read,
+  // rounded (q and k stay fp32 for RoPE): the same bits, without an fp32 copy written and read.
   virtual bool bf16_outputs(const Group&) const { return false; }
-  virtual void group_forward_bf16(int64_t layer, const Group& g, GemmInput x,
-                                  std::initializer_list<bf16_t*> y);
-  virtual void group_replay_bf16(int64_t layer, const Group& g, GemmInput x,
-                                 std::initializer_list<bf16_t*> y);
+  virtual void group_forward_mixed(int64_t layer, const Group& g, GemmInput x,
+                                   std::initializer_list<GroupOutput> y);
+  virtual void group_replay_mixed(int64_t layer, const Group& g, GemmInput x,
+                                  std::initializer_list<GroupOutput> y);
+  // group_forward's fp32 outputs as GroupOutputs, for a layout that implements both as one.
+  static std::array<GroupOutput, 3> fp32_outputs(std::initializer_list<float*> y);
   // The layout's own per-slot state (norm statistics, latents) for B·T tokens, and its bytes.
   virtual void allocate_groups(int64_t N) = 0;
   virtual int64_t group_slot_bytes() const = 0;   // one slot
@@ -354,7 +362,7 @@ class Layout {
   // In bf16 training q | k | v, the attention output and gate | up are kept in bf16 (qkv16, attn16,
   // gate_up16): only bf16 tiles and GEMMs read q, k, v and the output, and SwiGLU's backward reads
   // gate | up; the GEMMs write into fp32 work areas (qkv_output, gate_up_output) rounded from, or
-  // for gate | up where the layout can (bf16_outputs) into gate_up16 directly. The
+  // for v and gate | up where the layout can (bf16_outputs) into qkv16 and gate_up16 directly. The
   // residual, the lse and everything of the norms stay fp32. SwiGLU's output, read only by the down
   // projection, is not kept: backward recomputes it from gate | up.
   struct BlockActs {
@@ -370,8 +378,9 @@ class Layout {
   void allocate_intermediates(BlockActs& a, int64_t N);
   BlockActs& intermediates(BlockActs& a) { return recomputes_intermediates() ? work_ : a; }
   Qkv split_qkv(float* qkv) const;
-  // RoPE and attention on what the q|k|v GEMMs wrote; returns the output as o's input.
-  GemmInput attention(BlockActs& w);
+  // RoPE and attention on what the q|k|v GEMMs wrote (v_in_bf16: v straight into qkv16, else
+  // rounded from the work area); returns the output as o's input.
+  GemmInput attention(BlockActs& w, bool v_in_bf16);
   // Where the q|k|v and gate|up GEMMs write: the kept buffers, or in bf16 the work areas rounded
   // from.
   float* qkv_output(BlockActs& w);
@@ -383,6 +392,9 @@ class Layout {
   // whether they wrote w.gate_up16 directly (bf16_outputs), else gate_up_output(w) for SwiGLU to
   // round (mlp_hidden fresh).
   bool gate_up(int64_t layer, BlockActs& a, BlockActs& w, bool replay);
+  // The q|k|v GEMMs likewise: q and k into qkv_output(w); returns whether v went straight into
+  // w.qkv16 (bf16_outputs), else it is in qkv_output(w) for attention to round.
+  bool qkv(int64_t layer, BlockActs& a, BlockActs& w, bool replay);
   bool gate_up_in_bf16() const;
   void replay(int64_t layer, BlockActs& a);  // lowrank recomputation of the intermediates
   static int64_t bytes_of(const BlockActs& a);

@@ -26,7 +26,7 @@
 //    them with local GEMMs only. block: backward reruns the whole forward, collectives included.
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
+#include <span>
 
 #include "core/error.h"
 #include "kernels/activation.h"
@@ -60,7 +60,7 @@ class Btp final : public Layout {
   // riding along), then its up halves locally (latents_forward, up_project below).
   void group_forward(int64_t layer, const Group& g, GemmInput x,
                      std::initializer_list<float*> y) override {
-    forward_into(layer, g, x, y);
+    forward_into(layer, g, x, {fp32_outputs(y).data(), y.size()});
   }
 
   // The latents' gradients are partial (B is column-parallel): their all-reduce(s), then dA and
@@ -80,31 +80,31 @@ class Btp final : public Layout {
 
   void group_replay(int64_t layer, const Group& g, GemmInput x,
                     std::initializer_list<float*> y) override {
-    replay_into(layer, g, x, y);
+    replay_into(layer, g, x, {fp32_outputs(y).data(), y.size()});
   }
 
-  // B is column-parallel: each rank's outputs are whole, so gate|up can come out in bf16.
-  bool bf16_outputs(const Group& g) const override { return g.index == kGateUp.index; }
-  void group_forward_bf16(int64_t layer, const Group& g, GemmInput x,
-                          std::initializer_list<bf16_t*> y) override {
+  // B is column-parallel: each rank's outputs are whole, so v and gate|up can come out in bf16.
+  bool bf16_outputs(const Group& g) const override {
+    return g.index == kGateUp.index || g.index == kQkv.index;
+  }
+  void group_forward_mixed(int64_t layer, const Group& g, GemmInput x,
+                           std::initializer_list<GroupOutput> y) override {
     forward_into(layer, g, x, y);
   }
-  void group_replay_bf16(int64_t layer, const Group& g, GemmInput x,
-                         std::initializer_list<bf16_t*> y) override {
+  void group_replay_mixed(int64_t layer, const Group& g, GemmInput x,
+                          std::initializer_list<GroupOutput> y) override {
     replay_into(layer, g, x, y);
   }
 
   // A group's forward and its replay (the up halves from the kept latents, and the synchronous
-  // norm's output from the kept 1/rms: the online norm keeps none), outputs in fp32 or bf16.
-  template <class Out>
-  void forward_into(int64_t layer, const Group& g, GemmInput x, std::initializer_list<Out*> y) {
+  // norm's output from the kept 1/rms: the online norm keeps none).
+  void forward_into(int64_t layer, const Group& g, GemmInput x, std::span<const GroupOutput> y) {
     Kept& a = kept_[slot(layer)];
     const Norm n = norm(layer, g);
     latents_forward(layer, g, x, n.gamma, n.rstd, n.out, a);
     up_project(layer, g, a, y);
   }
-  template <class Out>
-  void replay_into(int64_t layer, const Group& g, GemmInput x, std::initializer_list<Out*> y) {
+  void replay_into(int64_t layer, const Group& g, GemmInput x, std::span<const GroupOutput> y) {
     up_project(layer, g, kept_[slot(layer)], y);
     if (!g.normed || options_.online_norm) return;
     const Norm n = norm(layer, g);
@@ -296,18 +296,33 @@ class Btp final : public Layout {
   }
 
   // y_m = σ(z_m) B_m for the group's members (column-parallel B; batched when grouping). Each
-  // y_m: [N, d_out] contiguous, in fp32 or in bf16 (bf16 training: the GEMMs' own rounding).
-  template <class Out>
-  void up_project(int64_t layer, const Group& g, Kept& a, std::initializer_list<Out*> y) {
+  // y_m: [N, d_out] contiguous, in fp32 or in bf16 (bf16 training: the GEMMs' own rounding); the
+  // members of one output type in a row are one call.
+  void up_project(int64_t layer, const Group& g, Kept& a, std::span<const GroupOutput> y) {
     const ProjectionGroup group = members(layer, g);
+    BOOSTLM_ASSERT(y.size() == group.size());
     const int64_t N = batch_ * seq_len_;
-    const auto ld = output_strides(group);
-    if constexpr (std::is_same_v<Out, bf16_t>)
-      group_up_forward_bf16_out(group, latent_of(layer, group, a, g), N, y.begin(), ld.data(),
-                                options_.grouping);
-    else
-      group_up_forward(group, latent_of(layer, group, a, g), N, y.begin(), ld.data(),
-                       options_.grouping, compute_);
+    const GemmInput latent = latent_of(layer, group, a, g);
+    int64_t column = 0;
+    for (size_t first = 0, end; first < group.size(); first = end) {
+      const bool bf16 = y[first].bf16 != nullptr;
+      for (end = first + 1; end < group.size() && (y[end].bf16 != nullptr) == bf16;) ++end;
+      const ProjectionGroup run = group.subspan(first, end - first);
+      std::array<float*, 3> f32{};
+      std::array<bf16_t*, 3> b16{};
+      for (size_t m = 0; m < run.size(); ++m) {
+        f32[m] = y[first + m].f32;
+        b16[m] = y[first + m].bf16;
+      }
+      const auto ld = output_strides(run);
+      if (bf16)
+        group_up_forward_bf16_out(run, latent.at(column), N, b16.data(), ld.data(),
+                                  options_.grouping);
+      else
+        group_up_forward(run, latent.at(column), N, f32.data(), ld.data(), options_.grouping,
+                         compute_);
+      column += group_width(run);
+    }
   }
 
   static std::array<int64_t, 3> output_strides(ProjectionGroup group) {

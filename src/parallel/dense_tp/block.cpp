@@ -7,6 +7,8 @@
 // partial input gradients of the column-parallel projections, before each norm's backward).
 // Megatron's f and g: g is the all-reduce after a row-parallel group's forward, f the all-reduce
 // before a norm's backward; both are in the two functions below.
+#include <span>
+
 #include "core/error.h"
 #include "kernels/rmsnorm.h"
 #include "parallel/layout.h"
@@ -37,32 +39,22 @@ class DenseTp final : public Layout {
   void group_forward(int64_t layer, const Group& g, GemmInput x,
                      std::initializer_list<float*> y) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;
-    const BlockWeights& w = blocks_[layer];
     if (!g.normed) {
-      const ProjectionWeights& p = w.proj[g.first];
+      const ProjectionWeights& p = blocks_[layer].proj[g.first];
       dense_projection_forward(p, x, N, y.begin()[0], p.d_out, compute_);
       tp_.all_reduce(y.begin()[0], N * d);  // row-parallel: Σ over ranks
       return;
     }
-    const Norm n = norm(layer, g);
-    const GemmInput in = replicated_norm_forward(n, x.f32);
-    for (int m = 0; m < g.count; ++m) {
-      const ProjectionWeights& p = w.proj[g.first + m];
-      dense_projection_forward(p, in, N, y.begin()[m], p.d_out, compute_);
-    }
+    columns_forward(layer, g, x, {fp32_outputs(y).data(), y.size()});
   }
 
-  // Column-parallel gate|up: each rank's outputs are whole, so they can come out in bf16.
-  bool bf16_outputs(const Group& g) const override { return g.index == kGateUp.index; }
-  void group_forward_bf16(int64_t layer, const Group& g, GemmInput x,
-                          std::initializer_list<bf16_t*> y) override {
+  // Column-parallel q|k|v and gate|up: each rank's outputs are whole, so they can come out in
+  // bf16.
+  bool bf16_outputs(const Group& g) const override { return g.normed; }
+  void group_forward_mixed(int64_t layer, const Group& g, GemmInput x,
+                           std::initializer_list<GroupOutput> y) override {
     BOOSTLM_ASSERT(g.normed);
-    const int64_t N = batch_ * seq_len_;
-    const GemmInput in = replicated_norm_forward(norm(layer, g), x.f32);
-    for (int m = 0; m < g.count; ++m) {
-      const ProjectionWeights& p = blocks_[layer].proj[g.first + m];
-      dense_projection_forward_bf16_out(p, in, N, y.begin()[m], p.d_out);
-    }
+    columns_forward(layer, g, x, y);
   }
 
   void group_backward(int64_t layer, const Group& g, GemmInput x,
@@ -103,6 +95,21 @@ class DenseTp final : public Layout {
 
  private:
   Norm norm(int64_t layer, const Group& g) { return norm_of(layer, g, kept_[slot(layer)]); }
+
+  // A normed group's forward: the replicated norm, then each member's column shard in fp32 or
+  // bf16.
+  void columns_forward(int64_t layer, const Group& g, GemmInput x,
+                       std::span<const GroupOutput> y) {
+    const int64_t N = batch_ * seq_len_;
+    const GemmInput in = replicated_norm_forward(norm(layer, g), x.f32);
+    for (int m = 0; m < g.count; ++m) {
+      const ProjectionWeights& p = blocks_[layer].proj[g.first + m];
+      if (y[m].bf16)
+        dense_projection_forward_bf16_out(p, in, N, y[m].bf16, p.d_out);
+      else
+        dense_projection_forward(p, in, N, y[m].f32, p.d_out, compute_);
+    }
+  }
 
   std::vector<ReplicatedNorms> kept_;  // per slot
   Buffer<float> d_norm_;
