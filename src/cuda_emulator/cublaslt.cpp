@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"  // bf16 as the device stores it (rounded to nearest even, NaN kept)
 #include "cuda_emulator/counters.h"
 #include "emulator.h"
 
@@ -434,13 +435,9 @@ std::vector<float> dense(const void* base, const Layout& l, int32_t member, bool
   for (uint64_t c = 0; c < l.cols; ++c)
     for (uint64_t r = 0; r < l.rows; ++r) {
       const int64_t at = first + offset(l, r, c);
-      float value;
-      if (l.type == CUDA_R_16BF) {
-        const uint32_t wide = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[at]) << 16;
-        std::memcpy(&value, &wide, sizeof value);  // exact
-      } else {
-        value = static_cast<const float*>(base)[at];
-      }
+      const float value = l.type == CUDA_R_16BF
+                              ? boostlm::bf16_to_float(static_cast<const uint16_t*>(base)[at])
+                              : static_cast<const float*>(base)[at];
       out[r + c * l.rows] = tf32 ? round_to_tf32(value) : value;
     }
   return out;
@@ -453,7 +450,7 @@ void scatter(const std::vector<float>& values, const Layout& l, int32_t member, 
       const int64_t at = first + offset(l, r, c);
       const float value = values[r + c * l.rows];
       if (l.type == CUDA_R_16BF)
-        static_cast<uint16_t*>(base)[at] = cuda_emulator::float_to_bf16(value);
+        static_cast<uint16_t*>(base)[at] = boostlm::float_to_bf16(value);
       else
         static_cast<float*>(base)[at] = value;
     }

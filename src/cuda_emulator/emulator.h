@@ -34,14 +34,4 @@ bool is_pinned_host_range(const void* p, std::size_t bytes);
 // own tests run one kernel in two orders in one process).
 void set_order(const std::string& order);
 
-// bf16 as the device stores it: fp32 rounded to nearest, ties to even, a NaN staying a (quiet)
-// NaN (cuBLASLt's bf16 epilogue, NCCL's bf16 reductions); widened back exactly.
-inline uint16_t float_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 }  // namespace cuda_emulator

@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/dtype.h"  // bf16 as the device stores it (rounded to nearest even, NaN kept)
 #include "emulator.h"
 
 namespace {
@@ -126,14 +127,8 @@ std::size_t wire_bytes(ncclDataType_t type) {
   return widened(type) ? sizeof(float) : element_bytes(type);
 }
 
-float bf16_to_float(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, sizeof value);
-  return value;
-}
-
-using cuda_emulator::float_to_bf16;
+using boostlm::bf16_to_float;
+using boostlm::float_to_bf16;
 
 // Device values [count] of `type` as the MPI operation takes them.
 Bytes to_wire(const void* data, std::size_t count, ncclDataType_t type) {
