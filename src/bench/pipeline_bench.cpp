@@ -85,7 +85,7 @@ PipelineBenchReport run_pipeline_bench(ProcessGrid& grid, const PipelineBenchOpt
     row.send_bytes = mid.p2p[Collective::send].bytes;
     row.recv_bytes = mid.p2p[Collective::recv].bytes;
     const CommCounts expected = pipeline_p2p_comm(model.layout(), config, N, grid.shape().tp, pp,
-                                                  stage, m, /*backward=*/true);
+                                                  stage, m, /*backward=*/true, model.compute());
     double ok = 1;
     for (Collective kind : {Collective::send, Collective::recv})
       if (mid.p2p[kind].bytes != expected[kind].bytes ||

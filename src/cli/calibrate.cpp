@@ -115,6 +115,7 @@ plan::Hardware calibrate(int ranks) {
                   " core(s); measured by boostlm calibrate on " + today();
   h.devices_per_node = ranks;
   h.activations_fp32 = true;
+  h.collectives_fp32 = false;  // bf16 training sends bf16 activations (issue 60)
   h.attention_fp32 = true;
   std::printf("solo device: %d thread(s) ...\n", cores);
   std::fflush(stdout);

@@ -21,10 +21,12 @@
 #include <climits>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <numeric>
 #include <type_traits>
 #include <utility>
 
+#include "comm/mpi_runtime.h"
 #include "comm/overlap.h"
 #include "comm/transport.h"
 #include "comm/watchdog.h"
@@ -68,6 +70,61 @@ bool mpi_finalized() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   return finalized != 0;
+}
+
+// bf16 sums over MPI (comm/bf16_sum.h). One user-defined operator serves both kinds of message: on
+// MPI_UINT16_T it sums bf16 elements; on a row datatype (one row of a row message, made by
+// row_type) it reads the row's shape from the datatype's attribute and sums values and statistics.
+struct RowShape {
+  int64_t values, stats;
+};
+int row_shape_keyval() {
+  static const int keyval = [] {
+    int k = MPI_KEYVAL_INVALID;
+    MPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN, &k, nullptr);
+    return k;
+  }();
+  return keyval;
+}
+
+void bf16_sum_fn(void* in, void* inout, int* len, MPI_Datatype* type) {
+  if (*type == MPI_UINT16_T) {
+    sum_bf16(static_cast<const bf16_t*>(in), static_cast<bf16_t*>(inout), *len);
+    return;
+  }
+  void* attr = nullptr;
+  int found = 0;
+  MPI_Type_get_attr(*type, row_shape_keyval(), &attr, &found);
+  if (!found) fail_job("bf16 all-reduce: a datatype without its row shape");
+  const auto* shape = static_cast<const RowShape*>(attr);
+  sum_rows(in, inout, *len, shape->values, shape->stats);
+}
+
+MPI_Op bf16_sum_op() {
+  static const MPI_Op op = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_Op_create(&bf16_sum_fn, /*commute=*/1, &o);
+    return o;
+  }();
+  return op;
+}
+
+// The datatype of one interleaved row (values, stats), made once per shape and kept for the
+// process (the few shapes a model has; freed by MPI_Finalize). Main thread only.
+MPI_Datatype row_type(int64_t values, int64_t stats) {
+  static std::map<std::pair<int64_t, int64_t>, std::pair<MPI_Datatype, std::unique_ptr<RowShape>>>
+      types;
+  auto& entry = types[{values, stats}];
+  if (entry.first == MPI_DATATYPE_NULL || entry.second == nullptr) {
+    const RowMessage m = interleaved_rows(1, values, stats);
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    MPI_Type_contiguous(to_mpi_count(m.bytes), MPI_BYTE, &t);
+    MPI_Type_commit(&t);
+    entry.second = std::make_unique<RowShape>(RowShape{values, stats});
+    MPI_Type_set_attr(t, row_shape_keyval(), entry.second.get());
+    entry.first = t;
+  }
+  return entry.first;
 }
 
 }  // namespace
@@ -329,6 +386,60 @@ void Communicator::all_reduce_max(float* data, int64_t count) {
   this->count(Collective::all_reduce_max, count);
 }
 
+void Communicator::all_reduce(bf16_t* data, int64_t count) {
+  if (size_ == 1 || compute_only_) return;
+  if (device_) {
+    BOOSTLM_KERNEL("comm");
+    refuse_overlapped("all_reduce on device memory");
+    on_device(device_->all_reduce(data, count, ElementType::bf16, ReduceOp::sum));
+    this->count(Collective::all_reduce, count, 2);
+    return;
+  }
+  if (overlapped()) {
+    this->count(Collective::all_reduce, count, 2);
+    overlap_->all_reduce_bf16(comm_, data, count, bf16_sum_op());
+    return;
+  }
+  BOOSTLM_KERNEL("comm");
+  WatchedExchange watch(watch_name_, "all_reduce", count * 2);
+  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count), MPI_UINT16_T, bf16_sum_op(),
+                as_mpi(comm_));
+  this->count(Collective::all_reduce, count, 2);
+}
+
+RowMessage Communicator::row_message(int64_t rows, int64_t values, int64_t stats) const {
+  return device_ ? split_rows(rows, values, stats) : interleaved_rows(rows, values, stats);
+}
+
+void Communicator::all_reduce_rows(void* buffer, const RowMessage& m) {
+  if (size_ == 1 || compute_only_) return;
+  BOOSTLM_ASSERT_MSG(m.interleaved == (device_ == nullptr),
+                     "all_reduce_rows on " + name_ + ": a message laid out for another path");
+  if (device_) {
+    BOOSTLM_KERNEL("comm");
+    refuse_overlapped("all_reduce_rows on device memory");
+    on_device(device_->all_reduce_rows(buffer, m));
+    this->count(Collective::all_reduce, m.payload_bytes(), 1);
+    return;
+  }
+  if (m.stats == 0) {  // plain bf16 values, contiguous when even (the padding column otherwise)
+    if (m.values_ld == m.values) {
+      all_reduce(m.values_in(buffer), m.rows * m.values);
+      return;
+    }
+  }
+  const MPI_Datatype type = row_type(m.values, m.stats);
+  if (overlapped()) {
+    this->count(Collective::all_reduce, m.payload_bytes(), 1);
+    overlap_->all_reduce_rows(comm_, buffer, m, type, bf16_sum_op());
+    return;
+  }
+  BOOSTLM_KERNEL("comm");
+  WatchedExchange watch(watch_name_, "all_reduce", m.payload_bytes());
+  MPI_Allreduce(MPI_IN_PLACE, buffer, to_mpi_count(m.rows), type, bf16_sum_op(), as_mpi(comm_));
+  this->count(Collective::all_reduce, m.payload_bytes(), 1);
+}
+
 void Communicator::all_reduce(double* data, int64_t count) {
   BOOSTLM_KERNEL("comm");
   if (size_ == 1) return;
@@ -483,42 +594,58 @@ void Communicator::broadcast_text(std::string& text, int root) {
   if (length > 0) broadcast_bytes(text.data(), length, root);
 }
 
-void Communicator::send(const float* data, int64_t count, int dest, int tag) {
+namespace {
+MPI_Datatype mpi_type(ElementType type) {
+  return type == ElementType::bf16 ? MPI_UINT16_T : MPI_FLOAT;
+}
+}  // namespace
+
+void Communicator::send_typed(const void* data, int64_t count, ElementType type, int dest,
+                              int tag) {
   BOOSTLM_KERNEL("comm");
   refuse_overlapped("send");
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "send on " + name_ + ": bad destination " + std::to_string(dest));
+  const int64_t bytes = element_bytes(type);
   if (device_) {
-    on_device(device_->send(data, count, dest, tag));
-    this->count(Collective::send, count);
+    on_device(device_->send(data, count, type, dest, tag));
+    this->count(Collective::send, count, bytes);
     return;
   }
-  WatchedExchange watch(watch_name_, "send", count * 4);
-  MPI_Send(data, to_mpi_count(count), MPI_FLOAT, dest, tag, as_mpi(comm_));
-  this->count(Collective::send, count);
+  WatchedExchange watch(watch_name_, "send", count * bytes);
+  MPI_Send(data, to_mpi_count(count), mpi_type(type), dest, tag, as_mpi(comm_));
+  this->count(Collective::send, count, bytes);
 }
 
-void Communicator::recv(float* data, int64_t count, int source, int tag) {
+void Communicator::recv_typed(void* data, int64_t count, ElementType type, int source, int tag) {
   BOOSTLM_KERNEL("comm");
   refuse_overlapped("recv");
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "recv on " + name_ + ": bad source " + std::to_string(source));
+  const int64_t bytes = element_bytes(type);
   if (device_) {
-    on_device(device_->recv(data, count, source, tag));
-    this->count(Collective::recv, count);
+    on_device(device_->recv(data, count, type, source, tag));
+    this->count(Collective::recv, count, bytes);
     return;
   }
   MPI_Status status;
   {
-    WatchedExchange watch(watch_name_, "recv", count * 4);
-    MPI_Recv(data, to_mpi_count(count), MPI_FLOAT, source, tag, as_mpi(comm_), &status);
+    WatchedExchange watch(watch_name_, "recv", count * bytes);
+    MPI_Recv(data, to_mpi_count(count), mpi_type(type), source, tag, as_mpi(comm_), &status);
   }
   // MPI accepts a shorter message into a larger buffer; a size mismatch is a protocol bug here.
   int received = 0;
-  MPI_Get_count(&status, MPI_FLOAT, &received);
+  MPI_Get_count(&status, mpi_type(type), &received);
   BOOSTLM_ASSERT_MSG(received == count, "recv on " + name_ + ": expected " + std::to_string(count) +
                                             " elements, got " + std::to_string(received));
-  this->count(Collective::recv, count);
+  this->count(Collective::recv, count, bytes);
+}
+
+void Communicator::send(const float* data, int64_t count, int dest, int tag) {
+  send_typed(data, count, ElementType::f32, dest, tag);
+}
+void Communicator::recv(float* data, int64_t count, int source, int tag) {
+  recv_typed(data, count, ElementType::f32, source, tag);
 }
 
 CommRequest Communicator::iall_reduce(float* data, int64_t count) {
@@ -539,40 +666,57 @@ CommRequest Communicator::iall_reduce(float* data, int64_t count) {
   return request;
 }
 
-CommRequest Communicator::isend(const float* data, int64_t count, int dest, int tag) {
+CommRequest Communicator::isend_typed(const void* data, int64_t count, ElementType type, int dest,
+                                      int tag) {
   const DeviceAccess access("comm");  // the transfer itself runs inside test() and wait()
   BOOSTLM_ASSERT_MSG(dest >= 0 && dest < size_ && dest != rank_,
                      "isend on " + name_ + ": bad destination " + std::to_string(dest));
+  const int64_t bytes = element_bytes(type);
   CommRequest request;
   if (device_) {
-    request = device_request(device_->send(data, count, dest, tag), "isend", count * 4);
-    this->count(Collective::send, count);
+    request = device_request(device_->send(data, count, type, dest, tag), "isend", count * bytes);
+    this->count(Collective::send, count, bytes);
     return request;
   }
   request.impl_ = std::make_unique<CommRequest::Impl>(
-      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "isend", count * 4, nullptr});
-  MPI_Isend(data, to_mpi_count(count), MPI_FLOAT, dest, tag, as_mpi(comm_),
+      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "isend", count * bytes, nullptr});
+  MPI_Isend(data, to_mpi_count(count), mpi_type(type), dest, tag, as_mpi(comm_),
             &request.impl_->request);
-  this->count(Collective::send, count);
+  this->count(Collective::send, count, bytes);
   return request;
 }
 
-CommRequest Communicator::irecv(float* data, int64_t count, int source, int tag) {
+CommRequest Communicator::irecv_typed(void* data, int64_t count, ElementType type, int source,
+                                      int tag) {
   const DeviceAccess access("comm");  // the transfer itself runs inside test() and wait()
   BOOSTLM_ASSERT_MSG(source >= 0 && source < size_ && source != rank_,
                      "irecv on " + name_ + ": bad source " + std::to_string(source));
+  const int64_t bytes = element_bytes(type);
   CommRequest request;
   if (device_) {
-    request = device_request(device_->recv(data, count, source, tag), "irecv", count * 4);
-    this->count(Collective::recv, count);
+    request = device_request(device_->recv(data, count, type, source, tag), "irecv", count * bytes);
+    this->count(Collective::recv, count, bytes);
     return request;
   }
   request.impl_ = std::make_unique<CommRequest::Impl>(
-      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "irecv", count * 4, nullptr});
-  MPI_Irecv(data, to_mpi_count(count), MPI_FLOAT, source, tag, as_mpi(comm_),
+      CommRequest::Impl{MPI_REQUEST_NULL, watch_name_, "irecv", count * bytes, nullptr});
+  MPI_Irecv(data, to_mpi_count(count), mpi_type(type), source, tag, as_mpi(comm_),
             &request.impl_->request);
-  this->count(Collective::recv, count);
+  this->count(Collective::recv, count, bytes);
   return request;
+}
+
+CommRequest Communicator::isend(const float* data, int64_t count, int dest, int tag) {
+  return isend_typed(data, count, ElementType::f32, dest, tag);
+}
+CommRequest Communicator::irecv(float* data, int64_t count, int source, int tag) {
+  return irecv_typed(data, count, ElementType::f32, source, tag);
+}
+CommRequest Communicator::isend(const bf16_t* data, int64_t count, int dest, int tag) {
+  return isend_typed(data, count, ElementType::bf16, dest, tag);
+}
+CommRequest Communicator::irecv(bf16_t* data, int64_t count, int source, int tag) {
+  return irecv_typed(data, count, ElementType::bf16, source, tag);
 }
 
 void Communicator::set_device_transport(std::unique_ptr<DeviceTransport> transport) {

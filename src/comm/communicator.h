@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/bf16_sum.h"
+#include "core/dtype.h"
+
 namespace boostlm {
 
 enum class Collective {
@@ -68,6 +71,7 @@ class CommRequest {
 
 class CommOverlap;
 class DeviceTransport;
+enum class ElementType;  // comm/transport.h
 class DeviceCompletion;
 
 class Communicator {
@@ -88,6 +92,17 @@ class Communicator {
   void all_reduce(float* data, int64_t count);
   void all_reduce_max(float* data, int64_t count);
   void all_reduce(double* data, int64_t count);  // for norms and other statistics
+  // bf16 activations (issue 60): summed in fp32 arithmetic, each reduction step rounding its sum
+  // to bf16 (comm/bf16_sum.h: the operator and its error bound). Counted at 2 bytes an element.
+  void all_reduce(bf16_t* data, int64_t count);
+  // A row message: per row `values` bf16 activations and `stats` fp32 statistics summed exactly in
+  // fp32 (Online-RMSNorm's Σx² riding in a latent's all-reduce, SPEC §3.4), in one collective.
+  // row_message says where the values and statistics of each row lie in the buffer on this group
+  // (interleaved rows over MPI; on a device transport every value, then every statistic); the
+  // caller fills a buffer of its `bytes` that way and all_reduce_rows sums it in place. Counted as
+  // one all_reduce of rows·(2·values + 4·stats) bytes.
+  RowMessage row_message(int64_t rows, int64_t values, int64_t stats) const;
+  void all_reduce_rows(void* buffer, const RowMessage& message);
   // Control data on the host (a loss, a norm's partial sums, a stop flag, timings): over MPI
   // whatever the group's device transport, since a GPU collective reads device memory only.
   // Counted as the calls above are.
@@ -113,6 +128,9 @@ class Communicator {
   CommRequest iall_reduce(float* data, int64_t count);
   CommRequest isend(const float* data, int64_t count, int dest, int tag);
   CommRequest irecv(float* data, int64_t count, int source, int tag);
+  // bf16 activations between pipeline stages (issue 60), counted at 2 bytes an element.
+  CommRequest isend(const bf16_t* data, int64_t count, int dest, int tag);
+  CommRequest irecv(bf16_t* data, int64_t count, int source, int tag);
 
   void barrier();
 
@@ -151,6 +169,12 @@ class Communicator {
   bool overlapped() const;
   void refuse_overlapped(const char* operation) const;
   void count(Collective kind, int64_t elements, int64_t element_bytes = 4);
+  void send_typed(const void* data, int64_t count, ElementType type, int dest, int tag);
+  void recv_typed(void* data, int64_t count, ElementType type, int source, int tag);
+  CommRequest isend_typed(const void* data, int64_t count, ElementType type, int dest,
+                          int tag);
+  CommRequest irecv_typed(void* data, int64_t count, ElementType type, int source,
+                          int tag);
   void on_device(std::unique_ptr<DeviceCompletion> started);
   CommRequest device_request(std::unique_ptr<DeviceCompletion> started, const char* operation,
                              int64_t bytes);

@@ -30,7 +30,15 @@ void check_nccl(ncclResult_t status, ncclComm_t comm, const char* expr, const ch
 #define BOOSTLM_CHECK_NCCL(expr, comm) check_nccl((expr), (comm), #expr, __FILE__, __LINE__)
 
 ncclDataType_t nccl_type(ElementType type) {
-  return type == ElementType::f64 ? ncclDouble : ncclFloat;
+  switch (type) {
+    case ElementType::f64:
+      return ncclDouble;
+    case ElementType::bf16:
+      return ncclBfloat16;  // NCCL sums in fp32 and rounds each step, as comm/bf16_sum.h
+    case ElementType::f32:
+      break;
+  }
+  return ncclFloat;
 }
 
 }  // namespace
@@ -171,7 +179,8 @@ DeviceTransport::Started NcclTransport::fence() {
 DeviceTransport::Started NcclTransport::held(Point point, const char* operation) {
   held_.push_back(point);
   if (!held_mark_) held_mark_ = std::make_shared<Mark>();
-  return std::make_unique<NcclCompletion>(*this, held_mark_, operation, point.count * 4);
+  return std::make_unique<NcclCompletion>(*this, held_mark_, operation,
+                                          point.count * element_bytes(point.type));
 }
 
 void NcclTransport::flush_p2p() {
@@ -183,11 +192,13 @@ void NcclTransport::flush_p2p() {
   BOOSTLM_CHECK_NCCL(ncclGroupStart(), comm_);
   for (const Point& point : points) {
     if (point.send)
-      BOOSTLM_CHECK_NCCL(ncclSend(point.data, point.count, ncclFloat, point.peer, comm_, stream),
-                         comm_);
+      BOOSTLM_CHECK_NCCL(
+          ncclSend(point.data, point.count, nccl_type(point.type), point.peer, comm_, stream),
+          comm_);
     else
-      BOOSTLM_CHECK_NCCL(ncclRecv(point.data, point.count, ncclFloat, point.peer, comm_, stream),
-                         comm_);
+      BOOSTLM_CHECK_NCCL(
+          ncclRecv(point.data, point.count, nccl_type(point.type), point.peer, comm_, stream),
+          comm_);
   }
   BOOSTLM_CHECK_NCCL(ncclGroupEnd(), comm_);
   if (!capturing()) mark->record(stream);  // in a capture: nodes of the graph (enqueued's rule)
@@ -201,6 +212,22 @@ DeviceTransport::Started NcclTransport::all_reduce(void* data, int64_t count, El
                      comm_);
   return enqueued(op == ReduceOp::max ? "all_reduce_max" : "all_reduce",
                   count * element_bytes(type));
+}
+
+// The values (bf16) and the statistics (fp32) of a split row message: two reductions in one group,
+// which NCCL runs as one operation.
+DeviceTransport::Started NcclTransport::all_reduce_rows(void* buffer, const RowMessage& m) {
+  flush_p2p();
+  BOOSTLM_CHECK_NCCL(ncclGroupStart(), comm_);
+  BOOSTLM_CHECK_NCCL(ncclAllReduce(m.values_in(buffer), m.values_in(buffer), m.rows * m.values,
+                                   ncclBfloat16, ncclSum, comm_, queue()),
+                     comm_);
+  if (m.stats > 0)
+    BOOSTLM_CHECK_NCCL(ncclAllReduce(m.stats_in(buffer), m.stats_in(buffer), m.rows * m.stats,
+                                     ncclFloat, ncclSum, comm_, queue()),
+                       comm_);
+  BOOSTLM_CHECK_NCCL(ncclGroupEnd(), comm_);
+  return enqueued("all_reduce", m.payload_bytes());
 }
 
 // In place when `send` is this rank's slot of `recv`, which NCCL supports as such.
@@ -243,13 +270,14 @@ DeviceTransport::Started NcclTransport::broadcast(float* data, int64_t count, in
   return enqueued("broadcast", count * 4);
 }
 
-DeviceTransport::Started NcclTransport::send(const float* data, int64_t count, int peer,
-                                             int /*tag*/) {
-  return held({true, const_cast<float*>(data), count, peer}, "send");  // ncclSend reads only
+DeviceTransport::Started NcclTransport::send(const void* data, int64_t count, ElementType type,
+                                             int peer, int /*tag*/) {
+  return held({true, const_cast<void*>(data), count, peer, type}, "send");  // ncclSend reads only
 }
 
-DeviceTransport::Started NcclTransport::recv(float* data, int64_t count, int peer, int /*tag*/) {
-  return held({false, data, count, peer}, "recv");
+DeviceTransport::Started NcclTransport::recv(void* data, int64_t count, ElementType type, int peer,
+                                             int /*tag*/) {
+  return held({false, data, count, peer, type}, "recv");
 }
 
 }  // namespace boostlm

@@ -51,12 +51,13 @@ class NcclTransport final : public DeviceTransport {
   const char* kind() const override { return "nccl"; }
 
   Started all_reduce(void* data, int64_t count, ElementType type, ReduceOp op) override;
+  Started all_reduce_rows(void* buffer, const RowMessage& message) override;
   Started all_gather(const float* send, int64_t count, float* recv) override;
   Started reduce_scatter(const float* send, float* recv,
                          const std::vector<int64_t>& counts) override;
   Started broadcast(float* data, int64_t count, int root) override;
-  Started send(const float* data, int64_t count, int peer, int tag) override;
-  Started recv(float* data, int64_t count, int peer, int tag) override;
+  Started send(const void* data, int64_t count, ElementType type, int peer, int tag) override;
+  Started recv(void* data, int64_t count, ElementType type, int peer, int tag) override;
   bool capturable() const override { return true; }
   Started fence() override;
   void join() override;
@@ -73,9 +74,10 @@ class NcclTransport final : public DeviceTransport {
  private:
   struct Point {  // a send or recv held back
     bool send;
-    float* data;
+    void* data;
     int64_t count;
     int peer;
+    ElementType type;
   };
   friend class NcclCompletion;
   struct Mark;  // an event recorded after queued work, shared by the completions it covers

@@ -17,6 +17,7 @@
 #include <optional>
 #include <thread>
 
+#include "comm/bf16_sum.h"
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
 #include "core/device.h"
@@ -26,24 +27,44 @@
 
 namespace boostlm {
 
-namespace {
-
 // One collective handed to the progress thread. It lives on the stack of the task that issued it,
 // which stays suspended until `done`.
-struct Op {
+struct OverlapOp {
   MPI_Comm comm = MPI_COMM_NULL;
-  float* data = nullptr;
-  int count = 0;
-  MPI_Op op = MPI_SUM;
+  void* data = nullptr;
+  int count = 0;                     // elements of `type`
+  MPI_Datatype type = MPI_FLOAT;     // MPI_FLOAT; MPI_UINT16_T (bf16); a row of a row message
+  int64_t element_bytes = 4;         // the bytes of one element of `type`
+  MPI_Op op = MPI_SUM;               // MPI_SUM, MPI_MAX, or the bf16 sum (comm/bf16_sum.h)
+  int64_t values = 0, stats = 0;     // a row message's row shape
   double started_s = 0, finished_s = 0;  // written by the progress thread before `done`
   std::atomic<bool> done{false};
 };
+
+namespace {
+
+using Op = OverlapOp;
 
 // The tag of the exchanges below on the TP communicator, which carries no other point-to-point
 // traffic (its collectives match separately from point-to-point in MPI).
 constexpr int kExchangeTag = 0x0b1;
 // The most floats of one message of an exchange.
-constexpr int kEagerFloats = static_cast<int>(CommOverlap::kEagerBytes / sizeof(float));
+
+// inout = in ⊕ inout for an Op's elements, as MPI's operator would.
+void combine(const Op& op, const void* in, void* inout, int64_t n) {
+  if (op.type == MPI_FLOAT) {
+    const auto* a = static_cast<const float*>(in);
+    auto* x = static_cast<float*>(inout);
+    if (op.op == MPI_MAX)
+      for (int64_t i = 0; i < n; ++i) x[i] = std::max(x[i], a[i]);
+    else
+      for (int64_t i = 0; i < n; ++i) x[i] += a[i];
+  } else if (op.type == MPI_UINT16_T) {
+    sum_bf16(static_cast<const bf16_t*>(in), static_cast<bf16_t*>(inout), n);
+  } else {
+    sum_rows(in, inout, n, op.values, op.stats);
+  }
+}
 
 // One all-reduce in flight on the progress thread. Between two ranks it is a single exchange of
 // the whole buffer, both directions at once, and an element-wise sum (or max), the same on both
@@ -62,23 +83,26 @@ class InFlight {
     int size = 0, rank = 0;
     MPI_Comm_size(op.comm, &size);
     MPI_Comm_rank(op.comm, &rank);
-    if (scratch_.size() < static_cast<size_t>(op.count)) scratch_.resize(op.count);
+    const int64_t bytes = op.count * op.element_bytes;
+    if (scratch_.size() < static_cast<size_t>(bytes)) scratch_.resize(bytes);
     requests_.clear();
     pairs_ = size == 2;
     if (pairs_) {
-      // Messages to one peer with one tag match in the order they were posted.
+      // Messages to one peer with one tag match in the order they were posted. Bytes: every
+      // element type goes as it is; the sum is taken in test().
       const int peer = 1 - rank;
-      for (int64_t at = 0; at < op.count; at += kEagerFloats) {
-        const int n = static_cast<int>(std::min<int64_t>(kEagerFloats, op.count - at));
+      const auto* out = static_cast<const char*>(op.data);
+      for (int64_t at = 0; at < bytes; at += CommOverlap::kEagerBytes) {
+        const int n = static_cast<int>(std::min<int64_t>(CommOverlap::kEagerBytes, bytes - at));
         requests_.emplace_back();
-        MPI_Irecv(scratch_.data() + at, n, MPI_FLOAT, peer, kExchangeTag, op.comm,
+        MPI_Irecv(scratch_.data() + at, n, MPI_BYTE, peer, kExchangeTag, op.comm,
                   &requests_.back());
         requests_.emplace_back();
-        MPI_Isend(op.data + at, n, MPI_FLOAT, peer, kExchangeTag, op.comm, &requests_.back());
+        MPI_Isend(out + at, n, MPI_BYTE, peer, kExchangeTag, op.comm, &requests_.back());
       }
     } else {
       requests_.emplace_back();
-      MPI_Iallreduce(op.data, scratch_.data(), op.count, MPI_FLOAT, op.op, op.comm,
+      MPI_Iallreduce(op.data, scratch_.data(), op.count, op.type, op.op, op.comm,
                      &requests_.back());
     }
   }
@@ -89,15 +113,10 @@ class InFlight {
     MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &finished,
                 MPI_STATUSES_IGNORE);
     if (!finished) return false;
-    float* x = op_->data;
-    const float* other = scratch_.data();
-    const int n = op_->count;
     if (!pairs_)
-      std::copy_n(other, n, x);
-    else if (op_->op == MPI_MAX)
-      for (int i = 0; i < n; ++i) x[i] = std::max(x[i], other[i]);
+      std::copy_n(scratch_.data(), op_->count * op_->element_bytes, static_cast<char*>(op_->data));
     else
-      for (int i = 0; i < n; ++i) x[i] += other[i];
+      combine(*op_, scratch_.data(), op_->data, op_->count);
     in_flight_.reset();
     return true;
   }
@@ -107,7 +126,7 @@ class InFlight {
   std::optional<DeviceAccess> in_flight_;
   std::vector<MPI_Request> requests_;
   bool pairs_ = false;
-  std::vector<float> scratch_;
+  std::vector<char> scratch_;
 };
 
 }  // namespace
@@ -251,18 +270,46 @@ void CommOverlap::run(const std::vector<std::function<void()>>& tasks) {
 }
 
 void CommOverlap::all_reduce(void* mpi_comm, float* data, int64_t count, bool max) {
-  BOOSTLM_ASSERT(Fibers::in_task());
   Op op;
   op.comm = static_cast<MPI_Comm>(mpi_comm);
   op.data = data;
   op.count = static_cast<int>(count);
   op.op = max ? MPI_MAX : MPI_SUM;
+  run_op(op, max ? "all_reduce_max" : "all_reduce");
+}
+
+void CommOverlap::all_reduce_bf16(void* mpi_comm, bf16_t* data, int64_t count, void* bf16_op) {
+  Op op;
+  op.comm = static_cast<MPI_Comm>(mpi_comm);
+  op.data = data;
+  op.count = static_cast<int>(count);
+  op.type = MPI_UINT16_T;
+  op.element_bytes = 2;
+  op.op = static_cast<MPI_Op>(bf16_op);
+  run_op(op, "all_reduce");
+}
+
+void CommOverlap::all_reduce_rows(void* mpi_comm, void* buffer, const RowMessage& m,
+                                  void* row_type, void* bf16_op) {
+  Op op;
+  op.comm = static_cast<MPI_Comm>(mpi_comm);
+  op.data = buffer;
+  op.count = static_cast<int>(m.rows);
+  op.type = static_cast<MPI_Datatype>(row_type);
+  op.element_bytes = 2 * m.values_ld;
+  op.op = static_cast<MPI_Op>(bf16_op);
+  op.values = m.values;
+  op.stats = m.stats;
+  run_op(op, "all_reduce");
+}
+
+void CommOverlap::run_op(Op& op, const char* name) {
+  BOOSTLM_ASSERT(Fibers::in_task());
   progress_->hand_over(&op);
   Fibers::yield();  // the other chunks compute while this one's data moves
   const double wait_start = now_s();
   if (!op.done.load(std::memory_order_acquire)) {
-    WatchedExchange watch(group_.watch_name(), max ? "all_reduce_max" : "all_reduce",
-                          count * static_cast<int64_t>(sizeof(float)));
+    WatchedExchange watch(group_.watch_name(), name, op.count * op.element_bytes);
     op.done.wait(false, std::memory_order_acquire);
   }
   const double waited = now_s() - wait_start;

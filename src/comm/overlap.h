@@ -29,11 +29,14 @@
 #include <string>
 #include <vector>
 
+#include "comm/bf16_sum.h"
+#include "core/dtype.h"
 #include "core/fiber.h"
 
 namespace boostlm {
 
 class Communicator;
+struct OverlapOp;
 
 // --tp-overlap: off, on, or auto — on where the TP group spans hosts, so its collectives cross a
 // network; over shared memory they take a few percent of the step, and splitting every GEMM into
@@ -82,9 +85,16 @@ class CommOverlap {
   // Called by Communicator from inside a task: starts the all-reduce (sum, or max) of `count`
   // floats in place on the progress thread, yields, and returns when it has finished.
   void all_reduce(void* mpi_comm, float* data, int64_t count, bool max);
+  // bf16 activations and row messages (comm/bf16_sum.h), summed with `bf16_op` (the MPI_Op the
+  // Communicator made; a row message's rows as `row_type`, MPI_Datatype): between two ranks by the
+  // same exchange and the same sums as MPI's operator, so the bits agree with a blocking call.
+  void all_reduce_bf16(void* mpi_comm, bf16_t* data, int64_t count, void* bf16_op);
+  void all_reduce_rows(void* mpi_comm, void* buffer, const RowMessage& message, void* row_type,
+                       void* bf16_op);
 
  private:
   struct Progress;
+  void run_op(OverlapOp& op, const char* name);
   Communicator& group_;
   std::unique_ptr<Progress> progress_;
   Fibers fibers_;

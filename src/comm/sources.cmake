@@ -7,6 +7,7 @@
 enable_language(C)
 find_package(MPI REQUIRED COMPONENTS C)
 target_sources(boostlm_core PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/bf16_sum.cpp
   ${CMAKE_CURRENT_LIST_DIR}/communicator.cpp
   ${CMAKE_CURRENT_LIST_DIR}/grid.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mpi_runtime.cpp

@@ -100,10 +100,24 @@ DeviceTransport::Started StagedTransport::all_reduce(void* data, int64_t count, 
   if (type == ElementType::f64) {
     BOOSTLM_ASSERT_MSG(op == ReduceOp::sum, "staged all_reduce: max of doubles is not offered");
     host_.all_reduce(static_cast<double*>(staging.memory.get()), count);
+  } else if (type == ElementType::bf16) {
+    BOOSTLM_ASSERT_MSG(op == ReduceOp::sum, "staged all_reduce: max of bf16 is not offered");
+    host_.all_reduce(static_cast<bf16_t*>(staging.memory.get()), count);
   } else {
     host_.all_reduce_max(staging.floats(), count);
   }
   copier_->to_device(data, staging.memory.get(), bytes);
+  release(std::move(staging));
+  return nullptr;
+}
+
+// The split message's values and statistics, each summed on the host (bf16_sum.h's operators).
+DeviceTransport::Started StagedTransport::all_reduce_rows(void* buffer, const RowMessage& m) {
+  Staging staging = acquire(m.bytes);
+  copier_->to_host(staging.memory.get(), buffer, m.bytes);
+  host_.all_reduce(m.values_in(staging.memory.get()), m.rows * m.values);
+  if (m.stats > 0) host_.all_reduce(m.stats_in(staging.memory.get()), m.rows * m.stats);
+  copier_->to_device(buffer, staging.memory.get(), m.bytes);
   release(std::move(staging));
   return nullptr;
 }
@@ -143,20 +157,29 @@ DeviceTransport::Started StagedTransport::broadcast(float* data, int64_t count, 
   return nullptr;
 }
 
-DeviceTransport::Started StagedTransport::send(const float* data, int64_t count, int peer,
-                                               int tag) {
-  Staging staging = acquire(count * 4);
-  copier_->to_host(staging.memory.get(), data, count * 4);
-  CommRequest request = host_.isend(staging.floats(), count, peer, tag);
+DeviceTransport::Started StagedTransport::send(const void* data, int64_t count, ElementType type,
+                                               int peer, int tag) {
+  const int64_t bytes = count * element_bytes(type);
+  Staging staging = acquire(bytes);
+  copier_->to_host(staging.memory.get(), data, bytes);
+  CommRequest request =
+      type == ElementType::bf16
+          ? host_.isend(static_cast<const bf16_t*>(staging.memory.get()), count, peer, tag)
+          : host_.isend(staging.floats(), count, peer, tag);
   return std::make_unique<StagedCompletion>(*this, std::move(staging), std::move(request), nullptr,
                                             0);
 }
 
-DeviceTransport::Started StagedTransport::recv(float* data, int64_t count, int peer, int tag) {
-  Staging staging = acquire(count * 4);
-  CommRequest request = host_.irecv(staging.floats(), count, peer, tag);
+DeviceTransport::Started StagedTransport::recv(void* data, int64_t count, ElementType type,
+                                               int peer, int tag) {
+  const int64_t bytes = count * element_bytes(type);
+  Staging staging = acquire(bytes);
+  CommRequest request =
+      type == ElementType::bf16
+          ? host_.irecv(static_cast<bf16_t*>(staging.memory.get()), count, peer, tag)
+          : host_.irecv(staging.floats(), count, peer, tag);
   return std::make_unique<StagedCompletion>(*this, std::move(staging), std::move(request), data,
-                                            count * 4);
+                                            bytes);
 }
 
 std::shared_ptr<void> HostCopier::host_buffer(int64_t bytes) {

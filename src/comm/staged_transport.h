@@ -40,12 +40,13 @@ class StagedTransport final : public DeviceTransport {
   const char* kind() const override { return "staged"; }
 
   Started all_reduce(void* data, int64_t count, ElementType type, ReduceOp op) override;
+  Started all_reduce_rows(void* buffer, const RowMessage& message) override;
   Started all_gather(const float* send, int64_t count, float* recv) override;
   Started reduce_scatter(const float* send, float* recv,
                          const std::vector<int64_t>& counts) override;
   Started broadcast(float* data, int64_t count, int root) override;
-  Started send(const float* data, int64_t count, int peer, int tag) override;
-  Started recv(float* data, int64_t count, int peer, int tag) override;
+  Started send(const void* data, int64_t count, ElementType type, int peer, int tag) override;
+  Started recv(void* data, int64_t count, ElementType type, int peer, int tag) override;
 
   // The host staging memory held for reuse (buffers come back when their operation completes):
   // for tests and memory reports.

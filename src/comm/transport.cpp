@@ -13,7 +13,7 @@
 namespace boostlm {
 
 int64_t element_bytes(ElementType type) {
-  return type == ElementType::f64 ? 8 : 4;
+  return type == ElementType::f64 ? 8 : type == ElementType::bf16 ? 2 : 4;
 }
 
 ReduceScatterPlan plan_reduce_scatter(const std::vector<int64_t>& counts) {

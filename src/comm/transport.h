@@ -21,12 +21,14 @@
 #include <memory>
 #include <vector>
 
+#include "comm/bf16_sum.h"
+
 namespace boostlm {
 
 class Communicator;
 
 enum class ReduceOp { sum, max };
-enum class ElementType { f32, f64 };
+enum class ElementType { f32, f64, bf16 };  // bf16: summed in fp32, rounded per step
 int64_t element_bytes(ElementType type);
 
 class DeviceCompletion {
@@ -46,12 +48,16 @@ class DeviceTransport {
   // between two ranks match in the order they are posted).
   using Started = std::unique_ptr<DeviceCompletion>;
   virtual Started all_reduce(void* data, int64_t count, ElementType type, ReduceOp op) = 0;
+  // A row message in the split format (comm/bf16_sum.h's split_rows): its bf16 values and its fp32
+  // statistics summed as one operation (NCCL: two reductions in one group).
+  virtual Started all_reduce_rows(void* buffer, const RowMessage& message) = 0;
   virtual Started all_gather(const float* send, int64_t count, float* recv) = 0;
   virtual Started reduce_scatter(const float* send, float* recv,
                                  const std::vector<int64_t>& counts) = 0;
   virtual Started broadcast(float* data, int64_t count, int root) = 0;
-  virtual Started send(const float* data, int64_t count, int peer, int tag) = 0;
-  virtual Started recv(float* data, int64_t count, int peer, int tag) = 0;
+  // `count` elements of `type` (f32, or bf16: a pipeline's activations in bf16 training).
+  virtual Started send(const void* data, int64_t count, ElementType type, int peer, int tag) = 0;
+  virtual Started recv(void* data, int64_t count, ElementType type, int peer, int tag) = 0;
 
   // CUDA graphs (kernels/graph.h): whether the operations above can be captured into a graph
   // (NCCL's can: they are stream work, and return nothing to wait for while their stream

@@ -271,7 +271,7 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
     embedding_shard_forward(batch_ids(tokens, token_ids_), N,
                             weights_.view(table_.at("model.embed_tokens.weight")), vocab_begin_,
                             vocab_rows_, d, x0);
-    tp_->all_reduce(x0, N * d);
+    all_reduce_activations(*tp_, compute_, x0, N, d, d, wire_);  // bf16 in bf16 training
     if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid(first_layer_));
   }
   BOOSTLM_PHASE("block_forward");
@@ -406,7 +406,8 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
                            /*yield=*/false);
     gemm(Trans::N, Trans::N, rows, d, V, 1.0f, dlogits, w_head, 0.0f, d_full_.data() + r0 * d, d,
          compute_);
-    tp_->all_reduce(d_full_.data() + r0 * d, rows * d);  // each rank's vocab slice contributes
+    // Each rank's vocab slice contributes (bf16 on the wire in bf16 training).
+    all_reduce_activations(*tp_, compute_, d_full_.data() + r0 * d, rows, d, d, wire_);
   }
   head_gradient_pending_ = defer;
   if (backward) {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "kernels/gemm.h"
 
 namespace boostlm {
 
@@ -38,6 +39,25 @@ void Pipeline::exchange(const float* send, int send_to, int send_tag, float* rec
   const double t0 = now_s();
   CommRequest out, in;
   const int64_t n = model_.boundary_elements();
+  if (model_.compute() == DType::bf16) {
+    // bf16 training (issue 60): the boundary's activations and gradients cross as bf16, rounded
+    // on the way out and widened on the way in (as rows of up to 4096: the kernels' threads split
+    // rows).
+    int64_t cols = 4096;
+    while (n % cols != 0) cols /= 2;
+    if (send16_.size() < static_cast<size_t>(n)) send16_.resize(n);
+    if (recv16_.size() < static_cast<size_t>(n)) recv16_.resize(n);
+    if (recv) in = pp_.irecv(recv16_.data(), n, recv_from, recv_tag);
+    if (send) {
+      round_to_bf16(send, n / cols, cols, cols, send16_.data());
+      out = pp_.isend(send16_.data(), n, send_to, send_tag);
+    }
+    in.wait();
+    out.wait();
+    if (recv) widen_bf16(recv16_.data(), n / cols, cols, cols, recv, cols);
+    stats_.wait_s += now_s() - t0;
+    return;
+  }
   if (recv) in = pp_.irecv(recv, n, recv_from, recv_tag);
   if (send) out = pp_.isend(send, n, send_to, send_tag);
   in.wait();

@@ -97,6 +97,7 @@ class Pipeline {
                    double& loss);
   void check_slots(int micro_batches) const;  // the model's activation slots suffice
   bool calls_only_ = false;  // schedule_calls: the steps run the model's calls, never its graphs
+  Buffer<bf16_t> send16_, recv16_;  // bf16 training: the boundary as it crosses
 
   Model& model_;
   Communicator& pp_;

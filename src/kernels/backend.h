@@ -45,6 +45,9 @@
   X(void, round_to_bf16, round_to_bf16,                                                          \
     (const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst),                     \
     (src, rows, cols, ld, dst))                                                                  \
+  X(void, widen_bf16, widen_bf16,                                                                \
+    (const bf16_t* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst, int64_t ld_dst), \
+    (src, rows, cols, ld_src, dst, ld_dst))                                                      \
   /* kernels/rmsnorm.h */                                                                        \
   X(void, rmsnorm_forward, rmsnorm_forward,                                                      \
     (const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D, float eps,        \
@@ -90,6 +93,10 @@
     (float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq, int64_t D,          \
      float eps, bool rescale, bool with_stat),                                                   \
     (p, ld, rows, width, sum_sq, D, eps, rescale, with_stat))                                    \
+  X(void, online_norm_pack_bf16, online_norm_pack_bf16,                                          \
+    (const float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq, int64_t D,    \
+     float eps, bool rescale, bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats), \
+    (p, ld, rows, width, sum_sq, D, eps, rescale, values, ld_values, stats, ld_stats))           \
   X(void, online_norm_rstd, online_norm_rstd,                                                    \
     (const float* summed, int64_t ld, int64_t rows, int64_t stat_column, int64_t D_total,        \
      float eps, float* rstd),                                                                    \
@@ -100,6 +107,14 @@
     (summed, ld, rows, width, rstd, z, ldz))                                                     \
   X(void, online_norm_unpack, online_norm_unpack_bf16,                                           \
     (const float* summed, int64_t ld, int64_t rows, int64_t width, const float* rstd,            \
+     bf16_t* z, int64_t ldz),                                                                    \
+    (summed, ld, rows, width, rstd, z, ldz))                                                     \
+  X(void, online_norm_unpack, online_norm_unpack_bf16_f32,                                       \
+    (const bf16_t* summed, int64_t ld, int64_t rows, int64_t width, const float* rstd, float* z, \
+     int64_t ldz),                                                                               \
+    (summed, ld, rows, width, rstd, z, ldz))                                                     \
+  X(void, online_norm_unpack, online_norm_unpack_bf16_bf16,                                      \
+    (const bf16_t* summed, int64_t ld, int64_t rows, int64_t width, const float* rstd,           \
      bf16_t* z, int64_t ldz),                                                                    \
     (summed, ld, rows, width, rstd, z, ldz))                                                     \
   X(void, online_norm_latent_backward, online_norm_latent_backward_f32,                          \
@@ -356,6 +371,10 @@ struct KernelTable {
   // bf16 matmul primitives, kernels/cpu/gemm.cpp): the thread governor then holds the whole team
   // (core/threads.h). Null: they do not.
   bool (*gemm_keeps_threads)(DType compute) = nullptr;
+  // The path the backend's GEMMs of a precision take where it chooses one by measurement (the
+  // CPU's bf16: kernels/gemm.h's gemm_path), and setting it; null: one path only.
+  int (*gemm_path)(DType compute) = nullptr;
+  void (*set_gemm_path)(DType compute, int path) = nullptr;
   // The backend's own measurement of its GEMM rate (kernels/gemm_measure.h), where timing the
   // interface's gemm on the host clock would be wrong (a GPU's calls return before they run);
   // null: timed on the host clock there.

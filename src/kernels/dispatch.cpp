@@ -44,6 +44,16 @@ int64_t logits_chunk_elements() {
   return t.logits_chunk_elements > 0 ? t.logits_chunk_elements : kHostLogitsChunkElements;
 }
 
+int gemm_path(DType compute) {
+  const KernelTable& t = active();
+  return t.gemm_path ? t.gemm_path(compute) : 0;
+}
+
+void set_gemm_path(DType compute, int path) {
+  const KernelTable& t = active();
+  if (t.set_gemm_path) t.set_gemm_path(compute, path);
+}
+
 bool gemm_keeps_threads(DType compute) {
   const KernelTable& t = active();
   return t.gemm_keeps_threads != nullptr && t.gemm_keeps_threads(compute);

@@ -73,6 +73,12 @@ void gemm_batched_bf16_out(Trans trans_a, Trans trans_b, int64_t M, int64_t N, i
 // How the active backend runs GEMMs of `compute` precision, in words (the run's first line says
 // it: on a CPU without AVX-512, bf16 GEMMs run as fp32 GEMMs of the widened operands).
 const char* gemm_engine(DType compute);
+// Where a backend chooses how GEMMs of `compute` precision run by measuring (the CPU's bf16:
+// oneDNN's bf16 matmul or fp32 GEMMs of widened operands, whichever is faster here), its choice
+// as a code (0: nothing chosen), and adopting another process's: a job's ranks take rank 0's, so
+// all of them sum the same way (train).
+int gemm_path(DType compute);
+void set_gemm_path(DType compute, int path);
 
 // Whether the active backend's GEMMs of `compute` precision keep the thread count they were made
 // with whatever the OpenMP team is later, or sum differently on another team (on the CPU: bf16 on
@@ -82,6 +88,10 @@ bool gemm_keeps_threads(DType compute);
 
 // Rounds a rows x cols fp32 block (row stride ld) to bf16, contiguous (row stride cols).
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst);
+// dst [rows, cols] (row stride ld_dst) = src [rows, cols] (row stride ld_src) widened to fp32,
+// exactly: a bf16 activation that crossed a collective back into an fp32 buffer (issue 60).
+void widen_bf16(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst,
+                int64_t ld_dst);
 
 // x [rows, cols] (contiguous) as a GEMM input: fp32 as it is; in bf16 also rounded once into
 // `scratch` (grown as needed), for the GEMMs that share it.

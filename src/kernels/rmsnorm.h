@@ -60,6 +60,12 @@ void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, i
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
                       int64_t D, float eps, bool rescale, bool with_stat);
 // After it: rstd[r] = 1/sqrt(summed statistic / D_total + eps), from column `stat_column`.
+// online_norm_pack into a bf16 message (issue 60): values[r·ld_values + c] = p[r, c]·rms_r rounded
+// to bf16 (rms_r from sum_sq when rescale, else 1), and stats[r·ld_stats] = sum_sq[r] in fp32 when
+// stats is given (the statistic rides exact beside the values, comm/bf16_sum.h). p is not written.
+void online_norm_pack_bf16(const float* p, int64_t ld, int64_t rows, int64_t width,
+                           const float* sum_sq, int64_t D, float eps, bool rescale,
+                           bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats);
 void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
                       int64_t D_total, float eps, float* rstd);
 // z[r, :] = summed[r, :width] · rstd[r] (or a plain copy when rstd is null), z with stride ldz.
@@ -70,6 +76,11 @@ void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t w
                         const float* rstd, bf16_t* z, int64_t ldz);
 // Backward through Z = P · rstd: dz (in place) becomes dP = dz · rstd, and
 // ds[r] = −(Σ dz ⊙ z) · rstd² / (2 · D_total), the gradient of the summed statistic.
+// The same reading the summed latents from a bf16 message.
+void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, float* z, int64_t ldz);
+void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, bf16_t* z, int64_t ldz);
 void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
                                  const float* rstd, int64_t D_total, float* ds);
 // The same reading a bf16 z.

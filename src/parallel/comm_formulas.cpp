@@ -29,10 +29,10 @@ CommCounts block_lax_comm(LayoutKind layout, const ModelConfig& c, int64_t layer
 
 // The vocab-parallel embedding: its all-reduce, and (btp) the gather of its input gradient.
 CommCounts embedding_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp,
-                             bool backward) {
+                             bool backward, DType act) {
   CommCounts out;
   if (tp == 1) return out;
-  add_collective(out, Collective::all_reduce, 1, N * c.d_model);
+  add_collective(out, Collective::all_reduce, 1, N * c.d_model, act == DType::bf16 ? 2 : 4);
   if (backward && layout_traits(layout).hidden_sharded_residual)
     add_collective(out, Collective::all_gather, 1, N * c.d_model / tp);
   return out;
@@ -40,7 +40,7 @@ CommCounts embedding_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N,
 
 // The final norm (btp gathers its input), the vocab-parallel head and the parallel loss.
 CommCounts head_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
-                        bool backward) {
+                        bool backward, DType act) {
   CommCounts out;
   if (tp == 1) return out;
   const int64_t d = c.d_model;
@@ -48,14 +48,15 @@ CommCounts head_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int 
   add_collective(out, Collective::all_reduce, chunks, 2 * N);  // loss: Σexp and target logit
   if (layout_traits(layout).hidden_sharded_residual)
     add_collective(out, Collective::all_gather, 1, N * d / tp);  // the final norm's input
-  if (backward) add_collective(out, Collective::all_reduce, chunks, N * d);  // head input gradient
+  if (backward)  // the head's input gradient, an activation (bf16 in bf16 training)
+    add_collective(out, Collective::all_reduce, chunks, N * d, act == DType::bf16 ? 2 : 4);
   return out;
 }
 
 CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int64_t chunks,
-                         bool backward) {
-  CommCounts out = embedding_tp_comm(layout, c, N, tp, backward);
-  out += head_tp_comm(layout, c, N, tp, chunks, backward);
+                         bool backward, DType act) {
+  CommCounts out = embedding_tp_comm(layout, c, N, tp, backward, act);
+  out += head_tp_comm(layout, c, N, tp, chunks, backward, act);
   return out;
 }
 
@@ -63,7 +64,7 @@ CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int 
                         bool backward, const BlockOptions& o) {
   // A training step of one process is the one stage of a one-stage pipeline with one micro-batch.
   if (backward) return stage_tp_comm(layout, c, N, tp, chunks, o, 1, 0, 1);
-  CommCounts out = outer_tp_comm(layout, c, N, tp, chunks, false);
+  CommCounts out = outer_tp_comm(layout, c, N, tp, chunks, false, o.activations);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     out += block_tp_comm(layout, c, N, tp, false, o);
     out += block_lax_comm(layout, c, l, N, tp, false, o);
@@ -76,8 +77,8 @@ CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
   CommCounts out;
   const auto [first, last] = stage_layer_range(c.n_layers, pp, stage);
   const bool last_stage = stage + 1 == pp;
-  if (stage == 0) out += embedding_tp_comm(layout, c, N, tp, true);
-  if (last_stage) out += head_tp_comm(layout, c, N, tp, chunks, true);
+  if (stage == 0) out += embedding_tp_comm(layout, c, N, tp, true, o.activations);
+  if (last_stage) out += head_tp_comm(layout, c, N, tp, chunks, true, o.activations);
   for (int64_t l = first; l < last; ++l) {
     out += block_tp_comm(layout, c, N, tp, false, o);
     out += block_tp_comm(layout, c, N, tp, true, o);
@@ -106,7 +107,7 @@ CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int
 }
 
 CommCounts pipeline_p2p_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int tp, int pp,
-                             int stage, int64_t m, bool backward) {
+                             int stage, int64_t m, bool backward, DType act) {
   CommCounts out;
   // LaX: the seven chains' latents cross with the residual, at the columns a rank holds.
   const int64_t lax_cols = c.arch != Arch::lax                          ? 0
@@ -115,12 +116,13 @@ CommCounts pipeline_p2p_comm(LayoutKind layout, const ModelConfig& c, int64_t N,
   const int64_t boundary =
       N * ((layout_traits(layout).hidden_sharded_residual ? c.d_model / tp : c.d_model) + lax_cols);
   const bool has_next = stage + 1 < pp, has_prev = stage > 0;
+  const int64_t e = act == DType::bf16 ? 2 : 4;  // bf16 training sends them in bf16
   // Activations go forward: sent to the next stage, received from the previous one.
-  if (has_next) add_collective(out, Collective::send, m, m * boundary);
-  if (has_prev) add_collective(out, Collective::recv, m, m * boundary);
+  if (has_next) add_collective(out, Collective::send, m, m * boundary, e);
+  if (has_prev) add_collective(out, Collective::recv, m, m * boundary, e);
   if (backward) {  // their gradients come back
-    if (has_prev) add_collective(out, Collective::send, m, m * boundary);
-    if (has_next) add_collective(out, Collective::recv, m, m * boundary);
+    if (has_prev) add_collective(out, Collective::send, m, m * boundary, e);
+    if (has_next) add_collective(out, Collective::recv, m, m * boundary, e);
   }
   return out;
 }

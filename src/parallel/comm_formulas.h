@@ -41,8 +41,9 @@ CommCounts block_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t t
 CommCounts block_lax_comm(LayoutKind layout, const ModelConfig& config, int64_t layer,
                           int64_t tokens, int tp, bool backward, const BlockOptions& options = {});
 // Embedding, head and loss of one forward (+ backward) pass over `tokens` in `head_chunks` chunks.
+// `activations`: bf16 training sends the embedding's output and the head's input gradient in bf16.
 CommCounts outer_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
-                         int64_t head_chunks, bool backward);
+                         int64_t head_chunks, bool backward, DType activations = DType::f32);
 // The TP traffic of pipeline stage `stage` of `pp` (stage_layer_range) over one training step
 // of m micro-batches of `tokens`: its blocks, the embedding on the first stage, the head and loss
 // on the last. With pp = 1 and m = 1 this is step_tp_comm(..., backward = true).
@@ -50,8 +51,10 @@ CommCounts stage_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t t
                          int64_t head_chunks, const BlockOptions& options, int pp, int stage,
                          int64_t micro_batches);
 // Point-to-point traffic of pipeline stage `stage` of `pp` for m micro-batches of `tokens`.
+// In bf16 training (`activations` bf16) the boundary's values and gradients cross as bf16.
 CommCounts pipeline_p2p_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
-                             int pp, int stage, int64_t micro_batches, bool backward);
+                             int pp, int stage, int64_t micro_batches, bool backward,
+                             DType activations = DType::f32);
 // A whole forward (+ backward) pass.
 CommCounts step_tp_comm(LayoutKind layout, const ModelConfig& config, int64_t tokens, int tp,
                         int64_t head_chunks, bool backward, const BlockOptions& options = {});

@@ -438,4 +438,18 @@ GemmInput Layout::latent_input(ProjectionGroup group, const bf16_t* z, int64_t N
   return {nullptr, rounded.data(), width};
 }
 
+void all_reduce_activations(Communicator& tp, DType wire, float* x, int64_t rows, int64_t cols,
+                            int64_t ld, Buffer<bf16_t>& scratch) {
+  if (tp.size() == 1) return;
+  if (wire != DType::bf16) {
+    BOOSTLM_ASSERT_MSG(cols == ld, "all_reduce_activations: fp32 columns need a contiguous block");
+    tp.all_reduce(x, rows * cols);
+    return;
+  }
+  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(rows * cols);
+  round_to_bf16(x, rows, cols, ld, scratch.data());
+  tp.all_reduce(scratch.data(), rows * cols);
+  widen_bf16(scratch.data(), rows, cols, cols, x, ld);
+}
+
 }  // namespace boostlm

@@ -94,6 +94,9 @@ struct BlockOptions {
   // interleaved so one chunk's collectives are in flight while another computes; 1 is off. Every
   // collective of a block splits into one per chunk; the bytes stay the same.
   int overlap_chunks = 1;
+  // The element type of the activation collectives (issue 60): bf16 in bf16 training, half the
+  // bytes; the norms' statistics stay fp32. A Layout sets it from its compute precision.
+  DType activations = DType::f32;
 };
 // The chunks a micro-batch of `batch` sequences really runs as: the largest count up to `asked`
 // that divides it (the engine and the planner alike).
@@ -167,7 +170,10 @@ class Layout {
   // Binds every block to the flat buffers and the weights' bf16 copy (none in fp32).
   void bind(const ParamTable& table, FlatBuffer& weights, FlatBuffer& grads,
             const RoundedWeights& rounded);
-  void set_compute(DType compute) { compute_ = compute; }
+  void set_compute(DType compute) {
+    compute_ = compute;
+    options_.activations = compute;
+  }
   // Before bind() and prepare(): the blocks this rank runs (a pipeline stage's layers), and how
   // many micro-batches may be in flight (each needs its own activations).
   void set_stage(int64_t first_layer, int64_t last_layer, int micro_slots) {
@@ -191,7 +197,10 @@ class Layout {
     return recomputes_intermediates() && (work_layer_ != layer || work_micro_ != micro_);
   }
   // Before prepare().
-  void set_options(const BlockOptions& options) { options_ = options; }
+  void set_options(const BlockOptions& options) {
+    options_ = options;
+    options_.activations = compute_;
+  }
   const BlockOptions& options() const { return options_; }
 
  protected:
@@ -438,6 +447,13 @@ class Layout {
 };
 
 std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, Communicator& tp);
+
+// An all-reduce of activations x [rows, cols] (row stride ld) over `tp`, in place (issue 60): fp32
+// as they are (cols == ld), or with `wire` bf16 as bf16 values — rounded into `scratch`, summed by
+// the bf16 all-reduce (comm/bf16_sum.h: fp32 arithmetic, one rounding per step) and widened back —,
+// half the bytes. Nothing is rounded in a group of one.
+void all_reduce_activations(Communicator& tp, DType wire, float* x, int64_t rows, int64_t cols,
+                            int64_t ld, Buffer<bf16_t>& scratch);
 
 // The three layouts (one file each).
 std::unique_ptr<Layout> make_dense_tp(const ModelConfig& config, Communicator& tp);

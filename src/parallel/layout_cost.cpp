@@ -16,9 +16,10 @@ int64_t LayoutCost::lowrank_area_elements(const BlockSetting&) const {
   return 0;
 }
 
-void add_collective(CommCounts& counts, Collective kind, int64_t calls, int64_t elements) {
+void add_collective(CommCounts& counts, Collective kind, int64_t calls, int64_t elements,
+                    int64_t element_bytes) {
   counts[kind].calls += calls;
-  counts[kind].bytes += elements * static_cast<int64_t>(sizeof(float));
+  counts[kind].bytes += elements * element_bytes;
 }
 
 bool batched_with_previous(const BlockOptions& options,

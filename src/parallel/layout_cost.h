@@ -80,7 +80,12 @@ const LayoutCost& btp_cost();
 
 // `calls` collectives of `kind` moving `elements` fp32 elements in all (4 bytes each, as the
 // engine counts them).
-void add_collective(CommCounts& counts, Collective kind, int64_t calls, int64_t elements);
+void add_collective(CommCounts& counts, Collective kind, int64_t calls, int64_t elements,
+                    int64_t element_bytes = 4);
+// The bytes of one activation element on the wire: 2 in bf16 training, else 4 (issue 60).
+inline int64_t activation_bytes(const BlockOptions& options) {
+  return options.activations == DType::bf16 ? 2 : 4;
+}
 
 // A block's projections in groups that read one input (SPEC §3.5): q|k|v (norm1), o, gate|up
 // (norm2), down; first and count index block_projections().

@@ -135,7 +135,7 @@ WorkSeconds work_seconds(const CostContext& ctx, const Work& w, int64_t head_dim
   s.elementwise = elementwise_seconds(*ctx.device, w.elementwise_elements, w.elementwise_kernels,
                                       ctx.activation_bytes, ctx.graphed);
   if (ctx.tp_link)
-    s.comm = comm_seconds(*ctx.tp_link, w.tp, ctx.tp, ctx.activation_bytes, ctx.tp_flows);
+    s.comm = comm_seconds(*ctx.tp_link, w.tp, ctx.tp, ctx.comm_bytes, ctx.tp_flows);
   return s;
 }
 

@@ -54,7 +54,8 @@ struct CostContext {
   const Device* device = nullptr;
   DType dtype = DType::bf16;      // GEMM inputs
   DType attention_dtype = dtype;  // the CPU backend runs attention in fp32 whatever the GEMMs do
-  double activation_bytes = 2;    // per activation element (and per communicated element)
+  double activation_bytes = 2;    // per activation element in element-wise passes
+  double comm_bytes = 2;          // per communicated activation element
   const Link* tp_link = nullptr;
   int tp = 1;
   int tp_flows = 1;

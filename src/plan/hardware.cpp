@@ -183,6 +183,7 @@ Hardware Hardware::from_json(const json& j) {
   h.inter_node = link_from_json(links.at("inter_node"), "links.inter_node");
   h.activations_fp32 = flag(j, "activations_fp32", false);
   h.attention_fp32 = flag(j, "attention_fp32", h.activations_fp32);
+  h.collectives_fp32 = flag(j, "collectives_fp32", h.activations_fp32);
   return h;
 }
 
@@ -192,6 +193,7 @@ json Hardware::to_json() const {
             {"sources", sources},
             {"devices_per_node", devices_per_node},
             {"activations_fp32", activations_fp32},
+            {"collectives_fp32", collectives_fp32},
             {"attention_fp32", attention_fp32},
             {"device", device_to_json(device)},
             {"links",

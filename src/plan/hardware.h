@@ -90,6 +90,10 @@ struct Hardware {
   // bf16 attention on the tensor cores); absent from a file, it follows activations_fp32.
   bool activations_fp32 = false;
   bool attention_fp32 = false;
+  // collectives_fp32: TP collectives and pipeline sends carry fp32 activations in bf16 training;
+  // false where they carry bf16 (the engine since issue 60, the paper's). Absent from a file, it
+  // follows activations_fp32.
+  bool collectives_fp32 = false;
 
   static Hardware from_json(const nlohmann::json& json);  // throws Error naming the field
   nlohmann::json to_json() const;

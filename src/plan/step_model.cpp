@@ -50,6 +50,12 @@ double activation_bytes(const Hardware& hw, const StepConfig& c) {
   return hw.activations_fp32 || c.precision == DType::f32 ? 4.0 : 2.0;
 }
 
+// Per element of the TP collectives and the pipeline's sends.
+double comm_bytes(const Hardware& hw, const StepConfig& c) {
+  if (c.activation_bytes > 0) return c.activation_bytes;
+  return hw.collectives_fp32 || c.precision == DType::f32 ? 4.0 : 2.0;
+}
+
 int64_t overlap_chunks(const StepConfig& c);
 
 // Whether the engine replays a GPU step's kernels from CUDA graphs (kernels/graph.h): without
@@ -66,6 +72,7 @@ CostContext cost_context(const Hardware& hw, const StepConfig& c, const Placemen
   ctx.dtype = c.precision;
   ctx.attention_dtype = hw.attention_fp32 ? DType::f32 : c.precision;
   ctx.activation_bytes = activation_bytes(hw, c);
+  ctx.comm_bytes = comm_bytes(hw, c);
   ctx.tp_link = pl.tp;
   ctx.tp = c.tp;
   ctx.tp_flows = pl.tp_flows;
@@ -145,10 +152,9 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
             (1.0 / static_cast<double>(chunks * L));
     }
     const double per_byte = ctx.tp_link ? ctx.tp_link->overlap_cost_s_per_byte : 0.0;
-    const double fwd_cost = per_byte * wire_bytes(fwd.tp, c.tp, ctx.activation_bytes),
-                 bwd_cost =
-                     per_byte * (wire_bytes(bwd.tp, c.tp, ctx.activation_bytes) +
-                                 recomputed_share * wire_bytes(re.tp, c.tp, ctx.activation_bytes));
+    const double fwd_cost = per_byte * wire_bytes(fwd.tp, c.tp, ctx.comm_bytes),
+                 bwd_cost = per_byte * (wire_bytes(bwd.tp, c.tp, ctx.comm_bytes) +
+                                        recomputed_share * wire_bytes(re.tp, c.tp, ctx.comm_bytes));
     const WorkSeconds fwd_pass = overlapped_pass(F, fwd.tp.total_calls(), chunks, L, fwd_cost),
                       bwd_pass = overlapped_pass(BR, bwd.tp.total_calls() + re.tp.total_calls(),
                                                  chunks, L, bwd_cost);
@@ -175,7 +181,7 @@ StageTime stage_time(const Hardware& hw, const StepConfig& c, const Placement& p
   }
   if (c.pp > 1) {
     const double bytes =
-        static_cast<double>(mb.tokens()) * residual_columns(mb) * ctx.activation_bytes;
+        static_cast<double>(mb.tokens()) * residual_columns(mb) * ctx.comm_bytes;
     s.p2p_s = 2 * collective_seconds(*pl.pp, Collective::send, 1, bytes, 2, pl.pp_flows);
   }
   const WorkSeconds gemms = (F + B) * static_cast<double>(L * chunks);

@@ -357,6 +357,12 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   // A pipeline stage keeps the activations of the micro-batches in flight in 1F1B.
   BlockOptions block = o.block;
   block.overlap_chunks = overlap_chunks(o.tp_overlap, o.tp_overlap_chunks, grid_.tp());
+  // Where the backend chooses a precision's GEMM path by measuring (the CPU's bf16), every rank
+  // takes rank 0's: measured apart, ranks on a loaded machine could choose differently and sum in
+  // different orders what they must agree on.
+  int path = gemm_path(o.precision);
+  grid_.world().broadcast_bytes(&path, sizeof path, 0);
+  set_gemm_path(o.precision, path);
   model_.emplace(config_, o.precision, o.layout, &grid_.tp(), block, &grid_.pp(),
                  Pipeline::micro_slots(grid_.shape().pp, grid_.pp_rank(), o.grad_accum));
   pipeline_.emplace(*model_);

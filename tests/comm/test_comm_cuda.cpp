@@ -170,8 +170,9 @@ TEST_F(CommCuda, NcclOnOneRank) {
   // (queued one by one, the recv would wait forever for the send behind it).
   EXPECT_EQ(on_device(values,
                       [&](float* d) {
-                        DeviceTransport::Started got = nccl.recv(d + 3, 3, 0, 1);
-                        DeviceTransport::Started sent = nccl.send(d, 3, 0, 1);
+                        DeviceTransport::Started got =
+                            nccl.recv(d + 3, 3, ElementType::f32, 0, 1);
+                        DeviceTransport::Started sent = nccl.send(d, 3, ElementType::f32, 0, 1);
                         got->wait();
                         sent->wait();
                       }),

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -417,6 +418,168 @@ TEST(Communicator, MoveKeepsTheGroupAndItsCounts) {
   assigned.all_reduce(&x, 1);
   EXPECT_EQ(x, n);
   expect_counted(assigned, Collective::all_reduce, 3, 3 * 4);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// bf16 activations (issue 60, comm/bf16_sum.h).
+
+TEST(Bf16Sum, WidensAddsInFp32AndRoundsOnce) {
+  // 1 + 2⁻⁸ is not a bf16 (8 significant bits): the sum of 1 and 2⁻⁸ rounds to nearest even, 1;
+  // 1 + 3·2⁻⁸ rounds up to 1 + 2⁻⁶ … each against float_to_bf16 of the fp32 sum.
+  const std::vector<float> a = {1.0f, 1.0f, -3.5f, 1e-3f, 65504.0f, 0.0f};
+  const std::vector<float> b = {0.00390625f, 0.01171875f, 1.25f, -1e-3f, 65504.0f, -0.0f};
+  std::vector<bf16_t> x(a.size()), y(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    x[i] = float_to_bf16(a[i]);
+    y[i] = float_to_bf16(b[i]);
+  }
+  std::vector<bf16_t> sum = y;
+  sum_bf16(x.data(), sum.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(sum[i], float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]))) << i;
+  EXPECT_EQ(bf16_to_float(sum[0]), 1.0f);
+}
+
+TEST(Bf16Sum, RowFormats) {
+  // Host rows: the values padded to an even count, then the statistics, 4-byte aligned.
+  const RowMessage odd = interleaved_rows(3, 5, 1);
+  EXPECT_EQ(odd.values_ld, 8);      // 5 values + 1 pad + 2 slots of fp32
+  EXPECT_EQ(odd.stats_offset, 12);  // bytes
+  EXPECT_EQ(odd.stats_ld, 4);       // floats
+  EXPECT_EQ(odd.bytes, 3 * 16);
+  EXPECT_EQ(odd.payload_bytes(), 3 * (5 * 2 + 4));
+  const RowMessage plain = interleaved_rows(4, 6, 0);
+  EXPECT_EQ(plain.values_ld, 6);
+  EXPECT_EQ(plain.bytes, 4 * 12);
+  // Device rows: every value, then every statistic at a 256-byte boundary.
+  const RowMessage split = split_rows(3, 5, 1);
+  EXPECT_FALSE(split.interleaved);
+  EXPECT_EQ(split.values_ld, 5);
+  EXPECT_EQ(split.stats_offset, 256);
+  EXPECT_EQ(split.stats_ld, 1);
+  EXPECT_EQ(split.bytes, 256 + 12);
+  EXPECT_EQ(split.payload_bytes(), odd.payload_bytes());
+}
+
+// Each rank's value of element i: bf16 values of mixed signs and magnitudes.
+float bf16_test_value(int rank, int64_t i) {
+  return bf16_to_float(
+      float_to_bf16(std::ldexp(static_cast<float>(((i * 37 + rank * 11) % 23) - 11), -(i % 9)) +
+                    0.1f * rank));
+}
+
+TEST(Communicator, AllReduceBf16IsTheFp32SumRoundedPerStepCountedTwoBytes) {
+  REQUIRE_MPI();
+  Communicator world = world_communicator();
+  const int n = world.size(), r = world.rank();
+  const int64_t count = 1001;
+  std::vector<bf16_t> data(count);
+  for (int64_t i = 0; i < count; ++i) data[i] = float_to_bf16(bf16_test_value(r, i));
+  world.all_reduce(data.data(), count);
+  for (int64_t i = 0; i < count; ++i) {
+    double exact = 0, magnitude = 0;
+    for (int q = 0; q < n; ++q) {
+      exact += bf16_test_value(q, i);
+      magnitude += std::abs(bf16_test_value(q, i));
+    }
+    const float got = bf16_to_float(data[i]);
+    if (n <= 2) {  // one rounding of the fp32 sum (exact in fp32 here)
+      ASSERT_EQ(data[i], float_to_bf16(static_cast<float>(exact))) << i;
+    } else {  // (t − 1) roundings of partial sums, each at most 2⁻⁸ of Σ|x| (comm/bf16_sum.h)
+      ASSERT_LE(std::abs(got - exact), (n - 1) * std::ldexp(magnitude, -8) + 1e-30) << i;
+    }
+  }
+  // The same bits on every rank.
+  std::vector<bf16_t> first = data;
+  world.broadcast_bytes(first.data(), count * 2, 0);
+  EXPECT_EQ(first, data);
+  expect_counted(world, Collective::all_reduce, 1, count * 2);
+}
+
+TEST(Communicator, RowMessageSumsValuesInBf16AndStatisticsExactlyInOneCollective) {
+  REQUIRE_MPI();
+  Communicator world = world_communicator();
+  const int n = world.size(), r = world.rank();
+  for (const int64_t values : {int64_t{7}, int64_t{8}}) {  // odd: the padded row
+    const int64_t rows = 33;
+    const RowMessage m = world.row_message(rows, values, 1);
+    EXPECT_TRUE(m.interleaved);
+    std::vector<char> buffer(m.bytes);
+    // Statistics a bf16 could not carry: 1 + r·2⁻²⁰, exact in fp32 sums of up to 4 ranks.
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t c = 0; c < values; ++c)
+        m.values_in(buffer.data())[row * m.values_ld + c] =
+            float_to_bf16(bf16_test_value(r, row * values + c));
+      m.stats_in(buffer.data())[row * m.stats_ld] = 1.0f + std::ldexp(float(r + row), -20);
+    }
+    world.reset_counts();
+    world.all_reduce_rows(buffer.data(), m);
+    for (int64_t row = 0; row < rows; ++row) {
+      float want = 0;
+      for (int q = 0; q < n; ++q) want += 1.0f + std::ldexp(float(q + row), -20);
+      ASSERT_EQ(m.stats_in(buffer.data())[row * m.stats_ld], want) << row;
+      for (int64_t c = 0; c < values && n <= 2; ++c) {
+        float sum = 0;
+        for (int q = 0; q < n; ++q) sum += bf16_test_value(q, row * values + c);
+        ASSERT_EQ(m.values_in(buffer.data())[row * m.values_ld + c], float_to_bf16(sum))
+            << row << " " << c;
+      }
+    }
+    expect_counted(world, Collective::all_reduce, 1, rows * (2 * values + 4));
+  }
+}
+
+// Inside --tp-overlap's tasks the bf16 sums are the same bits as a blocking call's.
+TEST(Communicator, OverlappedBf16AndRowMessagesMatchBlockingCalls) {
+  REQUIRE_MPI();
+  if (!mpi_thread_multiple()) GTEST_SKIP() << "needs MPI_THREAD_MULTIPLE";
+  Communicator world = world_communicator();
+  const int r = world.rank();
+  const int64_t count = CommOverlap::kEagerBytes / 2 + 5;  // more than one message
+  const int64_t rows = 17, values = 9;
+  const RowMessage m = world.row_message(rows, values, 1);
+  auto fill = [&](std::vector<bf16_t>& v, std::vector<char>& msg) {
+    v.resize(count);
+    for (int64_t i = 0; i < count; ++i) v[i] = float_to_bf16(bf16_test_value(r, i));
+    msg.assign(m.bytes, 0);
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t c = 0; c < values; ++c)
+        m.values_in(msg.data())[row * m.values_ld + c] = float_to_bf16(bf16_test_value(r, c + row));
+      m.stats_in(msg.data())[row * m.stats_ld] = 0.5f + std::ldexp(float(r), -22);
+    }
+  };
+  std::vector<bf16_t> blocking, overlapped;
+  std::vector<char> blocking_rows, overlapped_rows;
+  fill(blocking, blocking_rows);
+  fill(overlapped, overlapped_rows);
+  world.all_reduce(blocking.data(), count);
+  world.all_reduce_rows(blocking_rows.data(), m);
+  CommOverlap overlap(world);
+  world.reset_counts();
+  overlap.run({[&] {
+    world.all_reduce(overlapped.data(), count);
+    world.all_reduce_rows(overlapped_rows.data(), m);
+  }});
+  if (world.size() <= 2) {  // the same exchange and sums: the same bits
+    EXPECT_EQ(overlapped, blocking);
+    EXPECT_EQ(overlapped_rows, blocking_rows);
+  } else {  // libnbc's algorithm may add in another order: within the bound of comm/bf16_sum.h
+    const int n = world.size();
+    for (int64_t i = 0; i < count; ++i) {
+      float magnitude = 0;
+      for (int q = 0; q < n; ++q) magnitude += std::abs(bf16_test_value(q, i));
+      const float a = bf16_to_float(overlapped[i]), b = bf16_to_float(blocking[i]);
+      ASSERT_LE(std::abs(a - b), 2 * (n - 1) * std::ldexp(magnitude, -8)) << i;
+    }
+    for (int64_t row = 0; row < rows; ++row)
+      EXPECT_EQ(m.stats_in(overlapped_rows.data())[row * m.stats_ld],
+                m.stats_in(blocking_rows.data())[row * m.stats_ld]);
+  }
+  const bool counted = world.size() > 1;
+  EXPECT_EQ(world.counts()[Collective::all_reduce].calls, counted ? 2 : 0);
+  EXPECT_EQ(world.counts()[Collective::all_reduce].bytes,
+            counted ? count * 2 + m.payload_bytes() : 0);
 }
 
 }  // namespace

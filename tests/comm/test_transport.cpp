@@ -213,6 +213,10 @@ class MpiStandInTransport final : public DeviceTransport {
                   op == ReduceOp::max ? MPI_MAX : MPI_SUM, comm_);
     return std::make_unique<DeferredCompletion>();
   }
+  Started all_reduce_rows(void*, const RowMessage&) override {
+    ADD_FAILURE() << "the stand-in has no row messages";
+    return nullptr;
+  }
   Started all_gather(const float* send, int64_t count, float* recv) override {
     const bool in_place = send == recv + rank_ * count;
     MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(count), MPI_FLOAT, recv,
@@ -238,14 +242,16 @@ class MpiStandInTransport final : public DeviceTransport {
     MPI_Bcast(data, static_cast<int>(count), MPI_FLOAT, root, comm_);
     return nullptr;
   }
-  Started send(const float* data, int64_t count, int peer, int tag) override {
+  Started send(const void* data, int64_t count, ElementType type, int peer, int tag) override {
     MPI_Request request;
-    MPI_Isend(data, static_cast<int>(count), MPI_FLOAT, peer, tag, comm_, &request);
+    MPI_Isend(data, static_cast<int>(count), type == ElementType::bf16 ? MPI_UINT16_T : MPI_FLOAT,
+              peer, tag, comm_, &request);
     return std::make_unique<MpiCompletion>(request);
   }
-  Started recv(float* data, int64_t count, int peer, int tag) override {
+  Started recv(void* data, int64_t count, ElementType type, int peer, int tag) override {
     MPI_Request request;
-    MPI_Irecv(data, static_cast<int>(count), MPI_FLOAT, peer, tag, comm_, &request);
+    MPI_Irecv(data, static_cast<int>(count), type == ElementType::bf16 ? MPI_UINT16_T : MPI_FLOAT,
+              peer, tag, comm_, &request);
     return std::make_unique<MpiCompletion>(request);
   }
 
@@ -364,6 +370,43 @@ TEST(DeviceTransport, StagedPathMatchesTheHostPathAndCountsTheSame) {
   }
   // Every staging buffer came back; a step's collectives reuse them (at most 8 kept).
   EXPECT_GT(staging->pooled_bytes(), 0);
+}
+
+// bf16 activations and row messages (issue 60) on the staged path: the device's split format,
+// summed to the same values and statistics as the host's interleaved one, counted the same.
+TEST(DeviceTransport, StagedBf16AndRowMessagesMatchTheHostPath) {
+  REQUIRE_MPI();
+  Communicator host = world_communicator();
+  Communicator staged = world_communicator();
+  staged.set_device_transport(std::make_unique<StagedTransport>(
+      Communicator(staged.mpi_comm(), "world"), std::make_unique<HostCopier>()));
+  const int r = host.rank();
+  const int64_t rows = 5, values = 3;
+  auto value = [&](int64_t i) { return float_to_bf16(0.75f * static_cast<float>(i % 7) - r); };
+  auto run = [&](Communicator& c) {
+    std::vector<bf16_t> plain(11);
+    for (int64_t i = 0; i < 11; ++i) plain[i] = value(i);
+    c.all_reduce(plain.data(), 11);
+    const RowMessage m = c.row_message(rows, values, 1);
+    EXPECT_EQ(m.interleaved, c.device_transport() == nullptr);
+    std::vector<char> message(m.bytes);
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t j = 0; j < values; ++j)
+        m.values_in(message.data())[row * m.values_ld + j] = value(row * values + j);
+      m.stats_in(message.data())[row * m.stats_ld] = 0.25f * static_cast<float>(row + 2 * r);
+    }
+    c.all_reduce_rows(message.data(), m);
+    std::vector<float> out;
+    for (bf16_t v : plain) out.push_back(bf16_to_float(v));
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t j = 0; j < values; ++j)
+        out.push_back(bf16_to_float(m.values_in(message.data())[row * m.values_ld + j]));
+      out.push_back(m.stats_in(message.data())[row * m.stats_ld]);
+    }
+    return out;
+  };
+  EXPECT_EQ(run(staged), run(host));
+  expect_same_counts(staged.counts(), host.counts());
 }
 
 TEST(DeviceTransport, NcclStructureOverMpiMatchesTheHostPathAndCountsTheSame) {

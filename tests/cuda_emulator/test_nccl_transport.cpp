@@ -116,12 +116,62 @@ TEST_F(NcclTransportOnEmulator, EveryOperationMatchesTheHostPath) {
   for (int i = 0; i < 4; ++i) want_ring[4 + i] = 100.0f * left + i;
   EXPECT_EQ(on_device<float>(ring,
                              [&](float* d) {
-                               DeviceTransport::Started got = nccl.recv(d + 4, 4, left, 3);
-                               DeviceTransport::Started sent = nccl.send(d, 4, right, 3);
+                               DeviceTransport::Started got =
+                                   nccl.recv(d + 4, 4, ElementType::f32, left, 3);
+                               DeviceTransport::Started sent =
+                                   nccl.send(d, 4, ElementType::f32, right, 3);
                                got->wait();
                                sent->wait();
                              }),
             want_ring);
+
+  // bf16 (issue 60): an all-reduce, a row message in the device's split format (the values as
+  // ncclBfloat16 and the statistics as ncclFloat in one group) and a bf16 ring, against the host
+  // path's values (quarters and small integers: exact in bf16 in any order).
+  std::vector<bf16_t> halves(7);
+  for (int i = 0; i < 7; ++i) halves[i] = float_to_bf16(0.25f * i - r);
+  std::vector<bf16_t> want_halves = halves;
+  host.all_reduce(want_halves.data(), 7);
+  EXPECT_EQ(on_device<bf16_t>(halves,
+                              [&](bf16_t* d) {
+                                finish(nccl.all_reduce(d, 7, ElementType::bf16, ReduceOp::sum));
+                              }),
+            want_halves);
+  const RowMessage split = split_rows(3, 5, 1), rows_host = host.row_message(3, 5, 1);
+  std::vector<bf16_t> message(split.bytes / 2), message_host(rows_host.bytes / 2);
+  for (int64_t row = 0; row < 3; ++row) {
+    for (int64_t c = 0; c < 5; ++c) {
+      split.values_in(message.data())[row * split.values_ld + c] = float_to_bf16(0.5f * c - r);
+      rows_host.values_in(message_host.data())[row * rows_host.values_ld + c] =
+          float_to_bf16(0.5f * c - r);
+    }
+    split.stats_in(message.data())[row * split.stats_ld] = 0.125f * (row + r);
+    rows_host.stats_in(message_host.data())[row * rows_host.stats_ld] = 0.125f * (row + r);
+  }
+  host.all_reduce_rows(message_host.data(), rows_host);
+  const std::vector<bf16_t> summed = on_device<bf16_t>(
+      message, [&](bf16_t* d) { finish(nccl.all_reduce_rows(d, split)); });
+  for (int64_t row = 0; row < 3; ++row) {
+    for (int64_t c = 0; c < 5; ++c)
+      EXPECT_EQ(split.values_in(const_cast<bf16_t*>(summed.data()))[row * split.values_ld + c],
+                rows_host.values_in(message_host.data())[row * rows_host.values_ld + c]);
+    EXPECT_EQ(split.stats_in(const_cast<bf16_t*>(summed.data()))[row * split.stats_ld],
+              rows_host.stats_in(message_host.data())[row * rows_host.stats_ld]);
+  }
+  std::vector<bf16_t> ring16(8, 0);
+  for (int i = 0; i < 4; ++i) ring16[i] = float_to_bf16(100.0f * r + i);
+  std::vector<bf16_t> want_ring16 = ring16;
+  for (int i = 0; i < 4; ++i) want_ring16[4 + i] = float_to_bf16(100.0f * left + i);
+  EXPECT_EQ(on_device<bf16_t>(ring16,
+                              [&](bf16_t* d) {
+                                DeviceTransport::Started got =
+                                    nccl.recv(d + 4, 4, ElementType::bf16, left, 5);
+                                DeviceTransport::Started sent =
+                                    nccl.send(d, 4, ElementType::bf16, right, 5);
+                                got->wait();
+                                sent->wait();
+                              }),
+            want_ring16);
 
   // Non-blocking: ready() drives the stream until the operation has completed.
   want = ranked;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/elementwise.h"
+#include "kernels/gemm.h"
 #include "kernels/grad_check.h"
 #include "kernels/rmsnorm.h"
 
@@ -129,6 +130,52 @@ TEST(OnlineNorm, Bf16LatentsAreTheRoundedLatents) {
   online_norm_latent_backward(z16.data(), dz16.data(), rows, width, rstd.data(), 64, ds16.data());
   EXPECT_EQ(dz16, dz);
   EXPECT_EQ(ds16, ds);
+}
+
+// bf16 on the wire (issue 60): packing into a row message rounds what the fp32 pack gives (the
+// statistic exact, at its own stride), unpacking a bf16 message is the fp32 unpack of its widened
+// values, and widen_bf16 is exact.
+TEST(OnlineNorm, Bf16MessagePackAndUnpackAreTheFp32OnesRounded) {
+  const int64_t rows = 7, width = 9, ld = width + 1, D = 32;
+  const int64_t ld_values = width + 3, ld_stats = 2;  // a message's strides (comm/bf16_sum.h)
+  const float eps = 1e-5f;
+  const auto p = testing::random_vector(rows * ld, 21, 2.0f);
+  auto sum_sq = testing::random_vector(rows, 22, 4.0f);
+  for (float& v : sum_sq) v = std::abs(v) + 0.5f;
+  for (bool rescale : {false, true}) {
+    std::vector<float> packed = p;
+    online_norm_pack(packed.data(), ld, rows, width, sum_sq.data(), D, eps, rescale, true);
+    std::vector<bf16_t> values(rows * ld_values, 0);
+    std::vector<float> stats(rows * ld_stats, -1.0f);
+    online_norm_pack_bf16(p.data(), ld, rows, width, sum_sq.data(), D, eps, rescale,
+                          values.data(), ld_values, stats.data(), ld_stats);
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_EQ(stats[r * ld_stats], sum_sq[r]) << r;
+      ASSERT_EQ(stats[r * ld_stats + 1], -1.0f) << r;  // nothing between the strides
+      for (int64_t c = 0; c < width; ++c)
+        ASSERT_EQ(values[r * ld_values + c], float_to_bf16(packed[r * ld + c])) << r << " " << c;
+    }
+    // Unpack from bf16: the fp32 unpack of the widened values (to fp32 exactly, to bf16 rounded).
+    std::vector<float> widened(rows * ld, 0.0f);
+    widen_bf16(values.data(), rows, width, ld_values, widened.data(), ld);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < width; ++c)
+        ASSERT_EQ(widened[r * ld + c], bf16_to_float(values[r * ld_values + c]));
+    const auto rstd = testing::random_vector(rows, 23);
+    std::vector<float> want(rows * width), got(rows * width);
+    std::vector<bf16_t> want16(rows * width), got16(rows * width);
+    online_norm_unpack(widened.data(), ld, rows, width, rstd.data(), want.data(), width);
+    online_norm_unpack(widened.data(), ld, rows, width, rstd.data(), want16.data(), width);
+    online_norm_unpack(values.data(), ld_values, rows, width, rstd.data(), got.data(), width);
+    online_norm_unpack(values.data(), ld_values, rows, width, rstd.data(), got16.data(), width);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(got16, want16);
+  }
+  // Without statistics only values are written.
+  std::vector<bf16_t> values(rows * width);
+  online_norm_pack_bf16(p.data(), ld, rows, width, nullptr, D, eps, false, values.data(), width,
+                        nullptr, 0);
+  EXPECT_EQ(values[width + 2], float_to_bf16(p[ld + 2]));
 }
 
 TEST(ColumnBlocks, CopyAndAddTakeAStridedBlock) {

@@ -193,6 +193,61 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PipelineTest, ::testing::ValuesIn(pipeline_cas
 // Weights written at one pipeline size load at another: gathered from the stages of PP 2 (and TP 2
 // where the world allows), they equal the single-process weights, and sliced into every stage
 // of another grid they are that stage's own initialisation.
+// bf16 training (issue 60): a stage boundary's activations and gradients cross as bf16 — the
+// formula's sends and receives at 2 bytes an element, exactly — and the step trains the same
+// model as one bf16 process within the rounding of what crosses (2⁻⁹ relative per element).
+TEST(Pipeline, Bf16SendsBf16Boundaries) {
+  const int world = mpi_world_size();
+  if (world < 2) GTEST_SKIP() << "needs 2, 4 or 8 ranks";
+  for (const auto& [layout, arch] :
+       {std::pair{LayoutKind::btp, Arch::cola}, std::pair{LayoutKind::dense_tp, Arch::dense}}) {
+    const ModelConfig config = pipeline_config(arch, RankMix::uniform);
+    const int64_t B = 2, T = 8, N = B * T, m = 3;
+    const GridShape shape = pipeline_grids(world).back();
+    const int64_t total = shape.dp * m;
+    const auto tokens = random_tokens(total * N, 64, 11),
+               targets = random_tokens(total * N, 64, 12);
+    Model reference(config, DType::bf16);
+    reference.init_weights(7);
+    reference.grads().zero();
+    double ref_loss = 0;
+    for (int64_t i = 0; i < total; ++i)
+      ref_loss += reference.forward_backward(tokens.data() + i * N, targets.data() + i * N, B, T,
+                                             1.0f / total);
+    ref_loss /= total;
+    ProcessGrid grid(shape);
+    Model model(config, DType::bf16, layout, &grid.tp(), {}, &grid.pp(),
+                Pipeline::micro_slots(shape.pp, grid.pp_rank(), m));
+    model.init_weights(7);
+    model.grads().zero();
+    GradReducer reducer(model.params(), config.n_layers, model.grads(), grid.dp(), 4096);
+    std::vector<MicroBatch> micro;
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t at = (grid.dp_rank() * m + i) * N;
+      micro.push_back({tokens.data() + at, targets.data() + at});
+    }
+    Pipeline pipeline(model);
+    grid.pp().reset_counts();
+    double loss = pipeline.forward_backward(micro, B, T, 1.0f / m, &reducer) / m;
+    grid.dp().all_reduce(&loss, 1);
+    loss /= shape.dp;
+    const std::string where = to_string(layout) + " tp=" + std::to_string(shape.tp) +
+                              " pp=" + std::to_string(shape.pp) + " stage " +
+                              std::to_string(grid.pp_rank());
+    EXPECT_NEAR(loss, ref_loss, 2e-3 * std::abs(ref_loss)) << where;
+    const CommCounts p2p = grid.pp().counts();
+    const CommCounts expected = pipeline_p2p_comm(layout, config, N, shape.tp, shape.pp,
+                                                  grid.pp_rank(), m, true, DType::bf16);
+    const CommCounts fp32 = pipeline_p2p_comm(layout, config, N, shape.tp, shape.pp,
+                                              grid.pp_rank(), m, true);
+    for (Collective kind : {Collective::send, Collective::recv}) {
+      EXPECT_EQ(p2p[kind].calls, expected[kind].calls) << to_string(kind) << " " << where;
+      EXPECT_EQ(p2p[kind].bytes, expected[kind].bytes) << to_string(kind) << " " << where;
+      EXPECT_EQ(2 * expected[kind].bytes, fp32[kind].bytes) << to_string(kind) << " " << where;
+    }
+  }
+}
+
 TEST(Pipeline, FullTensorsMoveBetweenPipelineSizes) {
   const int world = mpi_world_size();
   if (world < 2) GTEST_SKIP() << "needs 2, 4 or 8 ranks";

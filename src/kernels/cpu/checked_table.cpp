@@ -66,6 +66,8 @@ const KernelTable& cpu_checked_kernel_table() {
     KernelTable t;
     t.backend = "cpu-checked";
     t.describe_gemm = &cpu::describe_gemm;
+    t.gemm_path = &cpu::gemm_path;
+    t.set_gemm_path = &cpu::set_gemm_path;
     t.gemm_keeps_threads = &cpu::gemm_keeps_threads;
 #define BOOSTLM_CHECKED_ENTRY(ret, function, entry, params, args) t.entry = &checked_##entry;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CHECKED_ENTRY)

@@ -5,7 +5,13 @@
 #include <omp.h>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include <dnnl.h>
@@ -74,6 +80,18 @@ void transpose_round(const T* src, int64_t rows, int64_t cols, int64_t ld, bf16_
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst) {
   BOOSTLM_KERNEL("bf16_round");
   round_rows(src, rows, cols, ld, dst);
+}
+
+void widen_bf16(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst,
+                int64_t ld_dst) {
+  BOOSTLM_KERNEL("bf16_round");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const bf16_t* in = src + r * ld_src;
+    float* out = dst + r * ld_dst;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) out[c] = cpu::to_float(in[c]);
+  }
 }
 
 namespace {
@@ -307,9 +325,136 @@ void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, 
 
 }  // namespace
 
+namespace {
+
+// How bf16 GEMMs run here, chosen once by measured rates (issue 60), not by the ISA alone: oneDNN's
+// bf16 matmul where it is built and at least as fast as the alternative, else fp32 GEMMs of the
+// widened operands (gemm_bf16_widened: the same products, fp32 speed). On an Intel Xeon (Emerald
+// Rapids under KVM, no AMX exposed) the bf16 matmul ran at 170 GFLOP/s against sgemm's 270-350,
+// and bf16 training there 1.2-1.8x slower than fp32; on Zen 5 (AVX512-BF16) it is the faster.
+// Both are timed on one 512-cube product of bf16 operands, as the engine runs them, best of 3
+// after a warm-up; the widened path is taken only when the matmul is more than 10% slower, so
+// a CPU where the two are level never flips between runs. BOOSTLM_BF16_GEMM=matmul|widened|auto
+// (unset: auto) fixes it, for measuring and for tests of both paths; a job's ranks take rank 0's
+// choice (train), so every rank sums the same way.
+struct Bf16Choice {
+  int path = 0;  // kBf16Matmul or kBf16Widened
+  double matmul_gflops = 0, widened_gflops = 0;
+  std::string text;  // for the run's first line
+};
+constexpr int kBf16Matmul = 1, kBf16Widened = 2;
+
+double best_seconds(const std::function<void()>& run) {
+  run();  // warm-up: the primitive, the scratch, the caches
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const double t0 = now_s();
+    run();
+    best = std::min(best, now_s() - t0);
+  }
+  return best;
+}
+
+std::string describe_choice(const Bf16Choice& c, const char* why) {
+  std::string text = c.path == kBf16Matmul ? "oneDNN bf16 matmul" : "fp32 GEMM on bf16 operands "
+                                                                    "widened to fp32";
+  text += " (";
+  text += why;
+  if (c.matmul_gflops > 0) {
+    char rates[160];
+    std::snprintf(rates, sizeof rates, ": bf16 matmul %.0f GFLOP/s, widened fp32 %.0f GFLOP/s",
+                  c.matmul_gflops, c.widened_gflops);
+    text += rates;
+  }
+  return text + ")";
+}
+
+void measure_bf16_paths(Bf16Choice& c) {
+  constexpr int64_t n = 512;
+  Buffer<float> a32(n * n), b32(n * n), out(n * n);
+  Buffer<bf16_t> a16(n * n), b16(n * n);
+  for (int64_t i = 0; i < n * n; ++i) {
+    a32[i] = static_cast<float>((i * 7) % 13) * 0.125f - 0.75f;
+    b32[i] = static_cast<float>((i * 5) % 11) * 0.125f - 0.625f;
+  }
+  round_rows(a32.data(), n, n, n, a16.data());
+  round_rows(b32.data(), n, n, n, b16.data());
+  const GemmInput A(a32.data(), a16.data(), n), B(b32.data(), b16.data(), n);
+  const GemmBatch one{};
+  const double flops = 2.0 * n * n * n;
+  const double matmul_s = best_seconds([&] {
+    matmul(dnnl::memory::data_type::bf16, Trans::N, Trans::N, n, n, n, 1.0f,
+           {a16.data(), n, 0}, {b16.data(), n, 0}, 0.0f, out.data(), n, one,
+           dnnl::memory::data_type::f32);
+  });
+  const double widened_s = best_seconds([&] {
+    gemm_bf16_widened(Trans::N, Trans::N, n, n, n, 1.0f, A, B, 0.0f, out.data(), n, one);
+  });
+  c.matmul_gflops = flops / matmul_s / 1e9;
+  c.widened_gflops = flops / widened_s / 1e9;
+}
+
+Bf16Choice choose_bf16_path() {
+  Bf16Choice c;
+  const char* env = std::getenv("BOOSTLM_BF16_GEMM");
+  const std::string asked = env ? env : "auto";
+  if (asked != "auto" && asked != "matmul" && asked != "widened")
+    throw error("BOOSTLM_BF16_GEMM=", asked, ": expected matmul, widened or auto");
+  const bool available = probe_bf16_matmul();
+  if (!available) {
+    if (asked == "matmul")
+      throw error("BOOSTLM_BF16_GEMM=matmul: oneDNN has no bf16 matmul on this CPU (no AVX-512)");
+    c.path = kBf16Widened;
+    c.text = describe_choice(c, "this CPU has no oneDNN bf16 matmul: no AVX-512");
+    return c;
+  }
+  if (asked != "auto") {
+    c.path = asked == "matmul" ? kBf16Matmul : kBf16Widened;
+    c.text = describe_choice(c, "BOOSTLM_BF16_GEMM");
+    return c;
+  }
+  measure_bf16_paths(c);
+  c.path = c.matmul_gflops >= 0.9 * c.widened_gflops ? kBf16Matmul : kBf16Widened;
+  c.text = describe_choice(c, c.path == kBf16Matmul ? "the faster here, measured"
+                                                     : "the bf16 matmul is slower here, measured");
+  return c;
+}
+
+std::mutex& choice_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::optional<Bf16Choice>& choice_slot() {
+  static std::optional<Bf16Choice> choice;
+  return choice;
+}
+const Bf16Choice& bf16_choice() {
+  std::lock_guard<std::mutex> lock(choice_mutex());
+  std::optional<Bf16Choice>& c = choice_slot();
+  if (!c) c = choose_bf16_path();
+  return *c;
+}
+
+}  // namespace
+
 bool bf16_matmul_available() {
-  static const bool available = probe_bf16_matmul();
-  return available;
+  return bf16_choice().path == kBf16Matmul;
+}
+
+int gemm_path(DType compute) {
+  return compute == DType::bf16 ? bf16_choice().path : 0;
+}
+
+void set_gemm_path(DType compute, int path) {
+  if (compute != DType::bf16 || path == 0 || path == cpu::gemm_path(compute)) return;
+  BOOSTLM_ASSERT_MSG(path == kBf16Matmul || path == kBf16Widened, "set_gemm_path: unknown path");
+  BOOSTLM_ASSERT_MSG(path != kBf16Matmul || probe_bf16_matmul(),
+                     "rank 0 chose oneDNN's bf16 matmul, which this rank's CPU does not have");
+  std::lock_guard<std::mutex> lock(choice_mutex());
+  Bf16Choice& c = *choice_slot();
+  c.path = path;
+  c.text = describe_choice(c, "rank 0's choice");
+  matmul_engine().primitives.clear();
 }
 
 // Whether oneDNN runs its AVX-512 (or newer) kernels here. Below them its fp32 GEMMs split sums
@@ -329,10 +474,7 @@ bool gemm_keeps_threads(DType compute) {
 
 const char* describe_gemm(DType compute) {
   if (compute == DType::f32) return "oneDNN fp32 (sgemm and matmul)";
-  return bf16_matmul_available()
-             ? "oneDNN bf16 matmul"
-             : "fp32 GEMM on bf16 operands widened to fp32 (this CPU has no oneDNN bf16 matmul: "
-               "no AVX-512; same products, fp32 speed)";
+  return bf16_choice().text.c_str();
 }
 
 void gemm_batched(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, GemmInput A,

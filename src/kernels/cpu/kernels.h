@@ -20,5 +20,8 @@ bool bf16_matmul_available();
 // How this backend's GEMMs of `compute` precision run, for the run's first line.
 const char* describe_gemm(DType compute);
 bool gemm_keeps_threads(DType compute);  // bf16 where oneDNN's bf16 matmul runs it
+// The bf16 path chosen (gemm.cpp: by measured rates), as kernels/gemm.h's gemm_path.
+int gemm_path(DType compute);
+void set_gemm_path(DType compute, int path);
 
 }  // namespace boostlm::cpu

@@ -185,6 +185,18 @@ void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const f
   }
 }
 
+void online_norm_pack_bf16(const float* p, int64_t ld, int64_t rows, int64_t width,
+                           const float* sum_sq, int64_t D, float eps, bool rescale,
+                           bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats) {
+  BOOSTLM_KERNEL("rmsnorm");
+  rounded_rows(rows, width, values, ld_values, [&](int64_t r, float* row) {
+    const float s = rescale ? math::rms_of(sum_sq[r], D, eps) : 1.0f;
+    const float* pr = p + r * ld;
+    for (int64_t c = 0; c < width; ++c) row[c] = rescale ? pr[c] * s : pr[c];
+    if (stats) stats[r * ld_stats] = sum_sq[r];
+  });
+}
+
 void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
                       int64_t D_total, float eps, float* rstd) {
   const DeviceAccess access("online_norm_rstd");
@@ -208,6 +220,25 @@ void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t w
   rounded_rows(rows, width, z, ldz, [&](int64_t r, float* row) {
     const float s = rstd ? rstd[r] : 1.0f;
     for (int64_t c = 0; c < width; ++c) row[c] = summed[r * ld + c] * s;
+  });
+}
+
+void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, float* z, int64_t ldz) {
+  const DeviceAccess access("online_norm_unpack");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = rstd ? rstd[r] : 1.0f;
+    for (int64_t c = 0; c < width; ++c) z[r * ldz + c] = cpu::to_float(summed[r * ld + c]) * s;
+  }
+}
+
+void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, bf16_t* z, int64_t ldz) {
+  const DeviceAccess access("online_norm_unpack");
+  rounded_rows(rows, width, z, ldz, [&](int64_t r, float* row) {
+    const float s = rstd ? rstd[r] : 1.0f;
+    for (int64_t c = 0; c < width; ++c) row[c] = cpu::to_float(summed[r * ld + c]) * s;
   });
 }
 

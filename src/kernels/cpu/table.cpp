@@ -10,6 +10,8 @@ const KernelTable& cpu_kernel_table() {
     t.backend = "cpu";
     t.describe_gemm = &cpu::describe_gemm;
     t.gemm_keeps_threads = &cpu::gemm_keeps_threads;
+    t.gemm_path = &cpu::gemm_path;
+    t.set_gemm_path = &cpu::set_gemm_path;
 #define BOOSTLM_CPU_KERNEL_ENTRY(ret, function, entry, params, args) t.entry = &cpu::function;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CPU_KERNEL_ENTRY)
 #undef BOOSTLM_CPU_KERNEL_ENTRY

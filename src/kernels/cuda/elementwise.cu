@@ -52,6 +52,15 @@ __global__ void round_kernel(const float* src, int64_t count, int64_t stride, Gr
   }
 }
 
+__global__ void widen_kernel(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld_src,
+                             float* dst, int64_t ld_dst) {
+  const int64_t n = rows * cols;
+  for (int64_t i = grid_index(); i < n; i += grid_stride()) {
+    const int64_t r = i / cols, c = i - r * cols;
+    dst[r * ld_dst + c] = math::from_bf16(src[r * ld_src + c]);
+  }
+}
+
 __global__ void scale_columns_kernel(float* x, int64_t count, int64_t stride, Grid2d g, int64_t ld,
                                      float s) {
   const int64_t n = count * g.rows * g.cols;
@@ -149,6 +158,16 @@ void round_to_bf16_batched(const float* src, int64_t count, int64_t stride, int6
                                     .bytes_written = bytes_of<bf16_t>(count * rows * cols)});
   round_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(src, count, stride, Grid2d{rows, cols}, ld,
                                                         dst);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+void widen_bf16(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst,
+                int64_t ld_dst, cudaStream_t stream) {
+  const LaunchGeometry g = elements_launch(rows * cols);
+  if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<bf16_t>(rows * cols),
+                                    .bytes_written = bytes_of<float>(rows * cols)});
+  widen_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(src, rows, cols, ld_src, dst, ld_dst);
   BOOSTLM_CHECK_LAUNCH();
 }
 

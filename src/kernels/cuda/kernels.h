@@ -154,6 +154,14 @@ void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const f
                       int64_t D, float eps, bool rescale, bool with_stat, cudaStream_t stream);
 void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
                       int64_t D_total, float eps, float* rstd, cudaStream_t stream);
+void online_norm_pack_bf16(const float* p, int64_t ld, int64_t rows, int64_t width,
+                           const float* sum_sq, int64_t D, float eps, bool rescale,
+                           bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats,
+                           cudaStream_t stream);
+void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, float* z, int64_t ldz, cudaStream_t stream);
+void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, bf16_t* z, int64_t ldz, cudaStream_t stream);
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, float* z, int64_t ldz, cudaStream_t stream);
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
@@ -328,6 +336,9 @@ void concat_columns(const float* blocks, int64_t count, int64_t rows, int64_t co
 // math.h's round_to_bf16: the CPU's bits).
 void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bf16_t* dst,
                    cudaStream_t stream);
+// dst [rows, cols] (row stride ld_dst) = src (row stride ld_src) widened to fp32, exactly.
+void widen_bf16(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst,
+                int64_t ld_dst, cudaStream_t stream);
 // The same for `count` members src + i·stride, into dst + i·rows·cols (a GEMM batch's operand).
 void round_to_bf16_batched(const float* src, int64_t count, int64_t stride, int64_t rows,
                            int64_t cols, int64_t ld, bf16_t* dst, cudaStream_t stream);

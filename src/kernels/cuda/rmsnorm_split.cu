@@ -122,15 +122,36 @@ struct OnlinePack {  // p ·= rms (rescale), p[r, width] = sum_sq (with_stat)
   }
 };
 
-template <typename Z>
+struct OnlinePackBf16 {  // values = bf16(p · rms) (or of p), stats[r] = sum_sq[r] (column width)
+  const float* p;
+  int64_t ld, width;
+  const float* sum_sq;
+  int64_t D;
+  float eps;
+  bool rescale;
+  bf16_t* values;
+  int64_t ld_values;
+  float* stats;
+  int64_t ld_stats;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    if (c == width) {
+      if (stats) stats[r * ld_stats] = sum_sq[r];
+    } else {
+      const float v = p[r * ld + c];
+      math::store(values + r * ld_values + c, rescale ? v * math::rms_of(sum_sq[r], D, eps) : v);
+    }
+  }
+};
+
+template <typename S, typename Z>
 struct OnlineUnpack {  // z = summed · rstd (or a copy)
-  const float* summed;
+  const S* summed;
   int64_t ld;
   const float* rstd;
   Z* z;
   int64_t ldz;
   __device__ void operator()(int64_t r, int64_t c) const {
-    math::store(z + r * ldz + c, summed[r * ld + c] * (rstd ? rstd[r] : 1.0f));
+    math::store(z + r * ldz + c, math::to_float(summed[r * ld + c]) * (rstd ? rstd[r] : 1.0f));
   }
 };
 
@@ -280,6 +301,19 @@ void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const f
       stream);
 }
 
+void online_norm_pack_bf16(const float* p, int64_t ld, int64_t rows, int64_t width,
+                           const float* sum_sq, int64_t D, float eps, bool rescale,
+                           bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats,
+                           cudaStream_t stream) {
+  for_each_element(
+      rows, width + 1,
+      OnlinePackBf16{p, ld, width, sum_sq, D, eps, rescale, values, ld_values, stats, ld_stats},
+      {.bytes_read = bytes_of<float>(rows * width + rows),
+       .bytes_written = bytes_of<bf16_t>(rows * width) + (stats ? bytes_of<float>(rows) : 0),
+       .name = "elements_2d_kernel<OnlinePackBf16>"},
+      stream);
+}
+
 void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
                       int64_t D_total, float eps, float* rstd, cudaStream_t stream) {
   launch_rstd(summed + stat_column, ld, rows, D_total, eps, rstd, stream);
@@ -287,7 +321,7 @@ void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t sta
 
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, float* z, int64_t ldz, cudaStream_t stream) {
-  for_each_element(rows, width, OnlineUnpack<float>{summed, ld, rstd, z, ldz},
+  for_each_element(rows, width, OnlineUnpack<float, float>{summed, ld, rstd, z, ldz},
                    {.bytes_read = bytes_of<float>(rows * width + (rstd ? rows : 0)),
                     .bytes_written = bytes_of<float>(rows * width),
                     .name = "elements_2d_kernel<OnlineUnpack<float>>"},
@@ -296,10 +330,30 @@ void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t w
 
 void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, bf16_t* z, int64_t ldz, cudaStream_t stream) {
-  for_each_element(rows, width, OnlineUnpack<bf16_t>{summed, ld, rstd, z, ldz},
+  for_each_element(rows, width, OnlineUnpack<float, bf16_t>{summed, ld, rstd, z, ldz},
                    {.bytes_read = bytes_of<float>(rows * width + (rstd ? rows : 0)),
                     .bytes_written = bytes_of<bf16_t>(rows * width),
                     .name = "elements_2d_kernel<OnlineUnpack<bf16>>"},
+                   stream);
+}
+
+void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, float* z, int64_t ldz, cudaStream_t stream) {
+  for_each_element(rows, width, OnlineUnpack<bf16_t, float>{summed, ld, rstd, z, ldz},
+                   {.bytes_read =
+                        bytes_of<bf16_t>(rows * width) + (rstd ? bytes_of<float>(rows) : 0),
+                    .bytes_written = bytes_of<float>(rows * width),
+                    .name = "elements_2d_kernel<OnlineUnpack<bf16,float>>"},
+                   stream);
+}
+
+void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
+                        const float* rstd, bf16_t* z, int64_t ldz, cudaStream_t stream) {
+  for_each_element(rows, width, OnlineUnpack<bf16_t, bf16_t>{summed, ld, rstd, z, ldz},
+                   {.bytes_read =
+                        bytes_of<bf16_t>(rows * width) + (rstd ? bytes_of<float>(rows) : 0),
+                    .bytes_written = bytes_of<bf16_t>(rows * width),
+                    .name = "elements_2d_kernel<OnlineUnpack<bf16,bf16>>"},
                    stream);
 }
 

@@ -271,6 +271,31 @@ class Btp final : public Layout {
       const int64_t ld = part_width + (with_stat ? 1 : 0);
       float* buf = packed_.data();
       group_down_forward(part, cat, in, N, buf, ld, compute_);
+      if (bf16_wire()) {
+        // bf16 on the wire (issue 60): the partial latents rounded as they are packed (the online
+        // norm's rescale in the same pass), the statistic beside them in fp32, one collective.
+        const RowMessage m = tp_.row_message(N, part_width, with_stat ? 1 : 0);
+        if (wire_.size() < static_cast<size_t>(m.bytes / 2)) wire_.resize(m.bytes / 2);
+        void* message = wire_.data();
+        online_norm_pack_bf16(buf, ld, N, part_width, stat_.data(), dl_, config_.rms_eps,
+                              online && compute_ == DType::bf16, m.values_in(message), m.values_ld,
+                              m.stats_in(message), m.stats_ld);
+        tp_.all_reduce_rows(message, m);
+        if (with_stat)
+          online_norm_rstd(m.stats_in(message), m.stats_ld, N, 0, config_.d_model,
+                           config_.rms_eps, rstd);
+        const bf16_t* summed = m.values_in(message);
+        with_latents(a, g, [&](auto* z) {
+          online_norm_unpack(summed, m.values_ld, N, part_width, online ? rstd : nullptr,
+                             z + col, width);
+        });
+        if (lax())
+          online_norm_unpack(summed, m.values_ld, N, part_width, online ? rstd : nullptr,
+                             lax_u_.data() + col, width);
+        col += part_width;
+        j += part.size();
+        continue;
+      }
       // Undo the local normalisation of the bf16 input (every part read it); the statistic
       // rides with the first part.
       if (online)
@@ -347,7 +372,7 @@ class Btp final : public Layout {
     group_up_backward(group, latent_of(layer, group, a, g), dy.begin(), N, d_packed_.data(), width,
                       options_.grouping, compute_);
     if (cat) {
-      tp_.all_reduce(d_packed_.data(), N * width);
+      all_reduce_activations(tp_, compute_, d_packed_.data(), N, width, width, wire_);
     } else {  // each projection's own all-reduce: its columns, gathered contiguous
       int64_t c0 = 0;
       for (const ProjectionWeights& p : group) {
@@ -399,6 +424,10 @@ class Btp final : public Layout {
   // All-reduces columns [c0, c0 + cols) of a [N, ld] buffer (an ungrouped projection's latent
   // gradient inside the packed buffer) through a contiguous copy.
   void all_reduce_columns(float* buf, int64_t N, int64_t ld, int64_t c0, int64_t cols) {
+    if (bf16_wire() || cols == ld) {  // bf16: rounded out of, and widened back into, the columns
+      all_reduce_activations(tp_, compute_, buf + c0, N, cols, ld, wire_);
+      return;
+    }
     if (cols == ld) {
       tp_.all_reduce(buf, N * cols);
       return;
@@ -409,12 +438,16 @@ class Btp final : public Layout {
     copy_columns(column_scratch_.data(), cols, N, cols, buf + c0, ld);
   }
 
+  // Whether the activation collectives carry bf16 (bf16 training on a TP group, issue 60).
+  bool bf16_wire() const { return compute_ == DType::bf16 && tp_.size() > 1; }
+
   std::vector<Kept> kept_;
   std::vector<Rebuilt> rebuilt_;
   int64_t dl_ = 0, ffl_ = 0;
   Buffer<float> stat_, xg_, d_norm_, packed_, d_packed_, column_scratch_;
   Buffer<float> lax_u_;  // LaX: the group's whole latent u in fp32, before its crossing
   Buffer<bf16_t> rounded_, rounded_latent_;
+  Buffer<bf16_t> wire_;  // bf16 training: a latent message as it crosses the TP group
 };
 
 }  // namespace

@@ -86,7 +86,10 @@ class BtpCost final : public LayoutCost {
     const int64_t N = s.tokens;
     const int64_t calls = s.options.grouping ? 4 : 7;
     const int64_t stats = s.options.online_norm && !backward ? 2 : 0;  // Σx² with q and gate
-    add_collective(out, Collective::all_reduce, calls, N * (latent_columns(c) + stats));
+    // In bf16 training the latents cross as bf16 and the statistics as fp32, in the same calls.
+    add_collective(out, Collective::all_reduce, calls, 0);
+    out[Collective::all_reduce].bytes += N * latent_columns(c) * activation_bytes(s.options) +
+                                         N * stats * 4;
     if (!s.options.online_norm) add_collective(out, Collective::all_reduce, 2, 2 * N);
     return out;
   }

@@ -42,7 +42,7 @@ class DenseTp final : public Layout {
     if (!g.normed) {
       const ProjectionWeights& p = blocks_[layer].proj[g.first];
       dense_projection_forward(p, x, N, y.begin()[0], p.d_out, compute_);
-      tp_.all_reduce(y.begin()[0], N * d);  // row-parallel: Σ over ranks
+      all_reduce_activations(tp_, compute_, y.begin()[0], N, d, d, wire_);  // row-parallel: Σ
       return;
     }
     columns_forward(layer, g, x, {fp32_outputs(y).data(), y.size()});
@@ -73,7 +73,8 @@ class DenseTp final : public Layout {
       dense_projection_backward(p, in, N, dy.begin()[m], d_norm_.data(), d, m == 0 ? 0.0f : 1.0f,
                                 compute_);
     }
-    tp_.all_reduce(d_norm_.data(), N * d);  // column-parallel inputs: Σ of partial gradients (f)
+    // column-parallel inputs: Σ of partial gradients (f)
+    all_reduce_activations(tp_, compute_, d_norm_.data(), N, d, d, wire_);
     rmsnorm_backward(d_norm_.data(), d, x.f32, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
                      /*accumulate=*/true);
   }
@@ -113,6 +114,7 @@ class DenseTp final : public Layout {
 
   std::vector<ReplicatedNorms> kept_;  // per slot
   Buffer<float> d_norm_;
+  Buffer<bf16_t> wire_;  // bf16 training: the activations as they cross the TP group
 };
 
 }  // namespace

@@ -11,7 +11,8 @@ class DenseTpCost final : public LayoutCost {
   // One all-reduce of N·d after o and one after down; their transposes in backward.
   CommCounts block_comm(const BlockSetting& s, bool backward) const override {
     CommCounts out;
-    add_collective(out, Collective::all_reduce, 2, 2 * s.tokens * s.config.d_model);
+    add_collective(out, Collective::all_reduce, 2, 2 * s.tokens * s.config.d_model,
+                   activation_bytes(s.options));
     return out;
   }
 

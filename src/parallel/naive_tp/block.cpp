@@ -67,12 +67,12 @@ class NaiveTp final : public Layout {
     if (!g.normed) {
       const int64_t in_cols = members(layer, g)[0].d_in;
       project_backward(layer, g, x, a, dy, dx);
-      tp_.all_reduce(dx, N * in_cols);
+      all_reduce_activations(tp_, compute_, dx, N, in_cols, in_cols, wire_);
       return;
     }
     const Norm n = norm(layer, g);
     project_backward(layer, g, replicated_norm_output(n), a, dy, d_norm_.data());
-    tp_.all_reduce(d_norm_.data(), N * d);
+    all_reduce_activations(tp_, compute_, d_norm_.data(), N, d, d, wire_);
     rmsnorm_backward(d_norm_.data(), d, x.f32, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
                      /*accumulate=*/true);
   }
@@ -136,7 +136,8 @@ class NaiveTp final : public Layout {
         ldy[m] = group[m].d_out;
       }
       group_up_forward(group, latent, N, y.data(), ldy.data(), false, compute_);
-      for (size_t m = 0; m < group.size(); ++m) tp_.all_reduce(y[m], N * group[m].d_out);
+      for (size_t m = 0; m < group.size(); ++m)
+        all_reduce_activations(tp_, compute_, y[m], N, group[m].d_out, group[m].d_out, wire_);
       return;
     }
     int64_t packed_width = 0;
@@ -149,6 +150,19 @@ class NaiveTp final : public Layout {
       c0 += group[m].d_out;
     }
     group_up_forward(group, latent, N, y.data(), ldy.data(), true, compute_);
+    if (compute_ == DType::bf16 && tp_.size() > 1) {
+      // bf16 on the wire (issue 60): rounded, summed, and widened straight into each output.
+      if (wire_.size() < static_cast<size_t>(N * packed_width)) wire_.resize(N * packed_width);
+      round_to_bf16(packed_.data(), N, packed_width, packed_width, wire_.data());
+      tp_.all_reduce(wire_.data(), N * packed_width);
+      c0 = 0;
+      for (size_t m = 0; m < group.size(); ++m) {
+        const int64_t cols = group[m].d_out;
+        widen_bf16(wire_.data() + c0, N, cols, packed_width, outputs.begin()[m], cols);
+        c0 += cols;
+      }
+      return;
+    }
     tp_.all_reduce(packed_.data(), N * packed_width);
     c0 = 0;
     for (size_t m = 0; m < group.size(); ++m) {
@@ -178,6 +192,7 @@ class NaiveTp final : public Layout {
   std::vector<Kept> kept_;
   Buffer<float> packed_, d_norm_, d_latent_;
   Buffer<bf16_t> rounded_latent_;
+  Buffer<bf16_t> wire_;  // bf16 training: the activations as they cross the TP group
 };
 
 }  // namespace

@@ -18,9 +18,9 @@ class NaiveTpCost final : public LayoutCost {
     const int64_t N = s.tokens, d = c.d_model, kv = c.kv_dim(), ff = c.d_ff;
     if (!backward)
       add_collective(out, Collective::all_reduce, s.options.grouping ? 4 : 7,
-                     N * (3 * d + 2 * kv + 2 * ff));
+                     N * (3 * d + 2 * kv + 2 * ff), activation_bytes(s.options));
     else
-      add_collective(out, Collective::all_reduce, 4, N * (3 * d + ff));
+      add_collective(out, Collective::all_reduce, 4, N * (3 * d + ff), activation_bytes(s.options));
     return out;
   }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "comm/bf16_sum.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
@@ -180,6 +181,58 @@ TEST_F(CudaOnlineNorm, ForwardPiecesMatchTheCpuBackend) {
     EXPECT_TRUE(all_near(gz.download(), z, 0, 0));
     EXPECT_TRUE(all_within_bf16_ulps(gz16.download(), z16, 0));
     EXPECT_TRUE(all_near(gcopy.download(), copy, 0, 0));
+  }
+}
+
+// bf16 messages (issue 60): pack into the device's split format, rstd from its statistics,
+// unpack from its bf16 values, and widen_bf16: exact against the CPU backend (bf16 within 0 ulps).
+TEST_F(CudaOnlineNorm, Bf16MessagePiecesMatchTheCpuBackend) {
+  const float eps = 1e-5f;
+  for (const RowShape& s : kRowShapes) {
+    SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.D);
+    const int64_t D = s.D, width = 5 + s.pad, ld = width + 1, D_total = 2 * D;
+    const auto x = random_floats(s.rows * D, 11), p = random_floats(s.rows * ld, 13);
+    std::vector<float> sum_sq(s.rows);
+    rmsnorm_partial_sum_squares(x.data(), D, s.rows, D, sum_sq.data());
+    const RowMessage m = split_rows(s.rows, width, 1);
+    std::vector<bf16_t> message(m.bytes / 2);
+    online_norm_pack_bf16(p.data(), ld, s.rows, width, sum_sq.data(), D, eps, true,
+                          m.values_in(message.data()), m.values_ld, m.stats_in(message.data()),
+                          m.stats_ld);
+    DeviceArray<float> gp(p), gss(sum_sq);
+    DeviceArray<bf16_t> gmessage(m.bytes / 2);
+    cuda::online_norm_pack_bf16(gp.get(), ld, s.rows, width, gss.get(), D, eps, true,
+                                m.values_in(gmessage.get()), m.values_ld,
+                                m.stats_in(gmessage.get()), m.stats_ld, stream);
+    sync();
+    const std::vector<bf16_t> got = gmessage.download();
+    for (int64_t i = 0; i < s.rows * width; ++i) ASSERT_EQ(got[i], message[i]) << i;
+    for (int64_t r = 0; r < s.rows; ++r)
+      ASSERT_EQ(m.stats_in(const_cast<bf16_t*>(got.data()))[r], sum_sq[r]) << r;
+
+    std::vector<float> rstd(s.rows), z(s.rows * width), wide(s.rows * ld, 0.0f);
+    std::vector<bf16_t> z16(s.rows * width);
+    online_norm_rstd(m.stats_in(message.data()), m.stats_ld, s.rows, 0, D_total, eps, rstd.data());
+    online_norm_unpack(m.values_in(message.data()), m.values_ld, s.rows, width, rstd.data(),
+                       z.data(), width);
+    online_norm_unpack(m.values_in(message.data()), m.values_ld, s.rows, width, rstd.data(),
+                       z16.data(), width);
+    widen_bf16(m.values_in(message.data()), s.rows, width, m.values_ld, wide.data(), ld);
+    DeviceArray<float> grstd(s.rows), gz(s.rows * width), gwide(std::vector<float>(s.rows * ld));
+    DeviceArray<bf16_t> gz16(s.rows * width);
+    cuda::online_norm_rstd(m.stats_in(gmessage.get()), m.stats_ld, s.rows, 0, D_total, eps,
+                           grstd.get(), stream);
+    cuda::online_norm_unpack(m.values_in(gmessage.get()), m.values_ld, s.rows, width, grstd.get(),
+                             gz.get(), width, stream);
+    cuda::online_norm_unpack(m.values_in(gmessage.get()), m.values_ld, s.rows, width, grstd.get(),
+                             gz16.get(), width, stream);
+    cuda::widen_bf16(m.values_in(gmessage.get()), s.rows, width, m.values_ld, gwide.get(), ld,
+                     stream);
+    sync();
+    EXPECT_TRUE(all_near(grstd.download(), rstd, 0, 0));
+    EXPECT_TRUE(all_near(gz.download(), z, 0, 0));
+    EXPECT_TRUE(all_within_bf16_ulps(gz16.download(), z16, 0));
+    EXPECT_TRUE(all_near(gwide.download(), wide, 0, 0));
   }
 }
 
