@@ -4,6 +4,8 @@
   check_docs.py links ROOT   every relative link and #anchor of every Markdown file resolves
   check_docs.py flags ROOT   every --flag a command of the docs gives a subcommand is one of its
                              flags in docs/cli.md (the reference generated from the parser)
+  check_docs.py selftest     both checks fail on a made-up tree with a broken link, a broken
+                             anchor and an unknown flag, and pass once they are mended
 
 A link is [text](target) or ![alt](target) outside code; http(s) and mailto links are not
 fetched. An anchor must be the GitHub slug of a heading of the target file (or of this file
@@ -115,10 +117,12 @@ def cli_reference(root):
             if m:
                 current = commands.setdefault(m.group(1).strip(), set())
                 continue
-            if current is not None and re.match(r"^\s+-", line):
-                # an option line of CLI11's help: "  -b,--batch-size INT ..." or "  --steps ..."
-                for flag in re.findall(r"(?:^|[ ,])(--?[A-Za-z][\w-]*)", line.split("  ")[1] if "  " in line.strip() else line):
-                    current.add(flag)
+            if current is not None and re.match(r"^ {1,4}-", line):
+                # an option line of CLI11's help, "  -b,--batch-size INT  sequences per ...": its
+                # names are before the first run of two spaces (the description's continuation
+                # lines are indented further, and are not read)
+                names = line.strip().split("  ")[0]
+                current.update(re.findall(r"(?:^|[ ,])(--?[A-Za-z][\w-]*)", names))
     return commands
 
 
@@ -193,7 +197,61 @@ def check_flags(root):
     return 0
 
 
+def selftest():
+    """A check that cannot fail is not a check: each must fail on what it is for."""
+    import contextlib
+    import io
+    import tempfile
+
+    def write(root, name, text):
+        os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        with open(os.path.join(root, name), "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def run(check, root):
+        anchor_cache.clear()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = check(root)
+        return code, out.getvalue()
+
+    cli = "## `boostlm train`\n\n```text\nOptions:\n  -h,--help  help\n  --steps INT=1000  steps\n```\n"
+    cases = [  # (what, README.md, docs/a.md, fragment the failure names)
+        ("a broken link", "[a](docs/b.md)\n", "# A page\n", "docs/b.md does not exist"),
+        ("a broken anchor", "[a](docs/a.md#nowhere)\n", "# A page\n", "anchor #nowhere"),
+        ("an anchor of this file", "[x](#missing)\n# Title\n", "# A page\n", "anchor #missing"),
+        ("an unknown flag", "x\n", "```sh\n./build/boostlm train --stepz 3\n```\n", "has no flag --stepz"),
+    ]
+    failures = 0
+    for what, readme, page, fragment in cases:
+        with tempfile.TemporaryDirectory() as root:
+            write(root, "README.md", readme)
+            write(root, "docs/a.md", page)
+            write(root, "docs/cli.md", cli)
+            check = check_flags if "flag" in what else check_links
+            code, out = run(check, root)
+            if code == 0 or fragment not in out:
+                print(f"FAIL: selftest: {what} was not reported ({out.strip()})")
+                failures += 1
+    with tempfile.TemporaryDirectory() as root:  # and the mended tree passes both
+        write(root, "README.md", "[a](docs/a.md#a-page) [b](#title)\n# Title\n")
+        write(root, "docs/a.md", "# A page\n```sh\n./build/boostlm train --steps 3\n```\n")
+        write(root, "docs/cli.md", cli)
+        for check in (check_links, check_flags):
+            code, out = run(check, root)
+            if code != 0:
+                print(f"FAIL: selftest: a sound tree failed: {out.strip()}")
+                failures += 1
+    anchor_cache.clear()
+    if failures:
+        return 1
+    print(f"the checks fail on each of {len(cases)} broken trees and pass the mended one")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["selftest"]:
+        sys.exit(selftest())
     if len(sys.argv) != 3 or sys.argv[1] not in ("links", "flags"):
         sys.exit(__doc__)
     root = os.path.abspath(sys.argv[2])
