@@ -60,7 +60,8 @@ generate() {
     echo
     echo '```text'
     # shellcheck disable=SC2086  # the command's words
-    help_of $command | sed -E 's/[[:space:]]+$//'
+    # The usage line names the binary as it was called: boostlm, wherever it was built.
+    help_of $command | sed -E 's/[[:space:]]+$//; s|^Usage: [^ ]*boostlm|Usage: boostlm|'
     echo '```'
   done
 }
