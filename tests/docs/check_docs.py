@@ -2,7 +2,8 @@
 """The docs as CI checks them (standard library only).
 
   check_docs.py links ROOT   every relative link and #anchor of every Markdown file resolves
-  check_docs.py flags ROOT   every --flag a command of the docs gives a subcommand is one of its
+  check_docs.py flags ROOT   every --flag a command of the docs gives a subcommand, and every flag
+                             a flags table (| flag | ... | subcommands |) gives one, is one of its
                              flags in docs/cli.md (the reference generated from the parser)
   check_docs.py selftest     both checks fail on a made-up tree with a broken link, a broken
                              anchor and an unknown flag, and pass once they are mended
@@ -155,6 +156,31 @@ def commands_in(path):
                         yield number, m.group(1)
 
 
+def flag_table_entries(path, reference):
+    """(line, flag, subcommand) for each row of a table headed | flag | ... | subcommands | ...:
+    every flag of its first column with every subcommand its subcommands column names (words in
+    parentheses are remarks, not subcommands; `bench` stands for any of its subcommands)."""
+    columns = None
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.startswith("|"):
+                columns = None
+                continue
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if columns is None:
+                lowered = [cell.lower() for cell in cells]
+                columns = (0, lowered.index("subcommands")) if lowered[:1] == ["flag"] and "subcommands" in lowered else False
+                continue
+            if not columns or set(line.strip()) <= set("|-: "):
+                continue
+            flags = re.findall(r"`(--?[A-Za-z][\w-]*)`", cells[0].split("(")[0])
+            named = re.sub(r"\([^)]*\)", "", cells[columns[1]])
+            subcommands = {w for w in re.findall(r"bench \w+|\w+", named) if w in reference}
+            for flag in flags:
+                for name in sorted(subcommands):
+                    yield number, flag, name
+
+
 def split_command(words, reference):
     """The subcommand a command line names (one or two words) and the words after it."""
     if len(words) >= 2 and f"{words[0]} {words[1]}" in reference:
@@ -190,6 +216,14 @@ def check_flags(root):
                         print(f"FAIL: {rel}:{number}: `boostlm {name}` has no flag {flag} "
                               f"(docs/cli.md): {command}")
                         failures += 1
+    for path in markdown_files(root):
+        for number, flag, name in flag_table_entries(path, reference):
+            checked += 1
+            if flag not in reference[name] and not any(
+                    flag in flags for sub, flags in reference.items() if sub.startswith(name + " ")):
+                print(f"FAIL: {os.path.relpath(path, root)}:{number}: the flags table gives {flag} to "
+                      f"`boostlm {name}`, which has no such flag (docs/cli.md)")
+                failures += 1
     if failures:
         print(f"{failures} unknown flag(s) of {checked}")
         return 1
@@ -221,6 +255,8 @@ def selftest():
         ("a broken anchor", "[a](docs/a.md#nowhere)\n", "# A page\n", "anchor #nowhere"),
         ("an anchor of this file", "[x](#missing)\n# Title\n", "# A page\n", "anchor #missing"),
         ("an unknown flag", "x\n", "```sh\n./build/boostlm train --stepz 3\n```\n", "has no flag --stepz"),
+        ("a flag table's unknown flag", "x\n", "| flag | meaning | subcommands |\n|---|---|---|\n| `--stepz` | s | train |\n",
+         "gives --stepz"),
     ]
     failures = 0
     for what, readme, page, fragment in cases:
