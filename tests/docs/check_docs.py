@@ -154,6 +154,8 @@ def commands_in(path):
                     m = re.match(r"^(?:\S*/)?boostlm (.*)$", code.strip())
                     if m:
                         yield number, m.group(1)
+                    elif re.match(r"^[a-z]+( [a-z]+)? --?[A-Za-z]", code.strip()):
+                        yield number, code.strip()  # `train --resume DIR`: checked if train is one
 
 
 def flag_table_entries(path, reference):
