@@ -45,7 +45,7 @@ while (($#)); do
     --cluster | \
       --recovery)
       parts+=("${1#--}") ;;
-    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "results.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
