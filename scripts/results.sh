@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Reproduces the paper's comparisons on this machine and publishes them: runs the benchmarks,
-# saves their JSON under results/, draws PNG plots with gnuplot and rewrites the README's
-# "## Results" section (between <!-- results:begin --> and <!-- results:end -->).
+# saves their JSON under results/, draws PNG plots with gnuplot and rewrites the generated part of
+# docs/results.md (between <!-- results:begin --> and <!-- results:end -->: the machine, each
+# part's date, commit and load, the tables and the commands run).
 #
 #   ./scripts/results.sh                    everything (about 15 minutes on 2 idle cores)
-#   ./scripts/results.sh --layouts --report only the layout comparison, then the README
-#   ./scripts/results.sh --report           only the plots and the README, from the saved JSON
+#   ./scripts/results.sh --layouts --report only the layout comparison, then docs/results.md
+#   ./scripts/results.sh --report           only the plots and docs/results.md, from the saved JSON
 #   ./scripts/results.sh --quick            tiny shapes, a generated corpus, a few steps: checks the
-#                                           script itself (into build/results-quick/, README copy)
+#                                           script itself (into build/results-quick/, results.md)
 #
 # Parts (default: all): --layouts (bench layouts at TP 2: 60m and 130m fp32, 60m bf16), --gemm
 # (bench gemm 60m TP 2), --ablations (bench ablations 60m and 350m TP 2), --torch (boostlm vs PyTorch
@@ -16,26 +17,27 @@
 # process, 60m and 130m, cola and dense, fp32 and bf16: MFU, peak memory and ms per kernel family;
 # a saved step-<shape>-before.json, from an earlier build, is shown beside it), --lax (bench
 # layouts naive-tp and btp for cola and lax back to back, 60m fp32 TP 2), --report (plots and
-# README; always run after any other part).
+# docs/results.md; always run after any other part).
 # --cluster (not part of "all": needs root, and minutes per rate) sweeps link rates on an emulated
 # cluster of two hosts (scripts/cluster.sh): per rate, calibrate the link's alpha-beta
 # (calibrate --hostfile), bench layouts dense-tp/naive-tp/btp at TP 2 across the hosts (60m fp32)
 # and plan --measured beside it; writes cluster-*.json and cluster-sweep.md. --rates "R1 R2 ..."
 # (tc rates) overrides the list. --recovery (not part of "all") trains tiny-dense, converts it to
 # CoLA (boostlm convert --to cola) and trains on, against tiny-cola from scratch (recovery.md).
-# Options: --out DIR (default results), --readme FILE (default README.md; "none" skips it),
+# Options: --out DIR (default results), --page FILE (default docs/results.md; "none" skips it;
+# --readme is its old name),
 # --no-build (use build/boostlm as it is; BOOSTLM_BIN=path another build of the same source).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-quick=0 build=1 out="" readme="" rates=""
+quick=0 build=1 out="" page="" rates=""
 parts=()
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
     --out) out=$2; shift ;;
-    --readme) readme=$2; shift ;;
+    --page | --readme) page=$2; shift ;;
     --no-build) build=0 ;;
     --rates) rates=$2; shift ;;
     --layouts | --gemm | --ablations | --torch | --pipeline | --curves | --step | --lax | \
@@ -43,7 +45,7 @@ while (($#)); do
     --cluster | \
       --recovery)
       parts+=("${1#--}") ;;
-    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "results.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -53,10 +55,10 @@ want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
 if ((quick)); then
   out=${out:-build/results-quick}
-  readme=${readme:-$out/README.md}
+  page=${page:-$out/results.md}
 else
   out=${out:-results}
-  readme=${readme:-README.md}
+  page=${page:-docs/results.md}
 fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -69,7 +71,7 @@ if ((build)); then
   cmake --build build -j "$(nproc)" > /dev/null
 fi
 
-# Each part logs its commands (for the README) and the machine's load while it ran, so that a
+# Each part logs its commands (for docs/results.md) and the machine's load while it ran, so that a
 # partial rerun replaces only its own part's records.
 part=""
 run() {  # run LOG COMMAND...: prints and logs the command, tees its output into LOG
@@ -165,7 +167,7 @@ if want cluster; then
   if ((quick)); then
     cluster_shape=tiny rates=${rates:-1gbit} cluster_size=(-b 2 -t 64 --steps 2 --warmup 0)
   else
-    # Scaled rates (README, Emulated cluster): 150mbit is the paper's inter-node InfiniBand and
+    # Scaled rates (docs/parallelism.md, Emulated cluster): 150mbit is the paper's inter-node InfiniBand and
     # 2gbit its NVLink at this machine's per-rank GEMM rate; 500mbit and 10gbit bracket them. A
     # micro-batch of 4x256 (two --tp-overlap chunks of 2 sequences) keeps naive-tp's steps at the
     # slowest rate under half a minute, and puts btp's communication about level with its compute
@@ -428,9 +430,9 @@ PY
   end_part
 fi
 
-# The report always follows: plots and README from whatever JSON the results directory holds.
+# The report always follows: plots and docs/results.md from whatever JSON the results directory holds.
 command -v gnuplot > /dev/null || { echo "results.sh: gnuplot missing (scripts/setup.sh)" >&2; exit 1; }
-[[ $readme == none || -f $readme ]] || cp README.md "$readme"
-report=(--results "$out" --readme "$readme")
+[[ $page == none || -f $page ]] || cp docs/results.md "$page"
+report=(--results "$out" --page "$page")
 ((quick)) && report+=(--quick)
 "$python" scripts/results_report.py "${report[@]}"

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Turns the JSON that scripts/results.sh saved into PNG plots (gnuplot) and the README's Results
-section, which it rewrites between <!-- results:begin --> and <!-- results:end --> (appending a
+"""Turns the JSON that scripts/results.sh saved into PNG plots (gnuplot) and the generated part of
+docs/results.md, which it rewrites between <!-- results:begin --> and <!-- results:end --> (appending a
 "## Results" section when the markers are missing). Standard library only.
 
-    scripts/results_report.py --results results --readme README.md
+    scripts/results_report.py --results results --page docs/results.md
 """
 import argparse
 import glob
@@ -110,7 +110,7 @@ def lax_section(runs):
            "the two runs back to back. Under btp LaX's gate and LayerNorm work on the replicated "
            "latents after the A all-reduce, so its collectives are CoLA's; under naive-tp the latent "
            "is split over r and each crossing needs its gathered neighbour and the norm's row sums "
-           "(SPEC-style counts in the README's LaX section). *naive/btp*: naive-tp's step time over "
+           "(SPEC-style counts in docs/models.md's LaX section). *naive/btp*: naive-tp's step time over "
            "btp's of the same model.",
            ""]
     rows = []
@@ -672,7 +672,8 @@ def render(results_dir, readme, quick):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", default="results", help="directory of results.sh's JSON")
-    p.add_argument("--readme", default="README.md", help='file to rewrite ("none": print)')
+    p.add_argument("--page", "--readme", dest="readme", default="docs/results.md",
+                   help='file to rewrite ("none": print); --readme is its old name')
     p.add_argument("--quick", action="store_true", help="mark the section as a --quick run")
     args = p.parse_args()
     render(os.path.abspath(args.results), args.readme, args.quick)

@@ -2,7 +2,7 @@
 # Installs dependencies, builds boostlm and runs the whole test suite (CTest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Each phase's time, printed at the end (the README reports them).
+# Each phase's time, printed at the end (docs/results/ reports them).
 phases=()
 phase() { phases+=("$(printf '%-16s %3dm%02ds' "$1" $((SECONDS / 60)) $((SECONDS % 60)))"); SECONDS=0; }
 SECONDS=0

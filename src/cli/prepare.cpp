@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -83,7 +84,10 @@ void add_prepare(CLI::App& app) {
                   "vanished input: error (stop) or skip (count it and go on)")
       ->check(CLI::IsMember({"error", "skip"}, CLI::ignore_case))
       ->capture_default_str();
-  cmd->add_option("--threads", options->threads, "encoding threads (default: the cores)")
+  // The default is this machine's cores, known only when the command runs: the help says so
+  // instead of printing one machine's count (which would also make docs/cli.md machine-bound).
+  computed_default(
+      cmd->add_option("--threads", options->threads, "encoding threads (default: the cores)"))
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--shard-tokens", options->shard_tokens, "tokens per output shard")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}))

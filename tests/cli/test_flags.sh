@@ -10,10 +10,10 @@ tiny_corpus "$boostlm" "$work"
 data=$work/data
 small=(-b 2 -t 16)
 
-# 4: the README's plan example runs; its defaults (4 sequences per device, the model's
+# 4: the plan example of docs/planning.md runs; its defaults (4 sequences per device, the model's
 # max_seq_len) are printed; the help shows no fake default for them.
 out=$("$boostlm" plan --model 7b --arch cola --hardware a100-80g --gpus 16 2>&1) ||
-  fail "plan README example: $out"
+  fail "plan example (docs/planning.md): $out"
 grep -q "global batch 64 x 2048 tokens" <<< "$out" || fail "plan defaults: $(head -1 <<< "$out")"
 out=$("$boostlm" plan --help)
 grep -qE -- "--global-batch INT:>=1 " <<< "$out" || fail "plan --help global batch: $out"

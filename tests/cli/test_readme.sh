@@ -1,17 +1,39 @@
 #!/usr/bin/env bash
-# The README's examples, run as printed, so that the README cannot drift from the command line:
-# every `./build/boostlm ...` (or `boostlm ...`) line of its ```sh blocks is extracted, a few
-# sizes are made small (models -> a tiny config, step counts, corpus -> a tiny generated one;
-# `...` in the distributed examples -> the flags they leave out) and each one must exit 0. The
-# ones that need root, network namespaces or minutes of measuring are skipped, and listed.
-# Usage: test_readme.sh path/to/boostlm path/to/README.md
+# The examples of the README and of every page under docs/, run as printed, so that the docs
+# cannot drift from the command line: every `./build/boostlm ...` (or `boostlm ...`) line of their
+# ```sh blocks is extracted, a few sizes are made small (models -> a tiny config, step counts,
+# corpus -> a tiny generated one; `...` in the distributed examples -> the flags they leave out)
+# and each one must exit 0. The ones that need root, network namespaces or minutes of measuring
+# are skipped, and listed. The files run in one world, in this order: the README, then
+# docs/getting-started.md (whose first run on your own data the other pages continue), then the
+# other pages by path.
+# Usage: test_readme.sh path/to/boostlm SOURCE_DIR      (the README and docs/ of SOURCE_DIR)
+#        test_readme.sh path/to/boostlm FILE.md...      (those files only)
 set -uo pipefail
 boostlm=$(realpath "$1")
-readme=$(realpath "$2")
+shift
+if (($# == 1)) && [[ -d $1 ]]; then
+  source_dir=$(realpath "$1")
+  files=("$source_dir/README.md" "$source_dir/docs/getting-started.md")
+  while IFS= read -r page; do
+    [[ $page == "$source_dir/docs/getting-started.md" ]] || files+=("$page")
+  done < <(find "$source_dir/docs" -name '*.md' | LC_ALL=C sort)
+else
+  files=()
+  for file in "$@"; do files+=("$(realpath "$file")"); done
+fi
 source "$(dirname "$0")/lib.sh" readme
 
-# The commands, one per line (continuation lines joined), comments stripped.
+# The commands, one per line (continuation lines joined), comments stripped, each after the name
+# of its file and a tab.
 extract() {
+  local file
+  for file in "${files[@]}"; do
+    [[ -f $file ]] || { echo "MISSING$(printf '\t')$file"; continue; }
+    extract_file "$file" | sed "s#^#${file#"${source_dir:-/}"/}\t#"
+  done
+}
+extract_file() {
   awk '
     /^```sh/ { inside = 1; next }
     /^```/ { inside = 0; next }
@@ -20,7 +42,7 @@ extract() {
       if (line ~ /\\$/) { sub(/\\$/, "", line); pending = line; next }
       pending = ""
       print line
-    }' "$readme" |
+    }' "$1" |
     sed -E 's/[[:space:]]+#.*$//; s/[[:space:]]+/ /g; s/^ //; s/ $//' |
     grep -E '^(\./build/)?boostlm '
 }
@@ -87,25 +109,29 @@ make_small() {
 ran=0
 skipped=()
 start=$(date +%s)
-while IFS= read -r command; do
+while IFS=$'\t' read -r file command; do
+  if [[ $file == MISSING ]]; then
+    fail "no such file: $command"
+    continue
+  fi
   reason=$(skip_reason "$command")
   if [[ -n "$reason" ]]; then
-    skipped+=("$command  ($reason)")
+    skipped+=("$file: $command  ($reason)")
     continue
   fi
   small=$(EXAMPLE=$ran make_small "$command")
   began=$(date +%s)
   if out=$(timeout -k 5 120 bash -c "$small" 2>&1 < /dev/null); then
-    echo "ok ($(($(date +%s) - began)) s): $command"
+    echo "ok ($(($(date +%s) - began)) s): $file: $command"
   else
-    fail "README example exits $?: $command
+    fail "example of $file exits $?: $command
   ran as: $small
 $(tail -5 <<< "$out")"
   fi
   ran=$((ran + 1))
 done < <(extract)
 
-((ran >= 30)) || fail "only $ran README examples found (the extraction is broken?)"
-echo "skipped ${#skipped[@]} README example(s):"
+((ran >= 30)) || fail "only $ran examples found (the extraction is broken?)"
+echo "skipped ${#skipped[@]} example(s):"
 printf '  %s\n' "${skipped[@]}"
-finish "README examples: $ran ran in $(($(date +%s) - start)) s, ${#skipped[@]} skipped"
+finish "examples of ${#files[@]} Markdown files: $ran ran in $(($(date +%s) - start)) s, ${#skipped[@]} skipped"
