@@ -126,9 +126,18 @@ void check_layout(LayoutKind kind, const ModelConfig& c, int t) {
   if (traits.low_rank && !c.low_rank())
     throw error("layout ", name, " shards low-rank factors; the dense model runs under ",
                 names(false));
+  // The refusal names what would work: the nearest values that divide, and the TP sizes up to 8
+  // this value allows (the 1b preset's d_ff=5461, CoLA's own, divides by none but 1; the
+  // paper's 1B uses 5472).
   auto divisible = [&](const char* what, int64_t value) {
-    if (value % t != 0)
-      throw error("layout ", name, ": ", what, "=", value, " is not divisible by tp=", t);
+    if (value % t == 0) return;
+    const int64_t below = value - value % t, above = below + t;
+    std::string sizes;
+    for (int k = 1; k <= 8; ++k)
+      if (value % k == 0) sizes += (sizes.empty() ? "" : ", ") + std::to_string(k);
+    throw error("layout ", name, ": ", what, "=", value, " is not divisible by tp=", t,
+                ": the nearest values that are, ", below, " and ", above,
+                ", go in the model's config; or a TP size that divides it (up to 8: ", sizes, ")");
   };
   divisible("vocab_size", c.vocab_size);
   if (traits.shards_ranks) {

@@ -34,6 +34,22 @@ TEST(LayoutRegistry, NamesParseBackAndArchitecturesSplitTheLayouts) {
 
 // Pipeline boundaries, the planner's residual width and the block norms follow the
 // hidden-sharded-residual property of each registered layout.
+// A shape a TP size does not divide is refused with what would work (issue 61: the 1b preset's
+// d_ff=5461 at --tp 2): the nearest values that divide, and the TP sizes that divide it.
+TEST(LayoutRegistry, RefusalNamesTheNearestShapeThatWorks) {
+  ModelConfig c = small_model(Arch::cola);
+  c.d_ff = 5461;
+  try {
+    check_layout(LayoutKind::btp, c, 2);
+    FAIL() << "d_ff=5461 at tp=2 was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("d_ff=5461 is not divisible by tp=2"), std::string::npos) << what;
+    EXPECT_NE(what.find("5460 and 5462"), std::string::npos) << what;
+    EXPECT_NE(what.find("(up to 8: 1)"), std::string::npos) << what;
+  }
+}
+
 TEST(LayoutRegistry, TrafficAndMemoryFollowTheProperties) {
   for (const LayoutTraits& t : layout_registry()) {
     const ModelConfig c = small_model(t.low_rank ? Arch::cola : Arch::dense);
