@@ -161,6 +161,8 @@ void check_options(const TrainOptions& o) {
   check_range(o.save_interval >= 0, "--save-interval", o.save_interval, "0 (end only) or more");
   check_range(o.keep_checkpoints > 0, "--keep", o.keep_checkpoints, "at least 1");
   check_range(o.log_interval > 0, "--log-interval", o.log_interval, "at least 1");
+  check_range(std::isfinite(o.save_timeout_s) && o.save_timeout_s >= 0, "--save-timeout",
+              o.save_timeout_s, "0 (no bound) or a number of seconds");
   check_range(o.bucket_mb > 0, "--bucket-mb", o.bucket_mb, "at least 1");
   const OptimizerConfig& a = o.optimizer;
   check_range(a.beta1 >= 0 && a.beta1 < 1, "--beta1", a.beta1, "[0, 1)");

@@ -370,7 +370,7 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   saver_.emplace(grid_.world(),
                  ShardRanks{grid_.tp_rank(), grid_.shape().tp, grid_.pp_rank(), grid_.shape().pp,
                             grid_.dp_rank(), grid_.shape().dp},
-                 o.async_save);
+                 o.async_save, o.save_timeout_s);
   restore(resume_dir_, init_dir_);
   saver_->reserve(rank_state());  // the staging buffer, allocated and touched before step 1
   if (state_.step >= o.steps)
@@ -385,6 +385,10 @@ TrainingRun::TrainingRun(const TrainOptions& given)
       metrics_ = open_run_directory(run_dir_, config_, resume_dir_, state_.step, o.overwrite);
     });
   }
+  // Every rank writes its share of each checkpoint into the run directory, which rank 0 then
+  // commits: refused now, not at the first save or the resume, when the ranks do not share it.
+  while_doing("checking that every rank sees --out " + run_dir_.string(),
+              [&] { check_shared_directory(grid_.world(), run_dir_.string()); });
   set_watchdog_log((run_dir_ / "watchdog.log").string());  // every rank: mpirun may lose stderr
   // Model FLOPs of the whole job's step (every DP replica), against every rank's GEMM peak.
   step_flops_ =
@@ -518,15 +522,23 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
   if (evaluated && val_loss >= 0) line["val_loss"] = val_loss;
   if (!save_note_.is_null()) line.update(save_note_);
   save_note_ = nlohmann::json();
+  // A save in flight, and for how long: a stuck disk shows here long before --save-timeout.
+  const std::string pending = fs::path(saver_->pending_dir()).filename().string();
+  const double pending_s = saver_->pending_age_s();
+  if (saver_->pending())
+    line["save_pending"] = {{"checkpoint", pending}, {"age_s", pending_s}};
   metrics_.append(line);
 
   const double eta = (now_s() - start_s) / (state_.step - first_step) * (o_.steps - state_.step);
-  char progress[256];
-  std::snprintf(progress, sizeof progress,
-                "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | "
-                "ETA %s",
-                state_.step, o_.steps, r.loss, r.lr, r.grad_norm, tokens_per_step_ / r.seconds,
-                100.0 * mfu, format_duration(eta).c_str());
+  char progress[320];
+  const int n = std::snprintf(
+      progress, sizeof progress,
+      "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | ETA %s",
+      state_.step, o_.steps, r.loss, r.lr, r.grad_norm, tokens_per_step_ / r.seconds, 100.0 * mfu,
+      format_duration(eta).c_str());
+  if (saver_->pending() && n > 0 && static_cast<size_t>(n) < sizeof progress)
+    std::snprintf(progress + n, sizeof progress - static_cast<size_t>(n), " | saving %s (%s)",
+                  pending.c_str(), format_duration(pending_s).c_str());
   if (tty_)
     std::fprintf(stderr, "\r%-110s", progress);
   else if (state_.step % std::max<int64_t>(1, o_.log_interval) == 0 || state_.step == o_.steps)
@@ -569,10 +581,20 @@ void TrainingRun::settle(const std::optional<SaveResult>& done) {
                                           {"write_ms", done->write_s * 1e3},
                                           {"total_ms", done->total_s * 1e3},
                                           {"bytes", done->bytes}});
+  // The commit wrote `latest`; rank 0 prunes, and every rank learns whether that failed (an
+  // error on rank 0 alone would leave the others waiting in the next collective).
+  std::string failure;
+  if (root_) {
+    try {
+      prune_checkpoints(dir.parent_path(), o_.keep_checkpoints, dir.filename().string());
+    } catch (const std::exception& e) {
+      failure = std::string("removing older checkpoints (--keep) after committing ") +
+                done->dir + ": " + e.what();
+    }
+  }
+  grid_.world().broadcast_text(failure, 0);
+  if (!failure.empty()) throw error(failure);
   if (!root_) return;
-  const fs::path checkpoints = dir.parent_path();
-  write_file_atomically((checkpoints / "latest").string(), dir.filename().string() + "\n");
-  prune_checkpoints(checkpoints, o_.keep_checkpoints, dir.filename().string());
   if (tty_) std::fprintf(stderr, "\n");
   std::fprintf(stderr, "checkpoint (%s): %s\n", saving_why_.c_str(), done->dir.c_str());
 }
@@ -596,6 +618,7 @@ std::string TrainingRun::save(const char* why, bool wait) {
     state_.extra["arch"] = to_string(config_.arch);
     files = checkpoint_root_files(config_, nlohmann::json(), data_.tokenizer, &state_,
                                   optimizer_->steps_taken());
+    files.latest = (run_dir_ / "checkpoints" / "latest").string();
     files.grid = {{"tp", grid_.shape().tp},
                   {"pp", grid_.shape().pp},
                   {"dp", grid_.shape().dp},

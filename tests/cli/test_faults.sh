@@ -19,7 +19,8 @@
 #  checkpoint faults (issue 46), on rank 1 only (BOOSTLM_CHECKPOINT_FAULT): it dies while writing
 #            its share of a checkpoint, its disk is full, or it writes slowly while a stop arrives:
 #            the earlier checkpoint stays whole and loadable, the next start removes the partial
-#            one, and a stop waits for the save in flight.
+#            one, and a stop waits for the save in flight; its disk hangs (issue 64): past
+#            --save-timeout the job ends with the watchdog's exit code, naming the rank and file.
 # Usage: test_faults.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
@@ -273,6 +274,24 @@ if [ "$code" -ne 0 ] && grep -q 'rank 1: .*No space left on device' "$run.log" &
   echo "ok   checkpoint, a full disk on one rank: $(grep -o 'The last good checkpoint, step_000002, is intact' "$run.log" | head -1), nothing left behind"
 else
   fail "checkpoint full: exit $code: $(tail -3 "$run.log")"
+fi
+# stuck: rank 1's disk hangs in the second save (its writer stalls 600 s at its model file):
+# with --save-timeout 3 the final save's wait ends the job with the watchdog's exit code, rank 0
+# naming the checkpoint, rank 1 and its file (stderr and watchdog.log); step_000002 stays whole.
+run=$work/ckpt_stuck
+start=$SECONDS
+BOOSTLM_CHECKPOINT_FAULT='slow@1#2:600' "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --steps 6 \
+  --save-interval 2 --save-timeout 3 > "$run.out" 2> "$run.log"
+code=$?
+took=$((SECONDS - start))
+stuck_message='checkpoint .*step_000004: 1 rank has not finished writing within 3 s .*rank 1 at .*\.step_000004\.tmp\.[0-9]+/model-r00001\.safetensors'
+if [ "$code" -eq 75 ] && ((took < 60)) && grep -Eq "$stuck_message" "$run.log" &&
+   grep -Eq "$stuck_message" "$run/watchdog.log" &&
+   [ "$(cat "$run/checkpoints/latest")" = step_000002 ] && ckpt_ok "$run/checkpoints/step_000002" &&
+   [ ! -e "$run/checkpoints/step_000004" ]; then
+  echo "ok   checkpoint, a stuck disk on one rank: exit 75 after ${took}s, $(grep -Eo 'rank 1 at [^ )]*' "$run.log" | head -1); step_000002 intact"
+else
+  fail "checkpoint stuck: exit $code after ${took}s, latest '$(cat "$run/checkpoints/latest" 2> /dev/null)': $(tail -3 "$run.log")"
 fi
 # slow: rank 1 takes 4 s over its share of the step-2 checkpoint; a stop meanwhile waits for it,
 # then saves the step it stopped at.
