@@ -162,8 +162,18 @@ void verify_checkpoint(const std::string& dir, bool contents) {
     throw error("checkpoint: '", dir, "' has no ", kChecksums,
                 " (incomplete or not written by boostlm)");
   const std::string checksums_path = (d / kChecksums).string();
-  for (const auto& [file, expected] :
-       parse_checksums(read_text_file(checksums_path), checksums_path)) {
+  const auto listed = parse_checksums(read_text_file(checksums_path), checksums_path);
+  // What a loader reads and checksums.json does not list was put there since the commit: refused
+  // rather than read unchecked.
+  for (const auto& e : fs::directory_iterator(d)) {
+    const std::string name = e.path().filename().string();
+    const std::string ext = e.path().extension().string();
+    if (name != kChecksums && (ext == ".safetensors" || ext == ".json") && !listed.contains(name))
+      throw error("checkpoint: '", dir, "' holds ", name, ", which ", kChecksums,
+                  " does not list: its contents cannot be checked (was it added after the "
+                  "checkpoint was written?)");
+  }
+  for (const auto& [file, expected] : listed) {
     const fs::path path = d / file;
     if (!fs::exists(path)) throw error("checkpoint: '", dir, "' is missing ", file);
     if (!contents && path.extension() == ".safetensors") continue;  // checked when read

@@ -274,6 +274,20 @@ TEST(CheckpointSaver, ASaveStuckOnItsDiskEndsTheJobNamingRankAndFile) {
   verify_checkpoint((base / "step_000001").string());
 }
 
+// A file that checksums.json does not list (put there after the commit) is refused by
+// verification and by the reader, not read unchecked.
+TEST(Checkpoint, RefusesAFileThatChecksumsJsonDoesNotList) {
+  Saved saved("unlisted");
+  nlohmann::json sums = nlohmann::json::parse(read_text_file(saved.dir + "/checksums.json"));
+  ASSERT_TRUE(sums.contains("model.safetensors"));
+  sums.erase("model.safetensors");
+  write_file_atomically(saved.dir + "/checksums.json", sums.dump(2) + "\n");
+  expect_error([&] { verify_checkpoint(saved.dir); }, "model.safetensors, which checksums.json does not list");
+  Model model(saved.model.config(), DType::f32);
+  expect_error([&] { load_checkpoint_weights(saved.dir, model); },
+               "model.safetensors is not listed in checksums.json");
+}
+
 // Rank 0's commit, one step at a time (BOOSTLM_CHECKPOINT_FAULT=KIND@0, in one process): a run
 // directory's checkpoints/ with `latest`, as the trainer saves them.
 struct CommitRun {
