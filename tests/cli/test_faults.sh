@@ -20,7 +20,8 @@
 #            its share of a checkpoint, its disk is full, or it writes slowly while a stop arrives:
 #            the earlier checkpoint stays whole and loadable, the next start removes the partial
 #            one, and a stop waits for the save in flight; its disk hangs (issue 64): past
-#            --save-timeout the job ends with the watchdog's exit code, naming the rank and file.
+#            --save-timeout the job ends with the watchdog's exit code, naming the rank and file;
+#            its --out is not the directory rank 0 sees (BOOSTLM_TEST_RANK_OUT): refused at start.
 # Usage: test_faults.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
@@ -292,6 +293,19 @@ if [ "$code" -eq 75 ] && ((took < 60)) && grep -Eq "$stuck_message" "$run.log" &
   echo "ok   checkpoint, a stuck disk on one rank: exit 75 after ${took}s, $(grep -Eo 'rank 1 at [^ )]*' "$run.log" | head -1); step_000002 intact"
 else
   fail "checkpoint stuck: exit $code after ${took}s, latest '$(cat "$run/checkpoints/latest" 2> /dev/null)': $(tail -3 "$run.log")"
+fi
+# not shared: rank 1's --out is a directory of its own (BOOSTLM_TEST_RANK_OUT, as a node whose
+# --out is its local disk): refused at start on every rank, naming rank 1 and its host; no
+# checkpoint, no probe left behind.
+run=$work/ckpt_unshared
+BOOSTLM_TEST_RANK_OUT="1:$work/ckpt_unshared_rank1" "$boostlm" launch -n 2 -- "${train[@]}" \
+  -o "$run" --steps 2 > "$run.out" 2> "$run.log"
+code=$?
+if [ "$code" -ne 0 ] && grep -q "is not one directory that every rank sees: rank 1 (host [^)]*) wrote a file into it that rank 0" "$run.log" &&
+   [ ! -e "$run/checkpoints/latest" ] && [ -z "$(ls -a "$run" "$work/ckpt_unshared_rank1" | grep probe)" ]; then
+  echo "ok   checkpoint, --out not shared by every rank: refused at start (exit $code)"
+else
+  fail "checkpoint not shared: exit $code: $(tail -3 "$run.log")"
 fi
 # slow: rank 1 takes 4 s over its share of the step-2 checkpoint; a stop meanwhile waits for it,
 # then saves the step it stopped at.
