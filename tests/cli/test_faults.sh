@@ -22,6 +22,8 @@
 #            one, and a stop waits for the save in flight; its disk hangs (issue 64): past
 #            --save-timeout the job ends with the watchdog's exit code, naming the rank and file;
 #            its --out is not the directory rank 0 sees (BOOSTLM_TEST_RANK_OUT): refused at start.
+#            And rank 0's commit fails at each of its steps (die-commit, latest, rename, fsync):
+#            the next start resumes from the newest complete checkpoint.
 # Usage: test_faults.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
@@ -307,6 +309,41 @@ if [ "$code" -ne 0 ] && grep -q "is not one directory that every rank sees: rank
 else
   fail "checkpoint not shared: exit $code: $(tail -3 "$run.log")"
 fi
+# rank 0's commit (BOOSTLM_CHECKPOINT_FAULT on rank 0, the second save, step 4): whatever step
+# fails, the next start resumes from the newest complete checkpoint and nothing committed is lost.
+#   die-commit  rank 0 dies after renaming step_000004 into place, before `latest`
+#   latest      writing `latest` fails after the rename: the run ends saying step_000004 is committed
+#   rename      the rename into place fails: step_000004 does not exist, step_000002 is resumed
+#   fsync       the directory fsync after the rename fails: a warning, and the run finishes
+for kind in die-commit latest rename fsync; do
+  run=$work/ckpt_commit_$kind
+  BOOSTLM_CHECKPOINT_FAULT="$kind@0#2" "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --steps 6 \
+    --save-interval 2 --keep 5 > "$run.out" 2> "$run.log"
+  code=$?
+  case $kind in
+    rename) expect_from=2 ;;
+    fsync) expect_from="" ;;
+    *) expect_from=4 ;;
+  esac
+  if [ -z "$expect_from" ]; then
+    if [ "$code" -eq 0 ] && grep -q "is committed, but the directory holding it could not be synced" "$run.log" &&
+       [ "$(cat "$run/checkpoints/latest")" = step_000006 ] && ckpt_ok "$run/checkpoints/step_000004"; then
+      echo "ok   checkpoint, rank 0's commit, $kind fails: a warning, the run finished, step_000004 whole"
+    else
+      fail "checkpoint commit $kind: exit $code, latest '$(cat "$run/checkpoints/latest" 2> /dev/null)': $(tail -3 "$run.log")"
+    fi
+    continue
+  fi
+  "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --resume "$run" > "$run.resume.out" 2> "$run.resume.log"
+  resumed=$?
+  if [ "$code" -ne 0 ] && [ "$resumed" -eq 0 ] && grep -q "steps $expect_from\.\.6" "$run.resume.log" &&
+     [ "$(cat "$run/checkpoints/latest")" = step_000006 ] && ckpt_ok "$run/checkpoints/step_000002" &&
+     ckpt_ok "$run/checkpoints/step_000006" && [ -z "$(temporaries "$run")" ]; then
+    echo "ok   checkpoint, rank 0's commit, $kind fails: exit $code; the resume took step_00000$expect_from and finished"
+  else
+    fail "checkpoint commit $kind: exit $code, resume exit $resumed: $(tail -2 "$run.log") / $(grep -m1 'steps ' "$run.resume.log") $(tail -2 "$run.resume.log")"
+  fi
+done
 # slow: rank 1 takes 4 s over its share of the step-2 checkpoint; a stop meanwhile waits for it,
 # then saves the step it stopped at.
 run=$work/ckpt_slow
