@@ -19,6 +19,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/hostfile.h"
 #include "core/profile.h"
 #include "formats/safetensors.h"
 
@@ -87,12 +88,6 @@ TensorPiece piece_from_json(const nlohmann::json& j) {
   return p;
 }
 
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "?";
-  return name;
-}
-
 // Every file a rank reported written is in the temporary directory as rank 0 sees it, at its
 // size: a rank that wrote to a disk rank 0 does not see would otherwise leave a checkpoint of
 // rank 0's files alone, committed and named by `latest`.
@@ -134,7 +129,7 @@ void check_shared_directory(Communicator& world, const std::string& dir) {
                             std::to_string(rank) + ".tmp." + std::to_string(token[1]));
   };
   const fs::path mine = probe(world.rank());
-  nlohmann::json report = {{"host", host_name()}, {"error", ""}};
+  nlohmann::json report = {{"host", this_host_name()}, {"error", ""}};
   try {
     if (!fs::is_directory(dir)) throw error("no directory ", dir, " on its host");
     write_file_atomically(mine.string(), report["host"].get<std::string>() + "\n");

@@ -118,6 +118,7 @@ MetricsLog open_run_directory(const fs::path& run, const ModelConfig& config,
   claim_run_directory(run, resume_dir, overwrite);
   for (const std::string& action : clean_stale_temporaries(run))
     std::fprintf(stderr, "boostlm train: %s\n", action.c_str());
+  record_run_owner(run);
   fs::create_directories(run / "checkpoints");
   write_file_atomically((run / "config.json").string(), config.to_json().dump(2) + "\n");
   MetricsLog log((run / "metrics.jsonl").string(), resume_dir.empty() ? -1 : step);
