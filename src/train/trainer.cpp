@@ -476,12 +476,26 @@ StepRecord TrainingRun::step() {
 // changed under the run), the trained weights are saved before the run ends.
 float TrainingRun::validate() {
   if (data_.val.shards.empty()) return -1.0f;
+  std::string failure;
+  float loss = -1.0f;
   try {
-    return static_cast<float>(evaluate(*model_, data_.val, o_.batch_size, o_.seq_len));
+    // A testing hook, BOOSTLM_TEST_EVAL_FAULT=RANK: validation fails on that world rank only.
+    if (const char* hook = std::getenv("BOOSTLM_TEST_EVAL_FAULT");
+        hook && *hook && std::atoi(hook) == grid_.world_rank())
+      throw error("BOOSTLM_TEST_EVAL_FAULT: validation fails on rank ", grid_.world_rank());
+    loss = static_cast<float>(evaluate(*model_, data_.val, o_.batch_size, o_.seq_len));
   } catch (const Error& e) {
-    const std::string saved = save("validation failed", true);
-    throw error(e.what(), " (the trained weights are saved in ", saved, ")");
+    failure = e.what();
   }
+  // Every rank learns of a failure on any rank before the save it triggers, which every rank
+  // must join: a save begun by some ranks only would wait for the others until the watchdog
+  // fired. The message is the failing rank's (the highest, should several fail).
+  float failed_rank = failure.empty() ? -1.0f : static_cast<float>(grid_.world_rank());
+  grid_.world().all_reduce_max_host(&failed_rank, 1);
+  if (failed_rank < 0) return loss;
+  grid_.world().broadcast_text(failure, static_cast<int>(failed_rank));
+  const std::string saved = save("validation failed", true);
+  throw error(failure, " (the trained weights are saved in ", saved, ")");
 }
 
 void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, double start_s,

@@ -23,7 +23,8 @@
 #            --save-timeout the job ends with the watchdog's exit code, naming the rank and file;
 #            its --out is not the directory rank 0 sees (BOOSTLM_TEST_RANK_OUT): refused at start.
 #            And rank 0's commit fails at each of its steps (die-commit, latest, rename, fsync):
-#            the next start resumes from the newest complete checkpoint.
+#            the next start resumes from the newest complete checkpoint. Validation that fails
+#            on one rank only (BOOSTLM_TEST_EVAL_FAULT) is saved by every rank.
 # Usage: test_faults.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
@@ -344,6 +345,21 @@ for kind in die-commit latest rename fsync; do
     fail "checkpoint commit $kind: exit $code, resume exit $resumed: $(tail -2 "$run.log") / $(grep -m1 'steps ' "$run.resume.log") $(tail -2 "$run.resume.log")"
   fi
 done
+# validation fails on rank 1 only (BOOSTLM_TEST_EVAL_FAULT): the ranks agree on it before the
+# save it triggers, so every rank saves step 2 and the job ends with rank 1's message, not a hang
+# that the communication watchdog ends (exit 75).
+run=$work/eval_fault
+BOOSTLM_TEST_EVAL_FAULT=1 "$boostlm" launch -n 2 -- train -c "$work/cola.json" -d "$work/data" \
+  -t 16 -b 2 --dp 2 --lr 1e-2 --warmup 1 --eval-interval 2 --eval-batches 1 --log-interval 1000 \
+  -o "$run" --steps 6 --comm-timeout 20 > "$run.out" 2> "$run.log"
+code=$?
+if [ "$code" -ne 0 ] && [ "$code" -ne 75 ] &&
+   grep -q "validation fails on rank 1 (the trained weights are saved in .*step_000002)" "$run.log" &&
+   [ "$(cat "$run/checkpoints/latest")" = step_000002 ] && ckpt_ok "$run/checkpoints/step_000002"; then
+  echo "ok   validation fails on one rank: every rank saved step_000002, exit $code"
+else
+  fail "validation fault on one rank: exit $code, latest '$(cat "$run/checkpoints/latest" 2> /dev/null)': $(tail -3 "$run.log")"
+fi
 # slow: rank 1 takes 4 s over its share of the step-2 checkpoint; a stop meanwhile waits for it,
 # then saves the step it stopped at.
 run=$work/ckpt_slow
