@@ -517,6 +517,30 @@ TEST(Trainer, AFailedSaveKeepsTheLastCheckpoint) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
+// A save in flight shows in metrics.jsonl with its age ("save_pending"), on the lines of the
+// steps it spans: here the writer of the step-2 save stalls 1.5 s (BOOSTLM_CHECKPOINT_FAULT).
+TEST(Trainer, MetricsShowASaveStillPendingAndItsAge) {
+  const std::string data = make_data_dir("pending_data", 64);
+  const std::string config = write_config("pending");
+  const std::string run = (fresh_dir("pending_run") / "run").string();
+  auto o = options(data, run, config, 4);
+  o.save_interval = 2;
+  ::setenv("BOOSTLM_CHECKPOINT_FAULT", "slow@0#1:1.5", 1);
+  train(o);
+  ::unsetenv("BOOSTLM_CHECKPOINT_FAULT");
+  std::ifstream in(run + "/metrics.jsonl");
+  int pending = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("save_pending")) continue;
+    ++pending;
+    EXPECT_EQ(j["save_pending"]["checkpoint"], "step_000002") << line;
+    EXPECT_GE(j["save_pending"]["age_s"].get<double>(), 0.0) << line;
+  }
+  EXPECT_GE(pending, 1);
+  verify_checkpoint(run + "/checkpoints/step_000002");
+}
+
 // A resume whose checkpoint is corrupt (a flipped byte in step_000004's weights): named
 // explicitly, it is refused with the newest intact checkpoint before it and the command that
 // resumes from that; through the run directory, the resume falls back to that checkpoint with a
