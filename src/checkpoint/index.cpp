@@ -121,8 +121,8 @@ CheckpointIndex CheckpointIndex::parse(std::string_view text, const std::string&
         p.begin = int_field(pj, "begin", where);
         p.size = int_field(pj, "size", where);
         // begin + size is not formed: both may be near 2^63.
-        if (p.axis < 0 || p.axis >= static_cast<int>(p.shape.size()) || p.begin < 0 ||
-            p.size < 0 || p.begin > p.shape[static_cast<size_t>(p.axis)] ||
+        if (p.axis < 0 || p.axis >= static_cast<int>(p.shape.size()) || p.begin < 0 || p.size < 0 ||
+            p.begin > p.shape[static_cast<size_t>(p.axis)] ||
             p.size > p.shape[static_cast<size_t>(p.axis)] - p.begin)
           throw error(where, ": a piece's axis, begin or size lies outside the tensor");
         // A tensor with no elements along an axis is stored whole (a piece without "axis"):

@@ -34,9 +34,9 @@ const SafetensorsReader& CheckpointReader::open(const std::string& file) {
   // Every file a checkpoint's commit wrote is listed: one that is not was put there since, and
   // nothing vouches for its bytes.
   if (checked_ && !checksums_.contains(file))
-    throw error("checkpoint: ", dir_, ": ", file, " is not listed in checksums.json, so its "
-                "contents cannot be checked: refused (was it added after the checkpoint was "
-                "written?)");
+    throw error("checkpoint: ", dir_, ": ", file,
+                " is not listed in checksums.json, so its contents cannot be checked: refused "
+                "(was it added after the checkpoint was written?)");
   if (auto it = checksums_.find(file); it != checksums_.end()) {
     const MappedFile mapped(path);
     const std::string actual = Checksum64::hex(Checksum64::of(mapped.data(), mapped.size()));

@@ -52,7 +52,7 @@ Fault fault_for(int rank, int save) {
   if (at == std::string::npos) throw error("BOOSTLM_CHECKPOINT_FAULT='", s, "': KIND@RANK[#N][:S]");
   f.kind = s.substr(0, at);
   static const std::set<std::string> kinds = {"die",   "full",       "slow",  "rename",
-                                               "fsync", "die-commit", "latest"};
+                                              "fsync", "die-commit", "latest"};
   if (!kinds.contains(f.kind))
     throw error("BOOSTLM_CHECKPOINT_FAULT='", s,
                 "': KIND is die, full, slow, rename, fsync, die-commit or latest");
@@ -103,17 +103,18 @@ void check_files_seen(const std::vector<std::string>& reports, const std::string
       const auto found = fs::file_size(path, ec);
       if (!ec && static_cast<int64_t>(found) == size.get<int64_t>()) continue;
       if (count++ < 4)
-        unseen += (unseen.empty() ? "" : "; ") + ("rank " + std::to_string(r) + "'s " + file +
-                  " (" + std::to_string(size.get<int64_t>()) + " bytes): " +
-                  (ec ? std::string("missing") : std::to_string(found) + " bytes"));
+        unseen += (unseen.empty() ? "" : "; ") +
+                  ("rank " + std::to_string(r) + "'s " + file + " (" +
+                   std::to_string(size.get<int64_t>()) +
+                   " bytes): " + (ec ? std::string("missing") : std::to_string(found) + " bytes"));
     }
   }
   if (count == 0) return;
   throw error(count, " file", count == 1 ? "" : "s", " that the ranks wrote ",
               count == 1 ? "is" : "are", " not in ", temp_dir, " as rank 0 sees it (", unseen,
-              count > 4 ? "; ..." : "", "). Sharded checkpoints need a file system that every "
-              "rank sees, as PyTorch DCP's and Megatron's do: put --out on one (not a disk of "
-              "each node's own)");
+              count > 4 ? "; ..." : "",
+              "). Sharded checkpoints need a file system that every rank sees, as PyTorch "
+              "DCP's and Megatron's do: put --out on one (not a disk of each node's own)");
 }
 
 }  // namespace
@@ -142,8 +143,8 @@ void check_shared_directory(Communicator& world, const std::string& dir) {
     const std::string root_host = nlohmann::json::parse(all[0])["host"].get<std::string>();
     for (size_t r = 0; r < all.size(); ++r) {
       const nlohmann::json j = nlohmann::json::parse(all[r]);
-      const std::string who = "rank " + std::to_string(r) + " (host " +
-                              j["host"].get<std::string>() + ")";
+      const std::string who =
+          "rank " + std::to_string(r) + " (host " + j["host"].get<std::string>() + ")";
       std::string why;
       if (!j["error"].get<std::string>().empty())
         why = who + " cannot write into it: " + j["error"].get<std::string>();
@@ -305,9 +306,13 @@ CheckpointSaver::~CheckpointSaver() {
   if (job_ && job_->thread.joinable()) job_->thread.join();
 }
 
-double CheckpointSaver::pending_age_s() const { return job_ ? now_s() - job_->begun_at : 0; }
+double CheckpointSaver::pending_age_s() const {
+  return job_ ? now_s() - job_->begun_at : 0;
+}
 
-std::string CheckpointSaver::pending_dir() const { return job_ ? job_->final_dir : ""; }
+std::string CheckpointSaver::pending_dir() const {
+  return job_ ? job_->final_dir : "";
+}
 
 // Where each piece of a rank's share starts in its buffers.
 struct CheckpointSaver::ShareSource {
@@ -468,7 +473,8 @@ void CheckpointSaver::commit_into_place(Job& job) {
   if (job.root.latest.empty()) return;
   try {
     if (fault.kind == "latest")
-      throw error("writing ", job.root.latest, ": No space left on device (BOOSTLM_CHECKPOINT_FAULT)");
+      throw error("writing ", job.root.latest,
+                  ": No space left on device (BOOSTLM_CHECKPOINT_FAULT)");
     write_file_atomically(job.root.latest, final_dir.filename().string() + "\n");
   } catch (const std::exception& e) {
     throw error("checkpoint ", job.final_dir, " is committed and complete, but ", job.root.latest,
@@ -506,7 +512,8 @@ void CheckpointSaver::end_overdue() {
         "): a disk or network file system is stuck or far too slow. Ending the job (exit code " +
         std::to_string(kWatchdogExitCode) +
         "); the checkpoints committed before this one are intact, and the next start removes "
-        "its temporary directory " + job.temp_dir +
+        "its temporary directory " +
+        job.temp_dir +
         ". Raise --save-timeout if a save can legitimately take this long (0: wait forever).\n");
   }
   // Rank 0 ends the job with the message; the others follow once it is written (mpirun would

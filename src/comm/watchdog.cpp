@@ -132,9 +132,13 @@ void monitor_loop() {
 
 }  // namespace
 
-void report_as_watchdog(const std::string& message) { report(message.data(), message.size()); }
+void report_as_watchdog(const std::string& message) {
+  report(message.data(), message.size());
+}
 
-void end_job_as_watchdog() { _exit(kWatchdogExitCode); }
+void end_job_as_watchdog() {
+  _exit(kWatchdogExitCode);
+}
 
 void set_watchdog_log(const std::string& path) {
   g_log_path.store((new std::string(path))->c_str());

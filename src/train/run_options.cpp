@@ -213,7 +213,8 @@ std::string verified_resume(const std::string& given, const std::string& dir) {
       } catch (const Error&) {
       }
     }
-    const bool run_directory = fs::path(given).lexically_normal() != fs::path(dir).lexically_normal();
+    const bool run_directory =
+        fs::path(given).lexically_normal() != fs::path(dir).lexically_normal();
     if (run_directory && !intact.empty()) {
       warn(std::string(e.what()) + "; resuming from the newest intact checkpoint before it, " +
            intact);

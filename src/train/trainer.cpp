@@ -384,8 +384,8 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   run_dir_ = o.out_dir;
   // A testing hook, BOOSTLM_TEST_RANK_OUT=RANK:DIR: world rank RANK writes to DIR instead, as a
   // node whose --out is a disk of its own would (two hosts cannot always be had: faults CTest).
-  if (const char* hook = std::getenv("BOOSTLM_TEST_RANK_OUT"); hook && std::strchr(hook, ':') &&
-                                                              std::atoi(hook) == grid_.world_rank()) {
+  if (const char* hook = std::getenv("BOOSTLM_TEST_RANK_OUT");
+      hook && std::strchr(hook, ':') && std::atoi(hook) == grid_.world_rank()) {
     run_dir_ = std::strchr(hook, ':') + 1;
     fs::create_directories(run_dir_ / "checkpoints");
   }
@@ -549,8 +549,7 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
   // A save in flight, and for how long: a stuck disk shows here long before --save-timeout.
   const std::string pending = fs::path(saver_->pending_dir()).filename().string();
   const double pending_s = saver_->pending_age_s();
-  if (saver_->pending())
-    line["save_pending"] = {{"checkpoint", pending}, {"age_s", pending_s}};
+  if (saver_->pending()) line["save_pending"] = {{"checkpoint", pending}, {"age_s", pending_s}};
   metrics_.append(line);
 
   const double eta = (now_s() - start_s) / (state_.step - first_step) * (o_.steps - state_.step);
@@ -612,8 +611,8 @@ void TrainingRun::settle(const std::optional<SaveResult>& done) {
     try {
       prune_checkpoints(dir.parent_path(), o_.keep_checkpoints, dir.filename().string());
     } catch (const std::exception& e) {
-      failure = std::string("removing older checkpoints (--keep) after committing ") +
-                done->dir + ": " + e.what();
+      failure = std::string("removing older checkpoints (--keep) after committing ") + done->dir +
+                ": " + e.what();
     }
   }
   grid_.world().broadcast_text(failure, 0);

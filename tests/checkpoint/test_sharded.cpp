@@ -248,8 +248,7 @@ namespace fs = std::filesystem;
 // Each rank's own directory where `shared` is false: what a run whose --out lies on each node's
 // own disk amounts to (the same path, other contents).
 fs::path directory_of(const std::string& name, int rank, bool shared) {
-  return fs::temp_directory_path() /
-         (shared ? name : name + "_rank" + std::to_string(rank));
+  return fs::temp_directory_path() / (shared ? name : name + "_rank" + std::to_string(rank));
 }
 
 // A run directory that every rank sees passes; one that a rank does not share with rank 0 is
@@ -332,7 +331,8 @@ TEST(ShardedCheckpointFaults, FilesThatRankZeroDoesNotSeeAreNotCommitted) {
   grid.world().barrier();
   if (grid.world_rank() == 0) {
     std::vector<std::string> left;
-    for (const auto& e : fs::directory_iterator(shared)) left.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(shared))
+      left.push_back(e.path().filename().string());
     EXPECT_EQ(left, std::vector<std::string>{"step_000001"});
     verify_checkpoint((shared / "step_000001").string());
   }

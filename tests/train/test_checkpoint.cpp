@@ -282,7 +282,8 @@ TEST(Checkpoint, RefusesAFileThatChecksumsJsonDoesNotList) {
   ASSERT_TRUE(sums.contains("model.safetensors"));
   sums.erase("model.safetensors");
   write_file_atomically(saved.dir + "/checksums.json", sums.dump(2) + "\n");
-  expect_error([&] { verify_checkpoint(saved.dir); }, "model.safetensors, which checksums.json does not list");
+  expect_error([&] { verify_checkpoint(saved.dir); },
+               "model.safetensors, which checksums.json does not list");
   Model model(saved.model.config(), DType::f32);
   expect_error([&] { load_checkpoint_weights(saved.dir, model); },
                "model.safetensors is not listed in checksums.json");
@@ -356,8 +357,8 @@ TEST(CheckpointCommit, EveryFaultLeavesTheNewestCompleteCheckpointFound) {
   verify_checkpoint(run.dir(2));
   EXPECT_EQ(run.latest(), "step_000002");
   // `latest` cannot be written: the error says the checkpoint is committed, and where.
-  expect_error([&] { run.save(3, "latest"); },
-               "step_000003 is committed and complete, but " + (run.checkpoints / "latest").string());
+  expect_error([&] { run.save(3, "latest"); }, "step_000003 is committed and complete, but " +
+                                                   (run.checkpoints / "latest").string());
   verify_checkpoint(run.dir(3));
   EXPECT_EQ(run.latest(), "step_000002");
   EXPECT_EQ(resolve_checkpoint(run.run.string()), run.dir(3));

@@ -139,9 +139,8 @@ TEST(RunDir, CleansTemporariesOfAnOwnerOnAnotherHost) {
   const fs::path ck = run / "checkpoints";
   const std::string alive = std::to_string(::getppid());
   for (const bool elsewhere : {false, true}) {
-    write_file_atomically((run / ".owner").string(),
-                          (elsewhere ? "another-host-" : "") + this_host_name() + " " + alive +
-                              "\n");
+    write_file_atomically((run / ".owner").string(), (elsewhere ? "another-host-" : "") +
+                                                         this_host_name() + " " + alive + "\n");
     touch_checkpoint(ck, ".step_000012.tmp." + alive);
     touch_checkpoint(ck, ".step_000020.old." + alive);
     const auto actions = clean_stale_temporaries(run);
