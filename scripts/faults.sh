@@ -17,6 +17,17 @@
 #                     (--comm-timeout 5), every process of it.
 #   dead rank         rank 1 of 2 is killed with kill -9 after a checkpoint; `launch --max-restarts 1`
 #                     must finish the run from the checkpoint with the uninterrupted run's loss.
+#   kill -9, 1 of 4   TP 2 x DP 2, a save every step: rank 2 is killed with kill -9 while a save is in
+#                     flight; `latest` must be readable and a resume finish with the loss of an
+#                     uninterrupted run.
+#   stuck writer      rank 1's writer stalls for good (BOOSTLM_CHECKPOINT_FAULT=slow): past
+#                     --save-timeout the job ends (exit 75) naming the rank and file; the last
+#                     committed checkpoint is readable and resumes.
+#   not shared        rank 1's --out is another directory (BOOSTLM_TEST_RANK_OUT, as a node's own
+#                     disk): refused at start, nothing written that a resume could miss.
+#   rank 0 commit     rank 0's commit fails after the rename (die-commit), writing `latest`, at the
+#                     rename, at the fsync: a resume takes the newest complete checkpoint and
+#                     finishes with the uninterrupted run's loss.
 #
 # Usage: scripts/faults.sh [path/to/boostlm] [--kills N]   (default build/boostlm, N = 5)
 # Bounded: every run has a timeout; the whole campaign takes a few minutes on 2 cores.
@@ -228,6 +239,93 @@ if wait_for 60 steps_logged "$run" 120 && victim=$(rank_pid "$run" 1); then
 else
   row "dead rank (kill -9), --max-restarts 1" "did not start: $(tail -1 "$run.log")" "-"
 fi
+
+# --- multi-rank checkpoints ---------------------------------------------------------------------
+# The uninterrupted 2-rank run the resumes below must end with (saving every 2 steps).
+ref2=$work/commit_ref
+timeout 180 "$boostlm" "${dp2[@]}" -o "$ref2" --steps 8 --save-interval 2 --keep 10 > "$ref2.out" \
+  2> "$ref2.log"
+want2=$(summary_loss "$ref2.out")
+resume2() {  # resume2 RUN: resumes RUN on 2 ranks to step 8; prints its final loss
+  timeout 180 "$boostlm" "${dp2[@]}" -o "$1" --steps 8 --save-interval 2 --keep 10 --resume "$1" \
+    > "$1.resume.out" 2> "$1.resume.log"
+  summary_loss "$1.resume.out"
+}
+
+echo "faults.sh: kill -9 of one rank of 4 mid-save" >&2
+tp2dp2=(launch -n 4 -- train -c "$work/small.json" "${common[@]}" --tp 2 --dp 2)
+ref=$work/kill4_ref
+timeout 300 "$boostlm" "${tp2dp2[@]}" -o "$ref" --steps 12 --save-interval 1 --keep 2 > "$ref.out" \
+  2> "$ref.log"
+want=$(summary_loss "$ref.out")
+run=$work/kill4
+timeout 300 "$boostlm" "${tp2dp2[@]}" -o "$run" --steps 12 --save-interval 1 --keep 2 > "$run.out" \
+  2> "$run.log" &
+pid=$!
+in_save=no
+if wait_for 120 steps_logged "$run" 3 && victim=$(rank_pid "$run" 2); then
+  deadline=$((SECONDS + 20))
+  while ((SECONDS < deadline)) && ! compgen -G "$run/checkpoints/.step_*" > /dev/null; do :; done
+  compgen -G "$run/checkpoints/.step_*" > /dev/null && in_save=yes
+  kill -9 "$victim"
+  wait "$pid"; code=$?
+  ok=no; readable "$run" && ok=yes
+  timeout 300 "$boostlm" "${tp2dp2[@]}" -o "$run" --steps 12 --save-interval 1 --keep 2 \
+    --resume "$run" > "$run.resume.out" 2> "$run.resume.log"
+  got=$(summary_loss "$run.resume.out")
+  outcome="exit $code, killed inside a save: $in_save; latest readable: $ok; resumed: final loss ${got:-none} vs uninterrupted ${want:-none}"
+  if [ "$ok" = yes ] && [ -n "$got" ] && [ "$got" = "$want" ]; then lost=none
+  else lost="resume did not reach the uninterrupted loss"; fi
+  row "kill -9 of rank 2 of 4 mid-save" "$outcome" "$lost"
+else
+  kill -9 "$pid" 2> /dev/null
+  row "kill -9 of rank 2 of 4 mid-save" "did not start: $(tail -1 "$run.log")" "-"
+fi
+
+echo "faults.sh: stuck writer" >&2
+run=$work/stuck
+start=$SECONDS
+BOOSTLM_CHECKPOINT_FAULT='slow@1#2:600' timeout 180 "$boostlm" "${dp2[@]}" -o "$run" --steps 8 \
+  --save-interval 2 --keep 10 --save-timeout 5 > "$run.out" 2> "$run.log"
+code=$?
+took=$((SECONDS - start))
+named=$(grep -o 'rank 1 at [^ )]*' "$run.log" | head -1 | sed 's|.*/||')
+got=$(resume2 "$run")
+outcome="exit $code after ${took}s (--save-timeout 5), naming rank 1 at ${named:-?}; resumed from step $(grep -o 'steps [0-9]*\.\.' "$run.resume.log" | grep -o '[0-9]*' | head -1): final loss ${got:-none} vs ${want2:-none}"
+if [ "$code" -eq 75 ] && [ -n "$named" ] && [ -n "$got" ] && [ "$got" = "$want2" ]; then lost=none
+else lost="did not end with the message and resume to the uninterrupted loss"; fi
+row "stuck writer on rank 1 of 2" "$outcome" "$lost"
+
+echo "faults.sh: a run directory one rank does not share" >&2
+run=$work/unshared
+BOOSTLM_TEST_RANK_OUT="1:$work/unshared_rank1" timeout 120 "$boostlm" "${dp2[@]}" -o "$run" \
+  --steps 8 --save-interval 2 > "$run.out" 2> "$run.log"
+code=$?
+said=$(grep -o 'is not one directory that every rank sees: rank 1' "$run.log" | head -1)
+outcome="exit $code at start: ${said:-no message}"
+if [ "$code" -ne 0 ] && [ -n "$said" ] && [ ! -e "$run/checkpoints/latest" ]; then
+  lost="none (refused before the first step)"
+else lost="started without a shared run directory"; fi
+row "--out not shared by rank 1 of 2" "$outcome" "$lost"
+
+for kind in die-commit latest rename fsync; do
+  echo "faults.sh: rank 0's commit, $kind" >&2
+  run=$work/commit_$kind
+  BOOSTLM_CHECKPOINT_FAULT="$kind@0#2" timeout 180 "$boostlm" "${dp2[@]}" -o "$run" --steps 8 \
+    --save-interval 2 --keep 10 > "$run.out" 2> "$run.log"
+  code=$?
+  if [ "$code" -eq 0 ]; then
+    got=$(summary_loss "$run.out")
+    outcome="exit 0 (a warning: $(grep -c 'could not be synced' "$run.log") line); final loss ${got:-none} vs ${want2:-none}"
+  else
+    got=$(resume2 "$run")
+    from=$(grep -o 'steps [0-9]*\.\.' "$run.resume.log" | grep -o '[0-9]*' | head -1)
+    outcome="exit $code; the resume took step ${from:-?}; final loss ${got:-none} vs ${want2:-none}"
+  fi
+  if [ -n "$got" ] && [ "$got" = "$want2" ] && readable "$run"; then lost=none
+  else lost="did not finish with the uninterrupted loss"; fi
+  row "rank 0's commit fails: $kind (step 4)" "$outcome" "$lost"
+done
 
 # --- the table ----------------------------------------------------------------------------------
 echo

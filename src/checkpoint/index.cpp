@@ -15,6 +15,7 @@ namespace {
 constexpr const char* kFormat = "boostlm-sharded";
 constexpr int kVersion = 1;
 constexpr int64_t kMaxRuns = int64_t{1} << 22;
+constexpr int64_t kMaxElements = int64_t{1} << 48;
 
 nlohmann::json piece_json(const StoredPiece& s) {
   nlohmann::json j = {{"file", s.file}};
@@ -97,13 +98,17 @@ CheckpointIndex CheckpointIndex::parse(std::string_view text, const std::string&
         !t.contains("pieces") || !t["pieces"].is_array() || t["pieces"].empty())
       throw error(where, ": needs \"shape\" and a non-empty \"pieces\" array");
     StoredTensor& stored = index.tensors[name];
+    // The bound is checked before each product, so that no product overflows: [2^40, 2^40]
+    // would wrap to 0 elements and pass a check after it.
     int64_t elements = 1;
     for (const auto& d : t["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t{1} << 40))
         throw error(where, ": a dimension of \"shape\" is not an integer in [0, 2^40]");
       stored.shape.push_back(d.get<int64_t>());
-      elements *= std::max<int64_t>(1, d.get<int64_t>());
-      if (elements > (int64_t{1} << 48)) throw error(where, ": \"shape\" is too large");
+      const int64_t factor = std::max<int64_t>(1, d.get<int64_t>());
+      if (factor > kMaxElements / elements)
+        throw error(where, ": \"shape\" has more than 2^48 elements");
+      elements *= factor;
     }
     for (const auto& pj : t["pieces"]) {
       if (!pj.is_object()) throw error(where, ": a piece is not an object");
@@ -115,9 +120,15 @@ CheckpointIndex CheckpointIndex::parse(std::string_view text, const std::string&
         p.axis = static_cast<int>(int_field(pj, "axis", where));
         p.begin = int_field(pj, "begin", where);
         p.size = int_field(pj, "size", where);
-        if (p.axis < 0 || p.axis >= static_cast<int>(p.shape.size()) || p.begin < 0 ||
-            p.size < 0 || p.begin + p.size > p.shape[static_cast<size_t>(p.axis)])
+        // begin + size is not formed: both may be near 2^63.
+        if (p.axis < 0 || p.axis >= static_cast<int>(p.shape.size()) || p.begin < 0 || p.size < 0 ||
+            p.begin > p.shape[static_cast<size_t>(p.axis)] ||
+            p.size > p.shape[static_cast<size_t>(p.axis)] - p.begin)
           throw error(where, ": a piece's axis, begin or size lies outside the tensor");
+        // A tensor with no elements along an axis is stored whole (a piece without "axis"):
+        // no grid cuts one, and a cut of it has no rows to place.
+        if (p.shape[static_cast<size_t>(p.axis)] == 0)
+          throw error(where, ": a piece cut along axis ", p.axis, ", whose length is 0");
       }
       // Its runs (one per index before the axis) are what reading it walks: a crafted index
       // must not make that walk unbounded. A model's tensors have at most a vocabulary's rows.

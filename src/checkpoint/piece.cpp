@@ -10,9 +10,18 @@ namespace boostlm {
 
 namespace {
 
+// Shapes come from a parsed index (at most 2^48 elements, checked there) or a model's table: an
+// overflow here is a caller's bug, not bad input, and must not wrap to a small count.
+int64_t times(int64_t a, int64_t b) {
+  int64_t n = 0;
+  const bool overflows = __builtin_mul_overflow(a, b, &n);
+  BOOSTLM_ASSERT_MSG(!overflows, "TensorPiece: an element count overflows");
+  return n;
+}
+
 int64_t product(const std::vector<int64_t>& shape, size_t from, size_t to) {
   int64_t n = 1;
-  for (size_t i = from; i < to; ++i) n *= shape[i];
+  for (size_t i = from; i < to; ++i) n = times(n, shape[i]);
   return n;
 }
 
@@ -20,7 +29,9 @@ int64_t product(const std::vector<int64_t>& shape, size_t from, size_t to) {
 
 int64_t TensorPiece::box_numel() const {
   if (axis < 0) return product(shape, 0, shape.size());
-  return product(shape, 0, shape.size()) / shape[static_cast<size_t>(axis)] * size;
+  // The axes around the box's, times its size: no division by an axis that may have length 0.
+  const auto a = static_cast<size_t>(axis);
+  return times(times(product(shape, 0, a), size), product(shape, a + 1, shape.size()));
 }
 
 std::vector<int64_t> TensorPiece::stored_shape() const {

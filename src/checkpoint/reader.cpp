@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 CheckpointReader::CheckpointReader(std::string dir)
     : dir_(std::move(dir)), index_(CheckpointIndex::of_directory(dir_)) {
   const fs::path checksums = fs::path(dir_) / "checksums.json";
-  if (fs::exists(checksums))
+  checked_ = fs::exists(checksums);
+  if (checked_)
     checksums_ = parse_checksums(read_text_file(checksums.string()), checksums.string());
 }
 
@@ -30,6 +31,12 @@ const SafetensorsReader& CheckpointReader::open(const std::string& file) {
   if (slot) return *slot;
   const std::string path = (fs::path(dir_) / file).string();
   if (!fs::exists(path)) throw error("checkpoint: ", dir_, " is missing ", file);
+  // Every file a checkpoint's commit wrote is listed: one that is not was put there since, and
+  // nothing vouches for its bytes.
+  if (checked_ && !checksums_.contains(file))
+    throw error("checkpoint: ", dir_, ": ", file,
+                " is not listed in checksums.json, so its contents cannot be checked: refused "
+                "(was it added after the checkpoint was written?)");
   if (auto it = checksums_.find(file); it != checksums_.end()) {
     const MappedFile mapped(path);
     const std::string actual = Checksum64::hex(Checksum64::of(mapped.data(), mapped.size()));

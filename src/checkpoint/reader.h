@@ -29,6 +29,7 @@ class CheckpointReader {
 
   std::string dir_;
   CheckpointIndex index_;
+  bool checked_ = false;  // the directory has checksums.json
   std::map<std::string, std::string> checksums_;
   std::map<std::string, std::unique_ptr<SafetensorsReader>> files_;
 };

@@ -10,16 +10,32 @@
 //
 // The commit, nothing lost: every rank writes and fsyncs its files under a hidden temporary sibling
 // of the checkpoint (.NAME.tmp.PID, PID the root's); once every rank has reported its files written
-// (an agreement over the job), the root writes the index and checksums, fsyncs, and renames the
-// directory into place (an existing one of the same name is swapped out). A rank that dies, a full
-// disk or a stop before that leaves the earlier checkpoints as they were, and the temporary
-// directory to the next start's cleaning (train/run_dir.h).
+// (an agreement over the job), the root checks that it sees every one of them there at its
+// reported size (a rank on a disk of its own is refused, not committed without its files), writes
+// the index and checksums, fsyncs, and renames the directory into place (an existing one of the
+// same name is swapped out), then writes `latest`. A rank that dies, a full disk or a stop before
+// the rename leaves the earlier checkpoints as they were, and the temporary directory to the next
+// start's cleaning (train/run_dir.h). A rename that fails puts back the checkpoint it was to
+// replace. Once the rename is done the checkpoint is committed: a directory fsync or the removal
+// of the replaced one that fails after it is a warning, and a `latest` that cannot be written is
+// an error that says the checkpoint is complete (the next start finds it: resolve_checkpoint).
+//
+// BOOSTLM_CHECKPOINT_FAULT=KIND@RANK[#N][:SECONDS] (a testing hook; N: the process's N-th save)
+// reaches each step: in a rank's writer die, full, slow; in rank 0's commit rename (the rename
+// into place fails), fsync (the directory fsync after it fails), die-commit (rank 0 dies after
+// the rename, before `latest`), latest (writing `latest` fails).
 //
 // Asynchronous: begin() blocks only while the rank copies its pieces to a host staging buffer;
 // the files are written by a thread of its own while training goes on. The job learns that every
 // rank is done through poll(), a small all-reduce that every rank calls at the same points (each
 // step), and finish() waits by polling, so that no collective of the job waits long on a slow disk
 // and the communication watchdog has nothing to fire at. Only one save is in flight at a time.
+//
+// Bounded: a save that some rank has not written `timeout_s` after it began (a disk or network
+// file system that hangs) ends the job as the watchdog would (its exit code), rank 0 naming the
+// checkpoint, the ranks and the files they were at. Nothing is committed, so the earlier
+// checkpoints are intact. A synchronous save is written by a thread too, so that it is bounded
+// the same way.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +89,9 @@ struct RootFiles {
   std::vector<std::pair<std::string, std::string>> texts;   // file name, contents
   std::vector<std::pair<std::string, std::string>> copies;  // file name, source path
   nlohmann::json grid = nlohmann::json::object();           // for index.json
+  // A file to name the checkpoint in once it is committed (a run's checkpoints/latest; "" for
+  // none): written by the commit, so that every rank learns whether it was.
+  std::string latest;
 };
 
 struct SaveResult {
@@ -83,9 +102,20 @@ struct SaveResult {
   int64_t bytes = 0;    // written by every rank together
 };
 
+// Collective: checks that `dir` (--out) is one directory that every rank of `world` sees, as a
+// sharded checkpoint needs (each rank writes its files into it, and rank 0 commits them): each
+// rank writes a probe into it and rank 0 looks for them all. Throws Error on every rank, naming
+// the ranks and hosts whose probes rank 0 does not see, otherwise.
+void check_shared_directory(Communicator& world, const std::string& dir);
+
+// --save-timeout's default: far beyond a healthy disk's time for any model this engine trains.
+constexpr double kDefaultSaveTimeoutS = 1800;
+
 class CheckpointSaver {
  public:
-  CheckpointSaver(Communicator& world, ShardRanks ranks, bool async);
+  // timeout_s: the bound on a save, from begin() to every rank's files written (0: none).
+  CheckpointSaver(Communicator& world, ShardRanks ranks, bool async,
+                  double timeout_s = kDefaultSaveTimeoutS);
   ~CheckpointSaver();
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
@@ -96,9 +126,13 @@ class CheckpointSaver {
   std::optional<SaveResult> begin(const std::string& dir, const RankState& state,
                                   RootFiles files);
   bool pending() const { return job_ != nullptr; }
+  // The pending save's checkpoint directory and how long ago it began ("" and 0 when none).
+  std::string pending_dir() const;
+  double pending_age_s() const;
   // Collective (call on every rank at the same points, e.g. each step): commits the pending save
   // once every rank has written its files, and returns its result then. Throws Error on every rank
-  // when a rank could not write (the earlier checkpoints stay intact).
+  // when a rank could not write (the earlier checkpoints stay intact); ends the job when the save
+  // is past the timeout.
   std::optional<SaveResult> poll();
   // Collective: waits for the pending save and commits it (nullopt when none is pending).
   std::optional<SaveResult> finish();
@@ -119,10 +153,16 @@ class CheckpointSaver {
                             std::vector<JobItem>& items, std::vector<ShareSource>& sources);
   std::optional<SaveResult> agree(bool wait);
   SaveResult commit();
+  // Collective: the pending save is past the timeout on some rank; ends the job with rank 0's
+  // message naming the ranks that have not finished.
+  [[noreturn]] void end_overdue();
+  // Rank 0: the temporary directory into place, then `latest` (throws on what fails).
+  static void commit_into_place(Job& job);
 
   Communicator& world_;
   ShardRanks ranks_;
   bool async_;
+  double timeout_s_;
   // The host copy of this rank's share: page-locked on a GPU, kept from one save to the next
   // (a save in flight owns it until it is committed).
   StagingBuffer staging_;

@@ -114,6 +114,11 @@ void add_train(CLI::App& app) {
                   "write checkpoints in the background (on): training waits only while each "
                   "rank copies its shard; off waits for the files")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--save-timeout", o->save_timeout_s,
+                  "end the job when a checkpoint is not written by every rank this many seconds "
+                  "after it began (a stuck disk); 0: wait forever")
+      ->default_val(kDefaultSaveTimeoutS)
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)")
       ->check(at_least(1));
   add_comm_timeout(*cmd);

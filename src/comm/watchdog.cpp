@@ -64,6 +64,21 @@ Monitor g_monitor;
 // the step that uses it, and never freed (a leaked copy per call, a handful per process).
 std::atomic<const char*> g_log_path{nullptr};
 
+// The message to stderr and to set_watchdog_log's file, each with one write (lines of several
+// ranks do not interleave); no stdio locks, no allocation.
+void report(const char* message, size_t length) {
+  const ssize_t ignored = write(STDERR_FILENO, message, length);
+  (void)ignored;
+  if (const char* path = g_log_path.load(); path != nullptr && *path != '\0') {
+    const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      const ssize_t written = write(fd, message, length);
+      (void)written;
+      close(fd);
+    }
+  }
+}
+
 // Runs on the monitor thread, while the main thread is blocked in MPI: no MPI, no stdio locks
 // (the message goes out with one write), no destructors (_exit).
 [[noreturn]] void fire(const char* group, const char* operation, int64_t bytes, double timeout_s) {
@@ -82,19 +97,7 @@ std::atomic<const char*> g_log_path{nullptr};
       "(0 turns the watchdog off).\n",
       g_rank.load(), operation ? operation : "?", static_cast<long long>(bytes),
       group ? group : "?", timeout_s, where, kWatchdogExitCode);
-  if (n > 0) {
-    const size_t length = std::min<size_t>(n, sizeof message - 1);
-    const ssize_t ignored = write(STDERR_FILENO, message, length);
-    (void)ignored;
-    if (const char* path = g_log_path.load(); path != nullptr && *path != '\0') {
-      const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        const ssize_t written = write(fd, message, length);  // one write: lines do not interleave
-        (void)written;
-        close(fd);
-      }
-    }
-  }
+  if (n > 0) report(message, std::min<size_t>(n, sizeof message - 1));
   _exit(kWatchdogExitCode);
 }
 
@@ -128,6 +131,14 @@ void monitor_loop() {
 }
 
 }  // namespace
+
+void report_as_watchdog(const std::string& message) {
+  report(message.data(), message.size());
+}
+
+void end_job_as_watchdog() {
+  _exit(kWatchdogExitCode);
+}
 
 void set_watchdog_log(const std::string& path) {
   g_log_path.store((new std::string(path))->c_str());

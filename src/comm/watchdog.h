@@ -35,6 +35,12 @@ void set_watchdog_step(int64_t step);
 // link or host died can lose them (CTest cluster_train saw it). Opened only then, so the file needs
 // to exist by then, not now.
 void set_watchdog_log(const std::string& path);
+// For a wait that its owner bounds itself, in its own words (a checkpoint that a rank's disk does
+// not finish, checkpoint/saver.h): the message goes where the watchdog's go (stderr and the
+// watchdog's log, one write each), and the process ends as the watchdog ends it
+// (kWatchdogExitCode, no destructors: a thread of it may be blocked for good).
+void report_as_watchdog(const std::string& message);
+[[noreturn]] void end_job_as_watchdog();
 // Stops and joins the monitor thread (mpi_stop calls it; configure_watchdog starts it again).
 void stop_watchdog();
 

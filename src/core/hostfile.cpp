@@ -1,5 +1,7 @@
 #include "core/hostfile.h"
 
+#include <unistd.h>
+
 #include <set>
 
 #include "core/error.h"
@@ -98,6 +100,12 @@ int count_hosts(const std::vector<HostfileEntry>& entries) {
   std::set<std::string> hosts;
   for (const auto& e : entries) hosts.insert(e.host);
   return static_cast<int>(hosts.size());
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "?";
+  return name;
 }
 
 }  // namespace boostlm

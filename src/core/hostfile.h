@@ -29,4 +29,7 @@ std::vector<HostfileEntry> read_hostfile(const std::string& path);
 // Distinct host names (a host may be listed on several lines).
 int count_hosts(const std::vector<HostfileEntry>& entries);
 
+// This machine's host name ("?" when it has none to give).
+std::string this_host_name();
+
 }  // namespace boostlm

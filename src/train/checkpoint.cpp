@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "core/device.h"
 #include "core/dtype.h"
@@ -95,12 +96,47 @@ void save_checkpoint(const std::string& dir, const CheckpointWrite& what) {
                                     moments ? what.state : nullptr, what.optimizer_step));
 }
 
+namespace {
+
+// The checkpoint committed after `latest` was last written, if any: its commit ended before it
+// could name it (rank 0 died, or `latest` could not be written). The commit writes
+// checksums.json, renames the directory into place and then writes `latest`, so such a checkpoint
+// is newer than `latest` both in its step and in its checksums.json's time. Checkpoints that a run
+// resumed from an older one abandoned are older in time, and a copied run directory (new times
+// throughout) has no step above its `latest`'s.
+std::optional<fs::path> committed_since_latest(const fs::path& checkpoints) {
+  std::error_code ec;
+  const auto latest_time = fs::last_write_time(checkpoints / "latest", ec);
+  const bool no_latest = static_cast<bool>(ec);
+  const std::string latest = no_latest ? "" : latest_checkpoint_name(checkpoints);
+  int64_t latest_step = -1;
+  for (const CheckpointEntry& e : list_checkpoints(checkpoints))
+    if (e.dir.filename() == latest) latest_step = e.step;
+  std::optional<fs::path> newest;
+  for (const CheckpointEntry& e : list_checkpoints(checkpoints)) {  // by step, ascending
+    const auto t = fs::last_write_time(e.dir / kChecksums, ec);
+    if (ec || e.step <= latest_step || (!no_latest && t <= latest_time)) continue;
+    newest = e.dir;
+  }
+  return newest;
+}
+
+}  // namespace
+
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
   if (fs::exists(p / kChecksums) || fs::exists(p / "model.safetensors") ||
       fs::exists(p / "model.safetensors.index.json"))
     return p.string();
   const std::string latest = latest_checkpoint_name(p / "checkpoints");
+  if (const auto newer = committed_since_latest(p / "checkpoints")) {
+    std::fprintf(stderr,
+                 "boostlm: %s was committed after %s was last written (%s); using it, the "
+                 "newest complete checkpoint\n",
+                 newer->c_str(), (p / "checkpoints" / "latest").c_str(),
+                 latest.empty() ? "which does not exist" : ("which names " + latest).c_str());
+    return newer->string();
+  }
   if (!latest.empty()) {
     const fs::path dir = p / "checkpoints" / latest;
     if (fs::is_directory(dir)) return dir.string();
@@ -126,8 +162,18 @@ void verify_checkpoint(const std::string& dir, bool contents) {
     throw error("checkpoint: '", dir, "' has no ", kChecksums,
                 " (incomplete or not written by boostlm)");
   const std::string checksums_path = (d / kChecksums).string();
-  for (const auto& [file, expected] :
-       parse_checksums(read_text_file(checksums_path), checksums_path)) {
+  const auto listed = parse_checksums(read_text_file(checksums_path), checksums_path);
+  // What a loader reads and checksums.json does not list was put there since the commit: refused
+  // rather than read unchecked.
+  for (const auto& e : fs::directory_iterator(d)) {
+    const std::string name = e.path().filename().string();
+    const std::string ext = e.path().extension().string();
+    if (name != kChecksums && (ext == ".safetensors" || ext == ".json") && !listed.contains(name))
+      throw error("checkpoint: '", dir, "' holds ", name, ", which ", kChecksums,
+                  " does not list: its contents cannot be checked (was it added after the "
+                  "checkpoint was written?)");
+  }
+  for (const auto& [file, expected] : listed) {
     const fs::path path = d / file;
     if (!fs::exists(path)) throw error("checkpoint: '", dir, "' is missing ", file);
     if (!contents && path.extension() == ".safetensors") continue;  // checked when read

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/hostfile.h"
 
 namespace boostlm {
 
@@ -140,7 +141,37 @@ void claim_run_directory(const fs::path& run, const std::string& resume_dir, boo
   for (const char* name : {kMetrics, kConfig, kCheckpoints}) fs::remove_all(run / name);
 }
 
+namespace {
+
+constexpr const char* kOwner = ".owner";
+
+// The host and PID record_run_owner wrote ("" and -1 when there is none or it cannot be read).
+std::pair<std::string, int64_t> run_owner(const fs::path& run) {
+  try {
+    if (!fs::exists(run / kOwner)) return {"", -1};
+    const std::string text = read_text_file((run / kOwner).string());
+    const size_t space = text.rfind(' ');
+    if (space == std::string::npos) return {"", -1};
+    std::string pid = text.substr(space + 1);
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    return {text.substr(0, space), parse_digits(pid)};
+  } catch (const std::exception&) {
+    return {"", -1};
+  }
+}
+
+}  // namespace
+
+void record_run_owner(const fs::path& run) {
+  write_file_atomically((run / kOwner).string(),
+                        this_host_name() + " " + std::to_string(::getpid()) + "\n");
+}
+
 std::vector<std::string> clean_stale_temporaries(const fs::path& run) {
+  const auto [owner_host, owner_pid] = run_owner(run);
+  // The last owner ran on another host: its PID means nothing here, and the lock we hold says it
+  // has ended.
+  const bool owner_elsewhere = !owner_host.empty() && owner_host != this_host_name();
   std::vector<std::string> actions;
   for (const fs::path& dir : {run, run / kCheckpoints}) {
     std::error_code ec;
@@ -148,7 +179,8 @@ std::vector<std::string> clean_stale_temporaries(const fs::path& run) {
     for (const auto& e : fs::directory_iterator(dir, ec)) entries.push_back(e.path());
     for (const fs::path& path : entries) {
       const Temporary t = parse_temporary(path.filename().string());
-      if (t.pid < 0 || !process_gone(t.pid)) continue;
+      if (t.pid < 0) continue;
+      if (!(owner_elsewhere && t.pid == owner_pid) && !process_gone(t.pid)) continue;
       const fs::path original = dir / t.original;
       if (t.tag == ".old." && !fs::exists(original)) {
         fs::rename(path, original);

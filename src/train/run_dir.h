@@ -46,8 +46,15 @@ void claim_run_directory(const std::filesystem::path& run, const std::string& re
 // Removes the temporaries a crash or failed save left behind (.step_N.tmp.PID checkpoint
 // directories, latest.tmp.PID, config.json.tmp.PID...) whose process is gone. A checkpoint moved
 // aside for replacement (.step_N.old.PID) whose replacement never arrived is moved back instead.
-// Returns a line per action, for the log.
+// Whether a process is gone is asked on the host that ran it: the PID of the run's last owner
+// (record_run_owner) on another host is gone, since the caller now holds the lock it held; any
+// other PID is looked up on this host. Returns a line per action, for the log.
 std::vector<std::string> clean_stale_temporaries(const std::filesystem::path& run);
+
+// Records this process (host and PID) in DIR/.owner as the one whose PID names the temporaries
+// the run directory gets from now on: a restart on another node then does not look that PID up
+// among its own processes. Call with the run's lock held, after clean_stale_temporaries.
+void record_run_owner(const std::filesystem::path& run);
 
 // An exclusive lock on the run directory (flock on DIR/.lock) for the life of the object: two
 // trainers writing one directory prune each other's checkpoints and interleave their metrics.

@@ -12,6 +12,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 #include "train/run_settings.h"
 
 namespace boostlm {
@@ -161,6 +162,8 @@ void check_options(const TrainOptions& o) {
   check_range(o.save_interval >= 0, "--save-interval", o.save_interval, "0 (end only) or more");
   check_range(o.keep_checkpoints > 0, "--keep", o.keep_checkpoints, "at least 1");
   check_range(o.log_interval > 0, "--log-interval", o.log_interval, "at least 1");
+  check_range(std::isfinite(o.save_timeout_s) && o.save_timeout_s >= 0, "--save-timeout",
+              o.save_timeout_s, "0 (no bound) or a number of seconds");
   check_range(o.bucket_mb > 0, "--bucket-mb", o.bucket_mb, "at least 1");
   const OptimizerConfig& a = o.optimizer;
   check_range(a.beta1 >= 0 && a.beta1 < 1, "--beta1", a.beta1, "[0, 1)");
@@ -184,14 +187,54 @@ LrSchedule resolve_schedule(const TrainOptions& o) {
   return schedule;
 }
 
+namespace {
+
+// The checkpoint --resume names, verified. A corrupt one is refused, naming the newest intact
+// checkpoint before it and the command that resumes from that; where --resume named the run
+// directory (its newest checkpoint, not one the user chose), the resume falls back to that one,
+// with a warning.
+std::string verified_resume(const std::string& given, const std::string& dir) {
+  try {
+    verify_checkpoint(dir);
+    return dir;
+  } catch (const Error& e) {
+    const fs::path checkpoints = fs::path(dir).parent_path();
+    const std::string name = fs::path(dir).filename().string();
+    int64_t step = -1;
+    const auto all = list_checkpoints(checkpoints);
+    for (const CheckpointEntry& c : all)
+      if (c.dir.filename() == name) step = c.step;
+    std::string intact;
+    for (auto it = all.rbegin(); it != all.rend() && step >= 0 && intact.empty(); ++it) {
+      if (it->step >= step) continue;
+      try {
+        verify_checkpoint(it->dir.string());
+        intact = it->dir.string();
+      } catch (const Error&) {
+      }
+    }
+    const bool run_directory =
+        fs::path(given).lexically_normal() != fs::path(dir).lexically_normal();
+    if (run_directory && !intact.empty()) {
+      warn(std::string(e.what()) + "; resuming from the newest intact checkpoint before it, " +
+           intact);
+      return intact;
+    }
+    if (intact.empty()) throw;
+    throw error(e.what(), ". The newest intact checkpoint before it is ", intact,
+                ": resume from it with --resume ", intact);
+  }
+}
+
+}  // namespace
+
 ResolvedOptions resolve_options(const TrainOptions& given) {
   ResolvedOptions r{given, ""};
   if (given.resume.empty() || !given.init_from.empty()) {
     check_options(given);
     return r;
   }
-  r.resume_dir = resolve_checkpoint(given.resume);
-  verify_checkpoint(r.resume_dir);
+  r.resume_dir = verified_resume(given.resume, resolve_checkpoint(given.resume));
   if (has_training_state(r.resume_dir)) {  // else refused, saying why, when it is loaded
     const std::vector<std::string> changes = restore_run_settings(
         r.options, read_trainer_state(r.resume_dir), mpi_world_size(), r.resume_dir);

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -116,6 +118,7 @@ MetricsLog open_run_directory(const fs::path& run, const ModelConfig& config,
   claim_run_directory(run, resume_dir, overwrite);
   for (const std::string& action : clean_stale_temporaries(run))
     std::fprintf(stderr, "boostlm train: %s\n", action.c_str());
+  record_run_owner(run);
   fs::create_directories(run / "checkpoints");
   write_file_atomically((run / "config.json").string(), config.to_json().dump(2) + "\n");
   MetricsLog log((run / "metrics.jsonl").string(), resume_dir.empty() ? -1 : step);
@@ -376,7 +379,7 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   saver_.emplace(grid_.world(),
                  ShardRanks{grid_.tp_rank(), grid_.shape().tp, grid_.pp_rank(), grid_.shape().pp,
                             grid_.dp_rank(), grid_.shape().dp},
-                 o.async_save);
+                 o.async_save, o.save_timeout_s);
   restore(resume_dir_, init_dir_);
   saver_->reserve(rank_state());  // the staging buffer, allocated and touched before step 1
   if (state_.step >= o.steps)
@@ -385,12 +388,23 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   schedule_ = resolve_schedule(o);
 
   run_dir_ = o.out_dir;
+  // A testing hook, BOOSTLM_TEST_RANK_OUT=RANK:DIR: world rank RANK writes to DIR instead, as a
+  // node whose --out is a disk of its own would (two hosts cannot always be had: faults CTest).
+  if (const char* hook = std::getenv("BOOSTLM_TEST_RANK_OUT");
+      hook && std::strchr(hook, ':') && std::atoi(hook) == grid_.world_rank()) {
+    run_dir_ = std::strchr(hook, ':') + 1;
+    fs::create_directories(run_dir_ / "checkpoints");
+  }
   if (root_) {
     while_doing("creating the run directory --out " + run_dir_.string(), [&] {
       lock_ = RunDirectoryLock(run_dir_);
       metrics_ = open_run_directory(run_dir_, config_, resume_dir_, state_.step, o.overwrite);
     });
   }
+  // Every rank writes its share of each checkpoint into the run directory, which rank 0 then
+  // commits: refused now, not at the first save or the resume, when the ranks do not share it.
+  while_doing("checking that every rank sees --out " + run_dir_.string(),
+              [&] { check_shared_directory(grid_.world(), run_dir_.string()); });
   set_watchdog_log((run_dir_ / "watchdog.log").string());  // every rank: mpirun may lose stderr
   // Model FLOPs of the whole job's step (every DP replica), against every rank's GEMM peak.
   step_flops_ =
@@ -468,12 +482,26 @@ StepRecord TrainingRun::step() {
 // changed under the run), the trained weights are saved before the run ends.
 float TrainingRun::validate() {
   if (data_.val.shards.empty()) return -1.0f;
+  std::string failure;
+  float loss = -1.0f;
   try {
-    return static_cast<float>(evaluate(*model_, data_.val, o_.batch_size, o_.seq_len));
+    // A testing hook, BOOSTLM_TEST_EVAL_FAULT=RANK: validation fails on that world rank only.
+    if (const char* hook = std::getenv("BOOSTLM_TEST_EVAL_FAULT");
+        hook && *hook && std::atoi(hook) == grid_.world_rank())
+      throw error("BOOSTLM_TEST_EVAL_FAULT: validation fails on rank ", grid_.world_rank());
+    loss = static_cast<float>(evaluate(*model_, data_.val, o_.batch_size, o_.seq_len));
   } catch (const Error& e) {
-    const std::string saved = save("validation failed", true);
-    throw error(e.what(), " (the trained weights are saved in ", saved, ")");
+    failure = e.what();
   }
+  // Every rank learns of a failure on any rank before the save it triggers, which every rank
+  // must join: a save begun by some ranks only would wait for the others until the watchdog
+  // fired. The message is the failing rank's (the highest, should several fail).
+  float failed_rank = failure.empty() ? -1.0f : static_cast<float>(grid_.world_rank());
+  grid_.world().all_reduce_max_host(&failed_rank, 1);
+  if (failed_rank < 0) return loss;
+  grid_.world().broadcast_text(failure, static_cast<int>(failed_rank));
+  const std::string saved = save("validation failed", true);
+  throw error(failure, " (the trained weights are saved in ", saved, ")");
 }
 
 void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, double start_s,
@@ -524,15 +552,22 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
   if (evaluated && val_loss >= 0) line["val_loss"] = val_loss;
   if (!save_note_.is_null()) line.update(save_note_);
   save_note_ = nlohmann::json();
+  // A save in flight, and for how long: a stuck disk shows here long before --save-timeout.
+  const std::string pending = fs::path(saver_->pending_dir()).filename().string();
+  const double pending_s = saver_->pending_age_s();
+  if (saver_->pending()) line["save_pending"] = {{"checkpoint", pending}, {"age_s", pending_s}};
   metrics_.append(line);
 
   const double eta = (now_s() - start_s) / (state_.step - first_step) * (o_.steps - state_.step);
-  char progress[256];
-  std::snprintf(progress, sizeof progress,
-                "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | "
-                "ETA %s",
-                state_.step, o_.steps, r.loss, r.lr, r.grad_norm, tokens_per_step_ / r.seconds,
-                100.0 * mfu, format_duration(eta).c_str());
+  char progress[320];
+  const int n = std::snprintf(
+      progress, sizeof progress,
+      "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | ETA %s",
+      state_.step, o_.steps, r.loss, r.lr, r.grad_norm, tokens_per_step_ / r.seconds, 100.0 * mfu,
+      format_duration(eta).c_str());
+  if (saver_->pending() && n > 0 && static_cast<size_t>(n) < sizeof progress)
+    std::snprintf(progress + n, sizeof progress - static_cast<size_t>(n), " | saving %s (%s)",
+                  pending.c_str(), format_duration(pending_s).c_str());
   if (tty_)
     std::fprintf(stderr, "\r%-110s", progress);
   else if (state_.step % std::max<int64_t>(1, o_.log_interval) == 0 || state_.step == o_.steps)
@@ -575,10 +610,20 @@ void TrainingRun::settle(const std::optional<SaveResult>& done) {
                                           {"write_ms", done->write_s * 1e3},
                                           {"total_ms", done->total_s * 1e3},
                                           {"bytes", done->bytes}});
+  // The commit wrote `latest`; rank 0 prunes, and every rank learns whether that failed (an
+  // error on rank 0 alone would leave the others waiting in the next collective).
+  std::string failure;
+  if (root_) {
+    try {
+      prune_checkpoints(dir.parent_path(), o_.keep_checkpoints, dir.filename().string());
+    } catch (const std::exception& e) {
+      failure = std::string("removing older checkpoints (--keep) after committing ") + done->dir +
+                ": " + e.what();
+    }
+  }
+  grid_.world().broadcast_text(failure, 0);
+  if (!failure.empty()) throw error(failure);
   if (!root_) return;
-  const fs::path checkpoints = dir.parent_path();
-  write_file_atomically((checkpoints / "latest").string(), dir.filename().string() + "\n");
-  prune_checkpoints(checkpoints, o_.keep_checkpoints, dir.filename().string());
   if (tty_) std::fprintf(stderr, "\n");
   std::fprintf(stderr, "checkpoint (%s): %s\n", saving_why_.c_str(), done->dir.c_str());
 }
@@ -602,6 +647,7 @@ std::string TrainingRun::save(const char* why, bool wait) {
     state_.extra["arch"] = to_string(config_.arch);
     files = checkpoint_root_files(config_, nlohmann::json(), data_.tokenizer, &state_,
                                   optimizer_->steps_taken());
+    files.latest = (run_dir_ / "checkpoints" / "latest").string();
     files.grid = {{"tp", grid_.shape().tp},
                   {"pp", grid_.shape().pp},
                   {"dp", grid_.shape().dp},

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/saver.h"
 #include "comm/grid.h"
 #include "comm/overlap.h"
 #include "core/dtype.h"
@@ -63,6 +64,9 @@ struct TrainOptions {
   // Checkpoints written in the background (checkpoint/saver.h): a step waits only while each rank
   // copies its shard to host memory.
   bool async_save = true;
+  // A checkpoint that some rank has not written this many seconds after it began ends the job
+  // (checkpoint/saver.h; 0: no bound).
+  double save_timeout_s = kDefaultSaveTimeoutS;
   int64_t log_interval = 10;  // lines on a non-terminal stderr
   bool progress = true;
 

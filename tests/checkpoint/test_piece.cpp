@@ -150,6 +150,50 @@ TEST(CheckpointIndex, RoundTripsAndRefusesWhatCannotBeRead) {
   refuses_text(R"({"format": 7})", "\"format\" is not");
 }
 
+// Crafted indexes that once crashed the loader or slipped through: a cut along an axis of length
+// 0 (box_numel divided by it: SIGFPE), a shape whose element count wraps int64 to 0 (accepted as
+// an empty tensor), and begin + size past int64 (wrapped negative, inside the tensor). Each is
+// refused with the parser's Error. The same texts seed the fuzzer (corpus/checkpoint_index/).
+TEST(CheckpointIndex, RefusesCraftedShapesAndRanges) {
+  auto index_of = [](const std::string& tensor) {
+    return R"({"format": "boostlm-sharded", "version": 1, "tensors": {"t": )" + tensor + "}}";
+  };
+  auto refuses = [&](const std::string& tensor, const std::string& says) {
+    try {
+      CheckpointIndex::parse(index_of(tensor), "index.json");
+      ADD_FAILURE() << "accepted " << tensor;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refuses(R"({"shape": [0, 4], "pieces": [{"file": "a", "axis": 0, "begin": 0, "size": 0}]})",
+          "whose length is 0");
+  refuses(R"({"shape": [4, 0], "pieces": [{"file": "a", "axis": 1, "begin": 0, "size": 0},
+                                          {"file": "b", "axis": 1, "begin": 0, "size": 0}]})",
+          "whose length is 0");
+  // 2^40 · 2^40 = 2^80, 0 modulo 2^64.
+  refuses(R"({"shape": [1099511627776, 1099511627776], "pieces": [{"file": "a"}]})",
+          "more than 2^48 elements");
+  refuses(R"({"shape": [1099511627776, 1099511627776, 0], "pieces": [{"file": "a"}]})",
+          "more than 2^48 elements");
+  refuses(R"({"shape": [65536, 65536, 65536, 65536], "pieces": [{"file": "a"}]})",
+          "more than 2^48 elements");
+  refuses(R"({"shape": [4, 6], "pieces": [
+               {"file": "a", "axis": 0, "begin": 1, "size": 9223372036854775807},
+               {"file": "b", "axis": 0, "begin": 0, "size": 1}]})",
+          "outside the tensor");
+  refuses(R"({"shape": [4, 6], "pieces": [{"file": "a", "flat": [0, 4611686018427387904]}]})",
+          "outside its box");
+  // A tensor of no elements stored whole is well formed (and reads as nothing).
+  const CheckpointIndex empty =
+      CheckpointIndex::parse(index_of(R"({"shape": [0, 4], "pieces": [{"file": "a"}]})"), "i");
+  EXPECT_EQ(empty.tensors.at("t").pieces[0].piece.numel(), 0);
+  // And a box along an axis of length 0 counts its elements without dividing by that length.
+  EXPECT_EQ(box({0, 4}, 0, 0, 0).box_numel(), 0);
+  EXPECT_EQ(box({3, 0, 4}, 1, 0, 0).box_numel(), 0);
+  EXPECT_EQ(box({3, 5, 4}, 1, 1, 2).box_numel(), 24);
+}
+
 // Every rank's assignment together: each piece written once, the bytes spread over the replicas.
 TEST(AssignWriters, EveryTensorOnceTheBytesShared) {
   ParamTable table;

@@ -239,3 +239,108 @@ TEST(ShardedCheckpointFaults, AFailedWriteOnOneRankLeavesTheEarlierCheckpoint) {
 
 }  // namespace
 }  // namespace boostlm
+
+namespace boostlm {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Each rank's own directory where `shared` is false: what a run whose --out lies on each node's
+// own disk amounts to (the same path, other contents).
+fs::path directory_of(const std::string& name, int rank, bool shared) {
+  return fs::temp_directory_path() / (shared ? name : name + "_rank" + std::to_string(rank));
+}
+
+// A run directory that every rank sees passes; one that a rank does not share with rank 0 is
+// refused on every rank, naming the rank and its host, and no probe is left behind.
+TEST(ShardedCheckpointFaults, ARunDirectoryThatIsNotSharedIsRefusedAtStart) {
+  const int world = mpi_world_size();
+  if (world == 1) GTEST_SKIP() << "one process: nothing to share";
+  ProcessGrid grid({1, 1, world});
+  for (const bool shared : {true, false}) {
+    const fs::path dir =
+        directory_of("boostlm_shared_probe", shared ? 0 : grid.world_rank() / (world - 1), shared);
+    if (grid.world_rank() == 0 || (!shared && grid.world_rank() == world - 1)) {
+      fs::remove_all(dir);
+      fs::create_directories(dir);
+    }
+    grid.world().barrier();
+    std::string refused;
+    try {
+      check_shared_directory(grid.world(), dir.string());
+    } catch (const Error& e) {
+      refused = e.what();
+    }
+    if (shared) {
+      EXPECT_EQ(refused, "");
+    } else {
+      EXPECT_NE(refused.find("is not one directory that every rank sees: rank " +
+                             std::to_string(world - 1) + " (host "),
+                std::string::npos)
+          << refused;
+      EXPECT_NE(refused.find("a file system that every rank sees"), std::string::npos) << refused;
+    }
+    grid.world().barrier();
+    EXPECT_TRUE(fs::is_empty(dir)) << "a probe was left in " << dir;
+    grid.world().barrier();
+  }
+}
+
+// A rank whose files go where rank 0 does not see them (its own disk) makes the save fail on
+// every rank before anything is committed: rank 0 looks for every reported file in the temporary
+// directory, at its size. The earlier checkpoint stays, and no rank keeps its temporary files.
+TEST(ShardedCheckpointFaults, FilesThatRankZeroDoesNotSeeAreNotCommitted) {
+  const int world = mpi_world_size();
+  if (world == 1) GTEST_SKIP() << "one process: nothing to share";
+  const ModelConfig config = small_model(Arch::cola);
+  ProcessGrid grid({world >= 2 ? 2 : 1, 1, world / 2});
+  Model model(config, DType::f32, LayoutKind::btp, &grid.tp());
+  model.init_weights(3);
+  RankState state;
+  state.table = &model.params();
+  state.weights = &model.weights();
+  state.full_table = &model.full_params();
+  const ShardRanks ranks{grid.tp_rank(), grid.shape().tp, 0, 1, grid.dp_rank(), grid.shape().dp};
+  const bool last = grid.world_rank() == world - 1;
+  const fs::path shared = directory_of("boostlm_unseen", 0, true);
+  const fs::path own = directory_of("boostlm_unseen", 1, false);
+  if (grid.world_rank() == 0) {
+    fs::remove_all(shared);
+    fs::create_directories(shared);
+  }
+  if (last) fs::remove_all(own);
+  grid.world().barrier();
+  CheckpointSaver saver(grid.world(), ranks, /*async=*/true);
+  saver.begin((shared / "step_000001").string(), state,
+              checkpoint_root_files(config, {}, "", nullptr, 0));
+  ASSERT_TRUE(saver.finish());
+  // The last rank's --out is a directory of its own from now on.
+  const fs::path out = last ? own : shared;
+  std::string refused;
+  try {
+    saver.begin((out / "step_000002").string(), state,
+                checkpoint_root_files(config, {}, "", nullptr, 0));
+    saver.finish();
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  EXPECT_NE(refused.find("rank " + std::to_string(world - 1) + "'s model-r"), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("missing"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("a file system that every rank sees"), std::string::npos) << refused;
+  grid.world().barrier();
+  if (grid.world_rank() == 0) {
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(shared))
+      left.push_back(e.path().filename().string());
+    EXPECT_EQ(left, std::vector<std::string>{"step_000001"});
+    verify_checkpoint((shared / "step_000001").string());
+  }
+  if (last) {
+    EXPECT_TRUE(!fs::exists(own) || fs::is_empty(own)) << "temporary files left in " << own;
+  }
+  grid.world().barrier();
+}
+
+}  // namespace
+}  // namespace boostlm

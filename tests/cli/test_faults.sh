@@ -19,7 +19,12 @@
 #  checkpoint faults (issue 46), on rank 1 only (BOOSTLM_CHECKPOINT_FAULT): it dies while writing
 #            its share of a checkpoint, its disk is full, or it writes slowly while a stop arrives:
 #            the earlier checkpoint stays whole and loadable, the next start removes the partial
-#            one, and a stop waits for the save in flight.
+#            one, and a stop waits for the save in flight; its disk hangs (issue 64): past
+#            --save-timeout the job ends with the watchdog's exit code, naming the rank and file;
+#            its --out is not the directory rank 0 sees (BOOSTLM_TEST_RANK_OUT): refused at start.
+#            And rank 0's commit fails at each of its steps (die-commit, latest, rename, fsync):
+#            the next start resumes from the newest complete checkpoint. Validation that fails
+#            on one rank only (BOOSTLM_TEST_EVAL_FAULT) is saved by every rank.
 # Usage: test_faults.sh path/to/boostlm
 set -uo pipefail
 boostlm=$1
@@ -273,6 +278,87 @@ if [ "$code" -ne 0 ] && grep -q 'rank 1: .*No space left on device' "$run.log" &
   echo "ok   checkpoint, a full disk on one rank: $(grep -o 'The last good checkpoint, step_000002, is intact' "$run.log" | head -1), nothing left behind"
 else
   fail "checkpoint full: exit $code: $(tail -3 "$run.log")"
+fi
+# stuck: rank 1's disk hangs in the second save (its writer stalls 600 s at its model file):
+# with --save-timeout 3 the final save's wait ends the job with the watchdog's exit code, rank 0
+# naming the checkpoint, rank 1 and its file (stderr and watchdog.log); step_000002 stays whole.
+run=$work/ckpt_stuck
+start=$SECONDS
+BOOSTLM_CHECKPOINT_FAULT='slow@1#2:600' "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --steps 6 \
+  --save-interval 2 --save-timeout 3 > "$run.out" 2> "$run.log"
+code=$?
+took=$((SECONDS - start))
+stuck_message='checkpoint .*step_000004: 1 rank has not finished writing within 3 s .*rank 1 at .*\.step_000004\.tmp\.[0-9]+/model-r00001\.safetensors'
+if [ "$code" -eq 75 ] && ((took < 60)) && grep -Eq "$stuck_message" "$run.log" &&
+   grep -Eq "$stuck_message" "$run/watchdog.log" &&
+   [ "$(cat "$run/checkpoints/latest")" = step_000002 ] && ckpt_ok "$run/checkpoints/step_000002" &&
+   [ ! -e "$run/checkpoints/step_000004" ]; then
+  echo "ok   checkpoint, a stuck disk on one rank: exit 75 after ${took}s, $(grep -Eo 'rank 1 at [^ )]*' "$run.log" | head -1); step_000002 intact"
+else
+  fail "checkpoint stuck: exit $code after ${took}s, latest '$(cat "$run/checkpoints/latest" 2> /dev/null)': $(tail -3 "$run.log")"
+fi
+# not shared: rank 1's --out is a directory of its own (BOOSTLM_TEST_RANK_OUT, as a node whose
+# --out is its local disk): refused at start on every rank, naming rank 1 and its host; no
+# checkpoint, no probe left behind.
+run=$work/ckpt_unshared
+BOOSTLM_TEST_RANK_OUT="1:$work/ckpt_unshared_rank1" "$boostlm" launch -n 2 -- "${train[@]}" \
+  -o "$run" --steps 2 > "$run.out" 2> "$run.log"
+code=$?
+if [ "$code" -ne 0 ] && grep -q "is not one directory that every rank sees: rank 1 (host [^)]*) wrote a file into it that rank 0" "$run.log" &&
+   [ ! -e "$run/checkpoints/latest" ] && [ -z "$(ls -a "$run" "$work/ckpt_unshared_rank1" | grep probe)" ]; then
+  echo "ok   checkpoint, --out not shared by every rank: refused at start (exit $code)"
+else
+  fail "checkpoint not shared: exit $code: $(tail -3 "$run.log")"
+fi
+# rank 0's commit (BOOSTLM_CHECKPOINT_FAULT on rank 0, the second save, step 4): whatever step
+# fails, the next start resumes from the newest complete checkpoint and nothing committed is lost.
+#   die-commit  rank 0 dies after renaming step_000004 into place, before `latest`
+#   latest      writing `latest` fails after the rename: the run ends saying step_000004 is committed
+#   rename      the rename into place fails: step_000004 does not exist, step_000002 is resumed
+#   fsync       the directory fsync after the rename fails: a warning, and the run finishes
+for kind in die-commit latest rename fsync; do
+  run=$work/ckpt_commit_$kind
+  BOOSTLM_CHECKPOINT_FAULT="$kind@0#2" "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --steps 6 \
+    --save-interval 2 --keep 5 > "$run.out" 2> "$run.log"
+  code=$?
+  case $kind in
+    rename) expect_from=2 ;;
+    fsync) expect_from="" ;;
+    *) expect_from=4 ;;
+  esac
+  if [ -z "$expect_from" ]; then
+    if [ "$code" -eq 0 ] && grep -q "is committed, but the directory holding it could not be synced" "$run.log" &&
+       [ "$(cat "$run/checkpoints/latest")" = step_000006 ] && ckpt_ok "$run/checkpoints/step_000004"; then
+      echo "ok   checkpoint, rank 0's commit, $kind fails: a warning, the run finished, step_000004 whole"
+    else
+      fail "checkpoint commit $kind: exit $code, latest '$(cat "$run/checkpoints/latest" 2> /dev/null)': $(tail -3 "$run.log")"
+    fi
+    continue
+  fi
+  "$boostlm" launch -n 2 -- "${train[@]}" -o "$run" --resume "$run" > "$run.resume.out" 2> "$run.resume.log"
+  resumed=$?
+  if [ "$code" -ne 0 ] && [ "$resumed" -eq 0 ] && grep -q "steps $expect_from\.\.6" "$run.resume.log" &&
+     [ "$(cat "$run/checkpoints/latest")" = step_000006 ] && ckpt_ok "$run/checkpoints/step_000002" &&
+     ckpt_ok "$run/checkpoints/step_000006" && [ -z "$(temporaries "$run")" ]; then
+    echo "ok   checkpoint, rank 0's commit, $kind fails: exit $code; the resume took step_00000$expect_from and finished"
+  else
+    fail "checkpoint commit $kind: exit $code, resume exit $resumed: $(tail -2 "$run.log") / $(grep -m1 'steps ' "$run.resume.log") $(tail -2 "$run.resume.log")"
+  fi
+done
+# validation fails on rank 1 only (BOOSTLM_TEST_EVAL_FAULT): the ranks agree on it before the
+# save it triggers, so every rank saves step 2 and the job ends with rank 1's message, not a hang
+# that the communication watchdog ends (exit 75).
+run=$work/eval_fault
+BOOSTLM_TEST_EVAL_FAULT=1 "$boostlm" launch -n 2 -- train -c "$work/cola.json" -d "$work/data" \
+  -t 16 -b 2 --dp 2 --lr 1e-2 --warmup 1 --eval-interval 2 --eval-batches 1 --log-interval 1000 \
+  -o "$run" --steps 6 --comm-timeout 20 > "$run.out" 2> "$run.log"
+code=$?
+if [ "$code" -ne 0 ] && [ "$code" -ne 75 ] &&
+   grep -q "validation fails on rank 1 (the trained weights are saved in .*step_000002)" "$run.log" &&
+   [ "$(cat "$run/checkpoints/latest")" = step_000002 ] && ckpt_ok "$run/checkpoints/step_000002"; then
+  echo "ok   validation fails on one rank: every rank saved step_000002, exit $code"
+else
+  fail "validation fault on one rank: exit $code, latest '$(cat "$run/checkpoints/latest" 2> /dev/null)': $(tail -3 "$run.log")"
 fi
 # slow: rank 1 takes 4 s over its share of the step-2 checkpoint; a stop meanwhile waits for it,
 # then saves the step it stopped at.

@@ -9,11 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "formats/hf_import.h"
 #include "formats/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 #include "train_fixture.h"
 
 namespace boostlm {
@@ -226,6 +228,156 @@ TEST(AtomicWrite, ResavingACheckpointReplacesItWhole) {
     ++entries;
   }
   EXPECT_EQ(entries, 1);
+}
+
+// A save whose disk never finishes it (BOOSTLM_CHECKPOINT_FAULT=slow@0:60: the writer stalls at
+// its model file) ends the process past the saver's bound as the communication watchdog ends a
+// job (its exit code), naming the checkpoint, the rank and the file; nothing of it is committed.
+// Asynchronous or not: a synchronous save is bounded the same way.
+TEST(CheckpointSaver, ASaveStuckOnItsDiskEndsTheJobNamingRankAndFile) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Model model(tiny_config(), DType::f32);
+  model.init_weights(1);
+  RankState state;
+  state.table = &model.params();
+  state.full_table = &model.params();
+  state.weights = &model.weights();
+  for (const bool async : {true, false}) {
+    const fs::path base = fresh_dir(async ? "stuck_async" : "stuck_sync");
+    const std::string dir = (base / "step_000001").string();
+    EXPECT_EXIT(
+        {
+          ::setenv("BOOSTLM_CHECKPOINT_FAULT", "slow@0:60", 1);
+          Communicator self;
+          CheckpointSaver saver(self, ShardRanks{}, async, /*timeout_s=*/0.5);
+          saver.begin(dir, state, checkpoint_root_files(model.config(), {}, "", nullptr, 0));
+          saver.finish();
+        },
+        ::testing::ExitedWithCode(kWatchdogExitCode),
+        "checkpoint .*step_000001: 1 rank has not finished writing within 0.5 s of the save's "
+        "start \\(rank 0 at .*model.safetensors\\).*--save-timeout")
+        << (async ? "async" : "sync");
+    EXPECT_FALSE(fs::exists(dir));
+  }
+  // A save within the bound commits as before.
+  const fs::path base = fresh_dir("stuck_not");
+  ::setenv("BOOSTLM_CHECKPOINT_FAULT", "slow@0:0.2", 1);
+  Communicator self;
+  CheckpointSaver saver(self, ShardRanks{}, /*async=*/true, /*timeout_s=*/30);
+  saver.begin((base / "step_000001").string(), state,
+              checkpoint_root_files(model.config(), {}, "", nullptr, 0));
+  EXPECT_TRUE(saver.pending());
+  EXPECT_GE(saver.pending_age_s(), 0.0);
+  EXPECT_TRUE(saver.finish());
+  ::unsetenv("BOOSTLM_CHECKPOINT_FAULT");
+  EXPECT_FALSE(saver.pending());
+  verify_checkpoint((base / "step_000001").string());
+}
+
+// A file that checksums.json does not list (put there after the commit) is refused by
+// verification and by the reader, not read unchecked.
+TEST(Checkpoint, RefusesAFileThatChecksumsJsonDoesNotList) {
+  Saved saved("unlisted");
+  nlohmann::json sums = nlohmann::json::parse(read_text_file(saved.dir + "/checksums.json"));
+  ASSERT_TRUE(sums.contains("model.safetensors"));
+  sums.erase("model.safetensors");
+  write_file_atomically(saved.dir + "/checksums.json", sums.dump(2) + "\n");
+  expect_error([&] { verify_checkpoint(saved.dir); },
+               "model.safetensors, which checksums.json does not list");
+  Model model(saved.model.config(), DType::f32);
+  expect_error([&] { load_checkpoint_weights(saved.dir, model); },
+               "model.safetensors is not listed in checksums.json");
+}
+
+// Rank 0's commit, one step at a time (BOOSTLM_CHECKPOINT_FAULT=KIND@0, in one process): a run
+// directory's checkpoints/ with `latest`, as the trainer saves them.
+struct CommitRun {
+  Model model{tiny_config(), DType::f32};
+  fs::path run, checkpoints;
+  explicit CommitRun(const std::string& name)
+      : run(fresh_dir(name)), checkpoints(run / "checkpoints") {
+    model.init_weights(5);
+    fs::create_directories(checkpoints);
+  }
+  std::string dir(int step) const {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%06d", step);
+    return (checkpoints / name).string();
+  }
+  // Saves step `step`, with `fault` ("" for none) in the commit.
+  void save(int step, const std::string& fault = "") {
+    RankState state;
+    state.table = &model.params();
+    state.full_table = &model.params();
+    state.weights = &model.weights();
+    RootFiles files = checkpoint_root_files(model.config(), {}, "", nullptr, 0);
+    files.latest = (checkpoints / "latest").string();
+    if (!fault.empty()) ::setenv("BOOSTLM_CHECKPOINT_FAULT", (fault + "@0").c_str(), 1);
+    Communicator self;
+    CheckpointSaver saver(self, ShardRanks{}, /*async=*/false);
+    try {
+      saver.begin(dir(step), state, std::move(files));
+    } catch (...) {
+      ::unsetenv("BOOSTLM_CHECKPOINT_FAULT");
+      throw;
+    }
+    ::unsetenv("BOOSTLM_CHECKPOINT_FAULT");
+  }
+  std::string latest() const { return latest_checkpoint_name(checkpoints); }
+  // Entries of checkpoints/ other than step directories and `latest` (temporaries, moved-aside).
+  std::vector<std::string> strays() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(checkpoints)) {
+      const std::string name = e.path().filename().string();
+      if (name != "latest" && !name.starts_with("step_")) out.push_back(name);
+    }
+    return out;
+  }
+};
+
+// Every step of the commit that can fail leaves the newest complete checkpoint in place and
+// found, and nothing that was committed deleted: a failed rename puts back the checkpoint it was
+// to replace; a failed directory fsync after the rename is a warning, not a lost save; a
+// `latest` that cannot be written says the checkpoint is committed, and the next start finds it.
+TEST(CheckpointCommit, EveryFaultLeavesTheNewestCompleteCheckpointFound) {
+  CommitRun run("commit_faults");
+  run.save(1);
+  EXPECT_EQ(run.latest(), "step_000001");
+  // A re-save of step 1 whose rename into place fails: step 1 as it was, nothing stray.
+  expect_error([&] { run.save(1, "rename"); }, "Input/output error");
+  verify_checkpoint(run.dir(1));
+  EXPECT_EQ(run.strays(), std::vector<std::string>{});
+  EXPECT_EQ(run.latest(), "step_000001");
+  // A new step whose rename fails: nothing of it, nothing stray.
+  expect_error([&] { run.save(2, "rename"); }, "Input/output error");
+  EXPECT_FALSE(fs::exists(run.dir(2)));
+  EXPECT_EQ(run.strays(), std::vector<std::string>{});
+  // The directory fsync after the rename fails: committed all the same, and named by `latest`.
+  EXPECT_NO_THROW(run.save(2, "fsync"));
+  verify_checkpoint(run.dir(2));
+  EXPECT_EQ(run.latest(), "step_000002");
+  // `latest` cannot be written: the error says the checkpoint is committed, and where.
+  expect_error([&] { run.save(3, "latest"); }, "step_000003 is committed and complete, but " +
+                                                   (run.checkpoints / "latest").string());
+  verify_checkpoint(run.dir(3));
+  EXPECT_EQ(run.latest(), "step_000002");
+  EXPECT_EQ(resolve_checkpoint(run.run.string()), run.dir(3));
+  // Once `latest` is written again, it is what a resume takes.
+  run.save(4);
+  EXPECT_EQ(resolve_checkpoint(run.run.string()), run.dir(4));
+}
+
+// Rank 0 ends between the rename and `latest` (BOOSTLM_CHECKPOINT_FAULT=die-commit@0): the next
+// start resumes from the checkpoint it committed, not the one `latest` still names.
+TEST(CheckpointCommit, ADeathAfterTheRenameLeavesTheCheckpointFound) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CommitRun run("commit_die");
+  run.save(1);
+  EXPECT_EXIT(run.save(2, "die-commit"), ::testing::ExitedWithCode(86), "dies after the commit");
+  EXPECT_EQ(run.latest(), "step_000001");
+  verify_checkpoint(run.dir(2));
+  EXPECT_EQ(resolve_checkpoint(run.run.string()), run.dir(2));
+  verify_checkpoint(run.dir(1));
 }
 
 TEST(Checksum, DoesNotDependOnHowTheBytesAreSplit) {

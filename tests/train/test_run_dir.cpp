@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/hostfile.h"
 #include "train/run_dir.h"
 #include "train_fixture.h"
 
@@ -127,6 +128,30 @@ TEST(RunDir, CleansTemporariesOfDeadProcessesOnly) {
   EXPECT_FALSE(fs::exists(ck / (".step_000020.old." + dead)));
   EXPECT_TRUE(fs::exists(ck / "step_000030"));
   EXPECT_FALSE(fs::exists(ck / (".step_000030.old." + dead)));
+}
+
+// After a restart on another node, the last owner's PID names a process of its host, not of
+// this one: its temporaries are stale even where a process of this host has that PID (here,
+// our parent), and a moved-aside checkpoint goes back. The same PID of an owner on this host
+// is alive and kept.
+TEST(RunDir, CleansTemporariesOfAnOwnerOnAnotherHost) {
+  const fs::path run = fresh_dir("rundir_other_host");
+  const fs::path ck = run / "checkpoints";
+  const std::string alive = std::to_string(::getppid());
+  for (const bool elsewhere : {false, true}) {
+    write_file_atomically((run / ".owner").string(), (elsewhere ? "another-host-" : "") +
+                                                         this_host_name() + " " + alive + "\n");
+    touch_checkpoint(ck, ".step_000012.tmp." + alive);
+    touch_checkpoint(ck, ".step_000020.old." + alive);
+    const auto actions = clean_stale_temporaries(run);
+    EXPECT_EQ(fs::exists(ck / (".step_000012.tmp." + alive)), !elsewhere);
+    EXPECT_EQ(fs::exists(ck / "step_000020" / "model.safetensors"), elsewhere);
+    EXPECT_EQ(actions.size(), elsewhere ? 2u : 0u);
+  }
+  // The next owner is this process, on this host.
+  record_run_owner(run);
+  EXPECT_EQ(read_text_file((run / ".owner").string()),
+            this_host_name() + " " + std::to_string(::getpid()) + "\n");
 }
 
 // A rank its launcher killed can outlive the launcher as a zombie until init reaps it (CI saw a

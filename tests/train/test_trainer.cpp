@@ -517,6 +517,72 @@ TEST(Trainer, AFailedSaveKeepsTheLastCheckpoint) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
+// A save in flight shows in metrics.jsonl with its age ("save_pending"), on the lines of the
+// steps it spans: here the writer of the step-2 save stalls 1.5 s (BOOSTLM_CHECKPOINT_FAULT).
+TEST(Trainer, MetricsShowASaveStillPendingAndItsAge) {
+  const std::string data = make_data_dir("pending_data", 64);
+  const std::string config = write_config("pending");
+  const std::string run = (fresh_dir("pending_run") / "run").string();
+  auto o = options(data, run, config, 4);
+  o.save_interval = 2;
+  ::setenv("BOOSTLM_CHECKPOINT_FAULT", "slow@0#1:1.5", 1);
+  train(o);
+  ::unsetenv("BOOSTLM_CHECKPOINT_FAULT");
+  std::ifstream in(run + "/metrics.jsonl");
+  int pending = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("save_pending")) continue;
+    ++pending;
+    EXPECT_EQ(j["save_pending"]["checkpoint"], "step_000002") << line;
+    EXPECT_GE(j["save_pending"]["age_s"].get<double>(), 0.0) << line;
+  }
+  EXPECT_GE(pending, 1);
+  verify_checkpoint(run + "/checkpoints/step_000002");
+}
+
+// A resume whose checkpoint is corrupt (a flipped byte in step_000004's weights): named
+// explicitly, it is refused with the newest intact checkpoint before it and the command that
+// resumes from that; through the run directory, the resume falls back to that checkpoint with a
+// warning and finishes.
+TEST(Trainer, ACorruptCheckpointNamesTheNewestIntactOne) {
+  const std::string data = make_data_dir("corrupt_resume_data", 64);
+  const std::string config = write_config("corrupt_resume");
+  const std::string run = (fresh_dir("corrupt_resume_run") / "run").string();
+  auto o = options(data, run, config, 4);
+  o.save_interval = 2;
+  train(o);
+  const std::string newest = run + "/checkpoints/step_000004";
+  const std::string intact = run + "/checkpoints/step_000002";
+  {
+    std::fstream f(newest + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  auto named = options(data, run, "", 6);
+  named.resume = newest;
+  named.given = {"--steps"};
+  std::string message;
+  try {
+    train(named);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("checksum mismatch"), std::string::npos) << message;
+  EXPECT_NE(message.find("resume from it with --resume " + intact), std::string::npos) << message;
+  auto through_run = options(data, run, "", 6);
+  through_run.resume = run;
+  through_run.given = {"--steps"};
+  ::testing::internal::CaptureStderr();
+  const TrainResult r = train(through_run);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.steps_done, 6);
+  EXPECT_NE(said.find("resuming from the newest intact checkpoint before it, " + intact),
+            std::string::npos)
+      << said;
+  verify_checkpoint(run + "/checkpoints/step_000006");
+}
+
 }  // namespace
 }  // namespace boostlm
 
