@@ -370,6 +370,9 @@ std::string describe_choice(const Bf16Choice& c, const char* why) {
 }
 
 void measure_bf16_paths(Bf16Choice& c) {
+  // The probe's own arrays live in the engine's memory (Buffer): under --device cpu-checked that is
+  // the checked arena, which only a kernel may touch; the probe is one.
+  const DeviceAccess access("gemm_path_probe");
   constexpr int64_t n = 512;
   Buffer<float> a32(n * n), b32(n * n), out(n * n);
   Buffer<bf16_t> a16(n * n), b16(n * n);
