@@ -422,11 +422,9 @@ void Communicator::all_reduce_rows(void* buffer, const RowMessage& m) {
     this->count(Collective::all_reduce, m.payload_bytes(), 1);
     return;
   }
-  if (m.stats == 0) {  // plain bf16 values, contiguous when even (the padding column otherwise)
-    if (m.values_ld == m.values) {
-      all_reduce(m.values_in(buffer), m.rows * m.values);
-      return;
-    }
+  if (m.stats == 0 && m.values_ld == m.values) {  // plain bf16 values, no padding column
+    all_reduce(m.values_in(buffer), m.rows * m.values);
+    return;
   }
   const MPI_Datatype type = row_type(m.values, m.stats);
   if (overlapped()) {

@@ -424,12 +424,9 @@ class Btp final : public Layout {
   // All-reduces columns [c0, c0 + cols) of a [N, ld] buffer (an ungrouped projection's latent
   // gradient inside the packed buffer) through a contiguous copy.
   void all_reduce_columns(float* buf, int64_t N, int64_t ld, int64_t c0, int64_t cols) {
-    if (bf16_wire() || cols == ld) {  // bf16: rounded out of, and widened back into, the columns
+    // Whole rows, or bf16 (rounded out of, and widened back into, the columns): no copy.
+    if (bf16_wire() || cols == ld) {
       all_reduce_activations(tp_, compute_, buf + c0, N, cols, ld, wire_);
-      return;
-    }
-    if (cols == ld) {
-      tp_.all_reduce(buf, N * cols);
       return;
     }
     column_scratch_.resize(N * cols);
