@@ -511,6 +511,35 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
   this->count(Collective::all_gather, count);
 }
 
+void Communicator::all_gather(const bf16_t* send, int64_t count, bf16_t* recv) {
+  BOOSTLM_KERNEL("comm");
+  refuse_overlapped("all_gather");
+  const bool in_place = send == recv + static_cast<int64_t>(rank_) * count;
+  if (!in_place) {
+    BOOSTLM_ASSERT_MSG(!overlaps(send, count * 2, recv, size_ * count * 2),
+                       "all_gather: send overlaps recv other than at this rank's slot");
+  }
+  if (device_) {  // a gather moves bytes: bf16 pairs travel as the fp32 words they fill
+    BOOSTLM_ASSERT_MSG(count % 2 == 0, "all_gather of bf16 on " + name_ +
+                                           ": an odd count (" + std::to_string(count) +
+                                           ") cannot travel as fp32 words");
+    if (size_ > 1 || !in_place)
+      on_device(device_->all_gather(reinterpret_cast<const float*>(send), count / 2,
+                                    reinterpret_cast<float*>(recv)));
+    this->count(Collective::all_gather, count, 2);
+    return;
+  }
+  if (size_ == 1) {
+    if (!in_place) device_copy(recv, send, count * sizeof(bf16_t));
+    return;
+  }
+  WatchedExchange watch(watch_name_, "all_gather", count * 2);
+  const int n = to_mpi_count(count);
+  MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, MPI_UINT16_T, recv, n, MPI_UINT16_T,
+                as_mpi(comm_));
+  this->count(Collective::all_gather, count, 2);
+}
+
 void Communicator::reduce_scatter(const float* send, float* recv,
                                   const std::vector<int64_t>& counts) {
   BOOSTLM_KERNEL("comm");

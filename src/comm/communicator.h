@@ -112,6 +112,10 @@ class Communicator {
   void all_gather_host(const float* send, int64_t count, float* recv);
   // recv = the `count` elements of every rank, in rank order (size·count elements).
   void all_gather(const float* send, int64_t count, float* recv);
+  // The same for bf16 activations (issue 60: btp's residual gathers), counted at 2 bytes an
+  // element. Nothing is summed, so nothing rounds: on a device transport the bytes move as fp32
+  // pairs (count must be even there).
+  void all_gather(const bf16_t* send, int64_t count, bf16_t* recv);
   // Sums `send` (Σ counts elements) over the group; rank i receives the counts[i] elements that
   // start at Σ_{j<i} counts[j]. (MPI_Reduce_scatter with counts; the _block variant is slow in
   // Open MPI 4.1.)

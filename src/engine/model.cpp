@@ -23,10 +23,20 @@ namespace boostlm {
 
 namespace {
 
-// full [N, c·t] from every rank's column block local [N, c] (a collective over tp).
-void gather_columns(Communicator& tp, const float* local, int64_t N, int64_t c, float* full,
-                    Buffer<float>& scratch) {
+// full [N, c·t] from every rank's column block local [N, c] (a collective over tp). With `wire`
+// bf16 (bf16 training, issue 60) the blocks travel rounded to bf16, half the bytes: rounded into
+// this rank's slot of `wire16`, gathered in place and widened into their columns of `full`.
+void gather_columns(Communicator& tp, DType wire, const float* local, int64_t N, int64_t c,
+                    float* full, Buffer<float>& scratch, Buffer<bf16_t>& wire16) {
   const int t = tp.size();
+  if (wire == DType::bf16 && t > 1) {
+    if (wire16.size() < static_cast<size_t>(N * c * t)) wire16.resize(N * c * t);
+    bf16_t* mine = wire16.data() + tp.rank() * N * c;
+    round_to_bf16(local, N, c, c, mine);
+    tp.all_gather(mine, N * c, wire16.data());
+    for (int r = 0; r < t; ++r) widen_bf16(wire16.data() + r * N * c, N, c, c, full + r * c, c * t);
+    return;
+  }
   scratch.resize(N * c * t);
   tp.all_gather(local, N * c, scratch.data());
   concat_columns(scratch.data(), t, N, c, full);
@@ -213,7 +223,11 @@ int64_t Model::activation_bytes() const {
   for (const auto& r : resid_) elements += r.size();
   int64_t blocks_bytes = 0;
   for (int c = 0; c < active_chunks_; ++c) blocks_bytes += chunks_[c]->activation_bytes();
-  return elements * static_cast<int64_t>(sizeof(float)) + blocks_bytes;
+  // bf16 training: the final norm's output as the head's GEMMs read it, and the bf16 messages of
+  // the embedding, the head and btp's residual gathers (N·d each at most, t > 1).
+  const int64_t bf16 = norm_final_bf16_.size() + wire_.size();
+  return elements * static_cast<int64_t>(sizeof(float)) +
+         bf16 * static_cast<int64_t>(sizeof(bf16_t)) + blocks_bytes;
 }
 
 int64_t Model::kept_bytes_per_block() const {
@@ -352,7 +366,7 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   Buffer<float> scratch;
   const float* x_last = resid(last_layer_);
   if (rc != d) {  // btp: all-gather the hidden shards before the final norm (SPEC §3.3)
-    gather_columns(*tp_, x_last, N, rc, x_full_.data(), scratch);
+    gather_columns(*tp_, compute_, x_last, N, rc, x_full_.data(), scratch, wire_);
     x_last = x_full_.data();
   }
   const ParamInfo& fnorm = table_.at("model.norm.weight");
@@ -430,7 +444,7 @@ void Model::embedding_backward(const int32_t* tokens) {
   const float* dx = d_resid_.data();
   if (rc != d) {  // the embedding rows need the whole gradient row: gather the hidden shards
     Buffer<float> scratch;
-    gather_columns(*tp_, d_resid_.data(), N, rc, d_full_.data(), scratch);
+    gather_columns(*tp_, compute_, d_resid_.data(), N, rc, d_full_.data(), scratch, wire_);
     dx = d_full_.data();
   }
   embedding_shard_backward(batch_ids(tokens, token_ids_), N, dx, vocab_begin_, vocab_rows_,

@@ -312,7 +312,9 @@ class Model {
   Buffer<std::byte> workspace_;
   WorkArea<float> logits_, d_full_;
   Buffer<bf16_t> norm_final_bf16_;
-  Buffer<bf16_t> wire_;  // bf16 training: the embedding's output and the head's input gradient
+  // bf16 training: the embedding's output, the head's input gradient and btp's residual gathers
+  // as they travel (at most N·d).
+  Buffer<bf16_t> wire_;
                          // as they cross the TP group
   // btp with a deferred head ∂W: the final norm's input gradient, which otherwise overwrites
   // norm_final_ (the ∂W's input until it has run).

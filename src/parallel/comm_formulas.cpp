@@ -32,9 +32,10 @@ CommCounts embedding_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N,
                              bool backward, DType act) {
   CommCounts out;
   if (tp == 1) return out;
-  add_collective(out, Collective::all_reduce, 1, N * c.d_model, act == DType::bf16 ? 2 : 4);
+  const int64_t e = act == DType::bf16 ? 2 : 4;  // activations: bf16 in bf16 training
+  add_collective(out, Collective::all_reduce, 1, N * c.d_model, e);
   if (backward && layout_traits(layout).hidden_sharded_residual)
-    add_collective(out, Collective::all_gather, 1, N * c.d_model / tp);
+    add_collective(out, Collective::all_gather, 1, N * c.d_model / tp, e);
   return out;
 }
 
@@ -46,10 +47,11 @@ CommCounts head_tp_comm(LayoutKind layout, const ModelConfig& c, int64_t N, int 
   const int64_t d = c.d_model;
   add_collective(out, Collective::all_reduce_max, chunks, N);  // loss: row max
   add_collective(out, Collective::all_reduce, chunks, 2 * N);  // loss: Σexp and target logit
+  const int64_t e = act == DType::bf16 ? 2 : 4;  // activations: bf16 in bf16 training
   if (layout_traits(layout).hidden_sharded_residual)
-    add_collective(out, Collective::all_gather, 1, N * d / tp);  // the final norm's input
-  if (backward)  // the head's input gradient, an activation (bf16 in bf16 training)
-    add_collective(out, Collective::all_reduce, chunks, N * d, act == DType::bf16 ? 2 : 4);
+    add_collective(out, Collective::all_gather, 1, N * d / tp, e);  // the final norm's input
+  if (backward)  // the head's input gradient
+    add_collective(out, Collective::all_reduce, chunks, N * d, e);
   return out;
 }
 

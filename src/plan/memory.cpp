@@ -104,7 +104,10 @@ int64_t bf16_kept_elements(const MicroBatchShape& mb, int64_t slots) {
 int64_t model_activation_bytes(const MicroBatchShape& mb, DType compute) {
   const int64_t fp32 = 4 * model_activation_elements(mb);
   if (compute != DType::bf16) return fp32;
-  return fp32 - 2 * bf16_kept_elements(mb, mb.config.n_layers);
+  // The final norm's output rounded for the head's GEMMs, and over t > 1 the bf16 messages of the
+  // embedding, the head and btp's residual gathers (Model::wire_): N·d bf16 each.
+  const int64_t Nd = mb.tokens() * mb.config.d_model;
+  return fp32 - 2 * bf16_kept_elements(mb, mb.config.n_layers) + 2 * Nd * (mb.tp > 1 ? 2 : 1);
 }
 
 int64_t workspace_elements(const MicroBatchShape& mb) {

@@ -253,6 +253,10 @@ MemoryEstimate rank_memory(const StepConfig& c, int stage, double bytes_per_acti
                          bf16_kept_elements(mb, stage_layers(c.config, c.pp, stage) * in_flight)) *
                      (bytes_per_activation - 2);
   m.workspace = static_cast<double>(workspace_elements(mb)) * bytes_per_activation;
+  // bf16: the final norm's output rounded for the head, and over t > 1 the bf16 messages of the
+  // embedding, the head and btp's residual gathers (Model::activation_bytes counts both).
+  if (c.precision == DType::bf16)
+    m.workspace += 2.0 * static_cast<double>(mb.tokens() * c.config.d_model) * (c.tp > 1 ? 2 : 1);
   if (c.device_attention_scratch && c.precision == DType::bf16)
     m.workspace += static_cast<double>(attention_ds_scratch_bytes(mb));
   m.checkpoint_staging = m.weights + m.optimizer;

@@ -237,6 +237,16 @@ TEST(CommFormulas, Bf16HalvesEveryActivationByte) {
   EXPECT_EQ(f32[Collective::all_reduce].bytes - b16[Collective::all_reduce].bytes,
             2 * N * c.d_model * 2);
   EXPECT_EQ(f32[Collective::all_reduce_max].bytes, b16[Collective::all_reduce_max].bytes);
+  // btp's residual gathers (the final norm's input, the embedding's gradient) halve too: around
+  // the blocks only the loss's fp32 statistics keep their bytes.
+  for (int tp : {2, 4}) {
+    const CommCounts g32 = outer_tp_comm(LayoutKind::btp, c, N, tp, 1, true);
+    const CommCounts g16 = outer_tp_comm(LayoutKind::btp, c, N, tp, 1, true, DType::bf16);
+    EXPECT_EQ(g16[Collective::all_gather].calls, 2);
+    EXPECT_EQ(2 * g16[Collective::all_gather].bytes, g32[Collective::all_gather].bytes);
+    const int64_t loss = 3 * N * 4;  // row max, Σexp and the target logit: fp32
+    EXPECT_EQ(2 * (g16.total_bytes() - loss), g32.total_bytes() - loss);
+  }
 }
 
 // LaX under btp (issue 48): the latents are whole on every rank after their all-reduce, so the
