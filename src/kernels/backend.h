@@ -89,6 +89,14 @@
     (const float* x, const float* gamma, float* sum_sq, int64_t rows, int64_t D, float eps,      \
      bf16_t* out),                                                                               \
     (x, gamma, sum_sq, rows, D, eps, out))                                                       \
+  X(void, residual_rmsnorm_forward_bf16, residual_rmsnorm_forward_bf16,                          \
+    (const float* x, const float* u, float* sum, const float* gamma, int64_t rows, int64_t D,    \
+     float eps, bf16_t* y, float* rstd),                                                         \
+    (x, u, sum, gamma, rows, D, eps, y, rstd))                                                   \
+  X(void, residual_online_norm_input_bf16, residual_online_norm_input_bf16,                      \
+    (const float* x, const float* u, float* sum, const float* gamma, float* sum_sq,              \
+     int64_t rows, int64_t D, float eps, bf16_t* out),                                           \
+    (x, u, sum, gamma, sum_sq, rows, D, eps, out))                                               \
   X(void, online_norm_pack, online_norm_pack,                                                    \
     (float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq, int64_t D,          \
      float eps, bool rescale, bool with_stat),                                                   \

@@ -55,6 +55,18 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
 // pass over x for the bf16 forward's statistic, scaling and rounding.
 void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
                             int64_t D, float eps, bf16_t* out);
+
+// Fused residual add + norm input (issue 60 item 4): the residual add sum = x + u (all [rows, D],
+// contiguous) in the same pass as the norm that reads it, so the sum is not read back. Each gives
+// the bits of add(x, u, sum) followed by the unfused kernel on sum: residual_rmsnorm_forward_bf16
+// that of rmsnorm_forward_bf16 (the replicated norms of dense-tp and naive-tp), and
+// residual_online_norm_input_bf16 that of online_norm_input_bf16 (btp's Online-RMSNorm; sum_sq
+// required).
+void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, const float* gamma,
+                                   int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd);
+void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
+                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                                     float eps, bf16_t* out);
 // Before the all-reduce of partial latents p [rows, width] (row stride ld): with `rescale` undo
 // s_r (p · sqrt(sum_sq/D + eps)), and with `with_stat` write sum_sq[r] into column `width`.
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,

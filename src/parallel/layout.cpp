@@ -48,7 +48,7 @@ void Layout::block_forward(int64_t layer, const float* x_in, float* x_out) {
   // Attention sub-block.
   const bool v_in_bf16 = qkv(layer, a, w, /*replay=*/false);
   group_forward(layer, kO, attention(w, v_in_bf16), {partial_.data()});
-  add(x_in, partial_.data(), a.x_mid.data(), N * rc);
+  residual_add(layer, kGateUp, x_in, partial_.data(), a.x_mid.data());
 
   // MLP sub-block.
   const bool kept = gate_up(layer, a, w, /*replay=*/false);
@@ -229,8 +229,23 @@ Layout::Norm Layout::norm_of(int64_t layer, const Group& g, ReplicatedNorms& kep
              : Norm{w.norm2, w.dnorm2, kept.norm2.data(), kept.rstd2.data(), kept.norm2_16.data()};
 }
 
+void Layout::residual_add(int64_t, const Group&, const float* x, const float* u, float* sum) {
+  add(x, u, sum, batch_ * seq_len_ * residual_columns());
+}
+
+void Layout::replicated_residual_norm(const Norm& n, const float* x, const float* u, float* sum) {
+  BOOSTLM_ASSERT(compute_ == DType::bf16 && residual_columns() == config_.d_model);
+  const int64_t N = batch_ * seq_len_, d = config_.d_model;
+  residual_rmsnorm_forward_bf16(x, u, sum, n.gamma, N, d, config_.rms_eps, n.out16, n.rstd);
+  prenormed_ = n.out16;
+}
+
 GemmInput Layout::replicated_norm_forward(const Norm& n, const float* x) {
   const int64_t N = batch_ * seq_len_, d = config_.d_model;
+  if (compute_ == DType::bf16 && prenormed_ == n.out16) {  // made by its residual add
+    prenormed_ = nullptr;
+    return replicated_norm_output(n);
+  }
   if (compute_ == DType::bf16)
     rmsnorm_forward_bf16(x, d, n.gamma, N, d, config_.rms_eps, n.out16, d, n.rstd);
   else

@@ -306,6 +306,13 @@ class Layout {
                                   std::initializer_list<GroupOutput> y);
   // group_forward's fp32 outputs as GroupOutputs, for a layout that implements both as one.
   static std::array<GroupOutput, 3> fp32_outputs(std::initializer_list<float*> y);
+  // The residual add sum = x + u ([N, residual_columns()]) before normed group g of block
+  // `layer` (the attention's update before gate|up). A layout whose norm can run in the same pass
+  // fuses them (issue 60 item 4: in bf16 training, residual_rmsnorm_forward_bf16 for the
+  // replicated norms, residual_online_norm_input_bf16 for btp's online norm) and its group_forward
+  // for g then finds the norm's output already made; by default the add alone.
+  virtual void residual_add(int64_t layer, const Group& g, const float* x, const float* u,
+                            float* sum);
   // The layout's own per-slot state (norm statistics, latents) for B·T tokens, and its bytes.
   virtual void allocate_groups(int64_t N) = 0;
   virtual int64_t group_slot_bytes() const = 0;   // one slot
@@ -333,6 +340,9 @@ class Layout {
   // again for backward.
   GemmInput replicated_norm_forward(const Norm& n, const float* x);
   GemmInput replicated_norm_output(const Norm& n) const;
+  // The fused residual add + replicated norm n (bf16 training): sum = x + u and n's output and
+  // 1/rms in one pass; the next replicated_norm_forward of n returns that output.
+  void replicated_residual_norm(const Norm& n, const float* x, const float* u, float* sum);
 
   // ---- LaX (model/lax.h): each projection's latent crosses into the same projection of the next
   // block. The layouts call these on a group's latents, this rank's columns of them ([N, Σ rank],
@@ -416,6 +426,7 @@ class Layout {
   WorkspacePlan work_plan_;
   WorkArea<float> partial_, d_qkv_, d_attn_, d_gate_up_, d_hidden_, hidden_;
   WorkArea<bf16_t> hidden_bf16_;
+  const bf16_t* prenormed_ = nullptr;  // a replicated norm's output made by its residual add
   WorkArea<bf16_t>
       d_bf16_;  // bf16: the gate|up and then the q|k|v gradients, which only GEMMs read
   Buffer<float> latent_;

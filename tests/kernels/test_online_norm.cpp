@@ -110,6 +110,40 @@ TEST(OnlineNorm, Bf16InputIsTheRoundedInputAndItsStatistic) {
   }
 }
 
+// The fused residual add + norm input (issue 60): the bits of add() followed by the unfused
+// kernel — the sum, the statistic or 1/rms, and the rounded output — for the online norm's input
+// (btp) and the replicated RMSNorm (dense-tp, naive-tp). The gradients are the unfused kernels'
+// (their finite-difference checks above and in test_elementwise).
+TEST(OnlineNorm, ResidualAddFusedIntoTheNormIsTheAddThenTheNorm) {
+  for (const int64_t D : {1, 37, 512}) {
+    SCOPED_TRACE(D);
+    const int64_t rows = 9;
+    const auto x = testing::random_vector(rows * D, 21, 2.0f);
+    const auto u = testing::random_vector(rows * D, 22, 1.5f);
+    const auto gamma = testing::random_vector(D, 23);
+    std::vector<float> sum(rows * D), fused_sum(rows * D, -1.0f);
+    add(x.data(), u.data(), sum.data(), rows * D);
+    std::vector<float> sum_sq(rows), fused_sq(rows);
+    std::vector<bf16_t> in(rows * D), fused_in(rows * D);
+    online_norm_input_bf16(sum.data(), gamma.data(), sum_sq.data(), rows, D, 1e-6f, in.data());
+    residual_online_norm_input_bf16(x.data(), u.data(), fused_sum.data(), gamma.data(),
+                                    fused_sq.data(), rows, D, 1e-6f, fused_in.data());
+    EXPECT_EQ(fused_sum, sum);
+    EXPECT_EQ(fused_sq, sum_sq);
+    EXPECT_EQ(fused_in, in);
+
+    std::vector<float> rstd(rows), fused_rstd(rows);
+    std::vector<bf16_t> y(rows * D), fused_y(rows * D);
+    std::fill(fused_sum.begin(), fused_sum.end(), -1.0f);
+    rmsnorm_forward_bf16(sum.data(), D, gamma.data(), rows, D, 1e-6f, y.data(), D, rstd.data());
+    residual_rmsnorm_forward_bf16(x.data(), u.data(), fused_sum.data(), gamma.data(), rows, D,
+                                  1e-6f, fused_y.data(), fused_rstd.data());
+    EXPECT_EQ(fused_sum, sum);
+    EXPECT_EQ(fused_rstd, rstd);
+    EXPECT_EQ(fused_y, y);
+  }
+}
+
 // btp's latents kept in bf16: unpacking rounds what the fp32 unpacking gives, and the latent
 // backward on them is the fp32 one on their values.
 TEST(OnlineNorm, Bf16LatentsAreTheRoundedLatents) {

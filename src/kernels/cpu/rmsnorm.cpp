@@ -172,6 +172,40 @@ void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, i
   });
 }
 
+// The residual add's sum written and squared in one pass; the scaled row then read from the sum
+// while it is in cache. The same arithmetic, in the same order, as add() and the unfused kernels.
+void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, const float* gamma,
+                                   int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd) {
+  BOOSTLM_KERNEL("rmsnorm");
+  rounded_rows(rows, D, y, D, [&](int64_t r, float* row) {
+    const float *xr = x + r * D, *ur = u + r * D;
+    float* sr = sum + r * D;
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) sr[j] = xr[j] + ur[j];
+    const float s = math::rms_rstd(cpu::accurate_sum(D, [&](int64_t j) { return sr[j] * sr[j]; }),
+                                   D, eps);
+    rstd[r] = s;
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) row[j] = sr[j] * s * gamma[j];
+  });
+}
+
+void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
+                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                                     float eps, bf16_t* out) {
+  BOOSTLM_KERNEL("rmsnorm");
+  rounded_rows(rows, D, out, D, [&](int64_t r, float* row) {
+    const float *xr = x + r * D, *ur = u + r * D;
+    float* sr = sum + r * D;
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) sr[j] = xr[j] + ur[j];
+    const float total = cpu::accurate_sum(D, [&](int64_t j) { return sr[j] * sr[j]; });
+    sum_sq[r] = total;
+    const float s = math::rms_rstd(total, D, eps);
+    for (int64_t j = 0; j < D; ++j) row[j] = sr[j] * gamma[j] * s;
+  });
+}
+
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
                       int64_t D, float eps, bool rescale, bool with_stat) {
   const DeviceAccess access("online_norm_pack");

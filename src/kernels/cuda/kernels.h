@@ -150,6 +150,12 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
                        int64_t D, float eps, float* out, cudaStream_t stream);
 void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
                             int64_t D, float eps, bf16_t* out, cudaStream_t stream);
+void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, const float* gamma,
+                                   int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd,
+                                   cudaStream_t stream);
+void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
+                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                                     float eps, bf16_t* out, cudaStream_t stream);
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
                       int64_t D, float eps, bool rescale, bool with_stat, cudaStream_t stream);
 void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,

@@ -48,6 +48,35 @@ void launch_forward(const float* x, int64_t ldx, const float* gamma, int64_t row
   BOOSTLM_CHECK_LAUNCH();
 }
 
+// The residual add fused in (issue 60): sum = x + u written as it is squared; the scaled row read
+// back from it (each thread its own elements, still in cache). The sums and the rounding are
+// rmsnorm_forward_kernel's, so the bits are those of the add followed by the unfused norm.
+template <int kBlock>
+__global__ void residual_rmsnorm_forward_kernel(const float* x, const float* u, float* sum,
+                                                const float* gamma, int64_t D, float eps,
+                                                bf16_t* y, float* rstd) {
+  using Reduce = cub::BlockReduce<float, kBlock>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ float row_rstd;
+  const int64_t r = blockIdx.x;
+  const float *xr = x + r * D, *ur = u + r * D;
+  float* sr = sum + r * D;
+  float total = 0.0f;
+  for (int64_t j = threadIdx.x; j < D; j += kBlock) {
+    sr[j] = xr[j] + ur[j];
+    total += sr[j] * sr[j];
+  }
+  total = Reduce(temp).Sum(total);
+  if (threadIdx.x == 0) {
+    row_rstd = math::rms_rstd(total, D, eps);
+    rstd[r] = row_rstd;
+  }
+  __syncthreads();
+  const float s = row_rstd;
+  bf16_t* yr = y + r * D;
+  for (int64_t j = threadIdx.x; j < D; j += kBlock) math::store(yr + j, sr[j] * s * gamma[j]);
+}
+
 // dx (=|+=) rstd·γ⊙dy − x·rstd³·dot/D per row, dot = Σ dy ⊙ γ ⊙ x. dx may alias dy: every read
 // of the row's dy is before the reduction's barrier, every write after it.
 template <int kBlock>
@@ -109,6 +138,21 @@ void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t ro
 void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                           float eps, bf16_t* y, int64_t ldy, float* rstd, cudaStream_t stream) {
   launch_forward(x, ldx, gamma, rows, D, eps, y, ldy, rstd, stream);
+}
+
+void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, const float* gamma,
+                                   int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd,
+                                   cudaStream_t stream) {
+  const LaunchGeometry g = rows_launch(rows, D);
+  if (g.grid == 0) return;
+  with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<float>(2 * rows * D + D),
+        .bytes_written = bytes_of<float>(rows * D + rows) + bytes_of<bf16_t>(rows * D)});
+    residual_rmsnorm_forward_kernel<block()>
+        <<<grid_of(g.grid), block(), 0, stream>>>(x, u, sum, gamma, D, eps, y, rstd);
+  });
+  BOOSTLM_CHECK_LAUNCH();
 }
 
 size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t D) {

@@ -188,6 +188,25 @@ __global__ void online_input_bf16_kernel(const float* x, const float* gamma, flo
     math::store(out + r * D + j, xr[j] * gamma[j] * s);
 }
 
+// ---- residual_online_norm_input_bf16: online_input_bf16_kernel on sum = x + u, written as it is
+// squared (issue 60), the scaled row read back from it by the threads that wrote it.
+template <int kBlock>
+__global__ void residual_online_input_bf16_kernel(const float* x, const float* u, float* sum,
+                                                  const float* gamma, float* sum_sq, int64_t D,
+                                                  float eps, bf16_t* out) {
+  const int64_t r = blockIdx.x;
+  const float *xr = x + r * D, *ur = u + r * D;
+  float* sr = sum + r * D;
+  const float total = block_sum<kBlock>(D, [&](int64_t j) {
+    sr[j] = xr[j] + ur[j];
+    return sr[j] * sr[j];
+  });
+  if (threadIdx.x == 0) sum_sq[r] = total;
+  const float s = math::rms_rstd(total, D, eps);
+  for (int64_t j = threadIdx.x; j < D; j += kBlock)
+    math::store(out + r * D + j, sr[j] * gamma[j] * s);
+}
+
 // ---- online_norm_latent_backward: one block per row; ds from Σ dz ⊙ z, then dz ·= rstd (each
 // thread rescales the very elements it read, after the reduction).
 template <int kBlock, typename Z>
@@ -286,6 +305,21 @@ void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, i
         .bytes_written = bytes_of<bf16_t>(rows * D) + (sum_sq ? bytes_of<float>(rows) : 0)});
     online_input_bf16_kernel<block()>
         <<<grid_of(g.grid), block(), 0, stream>>>(x, gamma, sum_sq, D, eps, out);
+  });
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
+                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                                     float eps, bf16_t* out, cudaStream_t stream) {
+  const LaunchGeometry g = rows_launch(rows, D);
+  if (g.grid == 0) return;
+  with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<float>(2 * rows * D + D),
+        .bytes_written = bytes_of<float>(rows * D + rows) + bytes_of<bf16_t>(rows * D)});
+    residual_online_input_bf16_kernel<block()>
+        <<<grid_of(g.grid), block(), 0, stream>>>(x, u, sum, gamma, sum_sq, D, eps, out);
   });
   BOOSTLM_CHECK_LAUNCH();
 }

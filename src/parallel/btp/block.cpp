@@ -112,6 +112,21 @@ class Btp final : public Layout {
     rmsnorm_apply(x.f32, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_);
   }
 
+  // bf16 training with the online norm: the residual add and the norm input's pass (Σx², x ⊙ γ
+  // at unit scale, rounded) in one pass over this rank's columns; group_input then takes both.
+  void residual_add(int64_t layer, const Group& g, const float* x, const float* u,
+                    float* sum) override {
+    if (!(g.normed && options_.online_norm && compute_ == DType::bf16)) {
+      Layout::residual_add(layer, g, x, u, sum);
+      return;
+    }
+    const int64_t N = batch_ * seq_len_;
+    if (rounded_.size() < static_cast<size_t>(N * dl_)) rounded_.resize(N * dl_);
+    residual_online_norm_input_bf16(x, u, sum, norm(layer, g).gamma, stat_.data(), N, dl_,
+                                    config_.rms_eps, rounded_.data());
+    prenormed_input_ = sum;
+  }
+
   void allocate_groups(int64_t N) override {
     const int t = tp_.size();
     dl_ = config_.d_model / t;
@@ -229,6 +244,10 @@ class Btp final : public Layout {
       // (SPEC §3.4); the partial latent is multiplied back before the all-reduce. Σx², the
       // product and the rounding in one pass over x.
       online_stat = true;
+      if (prenormed_input_ == x) {  // made by the residual add that wrote x
+        prenormed_input_ = nullptr;
+        return {nullptr, rounded_.data(), dl_};
+      }
       return {nullptr, online_input_bf16(x, gamma, stat_.data()), dl_};
     }
     rmsnorm_partial_sum_squares(x, dl_, N, dl_, stat_.data());
@@ -442,6 +461,7 @@ class Btp final : public Layout {
   std::vector<Rebuilt> rebuilt_;
   int64_t dl_ = 0, ffl_ = 0;
   Buffer<float> stat_, xg_, d_norm_, packed_, d_packed_, column_scratch_;
+  const float* prenormed_input_ = nullptr;  // the residual whose norm input residual_add made
   Buffer<float> lax_u_;  // LaX: the group's whole latent u in fp32, before its crossing
   Buffer<bf16_t> rounded_, rounded_latent_;
   Buffer<bf16_t> wire_;  // bf16 training: a latent message as it crosses the TP group

@@ -21,6 +21,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"
 
@@ -149,6 +150,35 @@ TEST_F(CudaOnlineNorm, ForwardPiecesMatchTheCpuBackend) {
     sync();
     EXPECT_TRUE(all_near(gss16.download(), ss16, 0, 1e-5));
     EXPECT_TRUE(all_within_bf16_ulps(gin16.download(), in16));
+
+    // The residual add fused into either norm (issue 60): on the device the bits of the device's
+    // add then its unfused kernel, and the sum exactly the CPU's.
+    {
+      const auto u = random_floats(s.rows * D, 17);
+      std::vector<float> sum(s.rows * D);
+      add(x.data(), u.data(), sum.data(), s.rows * D);
+      DeviceArray<float> gu(u), gsum(s.rows * D), gfsum(s.rows * D), gsq(s.rows), gfsq(s.rows);
+      DeviceArray<bf16_t> gin(s.rows * D), gfin(s.rows * D);
+      cuda::add(gx.get(), gu.get(), gsum.get(), s.rows * D, stream);
+      cuda::online_norm_input_bf16(gsum.get(), ggamma.get(), gsq.get(), s.rows, D, eps, gin.get(),
+                                   stream);
+      cuda::residual_online_norm_input_bf16(gx.get(), gu.get(), gfsum.get(), ggamma.get(),
+                                            gfsq.get(), s.rows, D, eps, gfin.get(), stream);
+      sync();
+      EXPECT_TRUE(all_near(gfsum.download(), sum, 0, 0));
+      EXPECT_TRUE(all_near(gfsq.download(), gsq.download(), 0, 0));
+      EXPECT_EQ(gfin.download(), gin.download());
+      DeviceArray<float> grs(s.rows), gfrs(s.rows), gfsum2(s.rows * D);
+      DeviceArray<bf16_t> gy(s.rows * D), gfy(s.rows * D);
+      cuda::rmsnorm_forward_bf16(gsum.get(), D, ggamma.get(), s.rows, D, eps, gy.get(), D,
+                                 grs.get(), stream);
+      cuda::residual_rmsnorm_forward_bf16(gx.get(), gu.get(), gfsum2.get(), ggamma.get(), s.rows,
+                                          D, eps, gfy.get(), gfrs.get(), stream);
+      sync();
+      EXPECT_TRUE(all_near(gfsum2.download(), sum, 0, 0));
+      EXPECT_TRUE(all_near(gfrs.download(), grs.download(), 0, 0));
+      EXPECT_EQ(gfy.download(), gy.download());
+    }
 
     // pack (rescale and statistic column), rstd, unpack (fp32, bf16, plain copy): exact.
     std::vector<float> packed = p;
