@@ -64,7 +64,9 @@ class NaiveTpCost final : public LayoutCost {
     CommCounts out;
     const int64_t N = s.tokens;
     for (const auto& p : block_projections(s.config)) {
-      add_collective(out, Collective::all_gather, 1, N * p.rank / s.tp);
+      // h travels in bf16 in bf16 training; the statistics and gradients stay fp32.
+      add_collective(out, Collective::all_gather, 1, N * p.rank / s.tp,
+                     activation_bytes(s.options));
       add_collective(out, Collective::all_reduce, 1, 2 * N);
       if (!backward) continue;
       add_collective(out, Collective::reduce_scatter, 1, N * p.rank);
