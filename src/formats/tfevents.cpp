@@ -159,10 +159,14 @@ EventFileWriter::EventFileWriter(const std::filesystem::path& dir) {
   char name[400];
   std::snprintf(name, sizeof name, "events.out.tfevents.%010ld.%s.%d", static_cast<long>(now),
                 this_host_name().c_str(), static_cast<int>(::getpid()));
-  path_ = (dir / name).string();
-  // O_EXCL: a file of this name is another run's (two opens in one second by one process).
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw error("cannot create ", path_, ": ", std::strerror(errno));
+  // O_EXCL: a file of this name is an earlier start's within the same second by this process
+  // (a resume in-process); the next free suffix .1, .2, ... tells them apart.
+  for (int n = 0; fd_ < 0; ++n) {
+    path_ = (dir / name).string() + (n ? "." + std::to_string(n) : "");
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0 && (errno != EEXIST || n >= 1000))
+      throw error("cannot create ", path_, ": ", std::strerror(errno));
+  }
   write_record(file_version_event(now));
 }
 
