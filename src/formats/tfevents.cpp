@@ -131,8 +131,12 @@ std::string scalars_event(double wall_time, int64_t step, const std::vector<Scal
   for (const Scalar& s : scalars) {
     std::string value;
     put_bytes(value, 1, s.tag);
-    put_key(value, 2, kFixed32);
-    put_little_endian(value, s.value);
+    uint32_t bits;
+    std::memcpy(&bits, &s.value, sizeof bits);
+    if (bits != 0) {  // proto3 leaves +0.0 out, as protobuf's own encoder does
+      put_key(value, 2, kFixed32);
+      put_little_endian(value, s.value);
+    }
     put_bytes(summary, 1, value);
   }
   std::string event = event_header(wall_time, step);
@@ -161,8 +165,10 @@ EventFileWriter::EventFileWriter(const std::filesystem::path& dir) {
                 this_host_name().c_str(), static_cast<int>(::getpid()));
   // O_EXCL: a file of this name is an earlier start's within the same second by this process
   // (a resume in-process); the next free suffix .1, .2, ... tells them apart.
+  const std::string base = (dir / name).string();
   for (int n = 0; fd_ < 0; ++n) {
-    path_ = (dir / name).string() + (n ? "." + std::to_string(n) : "");
+    path_ = base;
+    if (n > 0) path_.append(".").append(std::to_string(n));
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
     if (fd_ < 0 && (errno != EEXIST || n >= 1000))
       throw error("cannot create ", path_, ": ", std::strerror(errno));
