@@ -247,8 +247,10 @@ MetricsLog::MetricsLog(std::string path, int64_t keep_through_step, bool event_f
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw error("cannot open ", path_, " for writing: ", std::strerror(errno));
   if (event_file) {
+    // Every file starts a session: TensorBoard takes the first START of a directory for the run's
+    // start and each later one for a restart, dropping the earlier points from its step on.
     events_ = EventFileWriter(fs::path(path_).parent_path());
-    if (keep_through_step >= 0) events_.write_session_start(keep_through_step + 1);
+    events_.write_session_start(std::max<int64_t>(keep_through_step, 0) + 1);
   }
 }
 

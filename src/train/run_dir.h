@@ -89,9 +89,9 @@ class MetricsLog {
   MetricsLog() = default;
   // Opens `path` for appending. With `keep_through_step` >= 0 (a resumed run), lines of steps
   // after it (the steps the crashed run did after its last checkpoint, about to be rerun) and a
-  // final line cut short are dropped first, so the file reads as one run. The event file of a
-  // resumed run begins with a SessionLog START at keep_through_step + 1: an event file cannot be
-  // cut back, and readers that honour START drop the earlier files' points from that step on.
+  // final line cut short are dropped first, so the file reads as one run. An event file cannot be
+  // cut back: each begins with a SessionLog START at its first step (keep_through_step + 1, or 1),
+  // and TensorBoard drops the earlier files' points from a restart's START step on.
   MetricsLog(std::string path, int64_t keep_through_step, bool event_file = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;

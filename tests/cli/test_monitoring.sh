@@ -106,16 +106,19 @@ for path in files:
     assert events[0].wall_time >= int(seconds), "the name's time is after the first event's"
     events_by_file.append(events)
 
-# As TensorBoard reads a directory: files in order of their start, and a SessionLog START
-# dropping the points of its step and later that came before it.
+# As TensorBoard reads a directory (its EventAccumulator): files in order of their start; the first
+# SessionLog START is the run's, and each later one drops the points of its step and after that
+# came before it.
 events_by_file.sort(key=lambda events: events[0].wall_time)
-assert events_by_file[1][1].session_log.status == 1 and events_by_file[1][1].step == 4, \
-    "the resumed file does not begin with a START at step 4"
-points = {}
+starts = [(e[1].session_log.status, e[1].step) for e in events_by_file]
+assert starts == [(1, 1), (1, 4)], f"the files do not begin with STARTs at steps 1 and 4: {starts}"
+points, seen_start = {}, False
 for events in events_by_file:
     for event in events:
         if event.session_log.status == 1:
-            points = {step: p for step, p in points.items() if step < event.step}
+            if seen_start:
+                points = {step: p for step, p in points.items() if step < event.step}
+            seen_start = True
         if event.HasField("summary"):
             points[event.step] = {v.tag: v.simple_value for v in event.summary.value}
 

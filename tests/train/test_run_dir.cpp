@@ -259,8 +259,8 @@ TEST(RunDir, TensorboardScalarsOfAMetricsLine) {
   EXPECT_EQ(scalars, expected);
 }
 
-// With an event file, each line's scalars follow it there; a resumed log opens a file of its own
-// whose first event after the version is a SessionLog START at the first step to be rerun.
+// With an event file, each line's scalars follow it there; every file's first event after the
+// version is a SessionLog START at its first step, a resumed log's at the first step to be rerun.
 TEST(RunDir, MetricsLogWritesEventFiles) {
   const fs::path run = fresh_dir("metrics_events");
   auto event_files = [&] {
@@ -276,7 +276,8 @@ TEST(RunDir, MetricsLogWritesEventFiles) {
   }
   ASSERT_EQ(event_files().size(), 1u);
   const std::string first = event_files()[0].string();
-  EXPECT_EQ(read_tfrecords(read_text_file(first), first).size(), 3u);  // version and 2 steps
+  // The version, a START at step 1, the 2 steps.
+  EXPECT_EQ(read_tfrecords(read_text_file(first), first).size(), 4u);
   {
     MetricsLog log((run / "metrics.jsonl").string(), 1, true);
     EXPECT_NE(log.event_path(), first);
