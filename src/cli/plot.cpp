@@ -98,6 +98,20 @@ std::string quoted(const std::string& text) {
   return out + "\"";
 }
 
+// "step (N tokens)" where every run trained N tokens a step, else "step".
+std::string step_label(const std::vector<RunCurves>& runs) {
+  int64_t tokens_per_step = -1;
+  for (const RunCurves& run : runs) {
+    const auto& first = run.lines.front();
+    const int64_t step = first["step"].get<int64_t>(),
+                  seen = first.value("tokens_seen", int64_t{0});
+    const int64_t first_step_tokens = step > 0 ? seen / step : 0;  // a resumed run counts from 0
+    if (tokens_per_step >= 0 && first_step_tokens != tokens_per_step) return "step";
+    tokens_per_step = first_step_tokens;
+  }
+  return tokens_per_step > 0 ? "step (" + std::to_string(tokens_per_step) + " tokens)" : "step";
+}
+
 constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                     "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
 
@@ -113,7 +127,8 @@ std::string gnuplot_script(const PlotOptions& o, const std::vector<RunCurves>& r
     << " font \",10\"\n"
     << "set output " << quoted(o.out) << "\n"
     << "set multiplot layout " << panels.size() << ",1 title " << quoted(o.title)
-    << " noenhanced\nset grid\nset key top right noenhanced\nset xlabel \"step\"\n";
+    << " noenhanced\nset grid\nset key top right noenhanced\nset xlabel "
+    << quoted(step_label(runs)) << "\n";
   const std::string smoothed =
       o.smooth > 1 ? " train (mean of " + std::to_string(o.smooth) + " steps)" : " train";
   for (const std::string& panel : panels) {
@@ -124,12 +139,13 @@ std::string gnuplot_script(const PlotOptions& o, const std::vector<RunCurves>& r
           std::string(" lc rgb \"") + kColours[i % std::size(kColours)] + "\"";
       const std::string& name = runs[i].label;
       if (panel == "loss") {
-        series.push_back(data + " using 1:2 with lines" + colour + " lw 1.5 title " +
+        // Validation solid, training dashed: the curves to compare runs by stand out.
+        series.push_back(data + " using 1:2 with lines" + colour + " dt 2 lw 1.5 title " +
                          quoted(name + smoothed));
         if (has_val[i])
           series.push_back(quoted((dir / ("run" + std::to_string(i) + "_val.dat")).string()) +
-                           " using 1:2 with linespoints" + colour +
-                           " dt 2 lw 2 pt 7 ps 0.8 title " + quoted(name + " validation"));
+                           " using 1:2 with linespoints" + colour + " lw 2 pt 7 ps 0.8 title " +
+                           quoted(name + " validation"));
       } else {
         series.push_back(data + " using 1:" + (panel == "lr" ? "3" : "4") + " with lines" + colour +
                          " lw 1.5 title " + quoted(name));
@@ -210,7 +226,8 @@ void add_plot(CLI::App& app) {
   cmd->add_option("--out,-o", o->out, "the image: FILE.png or FILE.svg")->required();
   cmd->add_option("--label", o->labels,
                   "a run's name in the legend, once per run, in order "
-                  "(default: the run directory's name)");
+                  "(default: the run directory's name)")
+      ->allow_extra_args(false);  // one name per --label: `--label a RUN` leaves RUN a run
   cmd->add_option("--title", o->title, "the title above the panels (default: the runs' names)");
   cmd->add_option("--panels", o->panels,
                   "which panels, in order, comma-separated: loss, lr, tokens_per_s")
