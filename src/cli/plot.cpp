@@ -121,7 +121,7 @@ std::string gnuplot_script(const PlotOptions& o, const std::vector<RunCurves>& r
   std::stringstream list(o.panels);
   for (std::string p; std::getline(list, p, ',');) panels.push_back(p);
   const bool svg = fs::path(o.out).extension() == ".svg";
-  const int height = 60 + 300 * static_cast<int>(panels.size());
+  const int height = 60 + 260 * static_cast<int>(panels.size());
   std::ostringstream s;
   s << (svg ? "set terminal svg dynamic" : "set terminal pngcairo") << " size 900," << height
     << " font \",10\"\n"
@@ -139,12 +139,13 @@ std::string gnuplot_script(const PlotOptions& o, const std::vector<RunCurves>& r
           std::string(" lc rgb \"") + kColours[i % std::size(kColours)] + "\"";
       const std::string& name = runs[i].label;
       if (panel == "loss") {
-        // Validation solid, training dashed: the curves to compare runs by stand out.
-        series.push_back(data + " using 1:2 with lines" + colour + " dt 2 lw 1.5 title " +
+        // Validation thick with its points, training thin: the curve to compare runs by stands
+        // out, and a noisy training loss stays readable.
+        series.push_back(data + " using 1:2 with lines" + colour + " lw 1 title " +
                          quoted(name + smoothed));
         if (has_val[i])
           series.push_back(quoted((dir / ("run" + std::to_string(i) + "_val.dat")).string()) +
-                           " using 1:2 with linespoints" + colour + " lw 2 pt 7 ps 0.8 title " +
+                           " using 1:2 with linespoints" + colour + " lw 2.5 pt 7 ps 0.9 title " +
                            quoted(name + " validation"));
       } else {
         series.push_back(data + " using 1:" + (panel == "lr" ? "3" : "4") + " with lines" + colour +
