@@ -65,7 +65,8 @@ cat <<DONE
 
 == done
 run directory:  $run
-metrics:        $run/metrics.jsonl (one JSON line per step)
+metrics:        $run/metrics.jsonl (one JSON line per step; the same in $run/events.out.tfevents.*)
+plot it:        ./build/boostlm plot $run -o $run/run.png   (or: tensorboard --logdir $run)
 checkpoint:     $run/checkpoints/$latest (continue with: ./build/boostlm train -d data/prepared -o $run --resume $run --steps N)
 setup log:      $log
 DONE

@@ -511,41 +511,17 @@ plot "breakdown.dat" using 2:xtic(1) title "compute", "" using 3 title "TP commu
 
 
 def plot_curves(curves, directory):
-    first = next(iter(curves.values()))
-    tokens_per_step = first[0]["tokens_seen"] // max(1, first[0]["step"])
-    series = []
-    for name, metrics in curves.items():
-        path = f"curve-{name}.dat"
-        with open(os.path.join(directory, path), "w", encoding="utf-8") as f:
-            for i, m in enumerate(metrics):
-                # The training loss jumps between the corpus's texts (the windows are read in
-                # order): a moving average over SMOOTH steps shows its trend.
-                window = [x["loss"] for x in metrics[max(0, i - SMOOTH + 1):i + 1]]
-                val = m.get("val_loss", "NaN")
-                f.write(f"{m['step']} {sum(window) / len(window)} {val}\n")
-        series.append((name, path))
-    if not series:
+    """The loss curves, drawn by `boostlm plot` (the same code a user plots a run with)."""
+    if not curves:
         return None
-    colours = {"dense": "#7f7f7f", "svd": "#2ca02c", "cola": "#1f77b4", "lax": "#d62728"}
-    plots = []
-    for name, path in series:
-        c = colours.get(name.split("-")[-1], "#000000")
-        plots.append(f"\"{path}\" using 1:2 with lines lc rgb \"{c}\" lw 1.5 dt 2 "
-                     f"title \"{name} train (mean of {SMOOTH} steps)\"")
-        plots.append(f"\"{path}\" using 1:3 with linespoints lc rgb \"{c}\" lw 2 pt 7 ps 0.8 "
-                     f"title \"{name} validation\"")
-    gnuplot(f"""
-set terminal pngcairo size 900,480 font ",11"
-set output "curves.png"
-set title "Dense, SVD, CoLA and LaX: loss"
-set xlabel "step ({tokens_per_step} tokens)"
-set ylabel "cross-entropy"
-set grid
-set key top right
-set datafile missing "NaN"
-set yrange [*:*]
-plot {", ".join(plots)}
-""", directory)
+    boostlm = os.environ.get("BOOSTLM", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                     "..", "build", "boostlm"))
+    command = [boostlm, "plot", "--panels", "loss", "--smooth", str(SMOOTH),
+               "--title", "Dense, SVD, CoLA and LaX: loss",
+               "-o", os.path.join(directory, "curves.png")]
+    for name in curves:
+        command += [os.path.join(directory, f"curve-{name}.jsonl"), "--label", name]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return "curves.png"
 
 

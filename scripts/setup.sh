@@ -17,7 +17,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch libopenblas0-openmp  # the PyTorch oracle (tools/torch); OpenBLAS for its fp32 GEMMs
-  gnuplot-nox                      # scripts/results.sh draws its plots with gnuplot
+  gnuplot-nox                      # `boostlm plot` and scripts/results.sh draw with gnuplot
+  protobuf-compiler python3-protobuf  # readers of the TensorBoard event files in the tests
   clang-14 libclang-rt-14-dev      # the fuzz targets (tests/fuzz): clang's libFuzzer and sanitizers
 )
 

@@ -7,4 +7,5 @@ target_sources(boostlm_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/device_step.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_bench.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer_bench.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/metrics_bench.cpp
 )

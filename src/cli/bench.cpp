@@ -19,6 +19,7 @@
 #include "bench/device_step.h"
 #include "bench/gemm_bench.h"
 #include "bench/layout_bench.h"
+#include "bench/metrics_bench.h"
 #include "bench/pipeline_bench.h"
 #include "bench/step_bench.h"
 #include "bench/tokenizer_bench.h"
@@ -293,11 +294,29 @@ void add_tokenizer_command(CLI::App& bench) {
   cmd->callback([o, json] { write_json(*json, "tokenizer", bench::run_tokenizer_bench(*o)); });
 }
 
+void add_metrics_command(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand(
+      "metrics", "what a step's metrics cost: metrics.jsonl alone and with the TensorBoard events");
+  auto o = std::make_shared<bench::MetricsBenchOptions>();
+  auto json = std::make_shared<std::string>();
+  cmd->add_option("--dir", o->dir, "where the scratch run directories go (a run's disk)")
+      ->check(CLI::ExistingDirectory)
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "appends per repeat")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "repeats of each (median reported)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--json", *json, "also write the result as JSON");
+  cmd->callback([o, json] { write_json(*json, "metrics", bench::run_metrics_bench(*o)); });
+}
+
 }  // namespace
 
 void add_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench",
-                                 "benchmarks: layouts, ablations, gemm, step, pipeline, tokenizer");
+  auto* cmd = app.add_subcommand(
+      "bench", "benchmarks: layouts, ablations, gemm, step, pipeline, tokenizer, metrics");
   cmd->require_subcommand(1);
   bench::LayoutBenchOptions layouts;
   add_layout_command(*cmd, "layouts",
@@ -314,6 +333,7 @@ void add_bench(CLI::App& app) {
   add_step_command(*cmd);
   add_pipeline_command(*cmd);
   add_tokenizer_command(*cmd);
+  add_metrics_command(*cmd);
 }
 
 }  // namespace boostlm::cli

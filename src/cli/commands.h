@@ -16,6 +16,7 @@ void add_launch(CLI::App& app);
 void add_plan(CLI::App& app);       // the performance model: predict and rank layouts
 void add_calibrate(CLI::App& app);  // measure this machine for plan
 void add_bench(CLI::App& app);      // benchmarks: layouts, ablations, gemm, step
+void add_plot(CLI::App& app);       // runs' curves from metrics.jsonl, through gnuplot
 
 // Adds `--comm-timeout SECONDS` (default 300, 0: off) to a command that communicates between ranks,
 // and configures the communication watchdog (comm/watchdog.h) once the command line is parsed.

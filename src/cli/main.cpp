@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   boostlm::cli::add_plan(app);
   boostlm::cli::add_calibrate(app);
   boostlm::cli::add_bench(app);
+  boostlm::cli::add_plot(app);
   boostlm::cli::finish_help(app);
   int code = 0;
   try {

@@ -121,8 +121,14 @@ void add_train(CLI::App& app) {
       ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--log-interval", o->log_interval, "steps between log lines (non-terminal)")
       ->check(at_least(1));
+  auto tensorboard = std::make_shared<std::string>("on");
+  cmd->add_option("--tensorboard", *tensorboard,
+                  "on: rank 0 writes metrics.jsonl's scalars to a TensorBoard event file in --out "
+                  "(events.out.tfevents.*), a new one each start of the run; off: none")
+      ->check(CLI::IsMember({"on", "off"}));
   add_comm_timeout(*cmd);
-  cmd->callback([cmd, o, precision, layout, rmsnorm, grouping, recompute, overlap, async_save] {
+  cmd->callback([cmd, o, precision, layout, rmsnorm, grouping, recompute, overlap, async_save,
+                 tensorboard] {
     // What the user typed, as opposed to a default: on --resume it overrides the checkpoint's.
     for (const CLI::Option* option : cmd->get_options())
       if (option->count() > 0 && !option->get_lnames().empty())
@@ -130,12 +136,22 @@ void add_train(CLI::App& app) {
     o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
     o->tp_overlap = parse_overlap_mode(*overlap);
     o->async_save = *async_save == "on";
+    o->tensorboard = *tensorboard == "on";
     o->precision = parse_dtype(*precision);
     if (!layout->empty()) o->layout = parse_layout(*layout);
     const TrainResult r = train(*o);
-    nlohmann::json summary = {{"steps", r.steps_done},        {"train_loss", r.last_loss},
-                              {"seconds", r.seconds},         {"checkpoint", r.checkpoint},
-                              {"interrupted", r.interrupted}, {"diverged", r.diverged}};
+    nlohmann::json summary = {{"steps", r.steps_done},
+                              {"train_loss", r.last_loss},
+                              {"seconds", r.seconds},
+                              {"tokens", r.tokens},
+                              {"step_seconds", r.step_seconds},
+                              {"tokens_per_s", r.tokens_per_s},
+                              {"mfu", r.mfu},
+                              {"checkpoints_written", r.checkpoints_written},
+                              {"peak_rss_mb", r.peak_rss_mb},
+                              {"checkpoint", r.checkpoint},
+                              {"interrupted", r.interrupted},
+                              {"diverged", r.diverged}};
     if (r.val_loss >= 0) summary["val_loss"] = r.val_loss;
     if (mpi_world_rank() == 0) std::printf("%s\n", summary.dump().c_str());
     if (r.diverged) exit_code() = 3;

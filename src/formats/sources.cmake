@@ -1,4 +1,5 @@
-# Other programs' file formats (src/formats: safetensors, Hugging Face directories, GGUF) and the
+# Other programs' file formats (src/formats: safetensors, Hugging Face directories, GGUF,
+# TensorBoard event files) and the
 # converters between them and a model's tensors: boostlm_formats, below train/ (whose checkpoints
 # use safetensors and read Hugging Face directories) and knowing no trainer, engine or process.
 # An object library: the floors it stands on (model/, data/) are sources of boostlm_core, so its
@@ -12,6 +13,7 @@ add_library(boostlm_formats OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/gguf_vocab_proto.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gguf_vocab_bpe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gguf_export.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tfevents.cpp
 )
 # The PyTorch module a low-rank Hugging Face export ships beside its weights, compiled in from
 # modeling_boostlm.py (formats/hf_export.h).

@@ -24,6 +24,7 @@ namespace {
 constexpr const char* kMetrics = "metrics.jsonl";
 constexpr const char* kConfig = "config.json";
 constexpr const char* kCheckpoints = "checkpoints";
+constexpr const char* kEventFilePrefix = "events.out.tfevents.";
 
 // The number `text` spells in decimal, or -1 when it is not all digits (or does not fit).
 int64_t parse_digits(std::string_view text) {
@@ -139,6 +140,9 @@ void claim_run_directory(const fs::path& run, const std::string& resume_dir, boo
                 "; to replace it add --overwrite (its metrics and checkpoints are deleted); or "
                 "choose another --out");
   for (const char* name : {kMetrics, kConfig, kCheckpoints}) fs::remove_all(run / name);
+  // TensorBoard merges every event file of a directory: the old run's would show as this one's.
+  for (const auto& entry : fs::directory_iterator(run))
+    if (entry.path().filename().string().starts_with(kEventFilePrefix)) fs::remove(entry.path());
 }
 
 namespace {
@@ -221,7 +225,8 @@ RunDirectoryLock& RunDirectoryLock::operator=(RunDirectoryLock&& other) noexcept
   return *this;
 }
 
-MetricsLog::MetricsLog(std::string path, int64_t keep_through_step) : path_(std::move(path)) {
+MetricsLog::MetricsLog(std::string path, int64_t keep_through_step, bool event_file)
+    : path_(std::move(path)) {
   if (keep_through_step >= 0 && fs::exists(path_)) {
     std::istringstream lines(read_text_file(path_));
     std::string kept;
@@ -241,6 +246,12 @@ MetricsLog::MetricsLog(std::string path, int64_t keep_through_step) : path_(std:
   }
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw error("cannot open ", path_, " for writing: ", std::strerror(errno));
+  if (event_file) {
+    // Every file starts a session: TensorBoard takes the first START of a directory for the run's
+    // start and each later one for a restart, dropping the earlier points from its step on.
+    events_ = EventFileWriter(fs::path(path_).parent_path());
+    events_.write_session_start(std::max<int64_t>(keep_through_step, 0) + 1);
+  }
 }
 
 MetricsLog::~MetricsLog() {
@@ -248,7 +259,10 @@ MetricsLog::~MetricsLog() {
 }
 
 MetricsLog::MetricsLog(MetricsLog&& other) noexcept
-    : path_(std::move(other.path_)), fd_(other.fd_), dropped_(other.dropped_) {
+    : path_(std::move(other.path_)),
+      fd_(other.fd_),
+      dropped_(other.dropped_),
+      events_(std::move(other.events_)) {
   other.fd_ = -1;
 }
 
@@ -258,6 +272,7 @@ MetricsLog& MetricsLog::operator=(MetricsLog&& other) noexcept {
     path_ = std::move(other.path_);
     fd_ = other.fd_;
     dropped_ = other.dropped_;
+    events_ = std::move(other.events_);
     other.fd_ = -1;
   }
   return *this;
@@ -274,6 +289,54 @@ void MetricsLog::append(const nlohmann::json& line) {
     }
     throw;
   }
+  if (events_.is_open() && line.contains("step"))
+    events_.write_scalars(line["step"].get<int64_t>(), tensorboard_scalars(line));
+}
+
+namespace {
+
+// The numbers of a metrics line that become scalars as they are, by JSON pointer.
+struct ScalarSource {
+  const char* tag;
+  const char* pointer;
+};
+constexpr ScalarSource kScalarSources[] = {
+    {"loss/train", "/loss"},
+    {"loss/val", "/val_loss"},
+    {"optimizer/lr", "/lr"},
+    {"optimizer/grad_norm", "/grad_norm"},
+    {"throughput/tokens_per_s", "/tokens_per_s"},
+    {"throughput/mfu", "/mfu"},
+    {"time/step_ms", "/step_ms"},
+    {"progress/tokens_seen", "/tokens_seen"},
+    {"memory/peak_rss_mb", "/peak_rss_mb_max"},  // the largest rank's
+    {"pipeline/bubble_fraction", "/pipeline/bubble_fraction"},
+    {"checkpoint/stall_ms", "/save/stall_ms"},
+};
+
+}  // namespace
+
+std::vector<Scalar> tensorboard_scalars(const nlohmann::json& line) {
+  std::vector<Scalar> scalars;
+  for (const ScalarSource& source : kScalarSources) {
+    const nlohmann::json::json_pointer pointer(source.pointer);
+    if (line.contains(pointer) && line.at(pointer).is_number())
+      scalars.push_back({source.tag, line.at(pointer).get<float>()});
+  }
+  // Bytes each group moved in the step, over every kind of collective (0 for a group of one).
+  if (line.contains("comm"))
+    for (const char* group : {"tp", "dp", "pp"}) {
+      double bytes = 0;
+      if (line["comm"].contains(group))
+        for (const auto& [kind, counts] : line["comm"][group].items())
+          bytes += counts.value("bytes", 0.0);
+      scalars.push_back({std::string("comm/") + group + "_bytes", static_cast<float>(bytes)});
+    }
+  // A checkpoint committed in this step: from its begin to its commit (the last, should two be).
+  if (line.contains("save_committed") && !line["save_committed"].empty())
+    scalars.push_back(
+        {"checkpoint/commit_ms", line["save_committed"].back().value("total_ms", 0.0f)});
+  return scalars;
 }
 
 }  // namespace boostlm

@@ -1,8 +1,9 @@
 // A run directory's bookkeeping: whether it already holds a run, the stale temporaries a crash left
-// in it, which checkpoints to keep, and metrics.jsonl.
+// in it, which checkpoints to keep, and its metrics: metrics.jsonl and TensorBoard event files.
 //
-// A run directory holds config.json, metrics.jsonl and checkpoints/{step_NNNNNN/, latest}. Only
-// world rank 0 calls these (it alone writes the run directory).
+// A run directory holds config.json, metrics.jsonl, events.out.tfevents.* (one per start of the
+// run) and checkpoints/{step_NNNNNN/, latest}. Only world rank 0 calls these (it alone writes the
+// run directory).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "formats/tfevents.h"
 
 namespace boostlm {
 
@@ -39,7 +42,7 @@ bool holds_run(const std::filesystem::path& run);
 
 // Refuses to start a run in `run` when it already holds another run, unless the run continues
 // there (`resume_dir` is a checkpoint inside it) or `overwrite` is set, in which case the old
-// run's files (and only those) are removed. Throws Error with the ways out.
+// run's files (and only those, its event files among them) are removed. Throws Error with the ways out.
 void claim_run_directory(const std::filesystem::path& run, const std::string& resume_dir,
                          bool overwrite);
 
@@ -72,15 +75,24 @@ class RunDirectoryLock {
   int fd_ = -1;
 };
 
-// metrics.jsonl, one JSON object per line. Every write is checked: a full disk or an I/O error
-// throws Error naming the file instead of leaving a line cut short and training on in silence.
+// The scalars a metrics line gives TensorBoard, under the tags docs/training.md#tensorboard lists:
+// the line's own numbers (a float each), the bytes of each group's collectives summed over kinds,
+// and a checkpoint's stall and begin-to-commit time on the steps that have them.
+std::vector<Scalar> tensorboard_scalars(const nlohmann::json& line);
+
+// A run's metrics: metrics.jsonl, one JSON object per line, and with `event_file` the same
+// numbers as TensorBoard scalars (tensorboard_scalars) in an event file of this start of the run,
+// beside it. Every write is checked: a full disk or an I/O error throws Error naming the file
+// instead of leaving a line cut short and training on in silence.
 class MetricsLog {
  public:
   MetricsLog() = default;
   // Opens `path` for appending. With `keep_through_step` >= 0 (a resumed run), lines of steps
   // after it (the steps the crashed run did after its last checkpoint, about to be rerun) and a
-  // final line cut short are dropped first, so the file reads as one run.
-  MetricsLog(std::string path, int64_t keep_through_step);
+  // final line cut short are dropped first, so the file reads as one run. An event file cannot be
+  // cut back: each begins with a SessionLog START at its first step (keep_through_step + 1, or 1),
+  // and TensorBoard drops the earlier files' points from a restart's START step on.
+  MetricsLog(std::string path, int64_t keep_through_step, bool event_file = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -90,11 +102,13 @@ class MetricsLog {
   void append(const nlohmann::json& line);
   int64_t dropped_lines() const { return dropped_; }
   const std::string& path() const { return path_; }
+  const std::string& event_path() const { return events_.path(); }  // "" without one
 
  private:
   std::string path_;
   int fd_ = -1;
   int64_t dropped_ = 0;
+  EventFileWriter events_;
 };
 
 }  // namespace boostlm

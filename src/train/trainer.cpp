@@ -112,16 +112,18 @@ std::string format_duration(double seconds) {
 }
 
 // Claims the run directory (world rank 0 only), clears what a crash left in it and opens its
-// metrics, dropping the lines of steps that a resumed run is about to redo.
+// metrics (and with `event_file` a TensorBoard event file), dropping the lines of steps that a
+// resumed run is about to redo.
 MetricsLog open_run_directory(const fs::path& run, const ModelConfig& config,
-                              const std::string& resume_dir, int64_t step, bool overwrite) {
+                              const std::string& resume_dir, int64_t step, bool overwrite,
+                              bool event_file) {
   claim_run_directory(run, resume_dir, overwrite);
   for (const std::string& action : clean_stale_temporaries(run))
     std::fprintf(stderr, "boostlm train: %s\n", action.c_str());
   record_run_owner(run);
   fs::create_directories(run / "checkpoints");
   write_file_atomically((run / "config.json").string(), config.to_json().dump(2) + "\n");
-  MetricsLog log((run / "metrics.jsonl").string(), resume_dir.empty() ? -1 : step);
+  MetricsLog log((run / "metrics.jsonl").string(), resume_dir.empty() ? -1 : step, event_file);
   if (log.dropped_lines() > 0)
     std::fprintf(stderr,
                  "boostlm train: %s: dropped %ld lines after step %ld (the steps since the "
@@ -322,6 +324,7 @@ class TrainingRun {
   int64_t tokens_per_step_ = 0;
   bool tty_ = false;
   std::string last_checkpoint_;
+  int64_t checkpoints_written_ = 0;  // committed in this run
 
   bool use_zero() const { return o_.zero == 1; }
   // The reducer where there is something to reduce: with one DP rank the step has no
@@ -398,7 +401,8 @@ TrainingRun::TrainingRun(const TrainOptions& given)
   if (root_) {
     while_doing("creating the run directory --out " + run_dir_.string(), [&] {
       lock_ = RunDirectoryLock(run_dir_);
-      metrics_ = open_run_directory(run_dir_, config_, resume_dir_, state_.step, o.overwrite);
+      metrics_ = open_run_directory(run_dir_, config_, resume_dir_, state_.step, o.overwrite,
+                                    o.tensorboard);
     });
   }
   // Every rank writes its share of each checkpoint into the run directory, which rank 0 then
@@ -562,14 +566,15 @@ void TrainingRun::log(const StepRecord& r, bool evaluated, float val_loss, doubl
   char progress[320];
   const int n = std::snprintf(
       progress, sizeof progress,
-      "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | ETA %s",
+      "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.2f | %.0f tok/s | MFU %.1f%% | mem %.0f MB | "
+      "ETA %s",
       state_.step, o_.steps, r.loss, r.lr, r.grad_norm, tokens_per_step_ / r.seconds, 100.0 * mfu,
-      format_duration(eta).c_str());
+      r.peak_rss_mb, format_duration(eta).c_str());
   if (saver_->pending() && n > 0 && static_cast<size_t>(n) < sizeof progress)
     std::snprintf(progress + n, sizeof progress - static_cast<size_t>(n), " | saving %s (%s)",
                   pending.c_str(), format_duration(pending_s).c_str());
   if (tty_)
-    std::fprintf(stderr, "\r%-110s", progress);
+    std::fprintf(stderr, "\r%-124s", progress);
   else if (state_.step % std::max<int64_t>(1, o_.log_interval) == 0 || state_.step == o_.steps)
     std::fprintf(stderr, "%s\n", progress);
   if (evaluated && val_loss >= 0)
@@ -606,6 +611,7 @@ void TrainingRun::settle(const std::optional<SaveResult>& done) {
   if (!done) return;
   const fs::path dir(done->dir);
   last_checkpoint_ = done->dir;
+  ++checkpoints_written_;
   save_note_["save_committed"].push_back({{"checkpoint", dir.filename().string()},
                                           {"write_ms", done->write_s * 1e3},
                                           {"total_ms", done->total_s * 1e3},
@@ -709,6 +715,9 @@ TrainResult TrainingRun::run() {
     }
     state_.step += 1;
     state_.tokens_seen += tokens_per_step_;
+    result.tokens += tokens_per_step_;
+    result.step_seconds += r.seconds;
+    result.peak_rss_mb = std::max<double>(result.peak_rss_mb, r.peak_rss_mb);
     result.last_loss = static_cast<float>(r.loss);
     const bool evaluate_now =
         (o_.eval_interval > 0 && state_.step % o_.eval_interval == 0) || state_.step == o_.steps;
@@ -738,6 +747,20 @@ TrainResult TrainingRun::run() {
   result.checkpoint = last_checkpoint_;
   result.steps_done = state_.step;
   result.seconds = now_s() - start;
+  result.checkpoints_written = checkpoints_written_;
+  if (result.step_seconds > 0) {
+    const double steps = static_cast<double>(result.tokens) / tokens_per_step_;
+    result.tokens_per_s = result.tokens / result.step_seconds;
+    result.mfu = step_flops_ * steps / result.step_seconds / (peak_gflops_ * 1e9);
+  }
+  if (root_)
+    std::fprintf(stderr,
+                 "boostlm train: %ld tokens in %s (steps %s): %.0f tok/s, MFU %.1f%%, %ld "
+                 "checkpoint%s, peak memory %.0f MB (largest rank)\n",
+                 result.tokens, format_duration(result.seconds).c_str(),
+                 format_duration(result.step_seconds).c_str(), result.tokens_per_s,
+                 100.0 * result.mfu, result.checkpoints_written,
+                 result.checkpoints_written == 1 ? "" : "s", result.peak_rss_mb);
   return result;
 }
 

@@ -68,6 +68,7 @@ struct TrainOptions {
   // (checkpoint/saver.h; 0: no bound).
   double save_timeout_s = kDefaultSaveTimeoutS;
   int64_t log_interval = 10;  // lines on a non-terminal stderr
+  bool tensorboard = true;    // a TensorBoard event file beside metrics.jsonl (train/run_dir.h)
   bool progress = true;
 
   // The flags given on the command line, as the CLI spells them ("--lr"). On --resume these
@@ -82,6 +83,14 @@ struct TrainResult {
   float val_loss = -1;  // < 0: no validation data
   double seconds = 0;
   std::string checkpoint;  // the last checkpoint written
+  // Totals of this run's steps (a resumed run counts from where it resumed): tokens trained, the
+  // time the steps took (not validation or the waits for saves), and from them the mean tokens/s
+  // and MFU; checkpoints committed; the largest peak resident memory of any rank.
+  int64_t tokens = 0;
+  double step_seconds = 0;
+  double tokens_per_s = 0, mfu = 0;
+  int64_t checkpoints_written = 0;
+  double peak_rss_mb = 0;
   bool interrupted = false;
   bool diverged = false;
 };

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `boostlm bench layouts|ablations|gemm|step|pipeline` as a user meets them, on a tiny model: each runs on
+# `boostlm bench layouts|ablations|gemm|step|pipeline|metrics` as a user meets them, on a tiny model: each runs on
 # one rank and (layouts, ablations, gemm) on two, writes JSON with the fields the results script
 # and `boostlm plan --measured` read, and a wrong flag or input gives a clear error. The timings
 # are not checked (a test cannot know this machine's speed); the collective bytes are, as far as
@@ -72,6 +72,12 @@ out=$("$boostlm" bench step --shape "$model" --arch cola --precision fp32 bf16 -
 check "step" "$work/s1.json" '
 assert [(r["arch"], r["precision"]) for r in j["results"]] == [("cola", "fp32"), ("cola", "bf16")]
 assert all(r["step_ms"] > 0 and r["tokens_per_s"] > 0 for r in j["results"])
+'
+
+out=$("$boostlm" bench metrics --dir "$work" --steps 50 --repeats 1 --json "$work/m1.json" 2>&1) ||
+  fail "bench metrics: $out"
+check "metrics" "$work/m1.json" '
+assert j["append_us_off"] > 0 and j["append_us_on"] > 0 and "event_us" in j and j["steps"] == 50, j
 '
 
 # Wrong flags and bad input.

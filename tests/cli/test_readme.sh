@@ -98,6 +98,7 @@ make_small() {
     s#(^| )\.\.\.$# -d data/prepared -o runs/example-$ENV{EXAMPLE} --steps 2 --eval-batches 1#;
     # Benchmarks: a small batch, one timed step (their defaults are 8 x 256 and 5 steps).
     if (/ bench gemm /) { $_ .= " --tokens 64 --reps 1" }
+    elsif (/ bench metrics/) { $_ .= " --steps 50 --repeats 1" }  # no model: no batch shape
     elsif (/ bench /) {
       s#(-b|--batch-size) \d+#$1 2#g or $_ .= " -b 2";
       s#(-t|--seq-len) \d+#$1 32#g or $_ .= " -t 32";

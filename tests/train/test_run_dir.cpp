@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -239,6 +240,57 @@ TEST(RunDir, MetricsWriteFailureIsAnErrorAndLeavesNoPartialLine) {
   ::signal(SIGXFSZ, old_handler);
   EXPECT_NE(message.find("metrics.jsonl"), std::string::npos) << message;
   EXPECT_EQ(fs::file_size(path), size_after_one);
+}
+
+// A metrics line's scalars for TensorBoard: its numbers under their tags, each group's bytes summed
+// over kinds, and the committed checkpoint's begin-to-commit time.
+TEST(RunDir, TensorboardScalarsOfAMetricsLine) {
+  const auto line = nlohmann::json::parse(R"({"step": 4, "loss": 2.5, "lr": 0.001,
+      "peak_rss_mb": 10, "peak_rss_mb_max": 12,
+      "comm": {"tp": {"all_reduce": {"calls": 3, "bytes": 1000},
+                      "all_gather": {"calls": 1, "bytes": 24}}, "dp": {}, "pp": {}},
+      "save": {"stall_ms": 1.5}, "save_committed": [{"total_ms": 9.0}]})");
+  std::map<std::string, float> scalars;
+  for (const Scalar& s : tensorboard_scalars(line)) scalars[s.tag] = s.value;
+  const std::map<std::string, float> expected = {
+      {"loss/train", 2.5f},       {"optimizer/lr", 0.001f},     {"memory/peak_rss_mb", 12.0f},
+      {"comm/tp_bytes", 1024.0f}, {"comm/dp_bytes", 0.0f},      {"comm/pp_bytes", 0.0f},
+      {"checkpoint/stall_ms", 1.5f}, {"checkpoint/commit_ms", 9.0f}};
+  EXPECT_EQ(scalars, expected);
+}
+
+// With an event file, each line's scalars follow it there; every file's first event after the
+// version is a SessionLog START at its first step, a resumed log's at the first step to be rerun.
+TEST(RunDir, MetricsLogWritesEventFiles) {
+  const fs::path run = fresh_dir("metrics_events");
+  auto event_files = [&] {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(run))
+      if (e.path().filename().string().starts_with("events.out.tfevents.")) files.push_back(e);
+    return files;
+  };
+  {
+    MetricsLog log((run / "metrics.jsonl").string(), -1, true);
+    log.append({{"step", 1}, {"loss", 3.0}});
+    log.append({{"step", 2}, {"loss", 2.0}});
+  }
+  ASSERT_EQ(event_files().size(), 1u);
+  const std::string first = event_files()[0].string();
+  // The version, a START at step 1, the 2 steps.
+  EXPECT_EQ(read_tfrecords(read_text_file(first), first).size(), 4u);
+  {
+    MetricsLog log((run / "metrics.jsonl").string(), 1, true);
+    EXPECT_NE(log.event_path(), first);
+  }
+  ASSERT_EQ(event_files().size(), 2u);
+  const std::string second =
+      event_files()[0].string() == first ? event_files()[1].string() : event_files()[0].string();
+  const auto records = read_tfrecords(read_text_file(second), second);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[1], session_start_event(0, 2).replace(1, 8, records[1].substr(1, 8)));
+  // --overwrite takes the event files with the run.
+  claim_run_directory(run, "", true);
+  EXPECT_TRUE(event_files().empty());
 }
 
 }  // namespace
