@@ -35,16 +35,26 @@ else
   echo "test.sh: no CUDA toolkit headers (/usr/local/cuda): the emulated CUDA device is skipped"
 fi
 phase "fuzz and emulated builds"
-# Tests run one at a time: each already uses every core (OpenMP), and OpenMP processes that
-# share cores spin against each other (two at once run ~70x slower here).
-ctest --test-dir build --output-on-failure "$@"
+# suite DIR [CTEST OPTIONS...]: the tests labelled one_core (one thread, one process at a time:
+# tests/CMakeLists.txt) two side by side, then every other test alone: each of those uses every
+# core (OpenMP, or a rank per core), and OpenMP processes that share cores spin against each other
+# (two at once ran ~70x slower here). Both halves run even if the first fails.
+failed=0
+suite() {
+  local dir=$1
+  shift
+  ctest --test-dir "$dir" --output-on-failure -j 2 -L one_core "$@" || failed=1
+  ctest --test-dir "$dir" --output-on-failure -LE one_core "$@" || failed=1
+}
+suite build "$@"
 phase "suite"
-ctest --test-dir build-fuzz --output-on-failure "$@"
+ctest --test-dir build-fuzz --output-on-failure "$@" || failed=1
 phase "fuzz suite"
 # On the emulated device: the kernel tests in two thread orders with poison on, compared bit for
 # bit; the collectives, cuBLASLt and NCCL; the engine with --device cuda against --device cpu.
 if ((emulated)); then
-  ctest --test-dir build-emu -L cuda_emulator --output-on-failure "$@"
+  suite build-emu -L cuda_emulator "$@"
   phase "emulated suite"
 fi
 printf 'test.sh: %s\n' "${phases[@]}"
+((failed == 0)) || { echo "test.sh: some tests failed (above)"; exit 1; }
