@@ -9,6 +9,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config python3
+  ccache                           # scripts/test.sh: build-emu/ reuses build/'s host objects
   libdnnl-dev ocl-icd-opencl-dev   # oneDNN (its CMake config needs OpenCL headers)
   libopenmpi-dev openmpi-bin       # MPI (not MPICH: it collapses when ranks exceed cores)
   libsentencepiece-dev sentencepiece

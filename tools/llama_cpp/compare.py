@@ -137,18 +137,27 @@ def main():
     print(f"boostlm: {len(ours['log_probs'])} targets, mean log-prob {ours_mean:.6f} "
           f"(eval loss {ours['loss']:.6f}); greedy: {generated!r}")
 
-    results, failures = [], 0
-    for dtype in args.dtypes.split(","):
-        gguf = os.path.join(work, f"model-{dtype}.gguf")
+    dtypes = args.dtypes.split(",")
+    ggufs = [os.path.join(work, f"model-{dtype}.gguf") for dtype in dtypes]
+    for dtype, gguf in zip(dtypes, ggufs):
         if os.path.exists(gguf):
             os.remove(gguf)
         run([args.boostlm, "convert", "--to-gguf", args.checkpoint, "--out", gguf,
              "--dtype", dtype])
-        theirs = json.loads(run(["node", os.path.join(HERE, "llama_eval.mjs"), "--deps", deps,
-                                 "--model", gguf, "--tokens", ours_file, "--prompt",
-                                 prompt_json, "--max-new-tokens", str(args.max_new_tokens),
-                                 "--vocab-limit", str(pieces),
-                                 "--text", args.text]).strip().splitlines()[-1])
+    # One llama.cpp process scores every file (each in a fresh model and context): starting it
+    # costs more than scoring a tiny model. It prints one line of JSON per file, in order.
+    models = [flag for gguf in ggufs for flag in ("--model", gguf)]
+    lines = run(["node", os.path.join(HERE, "llama_eval.mjs"), "--deps", deps, *models,
+                 "--tokens", ours_file, "--prompt", prompt_json, "--max-new-tokens",
+                 str(args.max_new_tokens), "--vocab-limit", str(pieces),
+                 "--text", args.text]).strip().splitlines()[-len(ggufs):]
+    if len(lines) != len(ggufs):
+        sys.exit(f"compare.py: llama_eval.mjs printed {len(lines)} result(s) for {len(ggufs)} files")
+
+    results, failures = [], 0
+    for dtype, gguf, line in zip(dtypes, ggufs, lines):
+        theirs = json.loads(line)
+        assert theirs["model"] == gguf, (theirs["model"], gguf)
         lp = theirs["log_probs"]
         diffs = [abs(a - b) for a, b in zip(lp, ours["log_probs"])]
         mean = sum(lp) / len(lp)
