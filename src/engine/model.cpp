@@ -31,10 +31,7 @@ void gather_columns(Communicator& tp, DType wire, const float* local, int64_t N,
   const int t = tp.size();
   if (wire == DType::bf16 && t > 1) {
     if (wire16.size() < static_cast<size_t>(N * c * t)) wire16.resize(N * c * t);
-    bf16_t* mine = wire16.data() + tp.rank() * N * c;
-    round_to_bf16(local, N, c, c, mine);
-    tp.all_gather(mine, N * c, wire16.data());
-    for (int r = 0; r < t; ++r) widen_bf16(wire16.data() + r * N * c, N, c, c, full + r * c, c * t);
+    all_gather_columns_bf16(tp, local, c, N, c, wire16.data(), full, c * t);
     return;
   }
   scratch.resize(N * c * t);

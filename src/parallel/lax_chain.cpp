@@ -185,15 +185,11 @@ void Layout::lax_chain_latent(int64_t layer, const Group& g) {
   for (const ProjectionWeights& p : group) {
     const int64_t rl = p.rank;
     if (bf16) {
-      // bf16 training (issue 60): this rank's columns rounded into its slot of the gather buffer
-      // (as bf16 it has room for twice its fp32 elements), gathered in place, each rank's block
-      // widened into its columns of h: half the bytes, and no separate copy of the columns.
-      bf16_t* gathered = reinterpret_cast<bf16_t*>(lax_gather_.data());
-      bf16_t* mine = gathered + tp_.rank() * N * rl;
-      round_to_bf16(local + c0, N, rl, width, mine);
-      tp_.all_gather(mine, N * rl, gathered);
-      for (int r = 0; r < t; ++r)
-        widen_bf16(gathered + r * N * rl, N, rl, rl, lax_h_.data() + out + r * rl, rl * t);
+      // bf16 training (issue 60): through the gather buffer, which as bf16 has room for twice
+      // its fp32 elements.
+      all_gather_columns_bf16(tp_, local + c0, width, N, rl,
+                              reinterpret_cast<bf16_t*>(lax_gather_.data()), lax_h_.data() + out,
+                              rl * t);
     } else {
       Buffer<float>& packed = lax_z_;  // free here: z was consumed by σ above
       copy_columns(local + c0, width, N, rl, packed.data(), rl);

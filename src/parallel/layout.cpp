@@ -234,8 +234,12 @@ void Layout::residual_add(int64_t, const Group&, const float* x, const float* u,
 }
 
 void Layout::replicated_residual_norm(const Norm& n, const float* x, const float* u, float* sum) {
-  BOOSTLM_ASSERT(compute_ == DType::bf16 && residual_columns() == config_.d_model);
   const int64_t N = batch_ * seq_len_, d = config_.d_model;
+  if (compute_ != DType::bf16) {  // fp32: the add alone, the norm in its group's forward
+    add(x, u, sum, N * d);
+    return;
+  }
+  BOOSTLM_ASSERT(residual_columns() == d);
   residual_rmsnorm_forward_bf16(x, u, sum, n.gamma, N, d, config_.rms_eps, n.out16, n.rstd);
   prenormed_ = n.out16;
 }
@@ -465,6 +469,15 @@ void all_reduce_activations(Communicator& tp, DType wire, float* x, int64_t rows
   round_to_bf16(x, rows, cols, ld, scratch.data());
   tp.all_reduce(scratch.data(), rows * cols);
   widen_bf16(scratch.data(), rows, cols, cols, x, ld);
+}
+
+void all_gather_columns_bf16(Communicator& tp, const float* local, int64_t ld_local, int64_t rows,
+                             int64_t c, bf16_t* wire, float* full, int64_t ld_full) {
+  bf16_t* mine = wire + tp.rank() * rows * c;
+  round_to_bf16(local, rows, c, ld_local, mine);
+  tp.all_gather(mine, rows * c, wire);
+  for (int r = 0; r < tp.size(); ++r)
+    widen_bf16(wire + r * rows * c, rows, c, c, full + r * c, ld_full);
 }
 
 }  // namespace boostlm

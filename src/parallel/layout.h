@@ -340,8 +340,9 @@ class Layout {
   // again for backward.
   GemmInput replicated_norm_forward(const Norm& n, const float* x);
   GemmInput replicated_norm_output(const Norm& n) const;
-  // The fused residual add + replicated norm n (bf16 training): sum = x + u and n's output and
-  // 1/rms in one pass; the next replicated_norm_forward of n returns that output.
+  // The residual add before replicated norm n: in bf16 training fused with it (sum = x + u and
+  // n's output and 1/rms in one pass; the next replicated_norm_forward of n returns that output),
+  // in fp32 the add alone.
   void replicated_residual_norm(const Norm& n, const float* x, const float* u, float* sum);
 
   // ---- LaX (model/lax.h): each projection's latent crosses into the same projection of the next
@@ -465,6 +466,13 @@ std::unique_ptr<Layout> make_layout(LayoutKind kind, const ModelConfig& config, 
 // half the bytes. Nothing is rounded in a group of one.
 void all_reduce_activations(Communicator& tp, DType wire, float* x, int64_t rows, int64_t cols,
                             int64_t ld, Buffer<bf16_t>& scratch);
+
+// full [rows, c·t] (row stride ld_full) from every rank's columns local [rows, c] (row stride
+// ld_local) over `tp`, travelling as bf16 (issue 60): rounded into this rank's slot of `wire`
+// (rows·c·t values), gathered in place and widened into their columns of full. Half the bytes of
+// the fp32 gather; no separate copy of the columns.
+void all_gather_columns_bf16(Communicator& tp, const float* local, int64_t ld_local, int64_t rows,
+                             int64_t c, bf16_t* wire, float* full, int64_t ld_full);
 
 // The three layouts (one file each).
 std::unique_ptr<Layout> make_dense_tp(const ModelConfig& config, Communicator& tp);

@@ -30,6 +30,14 @@ void rounded_rows(int64_t rows, int64_t cols, bf16_t* y, int64_t ldy, Fill fill)
   }
 }
 
+// sum = x + u over a row of D, and Σ sum² as rmsnorm_partial_sum_squares gives it (the fused
+// residual add's first half).
+float add_row_sum_squares(const float* x, const float* u, float* sum, int64_t D) {
+#pragma omp simd
+  for (int64_t j = 0; j < D; ++j) sum[j] = x[j] + u[j];
+  return cpu::accurate_sum(D, [&](int64_t j) { return sum[j] * sum[j]; });
+}
+
 }  // namespace
 
 void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int64_t D_local,
@@ -178,12 +186,8 @@ void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, c
                                    int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd) {
   BOOSTLM_KERNEL("rmsnorm");
   rounded_rows(rows, D, y, D, [&](int64_t r, float* row) {
-    const float *xr = x + r * D, *ur = u + r * D;
     float* sr = sum + r * D;
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j) sr[j] = xr[j] + ur[j];
-    const float s = math::rms_rstd(cpu::accurate_sum(D, [&](int64_t j) { return sr[j] * sr[j]; }),
-                                   D, eps);
+    const float s = math::rms_rstd(add_row_sum_squares(x + r * D, u + r * D, sr, D), D, eps);
     rstd[r] = s;
 #pragma omp simd
     for (int64_t j = 0; j < D; ++j) row[j] = sr[j] * s * gamma[j];
@@ -195,11 +199,8 @@ void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
                                      float eps, bf16_t* out) {
   BOOSTLM_KERNEL("rmsnorm");
   rounded_rows(rows, D, out, D, [&](int64_t r, float* row) {
-    const float *xr = x + r * D, *ur = u + r * D;
     float* sr = sum + r * D;
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j) sr[j] = xr[j] + ur[j];
-    const float total = cpu::accurate_sum(D, [&](int64_t j) { return sr[j] * sr[j]; });
+    const float total = add_row_sum_squares(x + r * D, u + r * D, sr, D);
     sum_sq[r] = total;
     const float s = math::rms_rstd(total, D, eps);
     for (int64_t j = 0; j < D; ++j) row[j] = sr[j] * gamma[j] * s;

@@ -80,10 +80,7 @@ class NaiveTp final : public Layout {
   // bf16 training: the residual add and the replicated norm that reads it in one pass.
   void residual_add(int64_t layer, const Group& g, const float* x, const float* u,
                     float* sum) override {
-    if (compute_ == DType::bf16)
-      replicated_residual_norm(norm(layer, g), x, u, sum);
-    else
-      Layout::residual_add(layer, g, x, u, sum);
+    replicated_residual_norm(norm(layer, g), x, u, sum);
   }
 
   void allocate_groups(int64_t N) override {
