@@ -36,5 +36,10 @@ void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y);
 // The same from a bf16 x (btp's latents kept in bf16), and silu_backward reading it.
 void silu_forward_bf16(const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y);
 void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols, float* dx);
+// dx = dy · silu'(x) written in bf16 only ([rows, cols], contiguous): a latent's gradient that
+// only bf16 GEMMs read (the down factor's dA and dx), rounded as the fp32 result would be.
+void silu_backward_to_bf16(const float* dy, const float* x, int64_t rows, int64_t cols, bf16_t* dx);
+void silu_backward_to_bf16(const float* dy, const bf16_t* x, int64_t rows, int64_t cols,
+                           bf16_t* dx);
 
 }  // namespace boostlm

@@ -133,10 +133,14 @@
     (const bf16_t* z, float* dz, int64_t rows, int64_t width, const float* rstd,                 \
      int64_t D_total, float* ds),                                                                \
     (z, dz, rows, width, rstd, D_total, ds))                                                     \
+  X(void, online_norm_latent_backward_to_bf16, online_norm_latent_backward_to_bf16,              \
+    (const bf16_t* z, const float* dlatent, bool silu, int64_t rows, int64_t width,              \
+     const float* rstd, int64_t D_total, float* ds, bf16_t* dp),                                 \
+    (z, dlatent, silu, rows, width, rstd, D_total, ds, dp))                                      \
   X(void, online_norm_input_backward, online_norm_input_backward,                                \
     (const float* g, const float* x, const float* gamma, const float* ds, int64_t rows,          \
-     int64_t D, float dx_beta, float* dx, float* dgamma),                                        \
-    (g, x, gamma, ds, rows, D, dx_beta, dx, dgamma))                                             \
+     int64_t D, float dx_beta, float* dx, float* dgamma, bf16_t* dx16),                          \
+    (g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16))                                       \
   /* kernels/rope.h */                                                                           \
   X(void, rope_forward, rope_forward,                                                            \
     (float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table),         \
@@ -213,6 +217,12 @@
     (const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y), (x, rows, cols, y))                \
   X(void, silu_backward, silu_backward_bf16,                                                     \
     (const float* dy, const bf16_t* x, int64_t rows, int64_t cols, float* dx),                   \
+    (dy, x, rows, cols, dx))                                                                     \
+  X(void, silu_backward_to_bf16, silu_backward_to_bf16_f32,                                     \
+    (const float* dy, const float* x, int64_t rows, int64_t cols, bf16_t* dx),                   \
+    (dy, x, rows, cols, dx))                                                                     \
+  X(void, silu_backward_to_bf16, silu_backward_to_bf16_bf16,                                     \
+    (const float* dy, const bf16_t* x, int64_t rows, int64_t cols, bf16_t* dx),                  \
     (dy, x, rows, cols, dx))                                                                     \
   /* kernels/embedding.h */                                                                      \
   X(void, embedding_shard_forward, embedding_shard_forward,                                      \

@@ -98,9 +98,19 @@ void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_
 // The same reading a bf16 z.
 void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64_t width,
                                  const float* rstd, int64_t D_total, float* ds);
+// bf16 training, in one pass over each row: dZ = dlatent ⊙ silu'(z) (silu: cola; else dZ =
+// dlatent), ds as above from dZ, and dP = dZ · rstd written in bf16 only, for the two bf16 GEMMs
+// that read it (dA and the input's gradient). The bits of silu_backward, then
+// online_norm_latent_backward, then rounding dP. dlatent is not written.
+void online_norm_latent_backward_to_bf16(const bf16_t* z, const float* dlatent, bool silu,
+                                         int64_t rows, int64_t width, const float* rstd,
+                                         int64_t D_total, float* ds, bf16_t* dp);
 // Backward to the input, given g = ∂L/∂(x ⊙ γ) from the latent GEMM and ds:
-// dx = dx_beta · dx + g ⊙ γ + 2 · ds · x ;  dγ += Σ_rows x ⊙ g. No collective.
+// dx = dx_beta · dx + g ⊙ γ + 2 · ds · x ;  dγ += Σ_rows x ⊙ g. No collective. dx16 (bf16
+// training; may be null): dx also written there rounded to bf16, in the same pass, for the next
+// GEMM that reads the residual's gradient (instead of a rounding pass of its own).
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
-                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma);
+                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
+                                bf16_t* dx16 = nullptr);
 
 }  // namespace boostlm

@@ -125,6 +125,27 @@ void group_activate_backward(ProjectionGroup group, const bf16_t* z, float* dlat
 }
 
 namespace {
+template <typename Z>
+GemmInput activate_backward_to_bf16(ProjectionGroup group, const Z* z, const float* dlatent,
+                                    int64_t N, bf16_t* dz16) {
+  const int64_t width = group_width(group);
+  if (!group_has_activation(group)) return {dlatent, width};
+  silu_backward_to_bf16(dlatent, z, N, width, dz16);
+  return {nullptr, dz16, width};
+}
+}  // namespace
+
+GemmInput group_activate_backward_to_bf16(ProjectionGroup group, const float* z,
+                                          const float* dlatent, int64_t N, bf16_t* dz16) {
+  return activate_backward_to_bf16(group, z, dlatent, N, dz16);
+}
+
+GemmInput group_activate_backward_to_bf16(ProjectionGroup group, const bf16_t* z,
+                                          const float* dlatent, int64_t N, bf16_t* dz16) {
+  return activate_backward_to_bf16(group, z, dlatent, N, dz16);
+}
+
+namespace {
 
 // How many elements b lies after a; 0 when it does not lie a whole positive number of them on.
 template <class T>
@@ -303,11 +324,11 @@ namespace {
 
 // da_scratch: d_in · Σ rank elements when cat is given, else unused.
 void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                              const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
-                              float dx_beta, float* da_scratch, DType compute) {
+                              GemmInput dz, int64_t N, float* dx, int64_t lddx, float dx_beta,
+                              float* da_scratch, DType compute) {
   const int64_t d_in = group[0].d_in;
   const int64_t width = group_width(group);
-  const GemmInput grad = rounded_gradient({dz, lddz}, N, width, compute);  // for both GEMMs
+  const GemmInput grad = rounded_gradient(dz, N, width, compute);  // for both GEMMs
   if (cat) {
     BOOSTLM_ASSERT(cat->width == width);
     gemm(Trans::T, Trans::N, d_in, width, N, 1.0f, x, grad, 0.0f, da_scratch, width, compute);
@@ -332,11 +353,10 @@ void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, G
 }  // namespace
 
 void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
-                         float dx_beta, Buffer<float>& da_scratch, DType compute) {
+                         GemmInput dz, int64_t N, float* dx, int64_t lddx, float dx_beta,
+                         Buffer<float>& da_scratch, DType compute) {
   if (cat) da_scratch.resize(group[0].d_in * cat->width);
-  group_down_backward_impl(group, cat, x, dz, lddz, N, dx, lddx, dx_beta, da_scratch.data(),
-                           compute);
+  group_down_backward_impl(group, cat, x, dz, N, dx, lddx, dx_beta, da_scratch.data(), compute);
 }
 
 void dense_projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* y,

@@ -109,11 +109,19 @@ void group_up_backward(ProjectionGroup group, GemmInput latent, const GemmInput*
 // dz = dlatent ⊙ σ'(z) in place over the whole group (cola; no-op otherwise).
 void group_activate_backward(ProjectionGroup group, const float* z, float* dlatent, int64_t N);
 void group_activate_backward(ProjectionGroup group, const bf16_t* z, float* dlatent, int64_t N);
-// dA_m += xᵀ dz_m;  dx = dx_beta·dx + Σ_m dz_m A_mᵀ. dz: [N, Σ rank], row stride lddz. Two GEMMs
-// on the concatenation `cat` when given (its dA, in `da_scratch`, added into each member's), else
-// two per member.
+// bf16 training: dz = dlatent ⊙ σ'(z) written in bf16 only, into dz16 ([N, Σ rank]), as the
+// input of group_down_backward's two GEMMs (cola: no rounding pass there); without σ (svd) dlatent
+// itself, rounded by group_down_backward.
+GemmInput group_activate_backward_to_bf16(ProjectionGroup group, const float* z,
+                                          const float* dlatent, int64_t N, bf16_t* dz16);
+GemmInput group_activate_backward_to_bf16(ProjectionGroup group, const bf16_t* z,
+                                          const float* dlatent, int64_t N, bf16_t* dz16);
+// dA_m += xᵀ dz_m;  dx = dx_beta·dx + Σ_m dz_m A_mᵀ. dz: [N, Σ rank] (row stride dz.ld): fp32
+// (rounded here once for both GEMMs, in bf16), or in bf16 already, as its producer wrote it. Two
+// GEMMs on the concatenation `cat` when given (its dA, in `da_scratch`, added into each member's),
+// else two per member.
 void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                         const float* dz, int64_t lddz, int64_t N, float* dx, int64_t lddx,
-                         float dx_beta, Buffer<float>& da_scratch, DType compute);
+                         GemmInput dz, int64_t N, float* dx, int64_t lddx, float dx_beta,
+                         Buffer<float>& da_scratch, DType compute);
 
 }  // namespace boostlm

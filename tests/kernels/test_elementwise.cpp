@@ -218,6 +218,17 @@ TEST(Silu, Bf16FormIsTheRoundedFp32Kernel) {
     ASSERT_EQ(from16[i], float_to_bf16(y[i])) << i;
     ASSERT_EQ(dx16[i], dx[i]) << i;
   }
+  // The gradient written in bf16 only (a latent's, for the down factor's GEMMs): the fp32
+  // gradient rounded, from an fp32 x and from a bf16 one.
+  std::vector<bf16_t> out16(rows * cols), out16_from16(rows * cols);
+  std::vector<float> dx_f32(rows * cols);
+  silu_backward(dy.data(), cols, x.data(), cols, rows, cols, dx_f32.data(), cols);
+  silu_backward_to_bf16(dy.data(), x.data(), rows, cols, out16.data());
+  silu_backward_to_bf16(dy.data(), x16.data(), rows, cols, out16_from16.data());
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    ASSERT_EQ(out16[i], float_to_bf16(dx_f32[i])) << i;
+    ASSERT_EQ(out16_from16[i], float_to_bf16(dx[i])) << i;
+  }
 }
 
 TEST(Embedding, GradientMatchesFiniteDifferencesWithRepeatedTokens) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/grad_check.h"
@@ -81,8 +82,16 @@ TEST(OnlineNorm, GradientsMatchFiniteDifferences) {
       for (int64_t c = 0; c < kRank; ++c) s += dp[r * kRank + c] * a[j * kRank + c];
       g[r * kD + j] = static_cast<float>(s);
     }
+  // With the bf16 copy of dx asked for (bf16 training): the same dx and dγ, and the copy dx rounded.
+  std::vector<float> dx2 = dx, dgamma2 = dgamma;
+  std::vector<bf16_t> dx16(kRows * kD);
   online_norm_input_backward(g.data(), x.data(), gamma.data(), ds.data(), kRows, kD, 1.0f,
                              dx.data(), dgamma.data());
+  online_norm_input_backward(g.data(), x.data(), gamma.data(), ds.data(), kRows, kD, 1.0f,
+                             dx2.data(), dgamma2.data(), dx16.data());
+  EXPECT_EQ(dx2, dx);
+  EXPECT_EQ(dgamma2, dgamma);
+  for (int64_t i = 0; i < kRows * kD; ++i) ASSERT_EQ(dx16[i], float_to_bf16(dx[i])) << i;
   for (auto& v : dx) v -= 0.5f;
   EXPECT_TRUE(check_gradient(loss, x.data(), dx.data(), kRows * kD));
   EXPECT_TRUE(check_gradient(loss, gamma.data(), dgamma.data(), kD));
@@ -164,6 +173,33 @@ TEST(OnlineNorm, Bf16LatentsAreTheRoundedLatents) {
   online_norm_latent_backward(z16.data(), dz16.data(), rows, width, rstd.data(), 64, ds16.data());
   EXPECT_EQ(dz16, dz);
   EXPECT_EQ(ds16, ds);
+}
+
+// bf16 training's latent gradient in one pass (issue 60): σ' (cola) or none (svd), the online
+// norm's latent backward and the rounding of dP give the bits of the three passes it replaces, at
+// widths with and without a 16-lane tail; dlatent is left as it was.
+TEST(OnlineNorm, LatentBackwardToBf16IsTheUnfusedPassesRounded) {
+  for (int64_t width : {1, 24, 37}) {
+    const int64_t rows = 6;
+    const auto zf = testing::random_vector(rows * width, 31, 3.0f);
+    const auto rstd = testing::random_vector(rows, 32);
+    const auto dlatent = testing::random_vector(rows * width, 33);
+    std::vector<bf16_t> z(rows * width);
+    for (int64_t i = 0; i < rows * width; ++i) z[i] = float_to_bf16(zf[i]);
+    for (bool silu : {true, false}) {
+      std::vector<float> dz = dlatent, ds(rows), fused_ds(rows);
+      if (silu) silu_backward(dlatent.data(), z.data(), rows, width, dz.data());
+      online_norm_latent_backward(z.data(), dz.data(), rows, width, rstd.data(), 64, ds.data());
+      std::vector<bf16_t> dp(rows * width);
+      const auto unchanged = dlatent;
+      online_norm_latent_backward_to_bf16(z.data(), dlatent.data(), silu, rows, width,
+                                          rstd.data(), 64, fused_ds.data(), dp.data());
+      EXPECT_EQ(fused_ds, ds) << width << " " << silu;
+      for (int64_t i = 0; i < rows * width; ++i)
+        ASSERT_EQ(dp[i], float_to_bf16(dz[i])) << width << " " << silu << " " << i;
+      EXPECT_EQ(dlatent, unchanged);
+    }
+  }
 }
 
 // bf16 on the wire (issue 60): packing into a row message rounds what the fp32 pack gives (the

@@ -42,25 +42,6 @@ inline void silu_run(const In* x, Out* y, int64_t n) {
 #endif
 }
 
-// dx = dy · silu'(x) = dy · σ(x)·(1 + x·(1 − σ(x))) over one run.
-template <typename In>
-inline void silu_grad_run(const float* dy, const In* x, float* dx, int64_t n) {
-#ifdef BOOSTLM_VEC16
-  const __m512 one = _mm512_set1_ps(1.0f);
-  cpu::for_each16(n, [&](int64_t i, __mmask16 m) {
-    const __m512 v = cpu::load16(x + i, m), s = cpu::sigmoid16(v);
-    const __m512 grad = _mm512_mul_ps(s, _mm512_fmadd_ps(v, _mm512_sub_ps(one, s), one));
-    cpu::store16(dx + i, _mm512_mul_ps(cpu::load16(dy + i, m), grad), m);
-  });
-#else
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float xi = to_float(x[i]), s = sigmoid_vec(xi);
-    dx[i] = dy[i] * s * (1.0f + xi * (1.0f - s));
-  }
-#endif
-}
-
 // h = act(g)·u over one run. With g_kept/u_kept (fp32 g and u only), g and u are rounded to bf16
 // into them first and h is computed from the rounded values.
 template <typename In, typename Out>
@@ -223,6 +204,20 @@ void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols,
 
 void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y) {
   silu_rounded(x, rows * cols, y);
+}
+
+void silu_backward_to_bf16(const float* dy, const float* x, int64_t rows, int64_t cols,
+                           bf16_t* dx) {
+  BOOSTLM_KERNEL("activation");
+  for_each_chunk(rows * cols,
+                 [&](int64_t i, int64_t count) { silu_grad_run(dy + i, x + i, dx + i, count); });
+}
+
+void silu_backward_to_bf16(const float* dy, const bf16_t* x, int64_t rows, int64_t cols,
+                           bf16_t* dx) {
+  BOOSTLM_KERNEL("activation");
+  for_each_chunk(rows * cols,
+                 [&](int64_t i, int64_t count) { silu_grad_run(dy + i, x + i, dx + i, count); });
 }
 
 }  // namespace boostlm::cpu

@@ -11,6 +11,10 @@
 #include "kernels/cpu/vec_math.h"
 #include "kernels/math.h"
 
+// GCC 12's spurious -Wmaybe-uninitialized on inlined AVX-512 intrinsics (vec_math.h's
+// silu_grad_run, in the fused latent backward).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace boostlm::cpu {
 
 namespace {
@@ -310,8 +314,29 @@ void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64
   latent_backward(z, dz, rows, width, rstd, D_total, ds);
 }
 
+void online_norm_latent_backward_to_bf16(const bf16_t* z, const float* dlatent, bool silu,
+                                         int64_t rows, int64_t width, const float* rstd,
+                                         int64_t D_total, float* ds, bf16_t* dp) {
+  const DeviceAccess access("online_norm_latent_backward");
+  // Each row's dZ in a per-thread fp32 row (σ' applied, or dlatent copied), reduced with
+  // latent_backward's fma order, scaled and rounded while in cache.
+  rounded_rows(rows, width, dp, width, [&](int64_t r, float* row) {
+    const bf16_t* zr = z + r * width;
+    const float* dr = dlatent + r * width;
+    if (silu)
+      cpu::silu_grad_run(dr, zr, row, width);
+    else
+      std::copy_n(dr, width, row);
+    float dot = 0.0f;
+    for (int64_t c = 0; c < width; ++c) dot = std::fma(row[c], cpu::to_float(zr[c]), dot);
+    ds[r] = math::online_norm_stat_grad(dot, rstd[r], D_total);
+    for (int64_t c = 0; c < width; ++c) row[c] *= rstd[r];
+  });
+}
+
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
-                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma) {
+                                int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
+                                bf16_t* dx16) {
   const DeviceAccess access("online_norm_input_backward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -321,6 +346,7 @@ void online_norm_input_backward(const float* g, const float* x, const float* gam
     float* dxr = dx + r * D;
     for (int64_t j = 0; j < D; ++j)
       dxr[j] = math::online_norm_dx(dxr[j], dx_beta, gr[j], gamma[j], two_ds, xr[j]);
+    if (dx16) cpu::round_row_bf16(dxr, D, dx16 + r * D);  // while the row is in cache
   }
   // Column blocks per thread, rows inner: contiguous reads, no two threads on one element.
   constexpr int64_t kCols = 64;

@@ -325,4 +325,25 @@ void transpose_round_columns(const T* src, int64_t rows, int64_t rows_pad, int64
   }
 }
 
+// dx = dy · silu'(x) = dy · σ(x)·(1 + x·(1 − σ(x))) over one run; dx fp32, or bf16 rounded in the
+// register (the bits rounding the fp32 result gives). Shared by activation.cpp's silu_backward and
+// rmsnorm.cpp's fused latent backward.
+template <typename In, typename Out>
+inline void silu_grad_run(const float* dy, const In* x, Out* dx, int64_t n) {
+#ifdef BOOSTLM_VEC16
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for_each16(n, [&](int64_t i, __mmask16 m) {
+    const __m512 v = load16(x + i, m), s = sigmoid16(v);
+    const __m512 grad = _mm512_mul_ps(s, _mm512_fmadd_ps(v, _mm512_sub_ps(one, s), one));
+    store16(dx + i, _mm512_mul_ps(load16(dy + i, m), grad), m);
+  });
+#else
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = to_float(x[i]), s = sigmoid_vec(xi);
+    put(dx + i, dy[i] * s * (1.0f + xi * (1.0f - s)));
+  }
+#endif
+}
+
 }  // namespace boostlm::cpu

@@ -21,14 +21,16 @@ __global__ void silu_forward_kernel(const In* x, int64_t ldx, int64_t rows, int6
   }
 }
 
-// dx = dy · silu'(x). dx may alias dy (each element is read, then written, by one thread).
-template <typename In>
+// dx = dy · silu'(x), stored as fp32 or rounded to bf16. An fp32 dx may alias dy (each element is
+// read, then written, by one thread).
+template <typename In, typename Out>
 __global__ void silu_backward_kernel(const float* dy, int64_t lddy, const In* x, int64_t ldx,
-                                     int64_t rows, int64_t cols, float* dx, int64_t lddx) {
+                                     int64_t rows, int64_t cols, Out* dx, int64_t lddx) {
   const int64_t n = rows * cols;
   for (int64_t i = grid_index(); i < n; i += grid_stride()) {
     const int64_t r = i / cols, c = i - r * cols;
-    dx[r * lddx + c] = dy[r * lddy + c] * math::silu_grad(math::to_float(x[r * ldx + c]));
+    math::store(dx + r * lddx + c,
+                dy[r * lddy + c] * math::silu_grad(math::to_float(x[r * ldx + c])));
   }
 }
 
@@ -71,14 +73,14 @@ void launch_silu(const In* x, int64_t ldx, int64_t rows, int64_t cols, Out* y, i
   BOOSTLM_CHECK_LAUNCH();
 }
 
-template <typename In>
+template <typename In, typename Out>
 void launch_silu_backward(const float* dy, int64_t lddy, const In* x, int64_t ldx, int64_t rows,
-                          int64_t cols, float* dx, int64_t lddx, cudaStream_t stream) {
+                          int64_t cols, Out* dx, int64_t lddx, cudaStream_t stream) {
   const LaunchGeometry g = elements_launch(rows * cols);
   if (g.grid == 0) return;
   BOOSTLM_DECLARE_LAUNCH(
       LaunchCost{.bytes_read = bytes_of<float>(rows * cols) + bytes_of<In>(rows * cols),
-                 .bytes_written = bytes_of<float>(rows * cols)});
+                 .bytes_written = bytes_of<Out>(rows * cols)});
   silu_backward_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(dy, lddy, x, ldx, rows, cols, dx,
                                                                 lddx);
   BOOSTLM_CHECK_LAUNCH();
@@ -133,6 +135,16 @@ void silu_forward_bf16(const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y,
 
 void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols, float* dx,
                    cudaStream_t stream) {
+  launch_silu_backward(dy, cols, x, cols, rows, cols, dx, cols, stream);
+}
+
+void silu_backward_to_bf16(const float* dy, const float* x, int64_t rows, int64_t cols, bf16_t* dx,
+                           cudaStream_t stream) {
+  launch_silu_backward(dy, cols, x, cols, rows, cols, dx, cols, stream);
+}
+
+void silu_backward_to_bf16(const float* dy, const bf16_t* x, int64_t rows, int64_t cols,
+                           bf16_t* dx, cudaStream_t stream) {
   launch_silu_backward(dy, cols, x, cols, rows, cols, dx, cols, stream);
 }
 

@@ -44,6 +44,10 @@ void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y, cu
 void silu_forward_bf16(const bf16_t* x, int64_t rows, int64_t cols, bf16_t* y, cudaStream_t stream);
 void silu_backward(const float* dy, const bf16_t* x, int64_t rows, int64_t cols, float* dx,
                    cudaStream_t stream);
+void silu_backward_to_bf16(const float* dy, const float* x, int64_t rows, int64_t cols, bf16_t* dx,
+                           cudaStream_t stream);
+void silu_backward_to_bf16(const float* dy, const bf16_t* x, int64_t rows, int64_t cols,
+                           bf16_t* dx, cudaStream_t stream);
 
 void swiglu_forward(const float* g, const float* u, int64_t n, bool gate_act, float* h,
                     cudaStream_t stream);
@@ -178,10 +182,15 @@ void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_
 void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64_t width,
                                  const float* rstd, int64_t D_total, float* ds,
                                  cudaStream_t stream);
+void online_norm_latent_backward_to_bf16(const bf16_t* z, const float* dlatent, bool silu,
+                                         int64_t rows, int64_t width, const float* rstd,
+                                         int64_t D_total, float* ds, bf16_t* dp,
+                                         cudaStream_t stream);
 size_t online_norm_input_backward_workspace_bytes(int64_t rows, int64_t D);
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
-                                void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                                void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                bf16_t* dx16 = nullptr);
 
 // ---- LaX's latent LayerNorm and Kronecker gate (kernels/lax.h; lax.cu). The row sums are one
 // block per row (double sums merged by CUB's BlockReduce); dw and db are a two-stage column sum in

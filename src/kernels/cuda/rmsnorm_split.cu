@@ -157,16 +157,19 @@ struct OnlineUnpack {  // z = summed · rstd (or a copy)
 
 // Online-RMSNorm's input backward in one pass over x and g: the term of dγ's column sum, x ⊙ g,
 // and on the way dx = β·dx + g ⊙ γ + 2·ds·x for the same element (x and g read into registers
-// before dx is written: dx may be g).
+// before dx is written: dx may be g). dx16 (may be null): dx rounded to bf16 as well.
 struct OnlineInputBackwardTerm {
   const float *g, *x, *gamma, *ds;
   int64_t D;
   float dx_beta;
   float* dx;
+  bf16_t* dx16;
   __device__ float operator()(int64_t r, int64_t j) const {
     const int64_t e = r * D + j;
     const float xe = x[e], ge = g[e];
-    dx[e] = math::online_norm_dx(dx[e], dx_beta, ge, gamma[j], 2.0f * ds[r], xe);
+    const float v = math::online_norm_dx(dx[e], dx_beta, ge, gamma[j], 2.0f * ds[r], xe);
+    dx[e] = v;
+    if (dx16) dx16[e] = math::round_to_bf16(v);
     return xe * ge;
   }
 };
@@ -235,6 +238,26 @@ void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const f
         <<<grid_of(g.grid), block(), 0, stream>>>(z, dz, width, rstd, D_total, ds);
   });
   BOOSTLM_CHECK_LAUNCH();
+}
+
+// The same in bf16 training with σ' first (cola) and dP written in bf16 only: dZ is recomputed
+// from dlatent and z for the write (the row is in cache) instead of stored.
+template <int kBlock>
+__global__ void latent_backward_to_bf16_kernel(const bf16_t* z, const float* dlatent, bool silu,
+                                               int64_t width, const float* rstd, int64_t D_total,
+                                               float* ds, bf16_t* dp) {
+  const int64_t r = blockIdx.x;
+  const bf16_t* zr = z + r * width;
+  const float* dr = dlatent + r * width;
+  auto dz = [&](int64_t c) {
+    return silu ? dr[c] * math::silu_grad(math::to_float(zr[c])) : dr[c];
+  };
+  const float dot =
+      block_sum<kBlock>(width, [&](int64_t c) { return dz(c) * math::to_float(zr[c]); });
+  const float s = rstd[r];
+  if (threadIdx.x == 0) ds[r] = math::online_norm_stat_grad(dot, s, D_total);
+  bf16_t* dpr = dp + r * width;
+  for (int64_t c = threadIdx.x; c < width; c += kBlock) dpr[c] = math::round_to_bf16(dz(c) * s);
 }
 
 }  // namespace
@@ -403,18 +426,35 @@ void online_norm_latent_backward(const bf16_t* z, float* dz, int64_t rows, int64
   latent_backward(z, dz, rows, width, rstd, D_total, ds, stream);
 }
 
+void online_norm_latent_backward_to_bf16(const bf16_t* z, const float* dlatent, bool silu,
+                                         int64_t rows, int64_t width, const float* rstd,
+                                         int64_t D_total, float* ds, bf16_t* dp,
+                                         cudaStream_t stream) {
+  const LaunchGeometry g = rows_launch(rows, width);
+  if (g.grid == 0) return;
+  with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<bf16_t>(rows * width) + bytes_of<float>(rows * width + rows),
+        .bytes_written = bytes_of<bf16_t>(rows * width) + bytes_of<float>(rows)});
+    latent_backward_to_bf16_kernel<block()><<<grid_of(g.grid), block(), 0, stream>>>(
+        z, dlatent, silu, width, rstd, D_total, ds, dp);
+  });
+  BOOSTLM_CHECK_LAUNCH();
+}
+
 size_t online_norm_input_backward_workspace_bytes(int64_t rows, int64_t D) {
   return column_reduce_workspace_bytes(rows, D);
 }
 
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
-                                void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                                void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                bf16_t* dx16) {
   // γ and ds are read once per column and row chunk, and per row: counted once each.
-  column_sum_add(rows, D, OnlineInputBackwardTerm{g, x, gamma, ds, D, dx_beta, dx}, dgamma,
+  column_sum_add(rows, D, OnlineInputBackwardTerm{g, x, gamma, ds, D, dx_beta, dx, dx16}, dgamma,
                  workspace, workspace_bytes, "column_partial_kernel<OnlineInputBackwardTerm>",
                  bytes_of<float>((dx_beta != 0.0f ? 3 : 2) * rows * D + D + rows), stream,
-                 bytes_of<float>(rows * D));
+                 bytes_of<float>(rows * D) + (dx16 ? bytes_of<bf16_t>(rows * D) : 0));
 }
 
 }  // namespace boostlm::cuda

@@ -100,10 +100,10 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
 }
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
-                                cudaStream_t s) {
+                                bf16_t* dx16, cudaStream_t s) {
   const Scratch w(online_norm_input_backward_workspace_bytes(rows, D), s);
   cuda::online_norm_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, w.data(),
-                                   w.bytes(), s);
+                                   w.bytes(), s, dx16);
 }
 
 void rope_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& t,

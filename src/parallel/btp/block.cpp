@@ -25,6 +25,7 @@
 //    per-token rms values, ≈ N·(2d/t + 7r); backward recomputes q, k, v, attention, gate/up from
 //    them with local GEMMs only. block: backward reruns the whole forward, collectives included.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <span>
 
@@ -387,8 +388,12 @@ class Btp final : public Layout {
     const ConcatenatedA* cat = concatenated(layer, g);
     const int64_t width = group_width(group);
     const float* x = input.f32;  // the residual, for a normed group
-    // dB += σ(z)ᵀ dy;  dσ = dy Bᵀ → packed [N, Σr];  one all-reduce per packed buffer.
-    group_up_backward(group, latent_of(layer, group, a, g), dy.begin(), N, d_packed_.data(), width,
+    // dB += σ(z)ᵀ dy;  dσ = dy Bᵀ → packed [N, Σr];  one all-reduce per packed buffer. o's and
+    // down's dy, the residual's gradient, in bf16 as the norm's backward above left it.
+    std::array<GemmInput, 3> dys{*dy.begin(), *dy.begin(), *dy.begin()};
+    std::copy(dy.begin(), dy.end(), dys.begin());
+    if (const bf16_t* copy = residual_gradient_bf16(layer, g, dys[0].f32)) dys[0].bf16 = copy;
+    group_up_backward(group, latent_of(layer, group, a, g), dys.data(), N, d_packed_.data(), width,
                       options_.grouping, compute_);
     if (cat) {
       all_reduce_activations(tp_, compute_, d_packed_.data(), N, width, width, wire_);
@@ -403,14 +408,31 @@ class Btp final : public Layout {
     // LaX: the chain's gradient from the block above joins, then σ', the latent's norm and the
     // gate (replicated: no collective), leaving ∂L/∂u.
     if (lax()) lax_backward(layer, g, d_packed_.data());
-    with_latents(a, g, [&](const auto* z) {
-      // dz = dσ ⊙ σ'(z), in place
-      if (!lax()) group_activate_backward(group, z, d_packed_.data(), N);
-      // Z = P·rstd: dP = dZ·rstd; the rms term becomes dS (in stat_).
-      if (online)
-        online_norm_latent_backward(z, d_packed_.data(), N, width, rstd, config_.d_model,
-                                    stat_.data());
-    });
+    // The latents' gradient as the down GEMMs read it: in bf16 training written in bf16 by the
+    // pass that makes it (σ' and the online norm's in one pass), in rounded_latent_, free once the
+    // up half's GEMMs above have read σ(z) from it.
+    GemmInput dp{d_packed_.data(), width};
+    if (compute_ == DType::bf16) {
+      const bf16_t* z = a.z16[g.index].data();
+      if (rounded_latent_.size() < static_cast<size_t>(N * width)) rounded_latent_.resize(N * width);
+      bf16_t* dp16 = rounded_latent_.data();
+      if (online) {
+        online_norm_latent_backward_to_bf16(z, d_packed_.data(), !lax() && group[0].latent_act, N,
+                                            width, rstd, config_.d_model, stat_.data(), dp16);
+        dp = {nullptr, dp16, width};
+      } else if (!lax()) {
+        dp = group_activate_backward_to_bf16(group, z, d_packed_.data(), N, dp16);
+      }
+    } else {
+      with_latents(a, g, [&](const auto* z) {
+        // dz = dσ ⊙ σ'(z), in place
+        if (!lax()) group_activate_backward(group, z, d_packed_.data(), N);
+        // Z = P·rstd: dP = dZ·rstd; the rms term becomes dS (in stat_).
+        if (online)
+          online_norm_latent_backward(z, d_packed_.data(), N, width, rstd, config_.d_model,
+                                      stat_.data());
+      });
+    }
     // The GEMM input of forward: x (o, down), the synchronous norm's output, or x ⊙ γ
     // (recomputed: cheaper than keeping it; unscaled, as dA = (x ⊙ γ)ᵀ dP).
     const int64_t in_cols = group[0].d_in;
@@ -423,13 +445,13 @@ class Btp final : public Layout {
     }
     // dA_i += inᵀ dP_i ;  g = Σ dP_i A_iᵀ  (one GEMM each when grouped).
     float* g_out = g.normed ? d_norm_.data() : dx;
-    group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), d_packed_.data(), width,
-                        N, g_out, in_cols, g.normed ? 0.0f : dx_beta, concatenated_da_, compute_);
+    group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), dp, N, g_out, in_cols,
+                        g.normed ? 0.0f : dx_beta, concatenated_da_, compute_);
     if (!g.normed) return;
     if (online) {
       // dx += g ⊙ γ + 2·dS·x ;  dγ += Σ_rows x ⊙ g   (SPEC §3.4; no collective)
       online_norm_input_backward(d_norm_.data(), x, gamma, stat_.data(), N, dl_, dx_beta, dx,
-                                 dgamma);
+                                 dgamma, keep_residual_gradient_bf16(layer, g, dx));
     } else {
       // Synchronous norm backward: the row term needs Σ dy⊙γ⊙x over the whole row.
       rmsnorm_partial_backward_dot(d_norm_.data(), dl_, x, dl_, gamma, N, dl_, stat_.data());
@@ -454,6 +476,29 @@ class Btp final : public Layout {
     copy_columns(column_scratch_.data(), cols, N, cols, buf + c0, ld);
   }
 
+  // bf16 training: the residual's gradient dx, which o's and down's GEMMs read next, rounded by
+  // the online norm's backward that finishes it (gate|up's for o of the same block, q|k|v's for
+  // down of the block below in this stage), instead of by a pass of its own. Marked with the
+  // group that reads it, the block and the micro-batch, and taken only by that group.
+  bf16_t* keep_residual_gradient_bf16(int64_t layer, const Group& g, const float* dx) {
+    dx16_of_ = nullptr;
+    if (compute_ != DType::bf16) return nullptr;
+    const int64_t reader_layer = g.first == gate_ ? layer : layer - 1;
+    if (reader_layer < first_layer_) return nullptr;  // the stage's gradient leaves it
+    BOOSTLM_ASSERT(residual_columns() == dl_);
+    const int64_t n = batch_ * seq_len_ * dl_;
+    if (dx16_.size() < static_cast<size_t>(n)) dx16_.resize(n);
+    dx16_of_ = dx;
+    dx16_reader_ = {reader_layer, g.first == gate_ ? o_ : down_, micro_};
+    return dx16_.data();
+  }
+  const bf16_t* residual_gradient_bf16(int64_t layer, const Group& g, const float* dy) {
+    const bool mine = dy && dy == dx16_of_ && dx16_reader_[0] == layer &&
+                      dx16_reader_[1] == g.first && dx16_reader_[2] == micro_;
+    dx16_of_ = nullptr;
+    return mine ? dx16_.data() : nullptr;
+  }
+
   // Whether the activation collectives carry bf16 (bf16 training on a TP group, issue 60).
   bool bf16_wire() const { return compute_ == DType::bf16 && tp_.size() > 1; }
 
@@ -465,6 +510,9 @@ class Btp final : public Layout {
   Buffer<float> lax_u_;  // LaX: the group's whole latent u in fp32, before its crossing
   Buffer<bf16_t> rounded_, rounded_latent_;
   Buffer<bf16_t> wire_;  // bf16 training: a latent message as it crosses the TP group
+  Buffer<bf16_t> dx16_;  // the residual's gradient rounded (keep_residual_gradient_bf16)
+  const float* dx16_of_ = nullptr;
+  std::array<int64_t, 3> dx16_reader_{};  // block, group (first projection), micro-batch
 };
 
 }  // namespace

@@ -187,12 +187,19 @@ class NaiveTp final : public Layout {
     const float* z = lax() ? lax_latent(layer, g) : a.z[g.index].data();
     group_up_backward(group, latent_input(group, z, N, rounded_latent_), dy.begin(), N,
                       d_latent_.data(), width, options_.grouping, compute_);
-    if (lax())
+    // dz as the down GEMMs read it: in bf16 training σ' writes it in bf16 (rounded_latent_, free
+    // once the up half's GEMMs have read σ(z) from it).
+    GemmInput dz{d_latent_.data(), width};
+    if (lax()) {
       lax_backward(layer, g, d_latent_.data());
-    else
+    } else if (compute_ == DType::bf16) {
+      if (rounded_latent_.size() < static_cast<size_t>(N * width)) rounded_latent_.resize(N * width);
+      dz = group_activate_backward_to_bf16(group, z, d_latent_.data(), N, rounded_latent_.data());
+    } else {
       group_activate_backward(group, z, d_latent_.data(), N);
-    group_down_backward(group, concatenated(layer, g), x, d_latent_.data(), width, N, dx_partial,
-                        group[0].d_in, 0.0f, concatenated_da_, compute_);
+    }
+    group_down_backward(group, concatenated(layer, g), x, dz, N, dx_partial, group[0].d_in, 0.0f,
+                        concatenated_da_, compute_);
   }
 
   std::vector<Kept> kept_;

@@ -175,6 +175,15 @@ TEST_F(CudaActivation, SiluBf16FormsMatchTheCpuBackend) {
   EXPECT_TRUE(all_within_bf16_ulps(d_y_from32.download(), y_from32));
   EXPECT_TRUE(all_within_bf16_ulps(d_y_from16.download(), y_from16));
   EXPECT_TRUE(all_near(d_dx.download(), dx, 1e-6, 1e-5));
+  // The gradient written in bf16 only: the device's fp32 gradient rounded, from either x.
+  DeviceArray<float> d_dx32(n);
+  DeviceArray<bf16_t> d_out16(n), d_out16_from16(n);
+  cuda::silu_backward(d_dy.get(), cols, d_x.get(), cols, rows, cols, d_dx32.get(), cols, stream);
+  cuda::silu_backward_to_bf16(d_dy.get(), d_x.get(), rows, cols, d_out16.get(), stream);
+  cuda::silu_backward_to_bf16(d_dy.get(), d_x16.get(), rows, cols, d_out16_from16.get(), stream);
+  sync();
+  EXPECT_EQ(d_out16.download(), rounded(d_dx32.download()));
+  EXPECT_EQ(d_out16_from16.download(), rounded(d_dx.download()));
 }
 
 TEST_F(CudaActivation, SwiGluMatchesTheCpuBackendWithAndWithoutGateActivation) {

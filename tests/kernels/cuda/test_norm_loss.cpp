@@ -301,6 +301,30 @@ TEST_F(CudaOnlineNorm, BackwardPiecesMatchTheCpuBackend) {
       EXPECT_TRUE(all_near(gdz.download(), dzc, 0, 0));
     }
 
+    // bf16 training's latent gradient in one pass (σ' or not, the latent backward, dP rounded):
+    // the device's three unfused passes bit for bit, and the CPU's within its ds tolerance.
+    for (bool silu : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "to bf16, silu " << silu);
+      DeviceArray<float> gdl(dz), gdz(dz), gds(s.rows), gfused_ds(s.rows);
+      DeviceArray<bf16_t> gdp(s.rows * width), gdp_unfused(s.rows * width);
+      if (silu) cuda::silu_backward(gdl.get(), gz16.get(), s.rows, width, gdz.get(), stream);
+      cuda::online_norm_latent_backward(gz16.get(), gdz.get(), s.rows, width, grstd.get(),
+                                        D_total, gds.get(), stream);
+      cuda::round_to_bf16(gdz.get(), s.rows, width, width, gdp_unfused.get(), stream);
+      cuda::online_norm_latent_backward_to_bf16(gz16.get(), gdl.get(), silu, s.rows, width,
+                                                grstd.get(), D_total, gfused_ds.get(), gdp.get(),
+                                                stream);
+      sync();
+      EXPECT_TRUE(all_near(gfused_ds.download(), gds.download(), 0, 0));
+      EXPECT_TRUE(all_within_bf16_ulps(gdp.download(), gdp_unfused.download(), 0));
+      EXPECT_TRUE(all_near(gdl.download(), dz, 0, 0));  // dlatent is not written
+      std::vector<float> ds(s.rows);
+      std::vector<bf16_t> dp(s.rows * width);
+      online_norm_latent_backward_to_bf16(z16.data(), dz.data(), silu, s.rows, width, rstd.data(),
+                                          D_total, ds.data(), dp.data());
+      EXPECT_TRUE(all_near(gfused_ds.download(), ds, 1e-6, 1e-5));
+    }
+
     // dx = β·dx + g ⊙ γ + 2·ds·x (a few ulps: fused differently) and dγ += Σ x ⊙ g (column sums
     // over ≤ 1000 rows in another order).
     const auto g = random_floats(s.rows * D, 24), x = random_floats(s.rows * D, 25),
@@ -320,6 +344,15 @@ TEST_F(CudaOnlineNorm, BackwardPiecesMatchTheCpuBackend) {
       sync();
       EXPECT_TRUE(all_near(gdx.download(), dx, 1e-6, 1e-5));
       EXPECT_TRUE(all_near(gdgamma.download(), dgamma, 1e-5, 1e-4));
+      // With dx's bf16 copy: the same dx, and the copy the device's dx rounded.
+      DeviceArray<float> gdx2(dx0), gdgamma2(dgamma0);
+      DeviceArray<bf16_t> gdx16(s.rows * D);
+      cuda::online_norm_input_backward(gg.get(), gx.get(), ggamma.get(), gds.get(), s.rows, D, beta,
+                                       gdx2.get(), gdgamma2.get(), work.get(), bytes, stream,
+                                       gdx16.get());
+      sync();
+      EXPECT_EQ(gdx2.download(), gdx.download());
+      EXPECT_EQ(gdx16.download(), rounded(gdx.download()));
     }
   }
 }
