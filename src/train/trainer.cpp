@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -696,6 +697,11 @@ TrainResult TrainingRun::run() {
   TrainResult result;
   const double start = now_s();
   const int64_t first_step = state_.step;
+  // A testing hook, BOOSTLM_TEST_STEP_SLEEP_MS=MS: each rank sleeps MS after every step, so a run
+  // lasts long in wall time on few steps and little CPU (slurm_jobs: a job that must outlast
+  // Slurm's time-limit warning, and the reference it is compared with then needs fewer steps).
+  const char* sleep_hook = std::getenv("BOOSTLM_TEST_STEP_SLEEP_MS");
+  const auto step_sleep = std::chrono::milliseconds(sleep_hook ? std::atoi(sleep_hook) : 0);
   while (state_.step < o_.steps) {
     set_watchdog_step(state_.step + 1);  // for the watchdog's message, numbered as in the metrics
     const StepRecord r = step();
@@ -736,6 +742,7 @@ TrainResult TrainingRun::run() {
       result.interrupted = true;
       break;
     }
+    if (step_sleep.count() > 0) std::this_thread::sleep_for(step_sleep);
   }
   settle(saving([&] { return saver_->finish(); }));  // a diverged run keeps its last good one
   if (tty_) std::fprintf(stderr, "\n");

@@ -73,6 +73,7 @@ common=(-c "$shared/cola.json" -d "$shared/data" -b 4 -t 16 --lr 1e-2 --warmup 1
 
 # submit NAME SBATCH_FLAGS... -- TRAIN_FLAGS...: the example script as a job; prints the job id.
 # The script and the binary are the checkout's where it is, or the copy's under /tmp with FROM=copy.
+# With SLEEP_MS, every rank sleeps that long after each step (BOOSTLM_TEST_STEP_SLEEP_MS).
 submit() {
   local job=$1 flags=() root=$repo bin=$boostlm
   shift
@@ -80,7 +81,8 @@ submit() {
   while (($#)) && [ "$1" != -- ]; do flags+=("$1"); shift; done
   shift
   env -u OMP_NUM_THREADS sbatch --parsable -o "$shared/$job.out" \
-    --export="ALL,BOOSTLM=$bin" "${flags[@]}" "$root/examples/slurm/train_cpu.sbatch" \
+    --export="ALL,BOOSTLM=$bin${SLEEP_MS:+,BOOSTLM_TEST_STEP_SLEEP_MS=$SLEEP_MS}" "${flags[@]}" \
+    "$root/examples/slurm/train_cpu.sbatch" \
     "$shared/$job" "${common[@]}" --tp 2 --layout btp "$@"
 }
 
@@ -142,11 +144,17 @@ same_losses "$shared/one" "$shared/across" close || fail "across: losses differ 
 grep -q "1 thread per rank" "$shared/across.out" || fail "across: $(grep 'boostlm train:' "$shared/across.out")"
 seconds=$(grep '^{"checkpoint"' "$shared/across.out" | tail -1 |
   python3 -c "import json, sys; print(json.load(sys.stdin)['seconds'])") || seconds=1
-# Steps for ~100 s of training, so that the job with a limit below is always warned before it ends:
-# slurmctld checks limits every 30 s, and that job gets its warning 30 to 60 s after it starts. (At ~40 s, a CI run whose
-# job went faster than this measurement finished before a warning came.)
-steps=$(python3 -c "print(max(1500, min(200000, int(100 * 300 / max($seconds, 1e-3)))))")
-echo "300 steps across the hosts in $seconds s: the jobs below run $steps steps"
+# The job with a limit below must run ~100 s, so that it is always warned before it ends: slurmctld
+# checks limits every 30 s, and that job gets its warning 30 to 60 s after it starts. (At ~40 s, a
+# CI run whose job went faster than this measurement finished before a warning came.) It lasts so
+# on 600 steps, each followed by a sleep (SLEEP_MS) that makes up the rest of 1/600 of 100 s: the
+# sleeps alone are ~88 s however fast the steps go. The uninterrupted reference that it and the
+# failed-host job are compared with then trains 600 steps, not the ~5000 that ~100 s of training
+# took here (~90 s less). The failed-host job sleeps as long, so that its host dies as far from its
+# end as before.
+steps=600
+sleep_ms=$(python3 -c "print(max(0, int(1000 * (100 / $steps - $seconds / 300))))")
+echo "300 steps across the hosts in $seconds s: the jobs below run $steps steps, the time-limited and failed-host ones sleeping $sleep_ms ms after each"
 
 # ---- 2. Reference: the same run, uninterrupted.
 job=$(submit reference --time=10 -- --steps "$steps")
@@ -158,7 +166,7 @@ grep -q "exited with status 0" "$shared/reference.out" || fail "reference: $(tai
 # time on, so here 30-60 s after the start. With a one-minute limit warned 45 s ahead that could
 # be the first check after the start; once in CI no warning reached the script and the job ended
 # TIMEOUT (cause not confirmed: a signal to a batch step whose script had not started yet is one).
-job=$(submit limit --time=2 --signal=B:USR1@60 -- --steps "$steps")
+job=$(SLEEP_MS=$sleep_ms submit limit --time=2 --signal=B:USR1@60 -- --steps "$steps")
 # Once requeued, the job gets time to finish: each restart under the two-minute limit would be
 # warned, saved and requeued again (the first one is what is tested; each more costs ~15 s).
 for ((i = 0; i < 400; i++)); do
@@ -196,7 +204,8 @@ grep -q requeueing "$out" && fail "scancel: requeued"
 # reference's first ones bit for bit; the host dies a quarter of the way in.
 node_steps=$((steps / 4))
 save=$((node_steps / 4))
-job=$(submit node --time=10 -- --steps "$node_steps" --schedule-steps "$steps" --save-interval "$save")
+job=$(SLEEP_MS=$sleep_ms submit node --time=10 -- --steps "$node_steps" --schedule-steps "$steps" \
+  --save-interval "$save")
 for ((i = 0; i < 240; i++)); do [ -d "$shared/node/checkpoints/step_$(printf %06d "$save")" ] && break; sleep 0.5; done
 "$slurm" kill-host "$h1" > /dev/null || fail "kill-host"
 for ((i = 0; i < 120; i++)); do sinfo -h -N -t down -o %N | grep -q "$h1" && break; sleep 0.5; done

@@ -42,7 +42,14 @@ target_include_directories(boostlm_kernels_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src
 if(BOOSTLM_CUDA_EMULATE)
   target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base boostlm_cuda_emulator)
 else()
-  target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart CUDA::cublasLt)
+  # cuBLASLt is opened on the first GEMM (cublaslt_loader.cpp), not linked: its start-up costs every
+  # process that links it 0.3-0.5 s, CPU runs included.
+  target_sources(boostlm_kernels_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cublaslt_loader.cpp)
+  get_target_property(boostlm_cublaslt_path CUDA::cublasLt IMPORTED_LOCATION)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cublaslt_loader.cpp PROPERTIES
+    COMPILE_DEFINITIONS
+    "BOOSTLM_CUBLASLT_SONAME=\"libcublasLt.so.${CUDAToolkit_VERSION_MAJOR}\";BOOSTLM_CUBLASLT_PATH=\"${boostlm_cublaslt_path}\"")
+  target_link_libraries(boostlm_kernels_cuda PUBLIC boostlm_base CUDA::cudart ${CMAKE_DL_LIBS})
 endif()
 # The backend-neutral kernel code (BOOSTLM_KERNEL_COMMON_SOURCES: the GEMM counters gemm.cpp books
 # into) is compiled once, into the CPU backend's library, until a common library holds it.
