@@ -282,23 +282,26 @@ void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t 
 }
 
 namespace {
+// One row: ds from Σ dz ⊙ z, then dz ·= rstd in place; returns ds.
+template <typename Z>
+float latent_backward_row(const Z* zr, float* dzr, int64_t width, float rstd, int64_t D_total) {
+  float dot = 0.0f;
+  // An explicit fma: left to the compiler, the float instantiation's multiplies were vectorised
+  // apart from its in-order sum (no fused multiply-add) on one CPU and the bf16 one's fused, so
+  // the two differed in the last bit (OnlineNorm.Bf16LatentsAreTheRoundedLatents, Xeon
+  // AVX512-FP16).
+  for (int64_t c = 0; c < width; ++c) dot = std::fma(dzr[c], cpu::to_float(zr[c]), dot);
+  for (int64_t c = 0; c < width; ++c) dzr[c] *= rstd;
+  // rms = 1/rstd; drms = −dot·rstd; ds = drms / (2·D·rms) = −dot·rstd² / (2D).
+  return math::online_norm_stat_grad(dot, rstd, D_total);
+}
+
 template <typename Z>
 void latent_backward(const Z* z, float* dz, int64_t rows, int64_t width, const float* rstd,
                      int64_t D_total, float* ds) {
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const Z* zr = z + r * width;
-    float* dzr = dz + r * width;
-    float dot = 0.0f;
-    // An explicit fma: left to the compiler, the float instantiation's multiplies were vectorised
-    // apart from its in-order sum (no fused multiply-add) on one CPU and the bf16 one's fused, so
-    // the two differed in the last bit (OnlineNorm.Bf16LatentsAreTheRoundedLatents, Xeon
-    // AVX512-FP16).
-    for (int64_t c = 0; c < width; ++c) dot = std::fma(dzr[c], cpu::to_float(zr[c]), dot);
-    // rms = 1/rstd; drms = −dot·rstd; ds = drms / (2·D·rms) = −dot·rstd² / (2D).
-    ds[r] = math::online_norm_stat_grad(dot, rstd[r], D_total);
-    for (int64_t c = 0; c < width; ++c) dzr[c] *= rstd[r];
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    ds[r] = latent_backward_row(z + r * width, dz + r * width, width, rstd[r], D_total);
 }
 }  // namespace
 
@@ -318,8 +321,8 @@ void online_norm_latent_backward_to_bf16(const bf16_t* z, const float* dlatent, 
                                          int64_t rows, int64_t width, const float* rstd,
                                          int64_t D_total, float* ds, bf16_t* dp) {
   const DeviceAccess access("online_norm_latent_backward");
-  // Each row's dZ in a per-thread fp32 row (σ' applied, or dlatent copied), reduced with
-  // latent_backward's fma order, scaled and rounded while in cache.
+  // Each row's dZ in a per-thread fp32 row (σ' applied, or dlatent copied), through
+  // latent_backward's row, then rounded while in cache.
   rounded_rows(rows, width, dp, width, [&](int64_t r, float* row) {
     const bf16_t* zr = z + r * width;
     const float* dr = dlatent + r * width;
@@ -327,10 +330,7 @@ void online_norm_latent_backward_to_bf16(const bf16_t* z, const float* dlatent, 
       cpu::silu_grad_run(dr, zr, row, width);
     else
       std::copy_n(dr, width, row);
-    float dot = 0.0f;
-    for (int64_t c = 0; c < width; ++c) dot = std::fma(row[c], cpu::to_float(zr[c]), dot);
-    ds[r] = math::online_norm_stat_grad(dot, rstd[r], D_total);
-    for (int64_t c = 0; c < width; ++c) row[c] *= rstd[r];
+    ds[r] = latent_backward_row(zr, row, width, rstd[r], D_total);
   });
 }
 

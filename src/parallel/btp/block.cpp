@@ -25,7 +25,6 @@
 //    per-token rms values, ≈ N·(2d/t + 7r); backward recomputes q, k, v, attention, gate/up from
 //    them with local GEMMs only. block: backward reruns the whole forward, collectives included.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <span>
 
@@ -390,11 +389,12 @@ class Btp final : public Layout {
     const float* x = input.f32;  // the residual, for a normed group
     // dB += σ(z)ᵀ dy;  dσ = dy Bᵀ → packed [N, Σr];  one all-reduce per packed buffer. o's and
     // down's dy, the residual's gradient, in bf16 as the norm's backward above left it.
-    std::array<GemmInput, 3> dys{*dy.begin(), *dy.begin(), *dy.begin()};
-    std::copy(dy.begin(), dy.end(), dys.begin());
-    if (const bf16_t* copy = residual_gradient_bf16(layer, g, dys[0].f32)) dys[0].bf16 = copy;
-    group_up_backward(group, latent_of(layer, group, a, g), dys.data(), N, d_packed_.data(), width,
-                      options_.grouping, compute_);
+    GemmInput residual_dy = *dy.begin();
+    const bf16_t* copy = residual_gradient_bf16(layer, g, residual_dy.f32);
+    if (copy) residual_dy.bf16 = copy;
+    BOOSTLM_ASSERT(!copy || group.size() == 1);  // o and down
+    group_up_backward(group, latent_of(layer, group, a, g), copy ? &residual_dy : dy.begin(), N,
+                      d_packed_.data(), width, options_.grouping, compute_);
     if (cat) {
       all_reduce_activations(tp_, compute_, d_packed_.data(), N, width, width, wire_);
     } else {  // each projection's own all-reduce: its columns, gathered contiguous
@@ -493,8 +493,9 @@ class Btp final : public Layout {
     return dx16_.data();
   }
   const bf16_t* residual_gradient_bf16(int64_t layer, const Group& g, const float* dy) {
-    const bool mine = dy && dy == dx16_of_ && dx16_reader_[0] == layer &&
-                      dx16_reader_[1] == g.first && dx16_reader_[2] == micro_;
+    const Reader& r = dx16_reader_;
+    const bool mine = dy && dy == dx16_of_ && r.layer == layer && r.group == g.first &&
+                      r.micro == micro_;
     dx16_of_ = nullptr;
     return mine ? dx16_.data() : nullptr;
   }
@@ -512,7 +513,12 @@ class Btp final : public Layout {
   Buffer<bf16_t> wire_;  // bf16 training: a latent message as it crosses the TP group
   Buffer<bf16_t> dx16_;  // the residual's gradient rounded (keep_residual_gradient_bf16)
   const float* dx16_of_ = nullptr;
-  std::array<int64_t, 3> dx16_reader_{};  // block, group (first projection), micro-batch
+  struct Reader {
+    int64_t layer = -1;
+    int group = -1;  // its first projection
+    int micro = -1;
+  };
+  Reader dx16_reader_;
 };
 
 }  // namespace
