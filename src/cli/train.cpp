@@ -19,6 +19,7 @@ void add_train(CLI::App& app) {
   auto grouping = std::make_shared<std::string>("on");
   auto recompute = std::make_shared<std::string>("none");
   auto overlap = std::make_shared<std::string>("auto");
+  auto residual = std::make_shared<std::string>();
   cmd->add_option("--config,-c", o->config_path,
                   "model config: a file, or a preset of configs/ by name (tiny-cola, 60m-dense)")
       ->transform(model_config());
@@ -98,6 +99,10 @@ void add_train(CLI::App& app) {
   cmd->add_option("--adam-eps", o->optimizer.eps, "AdamW epsilon")->check(positive());
   cmd->add_option("--precision", *precision, "fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--residual-dtype", *residual,
+                  "bf16 training's residual stream between blocks: bf16 (default) or fp32 (the "
+                  "ablation, as Megatron's --fp32-residual-connection); fp32 training keeps fp32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--seed", o->seed, "initialisation and shuffling seed");
   cmd->add_flag("--shuffle", o->shuffle, "shuffle windows per epoch");
   cmd->add_option("--eval-interval", o->eval_interval, "steps between validations (0: end only)")
@@ -128,12 +133,13 @@ void add_train(CLI::App& app) {
       ->check(CLI::IsMember({"on", "off"}));
   add_comm_timeout(*cmd);
   cmd->callback([cmd, o, precision, layout, rmsnorm, grouping, recompute, overlap, async_save,
-                 tensorboard] {
+                 tensorboard, residual] {
     // What the user typed, as opposed to a default: on --resume it overrides the checkpoint's.
     for (const CLI::Option* option : cmd->get_options())
       if (option->count() > 0 && !option->get_lnames().empty())
         o->given.insert("--" + option->get_lnames().front());
     o->block = {*rmsnorm == "online", *grouping == "on", parse_recompute(*recompute)};
+    if (!residual->empty()) o->block.residual = parse_dtype(*residual);
     o->tp_overlap = parse_overlap_mode(*overlap);
     o->async_save = *async_save == "on";
     o->tensorboard = *tensorboard == "on";

@@ -39,6 +39,20 @@ void gather_columns(Communicator& tp, DType wire, const float* local, int64_t N,
   concat_columns(scratch.data(), t, N, c, full);
 }
 
+// The same from bf16 shards (a bf16 residual stream): they are the message as they are; each
+// rank's block widened into its columns of full.
+void gather_columns_bf16(Communicator& tp, const bf16_t* local, int64_t N, int64_t c, float* full,
+                         Buffer<bf16_t>& wire16) {
+  const int t = tp.size();
+  if (wire16.size() < static_cast<size_t>(N * c * t)) wire16.resize(N * c * t);
+  if (t == 1) {
+    widen_bf16(local, N, c, c, full, c);
+    return;
+  }
+  tp.all_gather(local, N * c, wire16.data());
+  for (int r = 0; r < t; ++r) widen_bf16(wire16.data() + r * N * c, N, c, c, full + r * c, c * t);
+}
+
 // local [N, c] = columns [rank·c, (rank+1)·c) of full [N, ld].
 void take_columns(const float* full, int64_t ld, int64_t N, int64_t c, int rank, float* local) {
   copy_columns(full + rank * c, ld, N, c, local, c);
@@ -71,6 +85,14 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
       stage_layer_range(config_.n_layers, pp_->size(), pp_->rank());
   const LayoutKind kind = layout.value_or(default_layout(config_));
   check_options(kind, options);
+  BlockOptions block_options = options;
+  if (config_.arch == Arch::lax && pp_->size() > 1) {
+    // The chains' latents cross a stage boundary in fp32 after the residual, in its buffers.
+    if (options.residual == DType::bf16)
+      throw error("--residual-dtype bf16: arch lax with pipeline stages carries its chains in the "
+                  "residual's fp32 buffers across stages; use --residual-dtype fp32");
+    block_options.residual = DType::f32;
+  }
   // Overlap hides TP collectives; with no TP group there are none, and without
   // MPI_THREAD_MULTIPLE the progress thread may not call MPI.
   int chunks = tp_->size() > 1 ? options.overlap_chunks : 1;
@@ -92,7 +114,7 @@ Model::Model(const ModelConfig& config, DType compute, std::optional<LayoutKind>
   }
   for (int c = 0; c < chunks; ++c) {
     chunks_.push_back(make_layout(kind, config_, *tp_));
-    chunks_.back()->set_options(options);
+    chunks_.back()->set_options(block_options);
     chunks_.back()->set_stage(first_layer_, last_layer_, micro_slots_);
   }
   held_.assign(chunks, Held{});
@@ -173,12 +195,23 @@ void Model::prepare(int64_t B, int64_t T) {
   // LaX across stages: the stage's input and output carry the chains' latents too.
   lax_boundary_ = pp_->size() > 1 ? N * blocks().lax_boundary_columns() : 0;
   resid_.clear();
-  resid_.resize(micro_slots_ * (layers() + 1));
-  for (size_t i = 0; i < resid_.size(); ++i) {
-    const int64_t at = static_cast<int64_t>(i) % (layers() + 1);
-    resid_[i].resize(N * rc + (at == 0 || at == layers() ? lax_boundary_ : 0));
+  resid16_.clear();
+  x_scratch_ = Buffer<float>();
+  x_scratch16_ = Buffer<bf16_t>();
+  const size_t buffers = micro_slots_ * (layers() + 1);
+  if (bf16_residual()) {
+    BOOSTLM_ASSERT(lax_boundary_ == 0);
+    resid16_.resize(buffers);
+    for (auto& r : resid16_) r.resize(N * rc);
+    if (options().recompute == Recompute::block) x_scratch16_.resize(N * rc);
+  } else {
+    resid_.resize(buffers);
+    for (size_t i = 0; i < resid_.size(); ++i) {
+      const int64_t at = static_cast<int64_t>(i) % (layers() + 1);
+      resid_[i].resize(N * rc + (at == 0 || at == layers() ? lax_boundary_ : 0));
+    }
+    if (options().recompute == Recompute::block) x_scratch_.resize(N * rc);
   }
-  if (options().recompute == Recompute::block) x_scratch_.resize(N * rc);
   // The whole rows of a hidden-sharded residual (btp): the embedding's output, the head's input.
   if (rc != d)
     x_full_.resize(N * d);
@@ -221,14 +254,17 @@ int64_t Model::activation_bytes() const {
   int64_t blocks_bytes = 0;
   for (int c = 0; c < active_chunks_; ++c) blocks_bytes += chunks_[c]->activation_bytes();
   // bf16 training: the final norm's output as the head's GEMMs read it, and the bf16 messages of
-  // the embedding, the head and btp's residual gathers (N·d each at most, t > 1).
-  const int64_t bf16 = norm_final_bf16_.size() + wire_.size();
+  // the embedding, the head and btp's residual gathers (N·d each at most, t > 1); a bf16
+  // residual stream.
+  int64_t bf16 = norm_final_bf16_.size() + wire_.size();
+  for (const auto& r : resid16_) bf16 += r.size();
   return elements * static_cast<int64_t>(sizeof(float)) +
          bf16 * static_cast<int64_t>(sizeof(bf16_t)) + blocks_bytes;
 }
 
 int64_t Model::kept_bytes_per_block() const {
-  const int64_t input = batch_ * seq_len_ * blocks().residual_columns() * sizeof(float);
+  const int64_t input = batch_ * seq_len_ * blocks().residual_columns() *
+                        static_cast<int64_t>(bf16_residual() ? sizeof(bf16_t) : sizeof(float));
   if (options().recompute == Recompute::block) {  // and LaX's crossing state, kept per block
     int64_t chain = 0;
     for (int c = 0; c < active_chunks_; ++c) chain += chunks_[c]->lax_kept_bytes();
@@ -248,11 +284,11 @@ int64_t Model::boundary_elements() const {
   return batch_ * seq_len_ * blocks().residual_columns() + lax_boundary_;
 }
 
-float* Model::stage_input() {
+Residual Model::stage_input() {
   return resid(first_layer_);
 }
 
-const float* Model::stage_output() {
+Residual Model::stage_output() {
   return resid(last_layer_);
 }
 
@@ -278,25 +314,32 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
   if (first_stage()) {
     // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum
     // over the group is the full lookup. A hidden-sharded residual (btp) keeps its own columns.
-    float* x0 = rc == d ? resid(first_layer_) : x_full_.data();
+    // A bf16 residual: the whole rows' fp32 lookup in the head's gradient area (free until the
+    // head runs) when there is no x_full_, rounded into the residual after the sum — the bits of
+    // the fp32 residual's bf16 sum rounded again, which is exact.
+    const Residual x = resid(first_layer_);
+    float* x0 = rc != d ? x_full_.data() : x.bf16 ? d_full_.data() : x.f32;
     embedding_shard_forward(batch_ids(tokens, token_ids_), N,
                             weights_.view(table_.at("model.embed_tokens.weight")), vocab_begin_,
                             vocab_rows_, d, x0);
     all_reduce_activations(*tp_, compute_, x0, N, d, d, wire_);  // bf16 in bf16 training
-    if (rc != d) take_columns(x_full_.data(), d, N, rc, tp_->rank(), resid(first_layer_));
+    if (x.bf16)
+      round_to_bf16(x0 + (rc != d ? tp_->rank() * rc : 0), N, rc, d, x.bf16);
+    else if (rc != d)
+      take_columns(x_full_.data(), d, N, rc, tp_->rank(), x.f32);
   }
   BOOSTLM_PHASE("block_forward");
   // LaX: the chains' latents from the stage before (after its residual), and to the stage after.
-  if (lax_boundary_ && !first_stage()) blocks().lax_set_chain_in(resid(first_layer_) + N * rc);
+  if (lax_boundary_ && !first_stage()) blocks().lax_set_chain_in(resid(first_layer_).f32 + N * rc);
   for_each_chunk([&](Layout& blocks, int c, int64_t row0) {
     const int64_t at = row0 * rc;
     for (int64_t l = first_layer_; l < last_layer_; ++l) {
       ThreadGovernor::instance().tick();  // the team may shrink or grow between blocks
-      blocks.block_forward(l, resid(l) + at, resid(l + 1) + at);
+      blocks.block_forward(l, resid(l).at(at), resid(l + 1).at(at));
     }
     held_[c] = {last_layer_ - 1, micro_};
   });
-  if (lax_boundary_ && !last_stage()) blocks().lax_chain_out(resid(last_layer_) + N * rc);
+  if (lax_boundary_ && !last_stage()) blocks().lax_chain_out(resid(last_layer_).f32 + N * rc);
 }
 
 void Model::for_each_chunk(const std::function<void(Layout&, int, int64_t)>& body,
@@ -361,16 +404,23 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
   const int64_t rc = blocks().residual_columns();
   const int t = tp_->size();
   Buffer<float> scratch;
-  const float* x_last = resid(last_layer_);
+  // The final norm's input: whole rows, fp32 or (a bf16 residual, rc = d) bf16.
+  GemmInput x_last = resid(last_layer_).input(d);
   if (rc != d) {  // btp: all-gather the hidden shards before the final norm (SPEC §3.3)
-    gather_columns(*tp_, compute_, x_last, N, rc, x_full_.data(), scratch, wire_);
-    x_last = x_full_.data();
+    const Residual shard = resid(last_layer_);
+    if (shard.bf16)
+      gather_columns_bf16(*tp_, shard.bf16, N, rc, x_full_.data(), wire_);
+    else
+      gather_columns(*tp_, compute_, shard.f32, N, rc, x_full_.data(), scratch, wire_);
+    x_last = {x_full_.data(), d};
   }
   const ParamInfo& fnorm = table_.at("model.norm.weight");
   const ParamInfo& head =
       table_.at(config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  rmsnorm_forward(x_last, d, weights_.view(fnorm), N, d, config_.rms_eps, norm_final_.data(), d,
-                  rstd_final_.data());
+  visit_residual(x_last, [&](const auto* x) {
+    rmsnorm_forward(x, d, weights_.view(fnorm), N, d, config_.rms_eps, norm_final_.data(), d,
+                    rstd_final_.data());
+  });
 
   const bool defer = backward && defers_head_gradient();
   const int64_t chunk = logits_chunk_rows(V, N, logits_chunk_elements());
@@ -425,8 +475,10 @@ float Model::head_and_loss(const int32_t* targets, bool backward, float grad_sca
     // ∂L/∂x_last is replicated; a hidden-sharded residual keeps its own columns. norm_final_ is
     // no longer needed, unless a deferred ∂W still reads it.
     float* dx = rc == d ? d_resid_.data() : defer ? d_norm_final_.data() : norm_final_.data();
-    rmsnorm_backward(d_full_.data(), d, x_last, d, weights_.view(fnorm), rstd_final_.data(), N, d,
-                     dx, d, grads_.view(fnorm), false);
+    visit_residual(x_last, [&](const auto* x) {
+      rmsnorm_backward(d_full_.data(), d, x, d, weights_.view(fnorm), rstd_final_.data(), N, d, dx,
+                       d, grads_.view(fnorm), false);
+    });
     if (rc != d) take_columns(dx, d, N, rc, tp_->rank(), d_resid_.data());
   }
   if (loss_out_) {
@@ -481,7 +533,7 @@ void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
   const int64_t rc = blocks().residual_columns();
   const int64_t N = batch_ * seq_len_;
   // LaX: this micro-batch's latents from the stage before, and ∂L/∂h from the stage after.
-  if (lax_boundary_ && !first_stage()) blocks().lax_set_chain_in(resid(first_layer_) + N * rc);
+  if (lax_boundary_ && !first_stage()) blocks().lax_set_chain_in(resid(first_layer_).f32 + N * rc);
   if (lax_boundary_ && !last_stage()) blocks().lax_set_carry_in(d_resid_.data() + N * rc);
   std::vector<int> chunks_done(layers(), 0);  // per block: the chunks through its backward
   {
@@ -495,7 +547,9 @@ void Model::stage_backward(const int32_t* tokens, BackwardObserver* observer) {
             // rebuild its activations, unless they are the ones the forward pass left in the slot.
             if (options().recompute == Recompute::block &&
                 (held_[c].layer != l || held_[c].micro != micro_)) {
-              blocks.block_forward(l, resid(l) + at, x_scratch_.data() + at);
+              const Residual scratch{x_scratch_.empty() ? nullptr : x_scratch_.data(),
+                                     x_scratch16_.empty() ? nullptr : x_scratch16_.data()};
+              blocks.block_forward(l, resid(l).at(at), scratch.at(at));
               held_[c] = {l, micro_};
             }
             blocks.block_backward(l, d_resid_.data() + at);
@@ -669,9 +723,10 @@ void Model::last_logits(const int32_t* tokens, int64_t T, float* out) {
   const ParamInfo& fnorm = table_.at("model.norm.weight");
   const ParamInfo& head =
       table_.at(config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  const float* x = resid(last_layer_) + (T - 1) * d;
-  rmsnorm_forward(x, d, weights_.view(fnorm), 1, d, config_.rms_eps, norm_final_.data(), d,
-                  rstd_final_.data());
+  resid(last_layer_).at((T - 1) * d).visit([&](const auto* x) {
+    rmsnorm_forward(x, d, weights_.view(fnorm), 1, d, config_.rms_eps, norm_final_.data(), d,
+                    rstd_final_.data());
+  });
   logits_last_.resize(config_.vocab_size);
   gemm(Trans::N, Trans::T, 1, config_.vocab_size, d, 1.0f, norm_final_.data(), d,
        weights_.view(head), d, 0.0f, logits_last_.data(), config_.vocab_size, DType::f32);

@@ -174,11 +174,11 @@ class Model {
   }
   void bf16_copy_written() { bf16_copy_current_ = !weights_bf16_.empty(); }
   // Where a later stage receives the previous stage's output [N, rc] before stage_forward.
-  float* stage_input();
+  Residual stage_input();
   // Runs this stage's blocks: the first stage from `tokens` (embedding), the others from
   // stage_input(). round_weights: round the weights to bf16 first (once per optimizer step).
   void stage_forward(const int32_t* tokens, bool round_weights = true);
-  const float* stage_output();  // [N, rc], for the next stage
+  Residual stage_output();  // [N, rc], for the next stage
   // Last stage: the mean loss of the micro-batch; with backward also grad_scale·∂loss/∂x into
   // output_grad(), ready for stage_backward.
   float stage_loss(const int32_t* targets, bool backward, float grad_scale);
@@ -294,15 +294,21 @@ class Model {
   int64_t vocab_begin_ = 0, vocab_rows_ = 0;  // this rank's slice of the vocabulary
 
   int64_t batch_ = 0, seq_len_ = 0, capacity_tokens_ = 0;
-  // x entering block l of this stage (l = last_layer_: the stage's output), per micro-batch slot.
+  // x entering block l of this stage (l = last_layer_: the stage's output), per micro-batch slot:
+  // fp32 (resid_) or, with a bf16 residual stream (Layout::residual_dtype), bf16 (resid16_).
   std::vector<Buffer<float>> resid_;
-  float* resid(int64_t layer) {
-    return resid_[(micro_ % micro_slots_) * (layers() + 1) + (layer - first_layer_)].data();
+  std::vector<Buffer<bf16_t>> resid16_;
+  Residual resid(int64_t layer) {
+    const size_t i = (micro_ % micro_slots_) * (layers() + 1) + (layer - first_layer_);
+    return resid16_.empty() ? Residual{resid_[i].data(), nullptr}
+                            : Residual{nullptr, resid16_[i].data()};
   }
+  bool bf16_residual() const { return blocks().residual_dtype() == DType::bf16; }
   int64_t layers() const { return last_layer_ - first_layer_; }
   // LaX under pipeline parallelism: the chains' latents (and their gradients) that cross a stage
   // boundary after the residual in the same buffers, N·Layout::lax_boundary_columns() elements.
   int64_t lax_boundary_ = 0;
+  Buffer<bf16_t> x_scratch16_;  // a bf16 residual's x_scratch_
   Buffer<float> x_scratch_, x_full_, norm_final_, rstd_final_, d_resid_, row_max_, ce_stats_,
       ce_lse_, losses_, logits_last_;
   // device_values' staging for the batch's ids (stage_batches: one slot per micro-batch)

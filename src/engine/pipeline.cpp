@@ -32,34 +32,41 @@ int Pipeline::micro_slots(int stages, int stage, int64_t micro_batches) {
 Pipeline::Pipeline(Model& model)
     : model_(model), pp_(model.pp()), stage_(model.pp().rank()), stages_(model.pp().size()) {}
 
-void Pipeline::exchange(const float* send, int send_to, int send_tag, float* recv, int recv_from,
+void Pipeline::exchange(Residual send, int send_to, int send_tag, Residual recv, int recv_from,
                         int recv_tag) {
-  if (!send && !recv) return;
+  const bool sending = send.data() != nullptr, receiving = recv.data() != nullptr;
+  if (!sending && !receiving) return;
   BOOSTLM_PHASE("pipeline_wait");
   const double t0 = now_s();
   CommRequest out, in;
   const int64_t n = model_.boundary_elements();
   if (model_.compute() == DType::bf16) {
-    // bf16 training (issue 60): the boundary's activations and gradients cross as bf16, rounded
-    // on the way out and widened on the way in (as rows of up to 4096: the kernels' threads split
-    // rows).
+    // bf16 training (issue 60): the boundary's activations and gradients cross as bf16: a bf16
+    // residual as it is, fp32 rounded on the way out and widened on the way in (as rows of up to
+    // 4096: the kernels' threads split rows).
     int64_t cols = 4096;
     while (n % cols != 0) cols /= 2;
-    if (send16_.size() < static_cast<size_t>(n)) send16_.resize(n);
-    if (recv16_.size() < static_cast<size_t>(n)) recv16_.resize(n);
-    if (recv) in = pp_.irecv(recv16_.data(), n, recv_from, recv_tag);
-    if (send) {
-      round_to_bf16(send, n / cols, cols, cols, send16_.data());
-      out = pp_.isend(send16_.data(), n, send_to, send_tag);
+    if (receiving) {
+      if (!recv.bf16 && recv16_.size() < static_cast<size_t>(n)) recv16_.resize(n);
+      in = pp_.irecv(recv.bf16 ? recv.bf16 : recv16_.data(), n, recv_from, recv_tag);
+    }
+    if (sending) {
+      const bf16_t* message = send.bf16;
+      if (!message) {
+        if (send16_.size() < static_cast<size_t>(n)) send16_.resize(n);
+        round_to_bf16(send.f32, n / cols, cols, cols, send16_.data());
+        message = send16_.data();
+      }
+      out = pp_.isend(message, n, send_to, send_tag);
     }
     in.wait();
     out.wait();
-    if (recv) widen_bf16(recv16_.data(), n / cols, cols, cols, recv, cols);
+    if (receiving && !recv.bf16) widen_bf16(recv16_.data(), n / cols, cols, cols, recv.f32, cols);
     stats_.wait_s += now_s() - t0;
     return;
   }
-  if (recv) in = pp_.irecv(recv, n, recv_from, recv_tag);
-  if (send) out = pp_.isend(send, n, send_to, send_tag);
+  if (receiving) in = pp_.irecv(recv.f32, n, recv_from, recv_tag);
+  if (sending) out = pp_.isend(send.f32, n, send_to, send_tag);
   in.wait();
   out.wait();
   stats_.wait_s += now_s() - t0;
@@ -153,22 +160,25 @@ void Pipeline::one_f_one_b(std::span<const MicroBatch> micro, float grad_scale,
   // Receiving micro-batch i's input, or its output gradient; sending its output or input gradient.
   auto input = [&](int i) {
     model_.set_micro(i);
-    return first ? nullptr : model_.stage_input();
+    return first ? Residual{} : model_.stage_input();
   };
   auto output = [&](int i) {
     model_.set_micro(i);
-    return last ? nullptr : model_.stage_output();
+    return last ? Residual{} : model_.stage_output();
   };
-  auto output_grad = [&]() { return last ? nullptr : model_.output_grad(); };
-  auto input_grad = [&]() { return first ? nullptr : model_.input_grad(); };
+  auto output_grad = [&]() { return last ? Residual{} : Residual{model_.output_grad()}; };
+  // The previous stage's gradient (read only: a const view for the send).
+  auto input_grad = [&]() {
+    return first ? Residual{} : Residual{const_cast<float*>(model_.input_grad())};
+  };
   auto observer_of = [&](int i) { return i + 1 == m ? observer : nullptr; };
   const int warmup = warmup_forwards(stages_, stage_, m), steady = m - warmup;
   for (int i = 0; i < warmup; ++i) {
-    exchange(nullptr, 0, 0, input(i), prev, activation_tag(i));
+    exchange({}, 0, 0, input(i), prev, activation_tag(i));
     forward_step(micro[i], i, i == 0, grad_scale, loss);
-    exchange(output(i), next, activation_tag(i), nullptr, 0, 0);
+    exchange(output(i), next, activation_tag(i), {}, 0, 0);
   }
-  if (steady > 0) exchange(nullptr, 0, 0, input(warmup), prev, activation_tag(warmup));
+  if (steady > 0) exchange({}, 0, 0, input(warmup), prev, activation_tag(warmup));
   for (int j = 0; j < steady; ++j) {
     const int f = warmup + j;
     forward_step(micro[f], f, f == 0, grad_scale, loss);
@@ -178,12 +188,12 @@ void Pipeline::one_f_one_b(std::span<const MicroBatch> micro, float grad_scale,
     if (j + 1 < steady)
       exchange(input_grad(), prev, gradient_tag(j), input(f + 1), prev, activation_tag(f + 1));
     else
-      exchange(input_grad(), prev, gradient_tag(j), nullptr, 0, 0);
+      exchange(input_grad(), prev, gradient_tag(j), {}, 0, 0);
   }
   for (int j = steady; j < m; ++j) {  // cool-down
-    exchange(nullptr, 0, 0, output_grad(), next, gradient_tag(j));
+    exchange({}, 0, 0, output_grad(), next, gradient_tag(j));
     backward_step(micro[j], j, observer_of(j));
-    exchange(input_grad(), prev, gradient_tag(j), nullptr, 0, 0);
+    exchange(input_grad(), prev, gradient_tag(j), {}, 0, 0);
   }
 }
 
@@ -216,13 +226,13 @@ float Pipeline::forward(const MicroBatch& batch, int64_t B, int64_t T) {
   model_.prepare(B, T);
   const bool first = model_.first_stage(), last = model_.last_stage();
   model_.set_micro(0);
-  if (!first) exchange(nullptr, 0, 0, model_.stage_input(), stage_ - 1, activation_tag(0));
+  if (!first) exchange({}, 0, 0, model_.stage_input(), stage_ - 1, activation_tag(0));
   model_.stage_forward(batch.inputs);
   float loss = 0;
   if (last)
     loss = model_.stage_loss(batch.targets, false, 0.0f);
   else
-    exchange(model_.stage_output(), stage_ + 1, activation_tag(0), nullptr, 0, 0);
+    exchange(model_.stage_output(), stage_ + 1, activation_tag(0), {}, 0, 0);
   pp_.broadcast_bytes(&loss, sizeof loss, stages_ - 1);
   return loss;
 }

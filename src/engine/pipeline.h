@@ -85,8 +85,9 @@ class Pipeline {
 
  private:
   // Posts a send of `send` (to stage rank+1 for activations, rank−1 for gradients) and a receive
-  // into `recv`, either of which may be null, and waits for both.
-  void exchange(const float* send, int send_to, int send_tag, float* recv, int recv_from,
+  // into `recv`, either of which may be empty, and waits for both. An activation is the residual
+  // (fp32 or bf16, Layout::residual_dtype), a gradient fp32.
+  void exchange(Residual send, int send_to, int send_tag, Residual recv, int recv_from,
                 int recv_tag);
   void forward_step(const MicroBatch& mb, int micro, bool first_of_step, float grad_scale,
                     double& loss);

@@ -53,17 +53,33 @@
     (const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D, float eps,        \
      float* y, int64_t ldy, float* rstd),                                                        \
     (x, ldx, gamma, rows, D, eps, y, ldy, rstd))                                                 \
+  X(void, rmsnorm_forward, rmsnorm_forward_x16,                                                  \
+    (const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D, float eps,       \
+    float* y, int64_t ldy, float* rstd),                                                         \
+    (x, ldx, gamma, rows, D, eps, y, ldy, rstd))                                                 \
   X(void, rmsnorm_forward_bf16, rmsnorm_forward_bf16,                                            \
     (const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D, float eps,        \
      bf16_t* y, int64_t ldy, float* rstd),                                                       \
+    (x, ldx, gamma, rows, D, eps, y, ldy, rstd))                                                 \
+  X(void, rmsnorm_forward_bf16, rmsnorm_forward_bf16_x16,                                        \
+    (const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D, float eps,       \
+    bf16_t* y, int64_t ldy, float* rstd),                                                        \
     (x, ldx, gamma, rows, D, eps, y, ldy, rstd))                                                 \
   X(void, rmsnorm_backward, rmsnorm_backward,                                                    \
     (const float* dy, int64_t lddy, const float* x, int64_t ldx, const float* gamma,             \
      const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx, float* dgamma,         \
      bool accumulate),                                                                           \
     (dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate))                      \
+  X(void, rmsnorm_backward, rmsnorm_backward_x16,                                                \
+    (const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx, const float* gamma,            \
+    const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx, float* dgamma,          \
+    bool accumulate),                                                                            \
+    (dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate))                      \
   X(void, rmsnorm_partial_sum_squares, rmsnorm_partial_sum_squares,                              \
     (const float* x, int64_t ldx, int64_t rows, int64_t D_local, float* sum_sq),                 \
+    (x, ldx, rows, D_local, sum_sq))                                                             \
+  X(void, rmsnorm_partial_sum_squares, rmsnorm_partial_sum_squares_x16,                          \
+    (const bf16_t* x, int64_t ldx, int64_t rows, int64_t D_local, float* sum_sq),                \
     (x, ldx, rows, D_local, sum_sq))                                                             \
   X(void, rmsnorm_rstd, rmsnorm_rstd,                                                            \
     (const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd),                \
@@ -72,14 +88,27 @@
     (const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,           \
      int64_t D_local, float* y, int64_t ldy),                                                    \
     (x, ldx, gamma, rstd, rows, D_local, y, ldy))                                                \
+  X(void, rmsnorm_apply, rmsnorm_apply_x16,                                                      \
+    (const bf16_t* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,          \
+    int64_t D_local, float* y, int64_t ldy),                                                     \
+    (x, ldx, gamma, rstd, rows, D_local, y, ldy))                                                \
   X(void, rmsnorm_partial_backward_dot, rmsnorm_partial_backward_dot,                            \
     (const float* dy, int64_t lddy, const float* x, int64_t ldx, const float* gamma,             \
      int64_t rows, int64_t D_local, float* dot),                                                 \
+    (dy, lddy, x, ldx, gamma, rows, D_local, dot))                                               \
+  X(void, rmsnorm_partial_backward_dot, rmsnorm_partial_backward_dot_x16,                        \
+    (const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx, const float* gamma,            \
+    int64_t rows, int64_t D_local, float* dot),                                                  \
     (dy, lddy, x, ldx, gamma, rows, D_local, dot))                                               \
   X(void, rmsnorm_backward_apply, rmsnorm_backward_apply,                                        \
     (const float* dy, int64_t lddy, const float* x, int64_t ldx, const float* gamma,             \
      const float* rstd, const float* dot, int64_t rows, int64_t D_local, int64_t D_total,        \
      float* dx, int64_t lddx, float* dgamma, bool accumulate),                                   \
+    (dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx, dgamma, accumulate))  \
+  X(void, rmsnorm_backward_apply, rmsnorm_backward_apply_x16,                                    \
+    (const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx, const float* gamma,            \
+    const float* rstd, const float* dot, int64_t rows, int64_t D_local, int64_t D_total,         \
+    float* dx, int64_t lddx, float* dgamma, bool accumulate),                                    \
     (dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx, dgamma, accumulate))  \
   X(void, online_norm_input, online_norm_input,                                                  \
     (const float* x, const float* gamma, const float* sum_sq, int64_t rows, int64_t D,           \
@@ -89,13 +118,25 @@
     (const float* x, const float* gamma, float* sum_sq, int64_t rows, int64_t D, float eps,      \
      bf16_t* out),                                                                               \
     (x, gamma, sum_sq, rows, D, eps, out))                                                       \
+  X(void, online_norm_input_bf16, online_norm_input_bf16_x16,                                    \
+    (const bf16_t* x, const float* gamma, float* sum_sq, int64_t rows, int64_t D, float eps,     \
+    bf16_t* out),                                                                                \
+    (x, gamma, sum_sq, rows, D, eps, out))                                                       \
   X(void, residual_rmsnorm_forward_bf16, residual_rmsnorm_forward_bf16,                          \
     (const float* x, const float* u, float* sum, const float* gamma, int64_t rows, int64_t D,    \
      float eps, bf16_t* y, float* rstd),                                                         \
     (x, u, sum, gamma, rows, D, eps, y, rstd))                                                   \
+  X(void, residual_rmsnorm_forward_bf16, residual_rmsnorm_forward_bf16_x16,                      \
+    (const bf16_t* x, const float* u, bf16_t* sum, const float* gamma, int64_t rows,             \
+    int64_t D, float eps, bf16_t* y, float* rstd),                                               \
+    (x, u, sum, gamma, rows, D, eps, y, rstd))                                                   \
   X(void, residual_online_norm_input_bf16, residual_online_norm_input_bf16,                      \
     (const float* x, const float* u, float* sum, const float* gamma, float* sum_sq,              \
      int64_t rows, int64_t D, float eps, bf16_t* out),                                           \
+    (x, u, sum, gamma, sum_sq, rows, D, eps, out))                                               \
+  X(void, residual_online_norm_input_bf16, residual_online_norm_input_bf16_x16,                  \
+    (const bf16_t* x, const float* u, bf16_t* sum, const float* gamma, float* sum_sq,            \
+    int64_t rows, int64_t D, float eps, bf16_t* out),                                            \
     (x, u, sum, gamma, sum_sq, rows, D, eps, out))                                               \
   X(void, online_norm_pack, online_norm_pack,                                                    \
     (float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq, int64_t D,          \
@@ -140,6 +181,10 @@
   X(void, online_norm_input_backward, online_norm_input_backward,                                \
     (const float* g, const float* x, const float* gamma, const float* ds, int64_t rows,          \
      int64_t D, float dx_beta, float* dx, float* dgamma, bf16_t* dx16),                          \
+    (g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16))                                       \
+  X(void, online_norm_input_backward, online_norm_input_backward_x16,                            \
+    (const float* g, const bf16_t* x, const float* gamma, const float* ds, int64_t rows,         \
+    int64_t D, float dx_beta, float* dx, float* dgamma, bf16_t* dx16),                           \
     (g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16))                                       \
   /* kernels/rope.h */                                                                           \
   X(void, rope_forward, rope_forward,                                                            \
@@ -297,6 +342,9 @@
   X(void, scale_inplace, scale_inplace, (float* x, int64_t n, float s), (x, n, s))               \
   /* kernels/elementwise.h */                                                                    \
   X(void, add, add, (const float* a, const float* b, float* out, int64_t n), (a, b, out, n))     \
+  X(void, add, add_x16,                                                                          \
+    (const bf16_t* a, const float* b, bf16_t* out, int64_t n),                                   \
+    (a, b, out, n))                                                                              \
   X(void, scaled_copy, scaled_copy, (const float* x, float s, float* out, int64_t n),            \
     (x, s, out, n))                                                                              \
   X(void, copy_values, copy_values, (const float* src, int64_t n, float* dst), (src, n, dst))    \

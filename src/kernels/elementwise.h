@@ -9,6 +9,8 @@ namespace boostlm {
 
 // out = a + b (out may alias a or b).
 void add(const float* a, const float* b, float* out, int64_t n);
+// The same onto a bf16 residual: out = a + b rounded to bf16 (out may alias a).
+void add(const bf16_t* a, const float* b, bf16_t* out, int64_t n);
 // out = s · x (out may alias x).
 void scaled_copy(const float* x, float s, float* out, int64_t n);
 // dst[i] = src[i] for i < n (a device-to-device copy; the ranges do not overlap).

@@ -12,15 +12,28 @@
 
 namespace boostlm {
 
+// A bf16 residual stream (issue 60, --residual-dtype bf16): every kernel here that reads the
+// residual x has a second form taking it in bf16 (the `const bf16_t* x` overloads). Each computes
+// on the widened values, so its bits are those of the fp32 form on the widened input; the fused
+// residual adds write the sum rounded to bf16 and norm the rounded sum, which is what the next
+// reader and the backward read.
+
 // x, y: [rows, D] with row strides ldx, ldy. Saves rstd[rows] = 1 / sqrt(mean(x²) + eps).
 void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
+                     float eps, float* y, int64_t ldy, float* rstd);
+void rmsnorm_forward(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                      float eps, float* y, int64_t ldy, float* rstd);
 // The same with y rounded to bf16 as it is computed (a norm whose output only bf16 GEMMs read).
 void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                           float eps, bf16_t* y, int64_t ldy, float* rstd);
+void rmsnorm_forward_bf16(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows,
+                          int64_t D, float eps, bf16_t* y, int64_t ldy, float* rstd);
 
 // dx = ∂L/∂x (overwritten, or added to when accumulate), dgamma += ∂L/∂γ.
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                      const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
+                      int64_t lddx, float* dgamma, bool accumulate);
+void rmsnorm_backward(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate);
 
@@ -28,16 +41,26 @@ void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx
 // sum_sq[r] = Σ_j x[r, j]² over this rank's D_local columns.
 void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int64_t D_local,
                                  float* sum_sq);
+void rmsnorm_partial_sum_squares(const bf16_t* x, int64_t ldx, int64_t rows, int64_t D_local,
+                                 float* sum_sq);
 // rstd[r] = 1 / sqrt(sum_sq[r] / D_total + eps) (sum_sq already summed over ranks).
 void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd);
 // y = x · rstd ⊙ γ on this rank's columns.
 void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
                    int64_t D_local, float* y, int64_t ldy);
+void rmsnorm_apply(const bf16_t* x, int64_t ldx, const float* gamma, const float* rstd,
+                   int64_t rows, int64_t D_local, float* y, int64_t ldy);
 // dot[r] = Σ_j dy ⊙ γ ⊙ x over this rank's columns (to be summed over ranks).
 void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                                   const float* gamma, int64_t rows, int64_t D_local, float* dot);
+void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
+                                  const float* gamma, int64_t rows, int64_t D_local, float* dot);
 // dx (=|+=) rstd·γ⊙dy − x·rstd³·dot/D_total; dgamma += Σ_rows dy ⊙ x · rstd.
 void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                            const float* gamma, const float* rstd, const float* dot, int64_t rows,
+                            int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
+                            float* dgamma, bool accumulate);
+void rmsnorm_backward_apply(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                             const float* gamma, const float* rstd, const float* dot, int64_t rows,
                             int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
                             float* dgamma, bool accumulate);
@@ -55,6 +78,8 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
 // pass over x for the bf16 forward's statistic, scaling and rounding.
 void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
                             int64_t D, float eps, bf16_t* out);
+void online_norm_input_bf16(const bf16_t* x, const float* gamma, float* sum_sq, int64_t rows,
+                            int64_t D, float eps, bf16_t* out);
 
 // Fused residual add + norm input (issue 60 item 4): the residual add sum = x + u (all [rows, D],
 // contiguous) in the same pass as the norm that reads it, so the sum is not read back. Each gives
@@ -65,6 +90,13 @@ void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, i
 void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, const float* gamma,
                                    int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd);
 void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
+                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                                     float eps, bf16_t* out);
+// With a bf16 residual: sum = x + u rounded to bf16, and the norm of the rounded sum.
+void residual_rmsnorm_forward_bf16(const bf16_t* x, const float* u, bf16_t* sum,
+                                   const float* gamma, int64_t rows, int64_t D, float eps,
+                                   bf16_t* y, float* rstd);
+void residual_online_norm_input_bf16(const bf16_t* x, const float* u, bf16_t* sum,
                                      const float* gamma, float* sum_sq, int64_t rows, int64_t D,
                                      float eps, bf16_t* out);
 // Before the all-reduce of partial latents p [rows, width] (row stride ld): with `rescale` undo
@@ -112,5 +144,8 @@ void online_norm_latent_backward_to_bf16(const bf16_t* z, const float* dlatent, 
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 bf16_t* dx16 = nullptr);
+void online_norm_input_backward(const float* g, const bf16_t* x, const float* gamma,
+                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
+                                float* dgamma, bf16_t* dx16 = nullptr);
 
 }  // namespace boostlm

@@ -36,7 +36,7 @@ Layout::Layout(const ModelConfig& config, Communicator& tp)
 // skeleton below is the same for all of them: attention runs on this rank's heads, SwiGLU on its
 // MLP columns, and the residual adds on its residual columns.
 
-void Layout::block_forward(int64_t layer, const float* x_in, float* x_out) {
+void Layout::block_forward(int64_t layer, Residual x_in, Residual x_out) {
   BlockActs& a = acts_[slot(layer)];
   BlockActs& w = intermediates(a);
   a.x_in = x_in;
@@ -48,12 +48,15 @@ void Layout::block_forward(int64_t layer, const float* x_in, float* x_out) {
   // Attention sub-block.
   const bool v_in_bf16 = qkv(layer, a, w, /*replay=*/false);
   group_forward(layer, kO, attention(w, v_in_bf16), {partial_.data()});
-  residual_add(layer, kGateUp, x_in, partial_.data(), a.x_mid.data());
+  residual_add(layer, kGateUp, x_in, partial_.data(), mid(a));
 
   // MLP sub-block.
   const bool kept = gate_up(layer, a, w, /*replay=*/false);
   group_forward(layer, kDown, mlp_hidden(w, /*fresh=*/!kept), {partial_.data()});
-  add(a.x_mid.data(), partial_.data(), x_out, N * rc);
+  if (x_out.bf16)
+    add(a.x_mid16.data(), partial_.data(), x_out.bf16, N * rc);
+  else
+    add(a.x_mid.data(), partial_.data(), x_out.f32, N * rc);
 }
 
 void Layout::block_backward(int64_t layer, float* dx) {
@@ -75,13 +78,13 @@ void Layout::block_backward(int64_t layer, float* dx) {
     const bf16_t *gate = w.gate_up16.data(), *up = gate + N * ff;
     bf16_t *d_gate = d_bf16_.data(), *d_up = d_gate + N * ff;
     swiglu_backward_bf16(d_hidden_.data(), gate, up, N * ff, act, d_gate, d_up);
-    group_backward(layer, kGateUp, {a.x_mid.data(), rc},
+    group_backward(layer, kGateUp, mid(a).input(rc),
                    {{nullptr, d_gate, ff}, {nullptr, d_up, ff}}, dx);
   } else {
     const float *gate = w.gate_up.data(), *up = gate + N * ff;
     float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ff;
     swiglu_backward(d_hidden_.data(), gate, up, N * ff, act, d_gate, d_up);
-    group_backward(layer, kGateUp, {a.x_mid.data(), rc}, {{d_gate, ff}, {d_up, ff}}, dx);
+    group_backward(layer, kGateUp, mid(a).input(rc), {{d_gate, ff}, {d_up, ff}}, dx);
   }
 
   // Attention.
@@ -99,7 +102,7 @@ void Layout::block_backward(int64_t layer, float* dx) {
     rope_backward_bf16(d.q, ql, batch_, seq_len_, widths_.heads, rope_, dq, ql);
     rope_backward_bf16(d.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_, dk, kvl);
     round_to_bf16(d.v, N, kvl, kvl, dv);
-    group_backward(layer, kQkv, {a.x_in, rc},
+    group_backward(layer, kQkv, a.x_in.input(rc),
                    {{nullptr, dq, ql}, {nullptr, dk, kvl}, {nullptr, dv, kvl}}, dx);
     return;
   }
@@ -108,7 +111,7 @@ void Layout::block_backward(int64_t layer, float* dx) {
                      d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
   rope_backward(d.q, ql, batch_, seq_len_, widths_.heads, rope_);
   rope_backward(d.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
-  group_backward(layer, kQkv, {a.x_in, rc}, {{d.q, ql}, {d.k, kvl}, {d.v, kvl}}, dx);
+  group_backward(layer, kQkv, a.x_in.input(rc), {{d.q, ql}, {d.k, kvl}, {d.v, kvl}}, dx);
 }
 
 // In bf16 the GEMMs' fp32 outputs are rounded into the kept copies at once, so their work areas
@@ -175,7 +178,7 @@ bool Layout::gate_up_in_bf16() const {
 
 bool Layout::gate_up(int64_t layer, BlockActs& a, BlockActs& w, bool replay) {
   const int64_t n = batch_ * seq_len_ * widths_.ff;
-  const GemmInput x{a.x_mid.data(), residual_columns()};
+  const GemmInput x = mid(a).input(residual_columns());
   if (gate_up_in_bf16()) {
     bf16_t *gate = w.gate_up16.data(), *up = gate + n;
     replay ? group_replay_mixed(layer, kGateUp, x, {{nullptr, gate}, {nullptr, up}})
@@ -190,7 +193,7 @@ bool Layout::gate_up(int64_t layer, BlockActs& a, BlockActs& w, bool replay) {
 
 bool Layout::qkv(int64_t layer, BlockActs& a, BlockActs& w, bool replay) {
   const Qkv out = split_qkv(qkv_output(w));
-  const GemmInput x{a.x_in, residual_columns()};
+  const GemmInput x = a.x_in.input(residual_columns());
   if (compute_ == DType::bf16 && bf16_outputs(kQkv)) {
     const int64_t N = batch_ * seq_len_, hd = config_.head_dim();
     bf16_t* v = w.qkv16.data() + N * (widths_.heads + widths_.kv_heads) * hd;
@@ -229,37 +232,55 @@ Layout::Norm Layout::norm_of(int64_t layer, const Group& g, ReplicatedNorms& kep
              : Norm{w.norm2, w.dnorm2, kept.norm2.data(), kept.rstd2.data(), kept.norm2_16.data()};
 }
 
-void Layout::residual_add(int64_t, const Group&, const float* x, const float* u, float* sum) {
-  add(x, u, sum, batch_ * seq_len_ * residual_columns());
+void Layout::residual_add(int64_t, const Group&, Residual x, const float* u, Residual sum) {
+  const int64_t n = batch_ * seq_len_ * residual_columns();
+  if (sum.bf16)
+    add(x.bf16, u, sum.bf16, n);
+  else
+    add(x.f32, u, sum.f32, n);
 }
 
-void Layout::replicated_residual_norm(const Norm& n, const float* x, const float* u, float* sum) {
+void Layout::replicated_residual_norm(const Norm& n, Residual x, const float* u, Residual sum) {
   const int64_t N = batch_ * seq_len_, d = config_.d_model;
   if (compute_ != DType::bf16) {  // fp32: the add alone, the norm in its group's forward
-    add(x, u, sum, N * d);
+    add(x.f32, u, sum.f32, N * d);
     return;
   }
   BOOSTLM_ASSERT(residual_columns() == d);
-  residual_rmsnorm_forward_bf16(x, u, sum, n.gamma, N, d, config_.rms_eps, n.out16, n.rstd);
+  if (sum.bf16)
+    residual_rmsnorm_forward_bf16(x.bf16, u, sum.bf16, n.gamma, N, d, config_.rms_eps, n.out16,
+                                  n.rstd);
+  else
+    residual_rmsnorm_forward_bf16(x.f32, u, sum.f32, n.gamma, N, d, config_.rms_eps, n.out16,
+                                  n.rstd);
   prenormed_ = n.out16;
 }
 
-GemmInput Layout::replicated_norm_forward(const Norm& n, const float* x) {
+GemmInput Layout::replicated_norm_forward(const Norm& n, GemmInput x) {
   const int64_t N = batch_ * seq_len_, d = config_.d_model;
   if (compute_ == DType::bf16 && prenormed_ == n.out16) {  // made by its residual add
     prenormed_ = nullptr;
     return replicated_norm_output(n);
   }
   if (compute_ == DType::bf16)
-    rmsnorm_forward_bf16(x, d, n.gamma, N, d, config_.rms_eps, n.out16, d, n.rstd);
+    visit_residual(x, [&](const auto* xv) {
+      rmsnorm_forward_bf16(xv, d, n.gamma, N, d, config_.rms_eps, n.out16, d, n.rstd);
+    });
   else
-    rmsnorm_forward(x, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
+    rmsnorm_forward(x.f32, d, n.gamma, N, d, config_.rms_eps, n.out, d, n.rstd);
   return replicated_norm_output(n);
 }
 
 GemmInput Layout::replicated_norm_output(const Norm& n) const {
   const int64_t d = config_.d_model;
   return compute_ == DType::bf16 ? GemmInput(nullptr, n.out16, d) : GemmInput(n.out, d);
+}
+
+void Layout::replicated_norm_backward(const Norm& n, const float* dy, GemmInput x, float* dx) {
+  const int64_t N = batch_ * seq_len_, d = config_.d_model;
+  visit_residual(x, [&](const auto* xv) {
+    rmsnorm_backward(dy, d, xv, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma, /*accumulate=*/true);
+  });
 }
 
 void Layout::group_replay(int64_t, const Group&, GemmInput, std::initializer_list<float*>) {
@@ -295,8 +316,12 @@ void Layout::allocate(int64_t B, int64_t T) {
   const int64_t ql = widths_.heads * hd, kvl = widths_.kv_heads * hd, ff = widths_.ff;
   acts_.clear();
   acts_.resize(slots());
+  const bool bf16_residual = residual_dtype() == DType::bf16;
   for (BlockActs& a : acts_) {
-    a.x_mid.resize(N * rc);
+    if (bf16_residual)
+      a.x_mid16.resize(N * rc);
+    else
+      a.x_mid.resize(N * rc);
     if (!recomputes_intermediates()) allocate_intermediates(a, N);
   }
   work_ = BlockActs{};
@@ -334,7 +359,7 @@ void Layout::allocate_intermediates(BlockActs& a, int64_t N) {
 int64_t Layout::bytes_of(const BlockActs& a) {
   const size_t fp32 =
       a.x_mid.size() + a.qkv.size() + a.attn.size() + a.lse.size() + a.gate_up.size();
-  const size_t bf16 = a.qkv16.size() + a.attn16.size() + a.gate_up16.size();
+  const size_t bf16 = a.x_mid16.size() + a.qkv16.size() + a.attn16.size() + a.gate_up16.size();
   return static_cast<int64_t>(fp32 * sizeof(float) + bf16 * sizeof(bf16_t));
 }
 

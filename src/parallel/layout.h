@@ -10,6 +10,7 @@
 #include <deque>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,7 +98,34 @@ struct BlockOptions {
   // The element type of the activation collectives (issue 60): bf16 in bf16 training, half the
   // bytes; the norms' statistics stay fp32. A Layout sets it from its compute precision.
   DType activations = DType::f32;
+  // --residual-dtype (issue 60): the residual stream's storage in bf16 training, between blocks
+  // and kept for backward; unset means bf16 (Megatron's default; --fp32-residual-connection and
+  // flash-attn's residual_in_fp32 are this switch's fp32). fp32 training keeps it in fp32.
+  std::optional<DType> residual = std::nullopt;
 };
+
+// The residual stream's storage [N, residual_columns()]: fp32 (f32) or bf16 (bf16), one of them.
+struct Residual {
+  float* f32 = nullptr;
+  bf16_t* bf16 = nullptr;
+  Residual at(int64_t offset) const {
+    return {f32 ? f32 + offset : nullptr, bf16 ? bf16 + offset : nullptr};
+  }
+  // As a GEMM operand (a normed group's input) with row stride ld.
+  GemmInput input(int64_t ld) const { return {f32, bf16, ld}; }
+  // f(pointer) on whichever copy it is.
+  template <class F>
+  decltype(auto) visit(F f) const {
+    return bf16 ? f(bf16) : f(f32);
+  }
+  const void* data() const { return bf16 ? static_cast<const void*>(bf16) : f32; }
+};
+// f(pointer) on a normed group's input x, the residual as a GEMM operand: its fp32 values, or
+// with a bf16 residual stream its bf16 ones (then the only copy).
+template <class F>
+decltype(auto) visit_residual(const GemmInput& x, F f) {
+  return x.f32 ? f(x.f32) : f(x.bf16);
+}
 // The chunks a micro-batch of `batch` sequences really runs as: the largest count up to `asked`
 // that divides it (the engine and the planner alike).
 inline int overlap_chunks_for(int asked, int64_t batch) {
@@ -143,7 +171,7 @@ class Layout {
   // Runs block `layer`; x_in must stay alive until its backward (the model owns it). The block is
   // written once, here (layout.cpp): norm → q|k|v → RoPE → attention → o → residual → norm →
   // gate|up → SwiGLU → down → residual; a layout supplies its groups (group_forward/backward).
-  void block_forward(int64_t layer, const float* x_in, float* x_out);
+  void block_forward(int64_t layer, Residual x_in, Residual x_out);
   // dx: ∂L/∂x_out on entry, ∂L/∂x_in on return. Adds the block's weight gradients.
   void block_backward(int64_t layer, float* dx);
   int64_t activation_bytes() const;
@@ -173,6 +201,10 @@ class Layout {
   void set_compute(DType compute) {
     compute_ = compute;
     options_.activations = compute;
+  }
+  // The residual stream's element type: bf16 in bf16 training unless --residual-dtype fp32.
+  DType residual_dtype() const {
+    return compute_ == DType::bf16 ? options_.residual.value_or(DType::bf16) : DType::f32;
   }
   // Before bind() and prepare(): the blocks this rank runs (a pipeline stage's layers), and how
   // many micro-batches may be in flight (each needs its own activations).
@@ -311,8 +343,10 @@ class Layout {
   // fuses them (issue 60 item 4: in bf16 training, residual_rmsnorm_forward_bf16 for the
   // replicated norms, residual_online_norm_input_bf16 for btp's online norm) and its group_forward
   // for g then finds the norm's output already made; by default the add alone.
-  virtual void residual_add(int64_t layer, const Group& g, const float* x, const float* u,
-                            float* sum);
+  // With a bf16 residual x and sum are bf16 (the sum rounded as it is written, and normed as
+  // rounded).
+  virtual void residual_add(int64_t layer, const Group& g, Residual x, const float* u,
+                            Residual sum);
   // The layout's own per-slot state (norm statistics, latents) for B·T tokens, and its bytes.
   virtual void allocate_groups(int64_t N) = 0;
   virtual int64_t group_slot_bytes() const = 0;   // one slot
@@ -338,12 +372,15 @@ class Layout {
   Norm norm_of(int64_t layer, const Group& g, ReplicatedNorms& kept) const;
   // A replicated norm over x [N, d]: its output as its group's GEMM input, and that kept output
   // again for backward.
-  GemmInput replicated_norm_forward(const Norm& n, const float* x);
+  GemmInput replicated_norm_forward(const Norm& n, GemmInput x);
   GemmInput replicated_norm_output(const Norm& n) const;
+  // Its backward from dy = ∂L/∂(output) [N, d]: ∂L/∂x added into dx, dγ into n.dgamma; x the
+  // residual it normed (fp32 or bf16).
+  void replicated_norm_backward(const Norm& n, const float* dy, GemmInput x, float* dx);
   // The residual add before replicated norm n: in bf16 training fused with it (sum = x + u and
   // n's output and 1/rms in one pass; the next replicated_norm_forward of n returns that output),
   // in fp32 the add alone.
-  void replicated_residual_norm(const Norm& n, const float* x, const float* u, float* sum);
+  void replicated_residual_norm(const Norm& n, Residual x, const float* u, Residual sum);
 
   // ---- LaX (model/lax.h): each projection's latent crosses into the same projection of the next
   // block. The layouts call these on a group's latents, this rank's columns of them ([N, Σ rank],
@@ -383,11 +420,13 @@ class Layout {
   // gate_up16): only bf16 tiles and GEMMs read q, k, v and the output, and SwiGLU's backward reads
   // gate | up; the GEMMs write into fp32 work areas (qkv_output, gate_up_output) rounded from, or
   // for v and gate | up where the layout can (bf16_outputs) into qkv16 and gate_up16 directly. The
-  // residual, the lse and everything of the norms stay fp32. SwiGLU's output, read only by the down
-  // projection, is not kept: backward recomputes it from gate | up.
+  // residual after attention (x_mid) is kept in the residual's dtype (x_mid16 when bf16); the lse
+  // and everything of the norms stay fp32. SwiGLU's output, read only by the down projection, is
+  // not kept: backward recomputes it from gate | up.
   struct BlockActs {
-    const float* x_in = nullptr;
+    Residual x_in;
     Buffer<float> x_mid, lse;
+    Buffer<bf16_t> x_mid16;  // a bf16 residual stream
     Buffer<float> qkv, attn, gate_up;         // fp32 training
     Buffer<bf16_t> qkv16, attn16, gate_up16;  // bf16 training
   };
@@ -398,6 +437,8 @@ class Layout {
   void allocate_intermediates(BlockActs& a, int64_t N);
   BlockActs& intermediates(BlockActs& a) { return recomputes_intermediates() ? work_ : a; }
   Qkv split_qkv(float* qkv) const;
+  Residual mid(BlockActs& a) { return {a.x_mid.empty() ? nullptr : a.x_mid.data(),
+                                       a.x_mid16.empty() ? nullptr : a.x_mid16.data()}; }
   // RoPE and attention on what the q|k|v GEMMs wrote (v_in_bf16: v straight into qkv16, else
   // rounded from the work area); returns the output as o's input.
   GemmInput attention(BlockActs& w, bool v_in_bf16);

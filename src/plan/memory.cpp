@@ -101,13 +101,29 @@ int64_t bf16_kept_elements(const MicroBatchShape& mb, int64_t slots) {
           (r == Recompute::block ? 1 : slots) * cost.bf16_latent_columns(mb.config, mb.tp));
 }
 
+bool keeps_bf16_residual(const MicroBatchShape& mb, DType compute, int pp) {
+  return compute == DType::bf16 && mb.options.residual.value_or(DType::bf16) == DType::bf16 &&
+         !(mb.config.arch == Arch::lax && pp > 1);
+}
+
+int64_t residual_kept_elements(const MicroBatchShape& mb, int64_t blocks, int64_t slots) {
+  return mb.tokens() * residual_columns(mb) * (blocks + slots);
+}
+
 int64_t model_activation_bytes(const MicroBatchShape& mb, DType compute) {
   const int64_t fp32 = 4 * model_activation_elements(mb);
   if (compute != DType::bf16) return fp32;
   // The final norm's output rounded for the head's GEMMs, and over t > 1 the bf16 messages of the
   // embedding, the head and btp's residual gathers (Model::wire_): N·d bf16 each.
   const int64_t Nd = mb.tokens() * mb.config.d_model;
-  return fp32 - 2 * bf16_kept_elements(mb, mb.config.n_layers) + 2 * Nd * (mb.tp > 1 ? 2 : 1);
+  const int64_t layers = mb.config.n_layers;
+  // A bf16 residual: the layers + 1 block boundaries and each slot's x_mid.
+  const int64_t residual =
+      keeps_bf16_residual(mb, compute, 1)
+          ? residual_kept_elements(mb, layers + 1,
+                                   mb.options.recompute == Recompute::block ? 1 : layers)
+          : 0;
+  return fp32 - 2 * bf16_kept_elements(mb, layers) - 2 * residual + 2 * Nd * (mb.tp > 1 ? 2 : 1);
 }
 
 int64_t workspace_elements(const MicroBatchShape& mb) {

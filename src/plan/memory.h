@@ -37,6 +37,12 @@ int64_t model_activation_elements(const MicroBatchShape& mb);
 // when it trains in bf16 (all others are fp32): q | k | v, the attention output and gate | up of
 // every slot, or of the one area recomputation rebuilds into.
 int64_t bf16_kept_elements(const MicroBatchShape& mb, int64_t slots);
+// Whether a stage of `pp` keeps its residual stream in bf16 (Layout::residual_dtype: bf16 training
+// unless --residual-dtype fp32; LaX across pipeline stages keeps fp32, Model's constructor).
+bool keeps_bf16_residual(const MicroBatchShape& mb, DType compute, int pp);
+// Of the activation elements a stage keeps for `blocks` blocks in `slots` slots, the residual
+// stream's: each block's input and each slot's residual after attention.
+int64_t residual_kept_elements(const MicroBatchShape& mb, int64_t blocks, int64_t slots);
 // Model::activation_bytes for the whole model in one process, at this compute precision.
 int64_t model_activation_bytes(const MicroBatchShape& mb, DType compute);
 // What lives only while one block's backward or the head runs (gradient scratch, logits chunk):

@@ -247,11 +247,18 @@ MemoryEstimate rank_memory(const StepConfig& c, int stage, double bytes_per_acti
   const double kept = static_cast<double>(block_kept_elements(mb)) *
                       stage_layers(c.config, c.pp, stage) * in_flight;
   m.activations = (kept + recompute_area_elements(mb)) * bytes_per_activation;
-  // This engine's CPU backend keeps activations in fp32 but gate | up in the compute precision.
-  if (c.precision == DType::bf16 && bytes_per_activation > 2)
-    m.activations -= static_cast<double>(
-                         bf16_kept_elements(mb, stage_layers(c.config, c.pp, stage) * in_flight)) *
+  // This engine's CPU backend keeps activations in fp32 but q|k|v, attention, gate|up, the latents
+  // and (unless --residual-dtype fp32) the residual stream in the compute precision.
+  if (c.precision == DType::bf16 && bytes_per_activation > 2) {
+    const int64_t blocks = stage_layers(c.config, c.pp, stage) * in_flight;
+    m.activations -= static_cast<double>(bf16_kept_elements(mb, blocks)) *
                      (bytes_per_activation - 2);
+    // And its residual stream, kept in bf16 unless --residual-dtype fp32.
+    if (keeps_bf16_residual(mb, c.precision, c.pp))
+      m.activations -= static_cast<double>(residual_kept_elements(
+                           mb, blocks, mb.options.recompute == Recompute::block ? 1 : blocks)) *
+                       (bytes_per_activation - 2);
+  }
   m.workspace = static_cast<double>(workspace_elements(mb)) * bytes_per_activation;
   // bf16: the final norm's output rounded for the head, and over t > 1 the bf16 messages of the
   // embedding, the head and btp's residual gathers (Model::activation_bytes counts both).

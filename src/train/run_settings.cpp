@@ -109,6 +109,18 @@ const std::vector<Setting>& settings() {
                    o.precision = parse_dtype(saved_as<std::string>(v));
                  },
                  ""});
+    s.push_back({"--residual-dtype", OnResume::restore,
+                 [](TrainOptions& o) -> nlohmann::json {
+                   return o.block.residual ? nlohmann::json(to_string(*o.block.residual))
+                                           : nlohmann::json();
+                 },
+                 [](TrainOptions& o, const nlohmann::json& v) {
+                   if (v.is_null())
+                     o.block.residual.reset();
+                   else
+                     o.block.residual = parse_dtype(saved_as<std::string>(v));
+                 },
+                 ""});
     s.push_back(field_setting(
         "--batch-size", [](TrainOptions& o) -> int64_t& { return o.batch_size; }, OnResume::fixed,
         position));

@@ -248,6 +248,137 @@ TEST(OnlineNorm, Bf16MessagePackAndUnpackAreTheFp32OnesRounded) {
   EXPECT_EQ(values[width + 2], float_to_bf16(p[ld + 2]));
 }
 
+// A bf16 residual stream (issue 60): every kernel that reads the residual x in bf16 gives the
+// bits of its fp32 form on the widened x; the fused residual adds write the sum rounded and norm
+// the rounded sum (the bits of the bf16 add, then the unfused bf16-x norm); add onto a bf16
+// residual rounds the fp32 sum. Widths with and without a 16-lane tail, strided rows.
+TEST(OnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
+  for (int64_t D : {16, 37, 70}) {
+    const int64_t rows = 5, ld = D + 3;
+    const float eps = 1e-5f;
+    const auto xf = random_vector(rows * ld, 41, 2.0f);
+    std::vector<bf16_t> x16(rows * ld);
+    std::vector<float> xw(rows * ld);
+    for (int64_t i = 0; i < rows * ld; ++i) {
+      x16[i] = float_to_bf16(xf[i]);
+      xw[i] = bf16_to_float(x16[i]);
+    }
+    const auto gamma = random_vector(D, 42);
+    const auto dy = random_vector(rows * ld, 43);
+    const auto g = random_vector(rows * D, 44);
+    const auto u = random_vector(rows * D, 45);
+    auto ds = random_vector(rows, 46);
+    auto rstd_in = random_vector(rows, 47);
+    for (float& v : rstd_in) v = std::abs(v) + 0.5f;
+    SCOPED_TRACE(D);
+    {  // whole-row norm, fp32 and bf16 outputs
+      std::vector<float> y(rows * ld), y_w(rows * ld), rstd(rows), rstd_w(rows);
+      rmsnorm_forward(x16.data(), ld, gamma.data(), rows, D, eps, y.data(), ld, rstd.data());
+      rmsnorm_forward(xw.data(), ld, gamma.data(), rows, D, eps, y_w.data(), ld, rstd_w.data());
+      EXPECT_EQ(y, y_w);
+      EXPECT_EQ(rstd, rstd_w);
+      std::vector<bf16_t> b(rows * ld), b_w(rows * ld);
+      rmsnorm_forward_bf16(x16.data(), ld, gamma.data(), rows, D, eps, b.data(), ld, rstd.data());
+      rmsnorm_forward_bf16(xw.data(), ld, gamma.data(), rows, D, eps, b_w.data(), ld,
+                           rstd_w.data());
+      EXPECT_EQ(b, b_w);
+      EXPECT_EQ(rstd, rstd_w);
+    }
+    for (bool accumulate : {false, true}) {  // whole-row backward and its split pieces
+      std::vector<float> dx(rows * ld, 0.5f), dx_w = dx, dg(D, 0.25f), dg_w = dg;
+      rmsnorm_backward(dy.data(), ld, x16.data(), ld, gamma.data(), rstd_in.data(), rows, D,
+                       dx.data(), ld, dg.data(), accumulate);
+      rmsnorm_backward(dy.data(), ld, xw.data(), ld, gamma.data(), rstd_in.data(), rows, D,
+                       dx_w.data(), ld, dg_w.data(), accumulate);
+      EXPECT_EQ(dx, dx_w);
+      EXPECT_EQ(dg, dg_w);
+      std::vector<float> dot(rows), dot_w(rows);
+      rmsnorm_partial_backward_dot(dy.data(), ld, x16.data(), ld, gamma.data(), rows, D,
+                                   dot.data());
+      rmsnorm_partial_backward_dot(dy.data(), ld, xw.data(), ld, gamma.data(), rows, D,
+                                   dot_w.data());
+      EXPECT_EQ(dot, dot_w);
+      rmsnorm_backward_apply(dy.data(), ld, x16.data(), ld, gamma.data(), rstd_in.data(),
+                             dot.data(), rows, D, 2 * D, dx.data(), ld, dg.data(), accumulate);
+      rmsnorm_backward_apply(dy.data(), ld, xw.data(), ld, gamma.data(), rstd_in.data(),
+                             dot.data(), rows, D, 2 * D, dx_w.data(), ld, dg_w.data(),
+                             accumulate);
+      EXPECT_EQ(dx, dx_w);
+      EXPECT_EQ(dg, dg_w);
+    }
+    {  // split statistics and apply
+      std::vector<float> ss(rows), ss_w(rows), y(rows * D), y_w(rows * D);
+      rmsnorm_partial_sum_squares(x16.data(), ld, rows, D, ss.data());
+      rmsnorm_partial_sum_squares(xw.data(), ld, rows, D, ss_w.data());
+      EXPECT_EQ(ss, ss_w);
+      rmsnorm_apply(x16.data(), ld, gamma.data(), rstd_in.data(), rows, D, y.data(), D);
+      rmsnorm_apply(xw.data(), ld, gamma.data(), rstd_in.data(), rows, D, y_w.data(), D);
+      EXPECT_EQ(y, y_w);
+    }
+    // The contiguous kernels (Online-RMSNorm's, the fused adds, add) on rows of D.
+    std::vector<bf16_t> c16(rows * D);
+    std::vector<float> cw(rows * D);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < D; ++j) {
+        c16[r * D + j] = x16[r * ld + j];
+        cw[r * D + j] = xw[r * ld + j];
+      }
+    for (bool with_stat : {false, true}) {
+      std::vector<float> ss(rows, -1.0f), ss_w(rows, -1.0f);
+      std::vector<bf16_t> out(rows * D), out_w(rows * D);
+      online_norm_input_bf16(c16.data(), gamma.data(), with_stat ? ss.data() : nullptr, rows, D,
+                             eps, out.data());
+      online_norm_input_bf16(cw.data(), gamma.data(), with_stat ? ss_w.data() : nullptr, rows, D,
+                             eps, out_w.data());
+      EXPECT_EQ(out, out_w);
+      EXPECT_EQ(ss, ss_w);
+    }
+    for (bool copy : {false, true}) {
+      std::vector<float> dx(rows * D, 0.5f), dx_w = dx, dg(D), dg_w(D);
+      std::vector<bf16_t> d16(rows * D), d16_w(rows * D);
+      online_norm_input_backward(g.data(), c16.data(), gamma.data(), ds.data(), rows, D, 1.0f,
+                                 dx.data(), dg.data(), copy ? d16.data() : nullptr);
+      online_norm_input_backward(g.data(), cw.data(), gamma.data(), ds.data(), rows, D, 1.0f,
+                                 dx_w.data(), dg_w.data(), copy ? d16_w.data() : nullptr);
+      EXPECT_EQ(dx, dx_w);
+      EXPECT_EQ(dg, dg_w);
+      EXPECT_EQ(d16, d16_w);
+    }
+    // add onto a bf16 residual, and the fused adds: the sum rounded, then the norm of it.
+    std::vector<bf16_t> sum(rows * D), want_sum(rows * D);
+    add(c16.data(), u.data(), sum.data(), rows * D);
+    for (int64_t i = 0; i < rows * D; ++i) want_sum[i] = float_to_bf16(cw[i] + u[i]);
+    EXPECT_EQ(sum, want_sum);
+    std::vector<bf16_t> in_place = c16;
+    add(in_place.data(), u.data(), in_place.data(), rows * D);  // out may alias a
+    EXPECT_EQ(in_place, want_sum);
+    std::vector<float> sum_w(rows * D);
+    for (int64_t i = 0; i < rows * D; ++i) sum_w[i] = bf16_to_float(want_sum[i]);
+    {
+      std::vector<bf16_t> fsum(rows * D), y(rows * D), y_w(rows * D);
+      std::vector<float> rstd(rows), rstd_w(rows);
+      residual_rmsnorm_forward_bf16(c16.data(), u.data(), fsum.data(), gamma.data(), rows, D, eps,
+                                    y.data(), rstd.data());
+      rmsnorm_forward_bf16(sum_w.data(), D, gamma.data(), rows, D, eps, y_w.data(), D,
+                           rstd_w.data());
+      EXPECT_EQ(fsum, want_sum);
+      EXPECT_EQ(y, y_w);
+      EXPECT_EQ(rstd, rstd_w);
+    }
+    {
+      std::vector<bf16_t> fsum(rows * D), out(rows * D), out_w(rows * D);
+      std::vector<float> ss(rows), ss_w(rows);
+      residual_online_norm_input_bf16(c16.data(), u.data(), fsum.data(), gamma.data(), ss.data(),
+                                      rows, D, eps, out.data());
+      online_norm_input_bf16(sum_w.data(), gamma.data(), ss_w.data(), rows, D, eps,
+                             out_w.data());
+      EXPECT_EQ(fsum, want_sum);
+      EXPECT_EQ(out, out_w);
+      EXPECT_EQ(ss, ss_w);
+    }
+  }
+}
+
 TEST(ColumnBlocks, CopyAndAddTakeAStridedBlock) {
   const int64_t rows = 3, cols = 4, ld_src = 9, ld_dst = 5;
   auto src = random_vector(rows * ld_src, 8);

@@ -13,6 +13,12 @@ void add(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void add(const bf16_t* a, const float* b, bf16_t* out, int64_t n) {
+  const DeviceAccess access("elementwise");
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(bf16_to_float(a[i]) + b[i]);
+}
+
 void scaled_copy(const float* x, float s, float* out, int64_t n) {
   const DeviceAccess access("elementwise");
 #pragma omp parallel for simd schedule(static)

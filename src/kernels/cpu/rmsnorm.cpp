@@ -34,98 +34,99 @@ void rounded_rows(int64_t rows, int64_t cols, bf16_t* y, int64_t ldy, Fill fill)
   }
 }
 
-// sum = x + u over a row of D, and Σ sum² as rmsnorm_partial_sum_squares gives it (the fused
-// residual add's first half).
-float add_row_sum_squares(const float* x, const float* u, float* sum, int64_t D) {
+// sum = x + u over a row of D (rounded when the residual is bf16), and Σ sum² of the stored sum
+// as rmsnorm_partial_sum_squares gives it (the fused residual add's first half).
+template <typename X>
+float add_row_sum_squares(const X* x, const float* u, X* sum, int64_t D) {
 #pragma omp simd
-  for (int64_t j = 0; j < D; ++j) sum[j] = x[j] + u[j];
-  return cpu::accurate_sum(D, [&](int64_t j) { return sum[j] * sum[j]; });
-}
-
-}  // namespace
-
-void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int64_t D_local,
-                                 float* sum_sq) {
-  BOOSTLM_KERNEL("rmsnorm");
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * ldx;
-    sum_sq[r] = cpu::accurate_sum(D_local, [&](int64_t j) { return xr[j] * xr[j]; });
-  }
-}
-
-void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd) {
-  const DeviceAccess access("rmsnorm_rstd");
-  for (int64_t r = 0; r < rows; ++r) rstd[r] = math::rms_rstd(sum_sq[r], D_total, eps);
-}
-
-void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
-                   int64_t D_local, float* y, int64_t ldy) {
-  BOOSTLM_KERNEL("rmsnorm");
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * ldx;
-    float* yr = y + r * ldy;
-    const float s = rstd[r];
-#pragma omp simd
-    for (int64_t j = 0; j < D_local; ++j) yr[j] = xr[j] * s * gamma[j];
-  }
-}
-
-void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
-                     float eps, float* y, int64_t ldy, float* rstd) {
-  rmsnorm_partial_sum_squares(x, ldx, rows, D, rstd);  // rstd holds Σx² until the next line
-  rmsnorm_rstd(rstd, rows, D, eps, rstd);
-  rmsnorm_apply(x, ldx, gamma, rstd, rows, D, y, ldy);
-}
-
-void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
-                          float eps, bf16_t* y, int64_t ldy, float* rstd) {
-  rmsnorm_partial_sum_squares(x, ldx, rows, D, rstd);
-  rmsnorm_rstd(rstd, rows, D, eps, rstd);
-  BOOSTLM_KERNEL("rmsnorm");
-  rounded_rows(rows, D, y, ldy, [&](int64_t r, float* row) {
-    const float* xr = x + r * ldx;
-    const float s = rstd[r];
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j) row[j] = xr[j] * s * gamma[j];
+  for (int64_t j = 0; j < D; ++j) cpu::put(sum + j, cpu::to_float(x[j]) + u[j]);
+  return cpu::accurate_sum(D, [&](int64_t j) {
+    const float v = cpu::to_float(sum[j]);
+    return v * v;
   });
 }
 
-void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
-                                  const float* gamma, int64_t rows, int64_t D_local, float* dot) {
+// The kernels below read the residual x in fp32 or, with a bf16 residual stream (issue 60), in
+// bf16: the same arithmetic on its widened values, so the bf16 form's bits are the fp32 kernel's on
+// the widened input. Each public overload is one instantiation.
+template <typename X>
+void partial_sum_squares(const X* x, int64_t ldx, int64_t rows, int64_t D_local, float* sum_sq) {
+  BOOSTLM_KERNEL("rmsnorm");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const X* xr = x + r * ldx;
+    sum_sq[r] = cpu::accurate_sum(D_local, [&](int64_t j) {
+      const float v = cpu::to_float(xr[j]);
+      return v * v;
+    });
+  }
+}
+
+template <typename X>
+void apply(const X* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
+           int64_t D_local, float* y, int64_t ldy) {
+  BOOSTLM_KERNEL("rmsnorm");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const X* xr = x + r * ldx;
+    float* yr = y + r * ldy;
+    const float s = rstd[r];
+#pragma omp simd
+    for (int64_t j = 0; j < D_local; ++j) yr[j] = cpu::to_float(xr[j]) * s * gamma[j];
+  }
+}
+
+template <typename X>
+void forward_bf16(const X* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D, float eps,
+                  bf16_t* y, int64_t ldy, float* rstd) {
+  partial_sum_squares(x, ldx, rows, D, rstd);
+  rmsnorm_rstd(rstd, rows, D, eps, rstd);
+  BOOSTLM_KERNEL("rmsnorm");
+  rounded_rows(rows, D, y, ldy, [&](int64_t r, float* row) {
+    const X* xr = x + r * ldx;
+    const float s = rstd[r];
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) row[j] = cpu::to_float(xr[j]) * s * gamma[j];
+  });
+}
+
+template <typename X>
+void partial_backward_dot(const float* dy, int64_t lddy, const X* x, int64_t ldx,
+                          const float* gamma, int64_t rows, int64_t D_local, float* dot) {
   BOOSTLM_KERNEL("rmsnorm");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * lddy;
-    const float* xr = x + r * ldx;
-    dot[r] = cpu::accurate_sum(D_local, [&](int64_t j) { return dyr[j] * gamma[j] * xr[j]; });
+    const X* xr = x + r * ldx;
+    dot[r] = cpu::accurate_sum(D_local, [&](int64_t j) {
+      return dyr[j] * gamma[j] * cpu::to_float(xr[j]);
+    });
   }
 }
 
 // With n = x·rstd:  dx = rstd·(γ ⊙ dy) − x·rstd³/D · Σ_j (γ ⊙ dy)_j x_j,   dγ = Σ_rows dy ⊙ n.
-void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
-                            const float* gamma, const float* rstd, const float* dot, int64_t rows,
-                            int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
-                            float* dgamma, bool accumulate) {
+template <typename X>
+void backward_apply(const float* dy, int64_t lddy, const X* x, int64_t ldx, const float* gamma,
+                    const float* rstd, const float* dot, int64_t rows, int64_t D_local,
+                    int64_t D_total, float* dx, int64_t lddx, float* dgamma, bool accumulate) {
   BOOSTLM_KERNEL("rmsnorm");
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait
     for (int64_t r = 0; r < rows; ++r) {
       const float* dyr = dy + r * lddy;
-      const float* xr = x + r * ldx;
+      const X* xr = x + r * ldx;
       float* dxr = dx + r * lddx;
       const float s = rstd[r];
       const float c = math::rms_backward_coefficient(dot[r], s, D_total);
       if (accumulate) {
 #pragma omp simd
         for (int64_t j = 0; j < D_local; ++j)
-          dxr[j] += math::rms_backward_element(dyr[j], xr[j], gamma[j], s, c);
+          dxr[j] += math::rms_backward_element(dyr[j], cpu::to_float(xr[j]), gamma[j], s, c);
       } else {
 #pragma omp simd
         for (int64_t j = 0; j < D_local; ++j)
-          dxr[j] = math::rms_backward_element(dyr[j], xr[j], gamma[j], s, c);
+          dxr[j] = math::rms_backward_element(dyr[j], cpu::to_float(xr[j]), gamma[j], s, c);
       }
     }
     // dγ: columns are split among threads so no two threads write the same element.
@@ -136,23 +137,184 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
       float acc[kCols] = {};
       for (int64_t r = 0; r < rows; ++r) {
         const float* dyr = dy + r * lddy;
-        const float* xr = x + r * ldx;
+        const X* xr = x + r * ldx;
         const float s = rstd[r];
 #pragma omp simd
-        for (int64_t j = j0; j < j1; ++j) acc[j - j0] += dyr[j] * xr[j] * s;
+        for (int64_t j = j0; j < j1; ++j) acc[j - j0] += dyr[j] * cpu::to_float(xr[j]) * s;
       }
       for (int64_t j = j0; j < j1; ++j) dgamma[j] += acc[j - j0];
     }
   }
 }
 
+template <typename X>
+void backward(const float* dy, int64_t lddy, const X* x, int64_t ldx, const float* gamma,
+              const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx, float* dgamma,
+              bool accumulate) {
+  Buffer<float> dot(rows);
+  partial_backward_dot(dy, lddy, x, ldx, gamma, rows, D, dot.data());
+  backward_apply(dy, lddy, x, ldx, gamma, rstd, dot.data(), rows, D, D, dx, lddx, dgamma,
+                 accumulate);
+}
+
+template <typename X>
+void online_input_bf16(const X* x, const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                       float eps, bf16_t* out) {
+  BOOSTLM_KERNEL("rmsnorm");
+  rounded_rows(rows, D, out, D, [&](int64_t r, float* row) {
+    const X* xr = x + r * D;
+    float s = 1.0f;
+    if (sum_sq) {
+      const float sum = cpu::accurate_sum(D, [&](int64_t j) {
+        const float v = cpu::to_float(xr[j]);
+        return v * v;
+      });
+      sum_sq[r] = sum;
+      s = math::rms_rstd(sum, D, eps);
+    }
+    for (int64_t j = 0; j < D; ++j) row[j] = cpu::to_float(xr[j]) * gamma[j] * s;
+  });
+}
+
+// The residual add's sum written and squared in one pass; the scaled row then read from the sum
+// while it is in cache. The same arithmetic, in the same order, as add() and the unfused kernels.
+template <typename X>
+void residual_forward_bf16(const X* x, const float* u, X* sum, const float* gamma, int64_t rows,
+                           int64_t D, float eps, bf16_t* y, float* rstd) {
+  BOOSTLM_KERNEL("rmsnorm");
+  rounded_rows(rows, D, y, D, [&](int64_t r, float* row) {
+    X* sr = sum + r * D;
+    const float s = math::rms_rstd(add_row_sum_squares(x + r * D, u + r * D, sr, D), D, eps);
+    rstd[r] = s;
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) row[j] = cpu::to_float(sr[j]) * s * gamma[j];
+  });
+}
+
+template <typename X>
+void residual_online_input_bf16(const X* x, const float* u, X* sum, const float* gamma,
+                                float* sum_sq, int64_t rows, int64_t D, float eps, bf16_t* out) {
+  BOOSTLM_KERNEL("rmsnorm");
+  rounded_rows(rows, D, out, D, [&](int64_t r, float* row) {
+    X* sr = sum + r * D;
+    const float total = add_row_sum_squares(x + r * D, u + r * D, sr, D);
+    sum_sq[r] = total;
+    const float s = math::rms_rstd(total, D, eps);
+    for (int64_t j = 0; j < D; ++j) row[j] = cpu::to_float(sr[j]) * gamma[j] * s;
+  });
+}
+
+template <typename X>
+void online_input_backward(const float* g, const X* x, const float* gamma, const float* ds,
+                           int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
+                           bf16_t* dx16) {
+  const DeviceAccess access("online_norm_input_backward");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float two_ds = 2.0f * ds[r];
+    const float* gr = g + r * D;
+    const X* xr = x + r * D;
+    float* dxr = dx + r * D;
+    for (int64_t j = 0; j < D; ++j)
+      dxr[j] = math::online_norm_dx(dxr[j], dx_beta, gr[j], gamma[j], two_ds, cpu::to_float(xr[j]));
+    if (dx16) cpu::round_row_bf16(dxr, D, dx16 + r * D);  // while the row is in cache
+  }
+  // Column blocks per thread, rows inner: contiguous reads, no two threads on one element.
+  constexpr int64_t kCols = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < D; j0 += kCols) {
+    const int64_t j1 = std::min(D, j0 + kCols);
+    float acc[kCols] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const X* xr = x + r * D;
+      const float* gr = g + r * D;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) acc[j - j0] += cpu::to_float(xr[j]) * gr[j];
+    }
+    for (int64_t j = j0; j < j1; ++j) dgamma[j] += acc[j - j0];
+  }
+}
+
+}  // namespace
+
+void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int64_t D_local,
+                                 float* sum_sq) {
+  partial_sum_squares(x, ldx, rows, D_local, sum_sq);
+}
+void rmsnorm_partial_sum_squares(const bf16_t* x, int64_t ldx, int64_t rows, int64_t D_local,
+                                 float* sum_sq) {
+  partial_sum_squares(x, ldx, rows, D_local, sum_sq);
+}
+
+void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd) {
+  const DeviceAccess access("rmsnorm_rstd");
+  for (int64_t r = 0; r < rows; ++r) rstd[r] = math::rms_rstd(sum_sq[r], D_total, eps);
+}
+
+void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
+                   int64_t D_local, float* y, int64_t ldy) {
+  apply(x, ldx, gamma, rstd, rows, D_local, y, ldy);
+}
+void rmsnorm_apply(const bf16_t* x, int64_t ldx, const float* gamma, const float* rstd,
+                   int64_t rows, int64_t D_local, float* y, int64_t ldy) {
+  apply(x, ldx, gamma, rstd, rows, D_local, y, ldy);
+}
+
+void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
+                     float eps, float* y, int64_t ldy, float* rstd) {
+  rmsnorm_partial_sum_squares(x, ldx, rows, D, rstd);  // rstd holds Σx² until the next line
+  rmsnorm_rstd(rstd, rows, D, eps, rstd);
+  rmsnorm_apply(x, ldx, gamma, rstd, rows, D, y, ldy);
+}
+void rmsnorm_forward(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
+                     float eps, float* y, int64_t ldy, float* rstd) {
+  rmsnorm_partial_sum_squares(x, ldx, rows, D, rstd);
+  rmsnorm_rstd(rstd, rows, D, eps, rstd);
+  rmsnorm_apply(x, ldx, gamma, rstd, rows, D, y, ldy);
+}
+
+void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
+                          float eps, bf16_t* y, int64_t ldy, float* rstd) {
+  forward_bf16(x, ldx, gamma, rows, D, eps, y, ldy, rstd);
+}
+void rmsnorm_forward_bf16(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows,
+                          int64_t D, float eps, bf16_t* y, int64_t ldy, float* rstd) {
+  forward_bf16(x, ldx, gamma, rows, D, eps, y, ldy, rstd);
+}
+
+void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                                  const float* gamma, int64_t rows, int64_t D_local, float* dot) {
+  partial_backward_dot(dy, lddy, x, ldx, gamma, rows, D_local, dot);
+}
+void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
+                                  const float* gamma, int64_t rows, int64_t D_local, float* dot) {
+  partial_backward_dot(dy, lddy, x, ldx, gamma, rows, D_local, dot);
+}
+
+void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                            const float* gamma, const float* rstd, const float* dot, int64_t rows,
+                            int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
+                            float* dgamma, bool accumulate) {
+  backward_apply(dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx, dgamma,
+                 accumulate);
+}
+void rmsnorm_backward_apply(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
+                            const float* gamma, const float* rstd, const float* dot, int64_t rows,
+                            int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
+                            float* dgamma, bool accumulate) {
+  backward_apply(dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx, dgamma,
+                 accumulate);
+}
+
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate) {
-  Buffer<float> dot(rows);
-  rmsnorm_partial_backward_dot(dy, lddy, x, ldx, gamma, rows, D, dot.data());
-  rmsnorm_backward_apply(dy, lddy, x, ldx, gamma, rstd, dot.data(), rows, D, D, dx, lddx, dgamma,
-                         accumulate);
+  backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate);
+}
+void rmsnorm_backward(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
+                      const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
+                      int64_t lddx, float* dgamma, bool accumulate) {
+  backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate);
 }
 
 }  // namespace boostlm::cpu
@@ -171,44 +333,32 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
 
 void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
                             int64_t D, float eps, bf16_t* out) {
-  BOOSTLM_KERNEL("rmsnorm");
-  rounded_rows(rows, D, out, D, [&](int64_t r, float* row) {
-    const float* xr = x + r * D;
-    float s = 1.0f;
-    if (sum_sq) {
-      const float sum = cpu::accurate_sum(D, [&](int64_t j) { return xr[j] * xr[j]; });
-      sum_sq[r] = sum;
-      s = math::rms_rstd(sum, D, eps);
-    }
-    for (int64_t j = 0; j < D; ++j) row[j] = xr[j] * gamma[j] * s;
-  });
+  online_input_bf16(x, gamma, sum_sq, rows, D, eps, out);
+}
+void online_norm_input_bf16(const bf16_t* x, const float* gamma, float* sum_sq, int64_t rows,
+                            int64_t D, float eps, bf16_t* out) {
+  online_input_bf16(x, gamma, sum_sq, rows, D, eps, out);
 }
 
-// The residual add's sum written and squared in one pass; the scaled row then read from the sum
-// while it is in cache. The same arithmetic, in the same order, as add() and the unfused kernels.
 void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, const float* gamma,
                                    int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd) {
-  BOOSTLM_KERNEL("rmsnorm");
-  rounded_rows(rows, D, y, D, [&](int64_t r, float* row) {
-    float* sr = sum + r * D;
-    const float s = math::rms_rstd(add_row_sum_squares(x + r * D, u + r * D, sr, D), D, eps);
-    rstd[r] = s;
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j) row[j] = sr[j] * s * gamma[j];
-  });
+  residual_forward_bf16(x, u, sum, gamma, rows, D, eps, y, rstd);
+}
+void residual_rmsnorm_forward_bf16(const bf16_t* x, const float* u, bf16_t* sum,
+                                   const float* gamma, int64_t rows, int64_t D, float eps,
+                                   bf16_t* y, float* rstd) {
+  residual_forward_bf16(x, u, sum, gamma, rows, D, eps, y, rstd);
 }
 
 void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
                                      const float* gamma, float* sum_sq, int64_t rows, int64_t D,
                                      float eps, bf16_t* out) {
-  BOOSTLM_KERNEL("rmsnorm");
-  rounded_rows(rows, D, out, D, [&](int64_t r, float* row) {
-    float* sr = sum + r * D;
-    const float total = add_row_sum_squares(x + r * D, u + r * D, sr, D);
-    sum_sq[r] = total;
-    const float s = math::rms_rstd(total, D, eps);
-    for (int64_t j = 0; j < D; ++j) row[j] = sr[j] * gamma[j] * s;
-  });
+  residual_online_input_bf16(x, u, sum, gamma, sum_sq, rows, D, eps, out);
+}
+void residual_online_norm_input_bf16(const bf16_t* x, const float* u, bf16_t* sum,
+                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                                     float eps, bf16_t* out) {
+  residual_online_input_bf16(x, u, sum, gamma, sum_sq, rows, D, eps, out);
 }
 
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
@@ -337,31 +487,12 @@ void online_norm_latent_backward_to_bf16(const bf16_t* z, const float* dlatent, 
 void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 bf16_t* dx16) {
-  const DeviceAccess access("online_norm_input_backward");
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float two_ds = 2.0f * ds[r];
-    const float* gr = g + r * D;
-    const float* xr = x + r * D;
-    float* dxr = dx + r * D;
-    for (int64_t j = 0; j < D; ++j)
-      dxr[j] = math::online_norm_dx(dxr[j], dx_beta, gr[j], gamma[j], two_ds, xr[j]);
-    if (dx16) cpu::round_row_bf16(dxr, D, dx16 + r * D);  // while the row is in cache
-  }
-  // Column blocks per thread, rows inner: contiguous reads, no two threads on one element.
-  constexpr int64_t kCols = 64;
-#pragma omp parallel for schedule(static)
-  for (int64_t j0 = 0; j0 < D; j0 += kCols) {
-    const int64_t j1 = std::min(D, j0 + kCols);
-    float acc[kCols] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * D;
-      const float* gr = g + r * D;
-#pragma omp simd
-      for (int64_t j = j0; j < j1; ++j) acc[j - j0] += xr[j] * gr[j];
-    }
-    for (int64_t j = j0; j < j1; ++j) dgamma[j] += acc[j - j0];
-  }
+  online_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16);
+}
+void online_norm_input_backward(const float* g, const bf16_t* x, const float* gamma,
+                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
+                                float* dgamma, bf16_t* dx16) {
+  online_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16);
 }
 
 }  // namespace boostlm::cpu

@@ -29,6 +29,12 @@ __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n
   for (int64_t i = grid_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
 }
 
+// Onto a bf16 residual: the sum rounded (out may alias a).
+__global__ void add_bf16_kernel(const bf16_t* a, const float* b, bf16_t* out, int64_t n) {
+  for (int64_t i = grid_index(); i < n; i += grid_stride())
+    out[i] = math::round_to_bf16(math::to_float(a[i]) + b[i]);
+}
+
 __global__ void scaled_copy_kernel(const float* x, float s, float* out, int64_t n) {
   for (int64_t i = grid_index(); i < n; i += grid_stride()) out[i] = x[i] * s;
 }
@@ -101,6 +107,15 @@ void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t str
   if (g.grid == 0) return;
   BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(2 * n), .bytes_written = bytes_of<float>(n)});
   add_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(a, b, out, n);
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+void add(const bf16_t* a, const float* b, bf16_t* out, int64_t n, cudaStream_t stream) {
+  const LaunchGeometry g = elements_launch(n);
+  if (g.grid == 0) return;
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<bf16_t>(n) + bytes_of<float>(n),
+                                    .bytes_written = bytes_of<bf16_t>(n)});
+  add_bf16_kernel<<<grid_of(g.grid), g.block, 0, stream>>>(a, b, out, n);
   BOOSTLM_CHECK_LAUNCH();
 }
 

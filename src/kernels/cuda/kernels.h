@@ -25,12 +25,21 @@ namespace boostlm::cuda {
 // ---- RMSNorm (kernels/rmsnorm.h), whole rows: one block per row, CUB BlockReduce for Σx².
 void rmsnorm_forward(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                      float eps, float* y, int64_t ldy, float* rstd, cudaStream_t stream);
+void rmsnorm_forward(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
+                     float eps, float* y, int64_t ldy, float* rstd, cudaStream_t stream);
 void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                           float eps, bf16_t* y, int64_t ldy, float* rstd, cudaStream_t stream);
+void rmsnorm_forward_bf16(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows,
+                          int64_t D, float eps, bf16_t* y, int64_t ldy, float* rstd,
+                          cudaStream_t stream);
 // dγ is deterministic: a two-stage column sum (launch.h's column_reduce_launch) through
 // `workspace` of at least rmsnorm_backward_workspace_bytes(rows, D) bytes.
 size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t D);
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                      const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
+                      int64_t lddx, float* dgamma, bool accumulate, void* workspace,
+                      size_t workspace_bytes, cudaStream_t stream);
+void rmsnorm_backward(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream);
@@ -136,15 +145,27 @@ void rope_backward_bf16(const float* dx, int64_t ld, int64_t B, int64_t T, int64
 // workspace of the stated size.
 void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int64_t D_local,
                                  float* sum_sq, cudaStream_t stream);
+void rmsnorm_partial_sum_squares(const bf16_t* x, int64_t ldx, int64_t rows, int64_t D_local,
+                                 float* sum_sq, cudaStream_t stream);
 void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd,
                   cudaStream_t stream);
 void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
                    int64_t D_local, float* y, int64_t ldy, cudaStream_t stream);
+void rmsnorm_apply(const bf16_t* x, int64_t ldx, const float* gamma, const float* rstd,
+                   int64_t rows, int64_t D_local, float* y, int64_t ldy, cudaStream_t stream);
 void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                                  const float* gamma, int64_t rows, int64_t D_local, float* dot,
+                                  cudaStream_t stream);
+void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                                   const float* gamma, int64_t rows, int64_t D_local, float* dot,
                                   cudaStream_t stream);
 size_t rmsnorm_backward_apply_workspace_bytes(int64_t rows, int64_t D_local);
 void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                            const float* gamma, const float* rstd, const float* dot, int64_t rows,
+                            int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
+                            float* dgamma, bool accumulate, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream);
+void rmsnorm_backward_apply(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                             const float* gamma, const float* rstd, const float* dot, int64_t rows,
                             int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
                             float* dgamma, bool accumulate, void* workspace, size_t workspace_bytes,
@@ -154,10 +175,18 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
                        int64_t D, float eps, float* out, cudaStream_t stream);
 void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
                             int64_t D, float eps, bf16_t* out, cudaStream_t stream);
+void online_norm_input_bf16(const bf16_t* x, const float* gamma, float* sum_sq, int64_t rows,
+                            int64_t D, float eps, bf16_t* out, cudaStream_t stream);
 void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, const float* gamma,
                                    int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd,
                                    cudaStream_t stream);
+void residual_rmsnorm_forward_bf16(const bf16_t* x, const float* u, bf16_t* sum,
+                                   const float* gamma, int64_t rows, int64_t D, float eps,
+                                   bf16_t* y, float* rstd, cudaStream_t stream);
 void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
+                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                                     float eps, bf16_t* out, cudaStream_t stream);
+void residual_online_norm_input_bf16(const bf16_t* x, const float* u, bf16_t* sum,
                                      const float* gamma, float* sum_sq, int64_t rows, int64_t D,
                                      float eps, bf16_t* out, cudaStream_t stream);
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
@@ -191,6 +220,10 @@ void online_norm_input_backward(const float* g, const float* x, const float* gam
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                 bf16_t* dx16 = nullptr);
+void online_norm_input_backward(const float* g, const bf16_t* x, const float* gamma,
+                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
+                                float* dgamma, void* workspace, size_t workspace_bytes,
+                                cudaStream_t stream, bf16_t* dx16 = nullptr);
 
 // ---- LaX's latent LayerNorm and Kronecker gate (kernels/lax.h; lax.cu). The row sums are one
 // block per row (double sums merged by CUB's BlockReduce); dw and db are a two-stage column sum in
@@ -336,6 +369,7 @@ void attention_reference_backward(const AttentionShape& s, const bf16_t* q, int6
 namespace boostlm::cuda {
 
 void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+void add(const bf16_t* a, const float* b, bf16_t* out, int64_t n, cudaStream_t stream);
 void scaled_copy(const float* x, float s, float* out, int64_t n, cudaStream_t stream);
 void copy_values(const float* src, int64_t n, float* dst, cudaStream_t stream);
 void copy_columns(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,

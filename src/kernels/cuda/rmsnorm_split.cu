@@ -2,6 +2,8 @@
 // §3.4). A row statistic (Σx², Σ dy⊙γ⊙x, Σ dz⊙z) is one block per row with CUB's BlockReduce;
 // element-wise steps are grid-stride loops over rows × columns; dγ is launch.h's two-stage column
 // sum. Every kernel here is deterministic (no atomics; fixed reduction trees).
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
@@ -61,18 +63,24 @@ void launch_rstd(const float* stat, int64_t ld, int64_t rows, int64_t D, float e
 
 // The functors the element-wise kernels run (nvcc takes no host lambdas into kernels without
 // --extended-lambda). Each is one line of rmsnorm.h's formulas.
+// X: the residual's type, fp32 or bf16 (a bf16 residual stream, issue 60).
+template <typename X>
 struct ApplyRows {  // y = x · rstd ⊙ γ
-  const float *x, *gamma, *rstd;
+  const X* x;
+  const float *gamma, *rstd;
   int64_t ldx;
   float* y;
   int64_t ldy;
   __device__ void operator()(int64_t r, int64_t j) const {
-    y[r * ldy + j] = x[r * ldx + j] * rstd[r] * gamma[j];
+    y[r * ldy + j] = math::to_float(x[r * ldx + j]) * rstd[r] * gamma[j];
   }
 };
 
+template <typename X>
 struct BackwardApplyRows {  // dx (=|+=) rstd·γ⊙dy − x·rstd³·dot/D_total
-  const float *dy, *x, *gamma, *rstd, *dot;
+  const float* dy;
+  const X* x;
+  const float *gamma, *rstd, *dot;
   int64_t lddy, ldx, D_total;
   float* dx;
   int64_t lddx;
@@ -81,17 +89,20 @@ struct BackwardApplyRows {  // dx (=|+=) rstd·γ⊙dy − x·rstd³·dot/D_tota
     const float s = rstd[r];
     const float c = math::rms_backward_coefficient(dot[r], s, D_total);
     const float value =
-        math::rms_backward_element(dy[r * lddy + j], x[r * ldx + j], gamma[j], s, c);
+        math::rms_backward_element(dy[r * lddy + j], math::to_float(x[r * ldx + j]), gamma[j], s, c);
     float* out = dx + r * lddx + j;
     *out = accumulate ? *out + value : value;
   }
 };
 
+template <typename X>
 struct DgammaTerm {  // dy ⊙ x · rstd (RMSNorm's dγ summand)
-  const float *dy, *x, *rstd;
+  const float* dy;
+  const X* x;
+  const float* rstd;
   int64_t lddy, ldx;
   __device__ float operator()(int64_t r, int64_t j) const {
-    return dy[r * lddy + j] * x[r * ldx + j] * rstd[r];
+    return dy[r * lddy + j] * math::to_float(x[r * ldx + j]) * rstd[r];
   }
 };
 
@@ -158,15 +169,18 @@ struct OnlineUnpack {  // z = summed · rstd (or a copy)
 // Online-RMSNorm's input backward in one pass over x and g: the term of dγ's column sum, x ⊙ g,
 // and on the way dx = β·dx + g ⊙ γ + 2·ds·x for the same element (x and g read into registers
 // before dx is written: dx may be g). dx16 (may be null): dx rounded to bf16 as well.
+template <typename X>
 struct OnlineInputBackwardTerm {
-  const float *g, *x, *gamma, *ds;
+  const float* g;
+  const X* x;
+  const float *gamma, *ds;
   int64_t D;
   float dx_beta;
   float* dx;
   bf16_t* dx16;
   __device__ float operator()(int64_t r, int64_t j) const {
     const int64_t e = r * D + j;
-    const float xe = x[e], ge = g[e];
+    const float xe = math::to_float(x[e]), ge = g[e];
     const float v = math::online_norm_dx(dx[e], dx_beta, ge, gamma[j], 2.0f * ds[r], xe);
     dx[e] = v;
     if (dx16) dx16[e] = math::round_to_bf16(v);
@@ -176,38 +190,44 @@ struct OnlineInputBackwardTerm {
 
 // ---- online_norm_input_bf16: one block per row; Σx² (written when sum_sq is given), then the
 // scaled row rounded to bf16.
-template <int kBlock>
-__global__ void online_input_bf16_kernel(const float* x, const float* gamma, float* sum_sq,
-                                         int64_t D, float eps, bf16_t* out) {
+template <int kBlock, typename X>
+__global__ void online_input_bf16_kernel(const X* x, const float* gamma, float* sum_sq, int64_t D,
+                                         float eps, bf16_t* out) {
   const int64_t r = blockIdx.x;
-  const float* xr = x + r * D;
+  const X* xr = x + r * D;
   float s = 1.0f;
   if (sum_sq) {
-    const float sum = block_sum<kBlock>(D, [&](int64_t j) { return xr[j] * xr[j]; });
+    const float sum = block_sum<kBlock>(D, [&](int64_t j) {
+      const float v = math::to_float(xr[j]);
+      return v * v;
+    });
     if (threadIdx.x == 0) sum_sq[r] = sum;
     s = math::rms_rstd(sum, D, eps);
   }
   for (int64_t j = threadIdx.x; j < D; j += kBlock)
-    math::store(out + r * D + j, xr[j] * gamma[j] * s);
+    math::store(out + r * D + j, math::to_float(xr[j]) * gamma[j] * s);
 }
 
 // ---- residual_online_norm_input_bf16: online_input_bf16_kernel on sum = x + u, written as it is
 // squared (issue 60), the scaled row read back from it by the threads that wrote it.
-template <int kBlock>
-__global__ void residual_online_input_bf16_kernel(const float* x, const float* u, float* sum,
+// X bf16 (a bf16 residual): the sum is rounded as it is stored and the rounded value squared.
+template <int kBlock, typename X>
+__global__ void residual_online_input_bf16_kernel(const X* x, const float* u, X* sum,
                                                   const float* gamma, float* sum_sq, int64_t D,
                                                   float eps, bf16_t* out) {
   const int64_t r = blockIdx.x;
-  const float *xr = x + r * D, *ur = u + r * D;
-  float* sr = sum + r * D;
+  const X* xr = x + r * D;
+  const float* ur = u + r * D;
+  X* sr = sum + r * D;
   const float total = block_sum<kBlock>(D, [&](int64_t j) {
-    sr[j] = xr[j] + ur[j];
-    return sr[j] * sr[j];
+    math::store(sr + j, math::to_float(xr[j]) + ur[j]);
+    const float v = math::to_float(sr[j]);
+    return v * v;
   });
   if (threadIdx.x == 0) sum_sq[r] = total;
   const float s = math::rms_rstd(total, D, eps);
   for (int64_t j = threadIdx.x; j < D; j += kBlock)
-    math::store(out + r * D + j, sr[j] * gamma[j] * s);
+    math::store(out + r * D + j, math::to_float(sr[j]) * gamma[j] * s);
 }
 
 // ---- online_norm_latent_backward: one block per row; ds from Σ dz ⊙ z, then dz ·= rstd (each
@@ -266,22 +286,115 @@ void rmsnorm_partial_sum_squares(const float* x, int64_t ldx, int64_t rows, int6
                                  float* sum_sq, cudaStream_t stream) {
   row_dot(x, ldx, x, ldx, nullptr, rows, D_local, sum_sq, stream);
 }
+void rmsnorm_partial_sum_squares(const bf16_t* x, int64_t ldx, int64_t rows, int64_t D_local,
+                                 float* sum_sq, cudaStream_t stream) {
+  row_dot(x, ldx, x, ldx, nullptr, rows, D_local, sum_sq, stream);
+}
 
 void rmsnorm_rstd(const float* sum_sq, int64_t rows, int64_t D_total, float eps, float* rstd,
                   cudaStream_t stream) {
   launch_rstd(sum_sq, 1, rows, D_total, eps, rstd, stream);
 }
 
-void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
-                   int64_t D_local, float* y, int64_t ldy, cudaStream_t stream) {
-  for_each_element(rows, D_local, ApplyRows{x, gamma, rstd, ldx, y, ldy},
-                   {.bytes_read = bytes_of<float>(rows * D_local + D_local + rows),
+namespace {
+
+template <typename X>
+void apply(const X* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
+           int64_t D_local, float* y, int64_t ldy, cudaStream_t stream) {
+  for_each_element(rows, D_local, ApplyRows<X>{x, gamma, rstd, ldx, y, ldy},
+                   {.bytes_read = bytes_of<X>(rows * D_local) + bytes_of<float>(D_local + rows),
                     .bytes_written = bytes_of<float>(rows * D_local),
-                    .name = "elements_2d_kernel<ApplyRows>"},
+                    .name = std::is_same_v<X, float> ? "elements_2d_kernel<ApplyRows>"
+                                                     : "elements_2d_kernel<ApplyRows<bf16>>"},
                    stream);
 }
 
+template <typename X>
+void backward_apply(const float* dy, int64_t lddy, const X* x, int64_t ldx, const float* gamma,
+                    const float* rstd, const float* dot, int64_t rows, int64_t D_local,
+                    int64_t D_total, float* dx, int64_t lddx, float* dgamma, bool accumulate,
+                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  constexpr bool f32 = std::is_same_v<X, float>;
+  // dγ first: it reads dy and x, which dx may alias (as rmsnorm_backward's).
+  column_sum_add(rows, D_local, DgammaTerm<X>{dy, x, rstd, lddy, ldx}, dgamma, workspace,
+                 workspace_bytes,
+                 f32 ? "column_partial_kernel<DgammaTerm>" : "column_partial_kernel<DgammaTerm<bf16>>",
+                 bytes_of<float>(rows * D_local + rows) + bytes_of<X>(rows * D_local), stream);
+  for_each_element(
+      rows, D_local,
+      BackwardApplyRows<X>{dy, x, gamma, rstd, dot, lddy, ldx, D_total, dx, lddx, accumulate},
+      {.bytes_read = bytes_of<float>((accumulate ? 2 : 1) * rows * D_local + D_local + 2 * rows) +
+                     bytes_of<X>(rows * D_local),
+       .bytes_written = bytes_of<float>(rows * D_local),
+       .name = f32 ? "elements_2d_kernel<BackwardApplyRows>"
+                   : "elements_2d_kernel<BackwardApplyRows<bf16>>"},
+      stream);
+}
+
+template <typename X>
+void online_input_bf16(const X* x, const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                       float eps, bf16_t* out, cudaStream_t stream) {
+  const LaunchGeometry g = rows_launch(rows, D);
+  if (g.grid == 0) return;
+  with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<X>(rows * D) + bytes_of<float>(D),
+        .bytes_written = bytes_of<bf16_t>(rows * D) + (sum_sq ? bytes_of<float>(rows) : 0)});
+    online_input_bf16_kernel<block()>
+        <<<grid_of(g.grid), block(), 0, stream>>>(x, gamma, sum_sq, D, eps, out);
+  });
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+template <typename X>
+void residual_online_input_bf16(const X* x, const float* u, X* sum, const float* gamma,
+                                float* sum_sq, int64_t rows, int64_t D, float eps, bf16_t* out,
+                                cudaStream_t stream) {
+  const LaunchGeometry g = rows_launch(rows, D);
+  if (g.grid == 0) return;
+  with_row_block(g.block, [&](auto block) {
+    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
+        .bytes_read = bytes_of<X>(rows * D) + bytes_of<float>(rows * D + D),
+        .bytes_written =
+            bytes_of<X>(rows * D) + bytes_of<float>(rows) + bytes_of<bf16_t>(rows * D)});
+    residual_online_input_bf16_kernel<block()>
+        <<<grid_of(g.grid), block(), 0, stream>>>(x, u, sum, gamma, sum_sq, D, eps, out);
+  });
+  BOOSTLM_CHECK_LAUNCH();
+}
+
+template <typename X>
+void online_input_backward(const float* g, const X* x, const float* gamma, const float* ds,
+                           int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
+                           void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                           bf16_t* dx16) {
+  // γ and ds are read once per column and row chunk, and per row: counted once each.
+  column_sum_add(rows, D, OnlineInputBackwardTerm<X>{g, x, gamma, ds, D, dx_beta, dx, dx16},
+                 dgamma, workspace, workspace_bytes,
+                 std::is_same_v<X, float> ? "column_partial_kernel<OnlineInputBackwardTerm>"
+                                          : "column_partial_kernel<OnlineInputBackwardTerm<bf16>>",
+                 bytes_of<float>((dx_beta != 0.0f ? 2 : 1) * rows * D + D + rows) +
+                     bytes_of<X>(rows * D),
+                 stream, bytes_of<float>(rows * D) + (dx16 ? bytes_of<bf16_t>(rows * D) : 0));
+}
+
+}  // namespace
+
+void rmsnorm_apply(const float* x, int64_t ldx, const float* gamma, const float* rstd, int64_t rows,
+                   int64_t D_local, float* y, int64_t ldy, cudaStream_t stream) {
+  apply(x, ldx, gamma, rstd, rows, D_local, y, ldy, stream);
+}
+void rmsnorm_apply(const bf16_t* x, int64_t ldx, const float* gamma, const float* rstd,
+                   int64_t rows, int64_t D_local, float* y, int64_t ldy, cudaStream_t stream) {
+  apply(x, ldx, gamma, rstd, rows, D_local, y, ldy, stream);
+}
+
 void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                                  const float* gamma, int64_t rows, int64_t D_local, float* dot,
+                                  cudaStream_t stream) {
+  row_dot(dy, lddy, x, ldx, gamma, rows, D_local, dot, stream);
+}
+void rmsnorm_partial_backward_dot(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                                   const float* gamma, int64_t rows, int64_t D_local, float* dot,
                                   cudaStream_t stream) {
   row_dot(dy, lddy, x, ldx, gamma, rows, D_local, dot, stream);
@@ -296,17 +409,16 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
                             int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
                             float* dgamma, bool accumulate, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream) {
-  // dγ first: it reads dy and x, which dx may alias (as rmsnorm_backward's).
-  column_sum_add(rows, D_local, DgammaTerm{dy, x, rstd, lddy, ldx}, dgamma, workspace,
-                 workspace_bytes, "column_partial_kernel<DgammaTerm>",
-                 bytes_of<float>(2 * rows * D_local + rows), stream);
-  for_each_element(
-      rows, D_local,
-      BackwardApplyRows{dy, x, gamma, rstd, dot, lddy, ldx, D_total, dx, lddx, accumulate},
-      {.bytes_read = bytes_of<float>((accumulate ? 3 : 2) * rows * D_local + D_local + 2 * rows),
-       .bytes_written = bytes_of<float>(rows * D_local),
-       .name = "elements_2d_kernel<BackwardApplyRows>"},
-      stream);
+  backward_apply(dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx, dgamma,
+                 accumulate, workspace, workspace_bytes, stream);
+}
+void rmsnorm_backward_apply(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
+                            const float* gamma, const float* rstd, const float* dot, int64_t rows,
+                            int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
+                            float* dgamma, bool accumulate, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream) {
+  backward_apply(dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx, dgamma,
+                 accumulate, workspace, workspace_bytes, stream);
 }
 
 void online_norm_input(const float* x, const float* gamma, const float* sum_sq, int64_t rows,
@@ -320,31 +432,22 @@ void online_norm_input(const float* x, const float* gamma, const float* sum_sq, 
 
 void online_norm_input_bf16(const float* x, const float* gamma, float* sum_sq, int64_t rows,
                             int64_t D, float eps, bf16_t* out, cudaStream_t stream) {
-  const LaunchGeometry g = rows_launch(rows, D);
-  if (g.grid == 0) return;
-  with_row_block(g.block, [&](auto block) {
-    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
-        .bytes_read = bytes_of<float>(rows * D + D),
-        .bytes_written = bytes_of<bf16_t>(rows * D) + (sum_sq ? bytes_of<float>(rows) : 0)});
-    online_input_bf16_kernel<block()>
-        <<<grid_of(g.grid), block(), 0, stream>>>(x, gamma, sum_sq, D, eps, out);
-  });
-  BOOSTLM_CHECK_LAUNCH();
+  online_input_bf16(x, gamma, sum_sq, rows, D, eps, out, stream);
+}
+void online_norm_input_bf16(const bf16_t* x, const float* gamma, float* sum_sq, int64_t rows,
+                            int64_t D, float eps, bf16_t* out, cudaStream_t stream) {
+  online_input_bf16(x, gamma, sum_sq, rows, D, eps, out, stream);
 }
 
 void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
                                      const float* gamma, float* sum_sq, int64_t rows, int64_t D,
                                      float eps, bf16_t* out, cudaStream_t stream) {
-  const LaunchGeometry g = rows_launch(rows, D);
-  if (g.grid == 0) return;
-  with_row_block(g.block, [&](auto block) {
-    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
-        .bytes_read = bytes_of<float>(2 * rows * D + D),
-        .bytes_written = bytes_of<float>(rows * D + rows) + bytes_of<bf16_t>(rows * D)});
-    residual_online_input_bf16_kernel<block()>
-        <<<grid_of(g.grid), block(), 0, stream>>>(x, u, sum, gamma, sum_sq, D, eps, out);
-  });
-  BOOSTLM_CHECK_LAUNCH();
+  residual_online_input_bf16(x, u, sum, gamma, sum_sq, rows, D, eps, out, stream);
+}
+void residual_online_norm_input_bf16(const bf16_t* x, const float* u, bf16_t* sum,
+                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
+                                     float eps, bf16_t* out, cudaStream_t stream) {
+  residual_online_input_bf16(x, u, sum, gamma, sum_sq, rows, D, eps, out, stream);
 }
 
 void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq,
@@ -450,11 +553,15 @@ void online_norm_input_backward(const float* g, const float* x, const float* gam
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                 bf16_t* dx16) {
-  // γ and ds are read once per column and row chunk, and per row: counted once each.
-  column_sum_add(rows, D, OnlineInputBackwardTerm{g, x, gamma, ds, D, dx_beta, dx, dx16}, dgamma,
-                 workspace, workspace_bytes, "column_partial_kernel<OnlineInputBackwardTerm>",
-                 bytes_of<float>((dx_beta != 0.0f ? 3 : 2) * rows * D + D + rows), stream,
-                 bytes_of<float>(rows * D) + (dx16 ? bytes_of<bf16_t>(rows * D) : 0));
+  online_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, workspace, workspace_bytes,
+                        stream, dx16);
+}
+void online_norm_input_backward(const float* g, const bf16_t* x, const float* gamma,
+                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
+                                float* dgamma, void* workspace, size_t workspace_bytes,
+                                cudaStream_t stream, bf16_t* dx16) {
+  online_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, workspace, workspace_bytes,
+                        stream, dx16);
 }
 
 }  // namespace boostlm::cuda

@@ -83,14 +83,16 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, Gemm
   cuda::gemm(gemm_context(), ta, tb, M, N, K, alpha, A, B, beta, C, ldc, compute, s);
 }
 
-void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
-                      const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
-                      int64_t lddx, float* dgamma, bool accumulate, cudaStream_t s) {
+template <typename X>
+void rmsnorm_backward(const float* dy, int64_t lddy, const X* x, int64_t ldx, const float* gamma,
+                      const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx,
+                      float* dgamma, bool accumulate, cudaStream_t s) {
   const Scratch w(rmsnorm_backward_workspace_bytes(rows, D), s);
   cuda::rmsnorm_backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate,
                          w.data(), w.bytes(), s);
 }
-void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64_t ldx,
+template <typename X>
+void rmsnorm_backward_apply(const float* dy, int64_t lddy, const X* x, int64_t ldx,
                             const float* gamma, const float* rstd, const float* dot, int64_t rows,
                             int64_t D_local, int64_t D_total, float* dx, int64_t lddx,
                             float* dgamma, bool accumulate, cudaStream_t s) {
@@ -98,7 +100,8 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const float* x, int64
   cuda::rmsnorm_backward_apply(dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx,
                                dgamma, accumulate, w.data(), w.bytes(), s);
 }
-void online_norm_input_backward(const float* g, const float* x, const float* gamma, const float* ds,
+template <typename X>
+void online_norm_input_backward(const float* g, const X* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 bf16_t* dx16, cudaStream_t s) {
   const Scratch w(online_norm_input_backward_workspace_bytes(rows, D), s);

@@ -109,22 +109,29 @@ class Btp final : public Layout {
     if (!g.normed || options_.online_norm) return;
     const Norm n = norm(layer, g);
     const int64_t N = batch_ * seq_len_;
-    rmsnorm_apply(x.f32, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_);
+    visit_residual(x, [&](const auto* xv) {
+      rmsnorm_apply(xv, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_);
+    });
   }
 
   // bf16 training with the online norm: the residual add and the norm input's pass (Σx², x ⊙ γ
   // at unit scale, rounded) in one pass over this rank's columns; group_input then takes both.
-  void residual_add(int64_t layer, const Group& g, const float* x, const float* u,
-                    float* sum) override {
+  void residual_add(int64_t layer, const Group& g, Residual x, const float* u,
+                    Residual sum) override {
     if (!(g.normed && options_.online_norm && compute_ == DType::bf16)) {
       Layout::residual_add(layer, g, x, u, sum);
       return;
     }
     const int64_t N = batch_ * seq_len_;
     if (rounded_.size() < static_cast<size_t>(N * dl_)) rounded_.resize(N * dl_);
-    residual_online_norm_input_bf16(x, u, sum, norm(layer, g).gamma, stat_.data(), N, dl_,
-                                    config_.rms_eps, rounded_.data());
-    prenormed_input_ = sum;
+    const float* gamma = norm(layer, g).gamma;
+    if (sum.bf16)
+      residual_online_norm_input_bf16(x.bf16, u, sum.bf16, gamma, stat_.data(), N, dl_,
+                                      config_.rms_eps, rounded_.data());
+    else
+      residual_online_norm_input_bf16(x.f32, u, sum.f32, gamma, stat_.data(), N, dl_,
+                                      config_.rms_eps, rounded_.data());
+    prenormed_input_ = sum.data();
   }
 
   void allocate_groups(int64_t N) override {
@@ -238,7 +245,7 @@ class Btp final : public Layout {
     const int64_t N = batch_ * seq_len_;
     online_stat = false;
     if (!g.normed) return shared_input(input, N, g.first == o_ ? dl_ : ffl_, rounded_);
-    const float* x = input.f32;
+    const void* x = input.f32 ? static_cast<const void*>(input.f32) : input.bf16;
     if (options_.online_norm && compute_ == DType::bf16) {
       // x ⊙ γ with each row divided by its local rms, so the rounded GEMM input has unit scale
       // (SPEC §3.4); the partial latent is multiplied back before the all-reduce. Σx², the
@@ -248,26 +255,31 @@ class Btp final : public Layout {
         prenormed_input_ = nullptr;
         return {nullptr, rounded_.data(), dl_};
       }
-      return {nullptr, online_input_bf16(x, gamma, stat_.data()), dl_};
+      return {nullptr, online_input_bf16(input, gamma, stat_.data()), dl_};
     }
-    rmsnorm_partial_sum_squares(x, dl_, N, dl_, stat_.data());
     if (!options_.online_norm) {
-      tp_.all_reduce(stat_.data(), N);
-      rmsnorm_rstd(stat_.data(), N, config_.d_model, config_.rms_eps, rstd);
-      rmsnorm_apply(x, dl_, gamma, rstd, N, dl_, norm_out, dl_);
+      visit_residual(input, [&](const auto* xv) {
+        rmsnorm_partial_sum_squares(xv, dl_, N, dl_, stat_.data());
+        tp_.all_reduce(stat_.data(), N);
+        rmsnorm_rstd(stat_.data(), N, config_.d_model, config_.rms_eps, rstd);
+        rmsnorm_apply(xv, dl_, gamma, rstd, N, dl_, norm_out, dl_);
+      });
       return shared_input(norm_out, N, dl_, rounded_);
     }
+    rmsnorm_partial_sum_squares(input.f32, dl_, N, dl_, stat_.data());  // fp32 training
     online_stat = true;
-    online_norm_input(x, gamma, nullptr, N, dl_, config_.rms_eps, xg_.data());  // x ⊙ γ
+    online_norm_input(input.f32, gamma, nullptr, N, dl_, config_.rms_eps, xg_.data());  // x ⊙ γ
     return {xg_.data(), dl_};
   }
 
   // bf16: x ⊙ γ (divided by each row's local rms, whose Σx² goes to sum_sq, when sum_sq is
-  // given) rounded into rounded_ as it is computed.
-  const bf16_t* online_input_bf16(const float* x, const float* gamma, float* sum_sq) {
+  // given) rounded into rounded_ as it is computed; x the residual, fp32 or bf16.
+  const bf16_t* online_input_bf16(GemmInput x, const float* gamma, float* sum_sq) {
     const int64_t N = batch_ * seq_len_;
     if (rounded_.size() < static_cast<size_t>(N * dl_)) rounded_.resize(N * dl_);
-    online_norm_input_bf16(x, gamma, sum_sq, N, dl_, config_.rms_eps, rounded_.data());
+    visit_residual(x, [&](const auto* xv) {
+      online_norm_input_bf16(xv, gamma, sum_sq, N, dl_, config_.rms_eps, rounded_.data());
+    });
     return rounded_.data();
   }
 
@@ -386,7 +398,6 @@ class Btp final : public Layout {
     const ProjectionGroup group = members(layer, g);
     const ConcatenatedA* cat = concatenated(layer, g);
     const int64_t width = group_width(group);
-    const float* x = input.f32;  // the residual, for a normed group
     // dB += σ(z)ᵀ dy;  dσ = dy Bᵀ → packed [N, Σr];  one all-reduce per packed buffer. o's and
     // down's dy, the residual's gradient, in bf16 as the norm's backward above left it.
     GemmInput residual_dy = *dy.begin();
@@ -438,9 +449,9 @@ class Btp final : public Layout {
     const int64_t in_cols = group[0].d_in;
     GemmInput in = !g.normed ? input : GemmInput(norm_out, in_cols);
     if (online && compute_ == DType::bf16) {
-      in = {nullptr, online_input_bf16(x, gamma, nullptr), in_cols};
+      in = {nullptr, online_input_bf16(input, gamma, nullptr), in_cols};
     } else if (online) {
-      online_norm_input(x, gamma, nullptr, N, dl_, config_.rms_eps, xg_.data());
+      online_norm_input(input.f32, gamma, nullptr, N, dl_, config_.rms_eps, xg_.data());
       in = {xg_.data(), in_cols};
     }
     // dA_i += inᵀ dP_i ;  g = Σ dP_i A_iᵀ  (one GEMM each when grouped).
@@ -450,15 +461,20 @@ class Btp final : public Layout {
     if (!g.normed) return;
     if (online) {
       // dx += g ⊙ γ + 2·dS·x ;  dγ += Σ_rows x ⊙ g   (SPEC §3.4; no collective)
-      online_norm_input_backward(d_norm_.data(), x, gamma, stat_.data(), N, dl_, dx_beta, dx,
-                                 dgamma, keep_residual_gradient_bf16(layer, g, dx));
+      bf16_t* dx16 = keep_residual_gradient_bf16(layer, g, dx);
+      visit_residual(input, [&](const auto* x) {
+        online_norm_input_backward(d_norm_.data(), x, gamma, stat_.data(), N, dl_, dx_beta, dx,
+                                   dgamma, dx16);
+      });
     } else {
       // Synchronous norm backward: the row term needs Σ dy⊙γ⊙x over the whole row.
-      rmsnorm_partial_backward_dot(d_norm_.data(), dl_, x, dl_, gamma, N, dl_, stat_.data());
-      tp_.all_reduce(stat_.data(), N);
       BOOSTLM_ASSERT(dx_beta == 1.0f);
-      rmsnorm_backward_apply(d_norm_.data(), dl_, x, dl_, gamma, rstd, stat_.data(), N, dl_,
-                             config_.d_model, dx, dl_, dgamma, /*accumulate=*/true);
+      visit_residual(input, [&](const auto* x) {
+        rmsnorm_partial_backward_dot(d_norm_.data(), dl_, x, dl_, gamma, N, dl_, stat_.data());
+        tp_.all_reduce(stat_.data(), N);
+        rmsnorm_backward_apply(d_norm_.data(), dl_, x, dl_, gamma, rstd, stat_.data(), N, dl_,
+                               config_.d_model, dx, dl_, dgamma, /*accumulate=*/true);
+      });
     }
   }
 
@@ -507,7 +523,7 @@ class Btp final : public Layout {
   std::vector<Rebuilt> rebuilt_;
   int64_t dl_ = 0, ffl_ = 0;
   Buffer<float> stat_, xg_, d_norm_, packed_, d_packed_, column_scratch_;
-  const float* prenormed_input_ = nullptr;  // the residual whose norm input residual_add made
+  const void* prenormed_input_ = nullptr;  // the residual whose norm input residual_add made
   Buffer<float> lax_u_;  // LaX: the group's whole latent u in fp32, before its crossing
   Buffer<bf16_t> rounded_, rounded_latent_;
   Buffer<bf16_t> wire_;  // bf16 training: a latent message as it crosses the TP group

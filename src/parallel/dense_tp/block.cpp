@@ -75,13 +75,12 @@ class DenseTp final : public Layout {
     }
     // column-parallel inputs: Σ of partial gradients (f)
     all_reduce_activations(tp_, compute_, d_norm_.data(), N, d, d, wire_);
-    rmsnorm_backward(d_norm_.data(), d, x.f32, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
-                     /*accumulate=*/true);
+    replicated_norm_backward(n, d_norm_.data(), x, dx);
   }
 
   // bf16 training: the residual add and the replicated norm that reads it in one pass.
-  void residual_add(int64_t layer, const Group& g, const float* x, const float* u,
-                    float* sum) override {
+  void residual_add(int64_t layer, const Group& g, Residual x, const float* u,
+                    Residual sum) override {
     replicated_residual_norm(norm(layer, g), x, u, sum);
   }
 
@@ -108,7 +107,7 @@ class DenseTp final : public Layout {
   void columns_forward(int64_t layer, const Group& g, GemmInput x,
                        std::span<const GroupOutput> y) {
     const int64_t N = batch_ * seq_len_;
-    const GemmInput in = replicated_norm_forward(norm(layer, g), x.f32);
+    const GemmInput in = replicated_norm_forward(norm(layer, g), x);
     for (int m = 0; m < g.count; ++m) {
       const ProjectionWeights& p = blocks_[layer].proj[g.first + m];
       if (y[m].bf16)

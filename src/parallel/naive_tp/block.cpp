@@ -55,7 +55,7 @@ class NaiveTp final : public Layout {
       return;
     }
     const Norm n = norm(layer, g);
-    project(layer, g, replicated_norm_forward(n, x.f32), a, y);
+    project(layer, g, replicated_norm_forward(n, x), a, y);
   }
 
   // The input gradient from this rank's rank slice is partial: one all-reduce per group (q, k and
@@ -73,13 +73,12 @@ class NaiveTp final : public Layout {
     const Norm n = norm(layer, g);
     project_backward(layer, g, replicated_norm_output(n), a, dy, d_norm_.data());
     all_reduce_activations(tp_, compute_, d_norm_.data(), N, d, d, wire_);
-    rmsnorm_backward(d_norm_.data(), d, x.f32, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma,
-                     /*accumulate=*/true);
+    replicated_norm_backward(n, d_norm_.data(), x, dx);
   }
 
   // bf16 training: the residual add and the replicated norm that reads it in one pass.
-  void residual_add(int64_t layer, const Group& g, const float* x, const float* u,
-                    float* sum) override {
+  void residual_add(int64_t layer, const Group& g, Residual x, const float* u,
+                    Residual sum) override {
     replicated_residual_norm(norm(layer, g), x, u, sum);
   }
 

@@ -617,5 +617,141 @@ TEST_F(CudaCrossEntropy, ChunkedLinearCrossEntropyMatchesTheCpuHead) {
   }
 }
 
+// A bf16 residual stream (issue 60): each kernel's bf16-x form on the device gives the bits of its
+// fp32 form on the widened x (the same kernel, the same reduction order), and the fused residual
+// adds those of the bf16 add followed by the unfused norm of the rounded sum.
+TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
+  const float eps = 1e-5f;
+  for (const RowShape& s : {RowShape{3, 7, 5}, RowShape{17, 100, 3}, RowShape{4, 1500, 11},
+                            RowShape{300, 64, 2}}) {
+    SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.D << "+" << s.pad);
+    const int64_t rows = s.rows, D = s.D, ld = s.D + s.pad;
+    const std::vector<bf16_t> x16 = rounded(random_floats(rows * ld, 61));
+    std::vector<float> xw(rows * ld);
+    for (size_t i = 0; i < xw.size(); ++i) xw[i] = bf16_to_float(x16[i]);
+    const auto gamma = random_floats(D, 62), dy = random_floats(rows * ld, 63),
+               u = random_floats(rows * D, 64), g = random_floats(rows * D, 65),
+               ds = random_floats(rows, 66), rstd_raw = random_floats(rows, 67);
+    std::vector<float> rstd(rows);
+    for (int64_t r = 0; r < rows; ++r) rstd[r] = 0.5f + std::fabs(rstd_raw[r]);
+    DeviceArray<bf16_t> gx16(x16);
+    DeviceArray<float> gxw(xw), ggamma(gamma), gdy(dy), gu(u), gg(g), gds(ds), grstd(rstd);
+    auto same = [&](const auto& a, const auto& b) { EXPECT_TRUE(a.download() == b.download()); };
+
+    {  // whole rows: fp32 and bf16 outputs
+      DeviceArray<float> y(rows * ld), yw(rows * ld), r1(rows), r2(rows);
+      cuda::rmsnorm_forward(gx16.get(), ld, ggamma.get(), rows, D, eps, y.get(), ld, r1.get(),
+                            stream);
+      cuda::rmsnorm_forward(gxw.get(), ld, ggamma.get(), rows, D, eps, yw.get(), ld, r2.get(),
+                            stream);
+      DeviceArray<bf16_t> b(rows * ld), bw(rows * ld);
+      DeviceArray<float> r3(rows), r4(rows);
+      cuda::rmsnorm_forward_bf16(gx16.get(), ld, ggamma.get(), rows, D, eps, b.get(), ld,
+                                 r3.get(), stream);
+      cuda::rmsnorm_forward_bf16(gxw.get(), ld, ggamma.get(), rows, D, eps, bw.get(), ld,
+                                 r4.get(), stream);
+      sync();
+      same(y, yw);
+      same(r1, r2);
+      same(b, bw);
+      same(r3, r4);
+    }
+    {  // backward, whole rows and split
+      DeviceArray<char> work(std::max(cuda::rmsnorm_backward_workspace_bytes(rows, D),
+                                      cuda::rmsnorm_backward_apply_workspace_bytes(rows, D)));
+      const std::vector<float> half(rows * ld, 0.5f), quarter(D, 0.25f);
+      DeviceArray<float> dx(half), dxw(half), dg(quarter), dgw(quarter), dot(rows), dotw(rows);
+      cuda::rmsnorm_backward(gdy.get(), ld, gx16.get(), ld, ggamma.get(), grstd.get(), rows, D,
+                             dx.get(), ld, dg.get(), true, work.get(), work.size(), stream);
+      cuda::rmsnorm_backward(gdy.get(), ld, gxw.get(), ld, ggamma.get(), grstd.get(), rows, D,
+                             dxw.get(), ld, dgw.get(), true, work.get(), work.size(), stream);
+      cuda::rmsnorm_partial_backward_dot(gdy.get(), ld, gx16.get(), ld, ggamma.get(), rows, D,
+                                         dot.get(), stream);
+      cuda::rmsnorm_partial_backward_dot(gdy.get(), ld, gxw.get(), ld, ggamma.get(), rows, D,
+                                         dotw.get(), stream);
+      sync();
+      same(dx, dxw);
+      same(dg, dgw);
+      same(dot, dotw);
+      cuda::rmsnorm_backward_apply(gdy.get(), ld, gx16.get(), ld, ggamma.get(), grstd.get(),
+                                   dot.get(), rows, D, 2 * D, dx.get(), ld, dg.get(), true,
+                                   work.get(), work.size(), stream);
+      cuda::rmsnorm_backward_apply(gdy.get(), ld, gxw.get(), ld, ggamma.get(), grstd.get(),
+                                   dot.get(), rows, D, 2 * D, dxw.get(), ld, dgw.get(), true,
+                                   work.get(), work.size(), stream);
+      DeviceArray<float> ss(rows), ssw(rows), y(rows * D), yw(rows * D);
+      cuda::rmsnorm_partial_sum_squares(gx16.get(), ld, rows, D, ss.get(), stream);
+      cuda::rmsnorm_partial_sum_squares(gxw.get(), ld, rows, D, ssw.get(), stream);
+      cuda::rmsnorm_apply(gx16.get(), ld, ggamma.get(), grstd.get(), rows, D, y.get(), D, stream);
+      cuda::rmsnorm_apply(gxw.get(), ld, ggamma.get(), grstd.get(), rows, D, yw.get(), D, stream);
+      sync();
+      same(dx, dxw);
+      same(dg, dgw);
+      same(ss, ssw);
+      same(y, yw);
+    }
+    // The contiguous kernels on the first rows·D values.
+    const std::vector<bf16_t> c16(x16.begin(), x16.begin() + rows * D);
+    std::vector<float> cw(rows * D), sum_w(rows * D);
+    std::vector<bf16_t> want_sum(rows * D);
+    for (int64_t i = 0; i < rows * D; ++i) {
+      cw[i] = bf16_to_float(c16[i]);
+      want_sum[i] = float_to_bf16(cw[i] + u[i]);
+      sum_w[i] = bf16_to_float(want_sum[i]);
+    }
+    DeviceArray<bf16_t> gc16(c16);
+    DeviceArray<float> gcw(cw), gsum_w(sum_w);
+    {
+      DeviceArray<float> ss(rows), ssw(rows);
+      DeviceArray<bf16_t> out(rows * D), outw(rows * D);
+      cuda::online_norm_input_bf16(gc16.get(), ggamma.get(), ss.get(), rows, D, eps, out.get(),
+                                   stream);
+      cuda::online_norm_input_bf16(gcw.get(), ggamma.get(), ssw.get(), rows, D, eps, outw.get(),
+                                   stream);
+      sync();
+      same(out, outw);
+      same(ss, ssw);
+    }
+    {
+      DeviceArray<char> work(cuda::online_norm_input_backward_workspace_bytes(rows, D));
+      const std::vector<float> half(rows * D, 0.5f);
+      DeviceArray<float> dx(half), dxw(half), dg(D), dgw(D);
+      DeviceArray<bf16_t> d16(rows * D), d16w(rows * D);
+      cuda::online_norm_input_backward(gg.get(), gc16.get(), ggamma.get(), gds.get(), rows, D,
+                                       1.0f, dx.get(), dg.get(), work.get(), work.size(), stream,
+                                       d16.get());
+      cuda::online_norm_input_backward(gg.get(), gcw.get(), ggamma.get(), gds.get(), rows, D,
+                                       1.0f, dxw.get(), dgw.get(), work.get(), work.size(),
+                                       stream, d16w.get());
+      sync();
+      same(dx, dxw);
+      same(dg, dgw);
+      same(d16, d16w);
+    }
+    {  // add onto a bf16 residual, and the fused adds
+      DeviceArray<bf16_t> sum(rows * D), fsum(rows * D), fsum2(rows * D), y(rows * D),
+          yw(rows * D), out(rows * D), outw(rows * D);
+      DeviceArray<float> r1(rows), r2(rows), ss(rows), ssw(rows);
+      cuda::add(gc16.get(), gu.get(), sum.get(), rows * D, stream);
+      cuda::residual_rmsnorm_forward_bf16(gc16.get(), gu.get(), fsum.get(), ggamma.get(), rows, D,
+                                          eps, y.get(), r1.get(), stream);
+      cuda::rmsnorm_forward_bf16(gsum_w.get(), D, ggamma.get(), rows, D, eps, yw.get(), D,
+                                 r2.get(), stream);
+      cuda::residual_online_norm_input_bf16(gc16.get(), gu.get(), fsum2.get(), ggamma.get(),
+                                            ss.get(), rows, D, eps, out.get(), stream);
+      cuda::online_norm_input_bf16(gsum_w.get(), ggamma.get(), ssw.get(), rows, D, eps,
+                                   outw.get(), stream);
+      sync();
+      EXPECT_TRUE(sum.download() == want_sum);
+      EXPECT_TRUE(fsum.download() == want_sum);
+      EXPECT_TRUE(fsum2.download() == want_sum);
+      same(y, yw);
+      same(r1, r2);
+      same(out, outw);
+      same(ss, ssw);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace boostlm
