@@ -99,7 +99,8 @@ __global__ void rmsnorm_backward_rows_kernel(const float* dy, int64_t lddy, cons
   const float* dyr = dy + r * lddy;
   const X* xr = x + r * ldx;
   float dot = 0.0f;
-  for (int64_t j = threadIdx.x; j < D; j += kBlock) dot += dyr[j] * gamma[j] * math::to_float(xr[j]);
+  for (int64_t j = threadIdx.x; j < D; j += kBlock)
+    dot += dyr[j] * gamma[j] * math::to_float(xr[j]);
   dot = Reduce(temp).Sum(dot);
   if (threadIdx.x == 0) row_dot = dot;
   __syncthreads();

@@ -88,8 +88,8 @@ struct BackwardApplyRows {  // dx (=|+=) rstd·γ⊙dy − x·rstd³·dot/D_tota
   __device__ void operator()(int64_t r, int64_t j) const {
     const float s = rstd[r];
     const float c = math::rms_backward_coefficient(dot[r], s, D_total);
-    const float value =
-        math::rms_backward_element(dy[r * lddy + j], math::to_float(x[r * ldx + j]), gamma[j], s, c);
+    const float value = math::rms_backward_element(dy[r * lddy + j], math::to_float(x[r * ldx + j]),
+                                                   gamma[j], s, c);
     float* out = dx + r * lddx + j;
     *out = accumulate ? *out + value : value;
   }
@@ -318,7 +318,8 @@ void backward_apply(const float* dy, int64_t lddy, const X* x, int64_t ldx, cons
   // dγ first: it reads dy and x, which dx may alias (as rmsnorm_backward's).
   column_sum_add(rows, D_local, DgammaTerm<X>{dy, x, rstd, lddy, ldx}, dgamma, workspace,
                  workspace_bytes,
-                 f32 ? "column_partial_kernel<DgammaTerm>" : "column_partial_kernel<DgammaTerm<bf16>>",
+                 f32 ? "column_partial_kernel<DgammaTerm>"
+                     : "column_partial_kernel<DgammaTerm<bf16>>",
                  bytes_of<float>(rows * D_local + rows) + bytes_of<X>(rows * D_local), stream);
   for_each_element(
       rows, D_local,

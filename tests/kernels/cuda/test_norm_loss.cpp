@@ -618,8 +618,9 @@ TEST_F(CudaCrossEntropy, ChunkedLinearCrossEntropyMatchesTheCpuHead) {
 }
 
 // A bf16 residual stream (issue 60): each kernel's bf16-x form on the device gives the bits of its
-// fp32 form on the widened x (the same kernel, the same reduction order), and the fused residual
-// adds those of the bf16 add followed by the unfused norm of the rounded sum.
+// fp32 form on the widened x (the same kernel, the same reduction order; dγ within 1e-6, below),
+// and the fused residual adds those of the bf16 add followed by the unfused norm of the rounded
+// sum.
 TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
   const float eps = 1e-5f;
   for (const RowShape& s : {RowShape{3, 7, 5}, RowShape{17, 100, 3}, RowShape{4, 1500, 11},
@@ -636,15 +637,26 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
     for (int64_t r = 0; r < rows; ++r) rstd[r] = 0.5f + std::fabs(rstd_raw[r]);
     DeviceArray<bf16_t> gx16(x16);
     DeviceArray<float> gxw(xw), ggamma(gamma), gdy(dy), gu(u), gg(g), gds(ds), grstd(rstd);
-    auto same = [&](const auto& a, const auto& b) { EXPECT_TRUE(a.download() == b.download()); };
+    auto same_at = [&](const auto& a, const auto& b, int line) {
+      EXPECT_TRUE(a.download() == b.download()) << "line " << line;
+    };
+#define same(a, b) same_at(a, b, __LINE__)
+    // RMSNorm's dγ column sums: the compiler may contract dy·x·rstd into an FMA differently in
+    // the two instantiations (a few fp32 ulps over ≤ 300 rows), so within 1e-6.
+    auto near = [&](const auto& a, const auto& b) {
+      EXPECT_TRUE(all_near(a.download(), b.download(), 1e-6, 1e-6));
+    };
 
     {  // whole rows: fp32 and bf16 outputs
-      DeviceArray<float> y(rows * ld), yw(rows * ld), r1(rows), r2(rows);
+      // The outputs' padding is not written: both start from the same zeros.
+      const std::vector<float> zeros(rows * ld, 0.0f);
+      const std::vector<bf16_t> zeros16(rows * ld, bf16_t{});
+      DeviceArray<float> y(zeros), yw(zeros), r1(rows), r2(rows);
       cuda::rmsnorm_forward(gx16.get(), ld, ggamma.get(), rows, D, eps, y.get(), ld, r1.get(),
                             stream);
       cuda::rmsnorm_forward(gxw.get(), ld, ggamma.get(), rows, D, eps, yw.get(), ld, r2.get(),
                             stream);
-      DeviceArray<bf16_t> b(rows * ld), bw(rows * ld);
+      DeviceArray<bf16_t> b(zeros16), bw(zeros16);
       DeviceArray<float> r3(rows), r4(rows);
       cuda::rmsnorm_forward_bf16(gx16.get(), ld, ggamma.get(), rows, D, eps, b.get(), ld,
                                  r3.get(), stream);
@@ -671,7 +683,7 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
                                          dotw.get(), stream);
       sync();
       same(dx, dxw);
-      same(dg, dgw);
+      near(dg, dgw);
       same(dot, dotw);
       cuda::rmsnorm_backward_apply(gdy.get(), ld, gx16.get(), ld, ggamma.get(), grstd.get(),
                                    dot.get(), rows, D, 2 * D, dx.get(), ld, dg.get(), true,
@@ -686,7 +698,7 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
       cuda::rmsnorm_apply(gxw.get(), ld, ggamma.get(), grstd.get(), rows, D, yw.get(), D, stream);
       sync();
       same(dx, dxw);
-      same(dg, dgw);
+      near(dg, dgw);
       same(ss, ssw);
       same(y, yw);
     }
@@ -715,7 +727,8 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
     {
       DeviceArray<char> work(cuda::online_norm_input_backward_workspace_bytes(rows, D));
       const std::vector<float> half(rows * D, 0.5f);
-      DeviceArray<float> dx(half), dxw(half), dg(D), dgw(D);
+      const std::vector<float> zeros(D, 0.0f);
+      DeviceArray<float> dx(half), dxw(half), dg(zeros), dgw(zeros);
       DeviceArray<bf16_t> d16(rows * D), d16w(rows * D);
       cuda::online_norm_input_backward(gg.get(), gc16.get(), ggamma.get(), gds.get(), rows, D,
                                        1.0f, dx.get(), dg.get(), work.get(), work.size(), stream,
@@ -751,6 +764,7 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
       same(ss, ssw);
     }
   }
+#undef same
 }
 
 }  // namespace
