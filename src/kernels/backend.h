@@ -68,13 +68,13 @@
   X(void, rmsnorm_backward, rmsnorm_backward,                                                    \
     (const float* dy, int64_t lddy, const float* x, int64_t ldx, const float* gamma,             \
      const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx, float* dgamma,         \
-     bool accumulate),                                                                           \
-    (dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate))                      \
+     bool accumulate, bf16_t* dx16),                                                             \
+    (dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate, dx16))                \
   X(void, rmsnorm_backward, rmsnorm_backward_x16,                                                \
     (const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx, const float* gamma,            \
     const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx, float* dgamma,          \
-    bool accumulate),                                                                            \
-    (dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate))                      \
+    bool accumulate, bf16_t* dx16),                                                              \
+    (dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate, dx16))                \
   X(void, rmsnorm_partial_sum_squares, rmsnorm_partial_sum_squares,                              \
     (const float* x, int64_t ldx, int64_t rows, int64_t D_local, float* sum_sq),                 \
     (x, ldx, rows, D_local, sum_sq))                                                             \
@@ -144,7 +144,7 @@
     (p, ld, rows, width, sum_sq, D, eps, rescale, with_stat))                                    \
   X(void, online_norm_pack_bf16, online_norm_pack_bf16,                                          \
     (const float* p, int64_t ld, int64_t rows, int64_t width, const float* sum_sq, int64_t D,    \
-     float eps, bool rescale, bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats), \
+     float eps, bool rescale, bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats),\
     (p, ld, rows, width, sum_sq, D, eps, rescale, values, ld_values, stats, ld_stats))           \
   X(void, online_norm_rstd, online_norm_rstd,                                                    \
     (const float* summed, int64_t ld, int64_t rows, int64_t stat_column, int64_t D_total,        \
@@ -195,14 +195,14 @@
      int64_t first_pos),                                                                         \
     (x, ld, rows, heads, table, first_pos))                                                      \
   X(void, rope_forward_bf16, rope_forward_bf16,                                                  \
-    (const float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,          \
+    (const float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,    \
      bf16_t* out, int64_t ldo),                                                                  \
     (x, ld, B, T, heads, table, out, ldo))                                                       \
   X(void, rope_backward, rope_backward,                                                          \
     (float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table),        \
     (dx, ld, B, T, heads, table))                                                                \
   X(void, rope_backward_bf16, rope_backward_bf16,                                                \
-    (const float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,         \
+    (const float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table,   \
      bf16_t* out, int64_t ldo),                                                                  \
     (dx, ld, B, T, heads, table, out, ldo))                                                      \
   /* kernels/attention.h */                                                                      \
@@ -325,7 +325,7 @@
     (params, grads, m, v, n, h, step, params_bf16))                                              \
   X(void, adamw_update_parts_at, adamw_update_parts_at,                                          \
     (float* params, const float* grads, float* m, float* v, int64_t moments_begin,               \
-     const std::vector<AdamWPart>& parts, const AdamWHyper& h, const AdamWStep* step,             \
+     const std::vector<AdamWPart>& parts, const AdamWHyper& h, const AdamWStep* step,            \
      bf16_t* params_bf16, int64_t bf16_begin),                                                   \
     (params, grads, m, v, moments_begin, parts, h, step, params_bf16, bf16_begin))               \
   X(void, adamw_clip_step, adamw_clip_step,                                                      \
@@ -338,7 +338,7 @@
   X(double, sum_squares_ranges, sum_squares_ranges,                                              \
     (const float* x, const std::vector<IndexRange>& ranges), (x, ranges))                        \
   X(void, sum_squares_ranges_into, sum_squares_ranges_into,                                      \
-    (const float* x, const std::vector<IndexRange>& ranges, double* result), (x, ranges, result)) \
+    (const float* x, const std::vector<IndexRange>& ranges, double* result), (x, ranges, result))\
   X(void, scale_inplace, scale_inplace, (float* x, int64_t n, float s), (x, n, s))               \
   /* kernels/elementwise.h */                                                                    \
   X(void, add, add, (const float* a, const float* b, float* out, int64_t n), (a, b, out, n))     \
@@ -360,7 +360,7 @@
     (src, ld_src, rows, cols, dst, ld_dst))                                                      \
   X(void, concat_columns, concat_columns,                                                        \
     (const float* blocks, int64_t count, int64_t rows, int64_t cols, float* out),                \
-    (blocks, count, rows, cols, out))                                                                                \
+    (blocks, count, rows, cols, out))                                                            \
   /* kernels/lax.h */                                                                            \
   X(void, lax_norm_partial_stats, lax_norm_partial_stats,                                        \
     (const float* s, int64_t lds, int64_t rows, int64_t r_local, float* stats),                  \

@@ -29,13 +29,15 @@ void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64
 void rmsnorm_forward_bf16(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows,
                           int64_t D, float eps, bf16_t* y, int64_t ldy, float* rstd);
 
-// dx = ∂L/∂x (overwritten, or added to when accumulate), dgamma += ∂L/∂γ.
+// dx = ∂L/∂x (overwritten, or added to when accumulate), dgamma += ∂L/∂γ. dx16 (bf16 training;
+// may be null): dx also written there rounded to bf16 ([rows, D] contiguous), in the same pass,
+// for the next GEMM that reads the residual's gradient.
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
-                      int64_t lddx, float* dgamma, bool accumulate);
+                      int64_t lddx, float* dgamma, bool accumulate, bf16_t* dx16 = nullptr);
 void rmsnorm_backward(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
-                      int64_t lddx, float* dgamma, bool accumulate);
+                      int64_t lddx, float* dgamma, bool accumulate, bf16_t* dx16 = nullptr);
 
 // Pieces for a row split over ranks.
 // sum_sq[r] = Σ_j x[r, j]² over this rank's D_local columns.

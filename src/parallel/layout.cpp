@@ -276,11 +276,34 @@ GemmInput Layout::replicated_norm_output(const Norm& n) const {
   return compute_ == DType::bf16 ? GemmInput(nullptr, n.out16, d) : GemmInput(n.out, d);
 }
 
-void Layout::replicated_norm_backward(const Norm& n, const float* dy, GemmInput x, float* dx) {
+void Layout::replicated_norm_backward(int64_t layer, const Group& g, const Norm& n,
+                                      const float* dy, GemmInput x, float* dx) {
   const int64_t N = batch_ * seq_len_, d = config_.d_model;
+  bf16_t* dx16 = keep_residual_gradient_bf16(layer, g, dx);
   visit_residual(x, [&](const auto* xv) {
-    rmsnorm_backward(dy, d, xv, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma, /*accumulate=*/true);
+    rmsnorm_backward(dy, d, xv, d, n.gamma, n.rstd, N, d, dx, d, n.dgamma, /*accumulate=*/true,
+                     dx16);
   });
+}
+
+bf16_t* Layout::keep_residual_gradient_bf16(int64_t layer, const Group& g, const float* dx) {
+  dx16_of_ = nullptr;
+  if (compute_ != DType::bf16) return nullptr;
+  const int64_t reader_layer = g.first == gate_ ? layer : layer - 1;
+  if (reader_layer < first_layer_) return nullptr;  // the stage's gradient leaves it
+  const int64_t n = batch_ * seq_len_ * residual_columns();
+  if (dx16_.size() < static_cast<size_t>(n)) dx16_.resize(n);
+  dx16_of_ = dx;
+  dx16_reader_ = {reader_layer, g.first == gate_ ? o_ : down_, micro_};
+  return dx16_.data();
+}
+
+const bf16_t* Layout::residual_gradient_bf16(int64_t layer, const Group& g, const float* dy) {
+  const Reader& r = dx16_reader_;
+  const bool mine =
+      dy && dy == dx16_of_ && r.layer == layer && r.group == g.first && r.micro == micro_;
+  dx16_of_ = nullptr;
+  return mine ? dx16_.data() : nullptr;
 }
 
 void Layout::group_replay(int64_t, const Group&, GemmInput, std::initializer_list<float*>) {

@@ -375,8 +375,19 @@ class Layout {
   GemmInput replicated_norm_forward(const Norm& n, GemmInput x);
   GemmInput replicated_norm_output(const Norm& n) const;
   // Its backward from dy = ∂L/∂(output) [N, d]: ∂L/∂x added into dx, dγ into n.dgamma; x the
-  // residual it normed (fp32 or bf16).
-  void replicated_norm_backward(const Norm& n, const float* dy, GemmInput x, float* dx);
+  // residual it normed (fp32 or bf16). In bf16 training dx's bf16 copy for its reader, written in
+  // the same pass (keep_residual_gradient_bf16); g is n's group in block `layer`.
+  void replicated_norm_backward(int64_t layer, const Group& g, const Norm& n, const float* dy,
+                                GemmInput x, float* dx);
+  // bf16 training: the residual's gradient dx, which o's and down's GEMMs read next, rounded by
+  // the norm backward that finishes it (gate|up's for o of the same block, q|k|v's for down of
+  // the block below in this stage), instead of by a pass of its own. keep_...: where normed group
+  // g's norm backward writes the copy (null: none, so it writes none); the copy is marked with
+  // the group that reads it, the block and the micro-batch. residual_gradient_bf16: the copy of
+  // dy for o's or down's backward of block `layer`, or null (not this reader's: a stage boundary,
+  // another micro-batch, a recomputed block, fp32).
+  bf16_t* keep_residual_gradient_bf16(int64_t layer, const Group& g, const float* dx);
+  const bf16_t* residual_gradient_bf16(int64_t layer, const Group& g, const float* dy);
   // The residual add before replicated norm n: in bf16 training fused with it (sum = x + u and
   // n's output and 1/rms in one pass; the next replicated_norm_forward of n returns that output),
   // in fp32 the add alone.
@@ -411,6 +422,14 @@ class Layout {
   std::array<ConcatenatedA, kGroupsPerBlock> concatenated_;
   int64_t concatenated_layer_ = -1;
   Buffer<float> concatenated_da_;  // the gradient of a concatenation (scratch)
+  Buffer<bf16_t> dx16_;            // the residual's gradient rounded (keep_residual_gradient_bf16)
+  const float* dx16_of_ = nullptr;
+  struct Reader {
+    int64_t layer = -1;
+    int group = -1;  // its first projection
+    int micro = -1;
+  };
+  Reader dx16_reader_;
 
  private:
   // What the skeleton keeps of a block: its input, the residual after attention, and the

@@ -264,10 +264,11 @@ MemoryEstimate rank_memory(const StepConfig& c, int stage, double bytes_per_acti
   // embedding, the head and btp's residual gathers (Model::activation_bytes counts both).
   if (c.precision == DType::bf16)
     m.workspace += 2.0 * static_cast<double>(mb.tokens() * c.config.d_model) * (c.tp > 1 ? 2 : 1);
-  // bf16 where Online-RMSNorm runs (a hidden-sharded residual): the residual gradient's bf16 copy
-  // that the norm's backward writes for the next GEMM (btp's dx16_), [N, residual columns] bf16.
-  if (c.precision == DType::bf16 && layout_traits(c.layout).hidden_sharded_residual &&
-      c.options.online_norm)
+  // bf16: the residual gradient's bf16 copy that a norm's backward writes for the next GEMM
+  // (Layout::keep_residual_gradient_bf16), [N, residual columns] bf16: btp's Online-RMSNorm and the
+  // replicated norms of dense-tp and naive-tp write one; btp's synchronous norm does not.
+  if (c.precision == DType::bf16 &&
+      !(layout_traits(c.layout).hidden_sharded_residual && !c.options.online_norm))
     m.workspace += 2.0 * static_cast<double>(mb.tokens() * residual_columns(mb));
   if (c.device_attention_scratch && c.precision == DType::bf16)
     m.workspace += static_cast<double>(attention_ds_scratch_bytes(mb));

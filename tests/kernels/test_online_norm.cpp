@@ -286,12 +286,16 @@ TEST(OnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
     }
     for (bool accumulate : {false, true}) {  // whole-row backward and its split pieces
       std::vector<float> dx(rows * ld, 0.5f), dx_w = dx, dg(D, 0.25f), dg_w = dg;
+      std::vector<bf16_t> dx16(rows * D);  // the residual gradient's copy, as the GEMMs read it
       rmsnorm_backward(dy.data(), ld, x16.data(), ld, gamma.data(), rstd_in.data(), rows, D,
-                       dx.data(), ld, dg.data(), accumulate);
+                       dx.data(), ld, dg.data(), accumulate, dx16.data());
       rmsnorm_backward(dy.data(), ld, xw.data(), ld, gamma.data(), rstd_in.data(), rows, D,
                        dx_w.data(), ld, dg_w.data(), accumulate);
       EXPECT_EQ(dx, dx_w);
       EXPECT_EQ(dg, dg_w);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < D; ++j)
+          ASSERT_EQ(dx16[r * D + j], float_to_bf16(dx[r * ld + j])) << r << " " << j;
       std::vector<float> dot(rows), dot_w(rows);
       rmsnorm_partial_backward_dot(dy.data(), ld, x16.data(), ld, gamma.data(), rows, D,
                                    dot.data());

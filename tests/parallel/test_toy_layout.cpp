@@ -174,8 +174,14 @@ TEST_F(ToyLayout, MemoryFollowsItsDescription) {
     EXPECT_DOUBLE_EQ(m.weights, 4.0 * plan::stage_param_elements(kind, config, tp, 1, 0));
     EXPECT_DOUBLE_EQ(m.activations, 4.0 * config.n_layers * (input + slot));
     // bf16 on the CPU backend: fp32 activations but for the columns the layout says it keeps in
-    // bf16.
+    // bf16, and the residual stream (each block's input and its x_mid: issue 60).
     step.precision = DType::bf16;
+    m = plan::rank_memory(step, 0, 4);
+    EXPECT_DOUBLE_EQ(m.activations, 4.0 * config.n_layers * (input + slot) -
+                                        2.0 * config.n_layers * 2 * N * config.d_ff -
+                                        2.0 * config.n_layers * 2 * N * config.d_model);
+    // --residual-dtype fp32 keeps the residual in fp32.
+    step.options.residual = DType::f32;
     m = plan::rank_memory(step, 0, 4);
     EXPECT_DOUBLE_EQ(m.activations, 4.0 * config.n_layers * (input + slot) -
                                         2.0 * config.n_layers * 2 * N * config.d_ff);

@@ -213,11 +213,13 @@ TEST(PlanStepModel, MemoryPerRankIsTheClosedForm) {
       c.config.tied_embeddings ? 0 : c.config.vocab_size / 2 * c.config.d_model;
   EXPECT_DOUBLE_EQ(p.memory.weights_bf16, 2 * (params - embedding));
   // What this engine allocates on every backend (issue 46: `train`'s memory check counts the same):
-  // activations in fp32, but for the parts it keeps in bf16 when it computes in bf16.
-  const int64_t kept = block_kept_elements(mb) * stage_layers(c.config, 2, 0) * 2;
-  EXPECT_DOUBLE_EQ(p.memory.activations,
-                   4.0 * (kept + recompute_area_elements(mb)) -
-                       2.0 * bf16_kept_elements(mb, stage_layers(c.config, 2, 0) * 2));
+  // activations in fp32, but for the parts it keeps in bf16 when it computes in bf16: the
+  // intermediates and latents, and the residual stream (each block's input and x_mid, issue 60).
+  const int64_t blocks = stage_layers(c.config, 2, 0) * 2;
+  const int64_t kept = block_kept_elements(mb) * blocks;
+  EXPECT_DOUBLE_EQ(p.memory.activations, 4.0 * (kept + recompute_area_elements(mb)) -
+                                             2.0 * bf16_kept_elements(mb, blocks) -
+                                             2.0 * residual_kept_elements(mb, blocks, blocks));
   // The checkpoint's staging buffer, host memory: at most the rank's weights and moments.
   EXPECT_DOUBLE_EQ(p.memory.checkpoint_staging, p.memory.weights + p.memory.optimizer);
 }

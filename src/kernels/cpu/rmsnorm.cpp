@@ -105,10 +105,12 @@ void partial_backward_dot(const float* dy, int64_t lddy, const X* x, int64_t ldx
 }
 
 // With n = x·rstd:  dx = rstd·(γ ⊙ dy) − x·rstd³/D · Σ_j (γ ⊙ dy)_j x_j,   dγ = Σ_rows dy ⊙ n.
+// dx16 (may be null): each row of dx also rounded to bf16 while it is in cache ([rows, D_local]).
 template <typename X>
 void backward_apply(const float* dy, int64_t lddy, const X* x, int64_t ldx, const float* gamma,
                     const float* rstd, const float* dot, int64_t rows, int64_t D_local,
-                    int64_t D_total, float* dx, int64_t lddx, float* dgamma, bool accumulate) {
+                    int64_t D_total, float* dx, int64_t lddx, float* dgamma, bool accumulate,
+                    bf16_t* dx16 = nullptr) {
   BOOSTLM_KERNEL("rmsnorm");
 #pragma omp parallel
   {
@@ -128,6 +130,7 @@ void backward_apply(const float* dy, int64_t lddy, const X* x, int64_t ldx, cons
         for (int64_t j = 0; j < D_local; ++j)
           dxr[j] = math::rms_backward_element(dyr[j], cpu::to_float(xr[j]), gamma[j], s, c);
       }
+      if (dx16) cpu::round_row_bf16(dxr, D_local, dx16 + r * D_local);
     }
     // dγ: columns are split among threads so no two threads write the same element.
     constexpr int64_t kCols = 64;
@@ -150,11 +153,11 @@ void backward_apply(const float* dy, int64_t lddy, const X* x, int64_t ldx, cons
 template <typename X>
 void backward(const float* dy, int64_t lddy, const X* x, int64_t ldx, const float* gamma,
               const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx, float* dgamma,
-              bool accumulate) {
+              bool accumulate, bf16_t* dx16) {
   Buffer<float> dot(rows);
   partial_backward_dot(dy, lddy, x, ldx, gamma, rows, D, dot.data());
   backward_apply(dy, lddy, x, ldx, gamma, rstd, dot.data(), rows, D, D, dx, lddx, dgamma,
-                 accumulate);
+                 accumulate, dx16);
 }
 
 template <typename X>
@@ -308,13 +311,13 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const bf16_t* x, int6
 
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
-                      int64_t lddx, float* dgamma, bool accumulate) {
-  backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate);
+                      int64_t lddx, float* dgamma, bool accumulate, bf16_t* dx16) {
+  backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate, dx16);
 }
 void rmsnorm_backward(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
-                      int64_t lddx, float* dgamma, bool accumulate) {
-  backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate);
+                      int64_t lddx, float* dgamma, bool accumulate, bf16_t* dx16) {
+  backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate, dx16);
 }
 
 }  // namespace boostlm::cpu

@@ -38,11 +38,11 @@ size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t D);
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream);
+                      size_t workspace_bytes, cudaStream_t stream, bf16_t* dx16 = nullptr);
 void rmsnorm_backward(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream);
+                      size_t workspace_bytes, cudaStream_t stream, bf16_t* dx16 = nullptr);
 
 // ---- SiLU and SwiGLU (kernels/activation.h).
 void silu_forward(const float* x, int64_t ldx, int64_t rows, int64_t cols, float* y, int64_t ldy,

@@ -91,7 +91,8 @@ __global__ void residual_rmsnorm_forward_kernel(const X* x, const float* u, X* s
 template <int kBlock, typename X>
 __global__ void rmsnorm_backward_rows_kernel(const float* dy, int64_t lddy, const X* x,
                                              int64_t ldx, const float* gamma, const float* rstd,
-                                             int64_t D, float* dx, int64_t lddx, bool accumulate) {
+                                             int64_t D, float* dx, int64_t lddx, bool accumulate,
+                                             bf16_t* dx16) {
   using Reduce = cub::BlockReduce<float, kBlock>;
   __shared__ typename Reduce::TempStorage temp;
   __shared__ float row_dot;
@@ -109,7 +110,9 @@ __global__ void rmsnorm_backward_rows_kernel(const float* dy, int64_t lddy, cons
   float* dxr = dx + r * lddx;
   for (int64_t j = threadIdx.x; j < D; j += kBlock) {
     const float value = s * gamma[j] * dyr[j] - c * math::to_float(xr[j]);
-    dxr[j] = accumulate ? dxr[j] + value : value;
+    const float out = accumulate ? dxr[j] + value : value;
+    dxr[j] = out;
+    if (dx16) dx16[r * D + j] = math::round_to_bf16(out);
   }
 }
 
@@ -159,7 +162,8 @@ void residual_forward_bf16(const X* x, const float* u, X* sum, const float* gamm
 template <typename X>
 void backward(const float* dy, int64_t lddy, const X* x, int64_t ldx, const float* gamma,
               const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx, float* dgamma,
-              bool accumulate, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+              bool accumulate, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+              bf16_t* dx16) {
   BOOSTLM_ASSERT(workspace_bytes >= column_reduce_workspace_bytes(rows, D));
   const ColumnReduceGeometry cg = column_reduce_launch(rows, D);
   if (cg.row_chunks == 0) return;
@@ -184,9 +188,9 @@ void backward(const float* dy, int64_t lddy, const X* x, int64_t ldx, const floa
     BOOSTLM_DECLARE_LAUNCH(LaunchCost{
         .bytes_read = bytes_of<float>((accumulate ? 2 : 1) * rows * D + D + rows) +
                       bytes_of<X>(rows * D),
-        .bytes_written = bytes_of<float>(rows * D)});
+        .bytes_written = bytes_of<float>(rows * D) + (dx16 ? bytes_of<bf16_t>(rows * D) : 0)});
     rmsnorm_backward_rows_kernel<block()><<<grid_of(g.grid), block(), 0, stream>>>(
-        dy, lddy, x, ldx, gamma, rstd, D, dx, lddx, accumulate);
+        dy, lddy, x, ldx, gamma, rstd, D, dx, lddx, accumulate, dx16);
   });
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -230,16 +234,16 @@ size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t D) {
 void rmsnorm_backward(const float* dy, int64_t lddy, const float* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream) {
+                      size_t workspace_bytes, cudaStream_t stream, bf16_t* dx16) {
   backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate, workspace,
-           workspace_bytes, stream);
+           workspace_bytes, stream, dx16);
 }
 void rmsnorm_backward(const float* dy, int64_t lddy, const bf16_t* x, int64_t ldx,
                       const float* gamma, const float* rstd, int64_t rows, int64_t D, float* dx,
                       int64_t lddx, float* dgamma, bool accumulate, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream) {
+                      size_t workspace_bytes, cudaStream_t stream, bf16_t* dx16) {
   backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate, workspace,
-           workspace_bytes, stream);
+           workspace_bytes, stream, dx16);
 }
 
 }  // namespace boostlm::cuda

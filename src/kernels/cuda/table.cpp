@@ -86,10 +86,10 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, Gemm
 template <typename X>
 void rmsnorm_backward(const float* dy, int64_t lddy, const X* x, int64_t ldx, const float* gamma,
                       const float* rstd, int64_t rows, int64_t D, float* dx, int64_t lddx,
-                      float* dgamma, bool accumulate, cudaStream_t s) {
+                      float* dgamma, bool accumulate, bf16_t* dx16, cudaStream_t s) {
   const Scratch w(rmsnorm_backward_workspace_bytes(rows, D), s);
   cuda::rmsnorm_backward(dy, lddy, x, ldx, gamma, rstd, rows, D, dx, lddx, dgamma, accumulate,
-                         w.data(), w.bytes(), s);
+                         w.data(), w.bytes(), s, dx16);
 }
 template <typename X>
 void rmsnorm_backward_apply(const float* dy, int64_t lddy, const X* x, int64_t ldx,

@@ -492,30 +492,6 @@ class Btp final : public Layout {
     copy_columns(column_scratch_.data(), cols, N, cols, buf + c0, ld);
   }
 
-  // bf16 training: the residual's gradient dx, which o's and down's GEMMs read next, rounded by
-  // the online norm's backward that finishes it (gate|up's for o of the same block, q|k|v's for
-  // down of the block below in this stage), instead of by a pass of its own. Marked with the
-  // group that reads it, the block and the micro-batch, and taken only by that group.
-  bf16_t* keep_residual_gradient_bf16(int64_t layer, const Group& g, const float* dx) {
-    dx16_of_ = nullptr;
-    if (compute_ != DType::bf16) return nullptr;
-    const int64_t reader_layer = g.first == gate_ ? layer : layer - 1;
-    if (reader_layer < first_layer_) return nullptr;  // the stage's gradient leaves it
-    BOOSTLM_ASSERT(residual_columns() == dl_);
-    const int64_t n = batch_ * seq_len_ * dl_;
-    if (dx16_.size() < static_cast<size_t>(n)) dx16_.resize(n);
-    dx16_of_ = dx;
-    dx16_reader_ = {reader_layer, g.first == gate_ ? o_ : down_, micro_};
-    return dx16_.data();
-  }
-  const bf16_t* residual_gradient_bf16(int64_t layer, const Group& g, const float* dy) {
-    const Reader& r = dx16_reader_;
-    const bool mine = dy && dy == dx16_of_ && r.layer == layer && r.group == g.first &&
-                      r.micro == micro_;
-    dx16_of_ = nullptr;
-    return mine ? dx16_.data() : nullptr;
-  }
-
   // Whether the activation collectives carry bf16 (bf16 training on a TP group, issue 60).
   bool bf16_wire() const { return compute_ == DType::bf16 && tp_.size() > 1; }
 
@@ -527,14 +503,6 @@ class Btp final : public Layout {
   Buffer<float> lax_u_;  // LaX: the group's whole latent u in fp32, before its crossing
   Buffer<bf16_t> rounded_, rounded_latent_;
   Buffer<bf16_t> wire_;  // bf16 training: a latent message as it crosses the TP group
-  Buffer<bf16_t> dx16_;  // the residual's gradient rounded (keep_residual_gradient_bf16)
-  const float* dx16_of_ = nullptr;
-  struct Reader {
-    int64_t layer = -1;
-    int group = -1;  // its first projection
-    int micro = -1;
-  };
-  Reader dx16_reader_;
 };
 
 }  // namespace

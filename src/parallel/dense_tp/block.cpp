@@ -63,7 +63,10 @@ class DenseTp final : public Layout {
     const BlockWeights& w = blocks_[layer];
     if (!g.normed) {  // dy (replicated) is ∂L/∂(output); the input is this rank's shard
       const ProjectionWeights& p = w.proj[g.first];
-      dense_projection_backward(p, x, N, dy.begin()[0], dx, p.d_in, 0.0f, compute_);
+      // dy is the residual's gradient: in bf16 as the norm's backward above left it.
+      GemmInput d = dy.begin()[0];
+      if (const bf16_t* copy = residual_gradient_bf16(layer, g, d.f32)) d.bf16 = copy;
+      dense_projection_backward(p, x, N, d, dx, p.d_in, 0.0f, compute_);
       return;
     }
     const Norm n = norm(layer, g);
@@ -75,7 +78,7 @@ class DenseTp final : public Layout {
     }
     // column-parallel inputs: Σ of partial gradients (f)
     all_reduce_activations(tp_, compute_, d_norm_.data(), N, d, d, wire_);
-    replicated_norm_backward(n, d_norm_.data(), x, dx);
+    replicated_norm_backward(layer, g, n, d_norm_.data(), x, dx);
   }
 
   // bf16 training: the residual add and the replicated norm that reads it in one pass.

@@ -66,14 +66,17 @@ class NaiveTp final : public Layout {
     Kept& a = kept_[slot(layer)];
     if (!g.normed) {
       const int64_t in_cols = members(layer, g)[0].d_in;
-      project_backward(layer, g, x, a, dy, dx);
+      // dy is the residual's gradient: in bf16 as the norm's backward above left it.
+      GemmInput d = dy.begin()[0];
+      if (const bf16_t* copy = residual_gradient_bf16(layer, g, d.f32)) d.bf16 = copy;
+      project_backward(layer, g, x, a, {d}, dx);
       all_reduce_activations(tp_, compute_, dx, N, in_cols, in_cols, wire_);
       return;
     }
     const Norm n = norm(layer, g);
     project_backward(layer, g, replicated_norm_output(n), a, dy, d_norm_.data());
     all_reduce_activations(tp_, compute_, d_norm_.data(), N, d, d, wire_);
-    replicated_norm_backward(n, d_norm_.data(), x, dx);
+    replicated_norm_backward(layer, g, n, d_norm_.data(), x, dx);
   }
 
   // bf16 training: the residual add and the replicated norm that reads it in one pass.

@@ -673,8 +673,10 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
                                       cuda::rmsnorm_backward_apply_workspace_bytes(rows, D)));
       const std::vector<float> half(rows * ld, 0.5f), quarter(D, 0.25f);
       DeviceArray<float> dx(half), dxw(half), dg(quarter), dgw(quarter), dot(rows), dotw(rows);
+      DeviceArray<bf16_t> dx16(rows * D);  // the residual gradient's copy
       cuda::rmsnorm_backward(gdy.get(), ld, gx16.get(), ld, ggamma.get(), grstd.get(), rows, D,
-                             dx.get(), ld, dg.get(), true, work.get(), work.size(), stream);
+                             dx.get(), ld, dg.get(), true, work.get(), work.size(), stream,
+                             dx16.get());
       cuda::rmsnorm_backward(gdy.get(), ld, gxw.get(), ld, ggamma.get(), grstd.get(), rows, D,
                              dxw.get(), ld, dgw.get(), true, work.get(), work.size(), stream);
       cuda::rmsnorm_partial_backward_dot(gdy.get(), ld, gx16.get(), ld, ggamma.get(), rows, D,
@@ -685,6 +687,13 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
       same(dx, dxw);
       near(dg, dgw);
       same(dot, dotw);
+      {
+        const std::vector<float> got = dx.download();
+        const std::vector<bf16_t> copy = dx16.download();
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < D; ++j)
+            ASSERT_EQ(copy[r * D + j], float_to_bf16(got[r * ld + j])) << r << " " << j;
+      }
       cuda::rmsnorm_backward_apply(gdy.get(), ld, gx16.get(), ld, ggamma.get(), grstd.get(),
                                    dot.get(), rows, D, 2 * D, dx.get(), ld, dg.get(), true,
                                    work.get(), work.size(), stream);
