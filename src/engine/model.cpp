@@ -315,8 +315,8 @@ void Model::stage_forward(const int32_t* tokens, bool round_weights) {
     // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice, the sum
     // over the group is the full lookup. A hidden-sharded residual (btp) keeps its own columns.
     // A bf16 residual: the whole rows' fp32 lookup in the head's gradient area (free until the
-    // head runs) when there is no x_full_, rounded into the residual after the sum — the bits of
-    // the fp32 residual's bf16 sum rounded again, which is exact.
+    // head runs) when there is no x_full_, rounded into the residual after the sum (over t > 1
+    // the sum came back from a bf16 collective, so that rounding is exact).
     const Residual x = resid(first_layer_);
     float* x0 = rc != d ? x_full_.data() : x.bf16 ? d_full_.data() : x.f32;
     embedding_shard_forward(batch_ids(tokens, token_ids_), N,
