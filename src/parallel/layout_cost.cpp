@@ -72,11 +72,12 @@ void rope_work(WorkSink& sink, int64_t tokens, int64_t q_cols, int64_t k_cols) {
 void norms_rope_swiglu_work(WorkSink& sink, int64_t tokens, int64_t norm_cols, int64_t q_cols,
                             int64_t k_cols, int64_t ff_cols, int64_t resid_cols, bool backward) {
   const double N = static_cast<double>(tokens);
-  for (int i = 0; i < 2; ++i) sink.elementwise(N * norm_cols, backward ? 4 : 2);
+  // The norms read the residual x (forward: x, out; backward: dy, x, dx read and written).
+  for (int i = 0; i < 2; ++i) sink.elementwise(N * norm_cols, backward ? 4 : 2, 1);
   rope_work(sink, tokens, q_cols, k_cols);
   sink.elementwise(N * ff_cols, backward ? 5 : 3);
   if (!backward)
-    for (int i = 0; i < 2; ++i) sink.elementwise(N * resid_cols, 3);
+    for (int i = 0; i < 2; ++i) sink.elementwise(N * resid_cols, 3, 2);  // x + u: x, sum
 }
 
 }  // namespace boostlm

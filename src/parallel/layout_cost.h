@@ -30,8 +30,10 @@ class WorkSink {
   virtual ~WorkSink() = default;
   // C[m, n] = A[m, k] · B[k, n]; own_call false: a later member of a batched call (SPEC §3.5).
   virtual void gemm(int64_t m, int64_t n, int64_t k, bool own_call = true) = 0;
-  // One element-wise kernel touching `elements` × `passes` elements (reads plus writes).
-  virtual void elementwise(double elements, double passes) = 0;
+  // One element-wise kernel touching `elements` × `passes` elements (reads plus writes), of which
+  // `residual_passes` of the passes are over the residual stream (priced in its dtype: bf16 in
+  // bf16 training unless --residual-dtype fp32, issue 60).
+  virtual void elementwise(double elements, double passes, double residual_passes = 0) = 0;
   // Fused causal attention over `heads` query heads and `kv_heads` kv heads on this rank.
   virtual void attention(int64_t heads, int64_t kv_heads, bool backward) = 0;
 };

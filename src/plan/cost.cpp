@@ -132,7 +132,11 @@ WorkSeconds work_seconds(const CostContext& ctx, const Work& w, int64_t head_dim
   for (const auto& g : w.gemms) s.gemm += gemm_seconds(*ctx.device, ctx.dtype, g, ctx.graphed);
   s.attention = attention_seconds(*ctx.device, ctx.attention_dtype, w, head_dim,
                                   ctx.activation_bytes, ctx.graphed);
-  s.elementwise = elementwise_seconds(*ctx.device, w.elementwise_elements, w.elementwise_kernels,
+  // The residual stream's passes at its own width, as activation-sized elements.
+  const double elements =
+      w.elementwise_elements -
+      w.residual_elements * (1.0 - ctx.residual_bytes / ctx.activation_bytes);
+  s.elementwise = elementwise_seconds(*ctx.device, elements, w.elementwise_kernels,
                                       ctx.activation_bytes, ctx.graphed);
   if (ctx.tp_link)
     s.comm = comm_seconds(*ctx.tp_link, w.tp, ctx.tp, ctx.comm_bytes, ctx.tp_flows);

@@ -55,6 +55,7 @@ struct CostContext {
   DType dtype = DType::bf16;      // GEMM inputs
   DType attention_dtype = dtype;  // the CPU backend runs attention in fp32 whatever the GEMMs do
   double activation_bytes = 2;    // per activation element in element-wise passes
+  double residual_bytes = 2;      // per residual-stream element in them (Work::residual_elements)
   double comm_bytes = 2;          // per communicated activation element
   const Link* tp_link = nullptr;
   int tp = 1;

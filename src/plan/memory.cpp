@@ -101,9 +101,13 @@ int64_t bf16_kept_elements(const MicroBatchShape& mb, int64_t slots) {
           (r == Recompute::block ? 1 : slots) * cost.bf16_latent_columns(mb.config, mb.tp));
 }
 
+bool keeps_bf16_residual(const BlockOptions& options, Arch arch, DType compute, int pp) {
+  return compute == DType::bf16 && options.residual.value_or(DType::bf16) == DType::bf16 &&
+         !(arch == Arch::lax && pp > 1);
+}
+
 bool keeps_bf16_residual(const MicroBatchShape& mb, DType compute, int pp) {
-  return compute == DType::bf16 && mb.options.residual.value_or(DType::bf16) == DType::bf16 &&
-         !(mb.config.arch == Arch::lax && pp > 1);
+  return keeps_bf16_residual(mb.options, mb.config.arch, compute, pp);
 }
 
 int64_t residual_kept_elements(const MicroBatchShape& mb, int64_t blocks, int64_t slots) {

@@ -39,6 +39,7 @@ int64_t model_activation_elements(const MicroBatchShape& mb);
 int64_t bf16_kept_elements(const MicroBatchShape& mb, int64_t slots);
 // Whether a stage of `pp` keeps its residual stream in bf16 (Layout::residual_dtype: bf16 training
 // unless --residual-dtype fp32; LaX across pipeline stages keeps fp32, Model's constructor).
+bool keeps_bf16_residual(const BlockOptions& options, Arch arch, DType compute, int pp);
 bool keeps_bf16_residual(const MicroBatchShape& mb, DType compute, int pp);
 // Of the activation elements a stage keeps for `blocks` blocks in `slots` slots, the residual
 // stream's: each block's input and each slot's residual after attention.

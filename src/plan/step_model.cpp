@@ -72,6 +72,10 @@ CostContext cost_context(const Hardware& hw, const StepConfig& c, const Placemen
   ctx.dtype = c.precision;
   ctx.attention_dtype = hw.attention_fp32 ? DType::f32 : c.precision;
   ctx.activation_bytes = activation_bytes(hw, c);
+  ctx.residual_bytes =
+      keeps_bf16_residual(c.options, c.config.arch, c.precision, c.pp)
+          ? std::min(2.0, ctx.activation_bytes)
+          : ctx.activation_bytes;
   ctx.comm_bytes = comm_bytes(hw, c);
   ctx.tp_link = pl.tp;
   ctx.tp = c.tp;

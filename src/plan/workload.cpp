@@ -25,8 +25,9 @@ struct Builder final : WorkSink {
   void gemm(int64_t m, int64_t n, int64_t k, bool own_call = true) override {
     w.gemms.push_back({m, n, k, own_call});
   }
-  void elementwise(double elements, double passes) override {
+  void elementwise(double elements, double passes, double residual_passes = 0) override {
     w.elementwise_elements += elements * passes;
+    w.residual_elements += elements * residual_passes;
     w.elementwise_kernels += 1;
   }
   // The engine's attention, like FlashAttention, recomputes the probabilities in backward:
@@ -74,6 +75,7 @@ Work& Work::operator+=(const Work& o) {
   gemms.insert(gemms.end(), o.gemms.begin(), o.gemms.end());
   elementwise_elements += o.elementwise_elements;
   elementwise_kernels += o.elementwise_kernels;
+  residual_elements += o.residual_elements;
   attention_flops += o.attention_flops;
   attention_backward_flops += o.attention_backward_flops;
   attention_elements += o.attention_elements;
@@ -158,8 +160,8 @@ Work head_work(const MicroBatchShape& mb, bool weight_gradient) {
   Builder b(mb);
   const double N = static_cast<double>(b.N);
   const int64_t vocab = mb.config.vocab_size / mb.tp, chunk = head_chunk_rows(mb);
-  b.elementwise(N * b.d, 2);  // final norm
-  b.elementwise(N * b.d, 4);  // and its backward
+  b.elementwise(N * b.d, 2, 1);  // final norm (x: the residual)
+  b.elementwise(N * b.d, 4, 1);  // and its backward
   for (int64_t r0 = 0; r0 < b.N; r0 += chunk) {
     const int64_t rows = std::min(chunk, b.N - r0);
     b.gemm(rows, vocab, b.d);  // logits

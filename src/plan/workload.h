@@ -29,6 +29,7 @@ struct Work {
   // Element-wise kernels: activation elements read plus written, and the number of kernels.
   double elementwise_elements = 0;
   int64_t elementwise_kernels = 0;
+  double residual_elements = 0;  // of elementwise_elements, those of the residual stream
   // Fused causal attention (forward and backward, FlashAttention-style): FLOPs as FlashAttention-2
   // counts them (a backward is 2.5 forwards: five products of the forward's size against two), and
   // of those the backwards' (a device whose kernels run more products prices them,

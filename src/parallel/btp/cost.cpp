@@ -22,8 +22,8 @@ void group_forward(const BlockSetting& s, const Projections& proj, const ProjGro
   const double n = static_cast<double>(N);
   const bool online = g.normed && s.options.online_norm;
   if (g.normed) {
-    sink.elementwise(n * d_in, 1);               // Σx² of the local shard
-    sink.elementwise(n * d_in, online ? 2 : 3);  // x ⊙ γ (online), or the synchronous norm
+    sink.elementwise(n * d_in, 1, 1);               // Σx² of the local shard (x: the residual)
+    sink.elementwise(n * d_in, online ? 2 : 3, 1);  // x ⊙ γ (online), or the synchronous norm
   }
   const int64_t width = group_rank(proj, g);
   if (s.options.grouping && g.count > 1) {
@@ -56,7 +56,7 @@ void group_backward(const BlockSetting& s, const Projections& proj, const ProjGr
   if (s.config.arch == Arch::cola) sink.elementwise(n * width, 3);  // σ' of the group
   if (g.normed && s.options.online_norm) {
     sink.elementwise(n * width, 3);  // Σ dZ⊙Z per token and dZ·rstd
-    sink.elementwise(n * d_in, 2);   // x ⊙ γ again
+    sink.elementwise(n * d_in, 2, 1);  // x ⊙ γ again
   }
   if (grouped) {
     sink.gemm(d_in, width, N);
@@ -69,8 +69,8 @@ void group_backward(const BlockSetting& s, const Projections& proj, const ProjGr
     }
   }
   if (g.normed) {
-    sink.elementwise(n * d_in, 4);  // dx += …
-    sink.elementwise(n * d_in, 2);  // dγ
+    sink.elementwise(n * d_in, 4, 1);  // dx += … (x: the residual)
+    sink.elementwise(n * d_in, 2, 1);  // dγ
   }
 }
 
@@ -109,7 +109,7 @@ class BtpCost final : public LayoutCost {
     rope_work(sink, s.tokens, dl, kvl);
     sink.elementwise(N * ffl, backward ? 5 : 3);  // SwiGLU
     if (!backward)
-      for (int i = 0; i < 2; ++i) sink.elementwise(N * dl, 3);  // residual adds
+      for (int i = 0; i < 2; ++i) sink.elementwise(N * dl, 3, 2);  // residual adds: x, sum
   }
 
   // block.cpp's recompute(): B of q, k, v, gate, up, σ of every latent, RoPE, attention, SwiGLU —
@@ -126,7 +126,7 @@ class BtpCost final : public LayoutCost {
     if (c.arch == Arch::cola)  // σ of each group's latents
       for (const ProjGroup& g : kProjGroups) sink.elementwise(N * group_rank(proj, g), 2);
     if (!s.options.online_norm)
-      for (int i = 0; i < 2; ++i) sink.elementwise(N * c.d_model / t, 3);
+      for (int i = 0; i < 2; ++i) sink.elementwise(N * c.d_model / t, 3, 1);
     rope_work(sink, s.tokens, c.d_model / t, c.kv_dim() / t);
     sink.attention(c.n_heads / t, c.n_kv_heads / t, false);
     sink.elementwise(N * c.d_ff / t, 3);
