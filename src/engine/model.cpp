@@ -39,16 +39,12 @@ void gather_columns(Communicator& tp, DType wire, const float* local, int64_t N,
   concat_columns(scratch.data(), t, N, c, full);
 }
 
-// The same from bf16 shards (a bf16 residual stream): they are the message as they are; each
-// rank's block widened into its columns of full.
+// The same from bf16 shards (a bf16 residual stream, t > 1: a hidden-sharded residual): they are
+// the message as they are; each rank's block widened into its columns of full.
 void gather_columns_bf16(Communicator& tp, const bf16_t* local, int64_t N, int64_t c, float* full,
                          Buffer<bf16_t>& wire16) {
   const int t = tp.size();
   if (wire16.size() < static_cast<size_t>(N * c * t)) wire16.resize(N * c * t);
-  if (t == 1) {
-    widen_bf16(local, N, c, c, full, c);
-    return;
-  }
   tp.all_gather(local, N * c, wire16.data());
   for (int r = 0; r < t; ++r) widen_bf16(wire16.data() + r * N * c, N, c, c, full + r * c, c * t);
 }
