@@ -35,9 +35,16 @@ double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int r
 
 double measure_peak_gemm_gflops(DType compute) {
   if (const auto measure = active_kernels().measure_peak_gemm_gflops) return measure(compute);
+  // Square GEMMs from 512 up, until one is not 3% faster than the best before it. One or two
+  // cores reach their rate by 512-768 (one Zen 5 core: 195-198 GFLOP/s fp32 at every size from
+  // 512 to 2048), and the 2048 one alone took 0.7 s: most of a tiny `train`'s start (issue 63).
+  // Many cores need the larger sizes to fill them, and their rate keeps rising into them.
   double best = 0;
-  for (const int64_t n : {512, 768, 1024, 2048})
-    best = std::max(best, measure_gemm_gflops(n, n, n, compute, 6));
+  for (const int64_t n : {512, 768, 1024, 2048}) {
+    const double rate = measure_gemm_gflops(n, n, n, compute, 6);
+    if (best > 0 && rate < 1.03 * best) return std::max(best, rate);
+    best = std::max(best, rate);
+  }
   return best;
 }
 

@@ -15,10 +15,11 @@ namespace boostlm {
 double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int reps = 5);
 
 // The GEMM peak that model FLOPs utilisation (MFU) is measured against, by the trainer and the
-// benchmarks alike: the fastest of six n³ products at each n = 512, 768, 1024, 2048 (no single size
-// is the fastest for every precision and core count: oneDNN's large bf16 products run slower than
-// mid-sized ones on one core here). On a shared virtual machine the rate of one call varies by up
-// to 2× over tens of seconds; the fastest of many calls is the stable figure.
+// benchmarks alike: the fastest of six n³ products at each n = 512, 768, 1024, 2048 in turn, up to
+// the first n that is not 3% faster than the best before it (no single size is the fastest for
+// every precision and core count: oneDNN's large bf16 products run slower than mid-sized ones on
+// one core here, and many cores need the large ones). On a shared virtual machine the rate of one
+// call varies by up to 2× over tens of seconds; the fastest of many calls is the stable figure.
 double measure_peak_gemm_gflops(DType compute);
 
 }  // namespace boostlm
