@@ -14,8 +14,9 @@
 #  eval, generate  the cuda runs' cola and lax checkpoints scored and continued (greedy, with the
 #               KV cache and its cached-attention kernel, and without) as on the CPU
 # Tiny runs (d_model 32, 16 tokens, batch 2, 3 steps): the emulator is ~100x slower than the CPU;
-# the whole test takes 4-6.5 minutes on 2 shared cores (with the lax runs: 243 and 262 s measured,
-# 380 s under a load of 5.5). It catches host memory handed to a device collective (the trainer's
+# the whole test takes 3.5-6.5 minutes on 2 shared cores (with the lax runs: 243 and 262 s measured,
+# 380 s under a load of 5.5; 207 s with the one-process runs two at a time, 40 s of it theirs
+# against 87 s before). It catches host memory handed to a device collective (the trainer's
 # control all-reduce before d028a0b: the emulated NCCL refuses it, naming ncclAllReduce; the staged
 # copy refuses it too) and a group of one memcpy'ing device memory (ZeRO-1 saving at dp 1 before
 # d028a0b: the emulator faults on the host's access).
@@ -92,10 +93,11 @@ pair() {
   fi
 }
 
-# One process: each architecture and precision, cpu against cuda.
+# One process: each architecture and precision, cpu against cuda. The emulator runs a process on
+# one thread: two pairs at a time.
 for arch in dense svd cola; do
   for precision in fp32 bf16; do
-    pair "$arch-$precision" "$arch" "$precision"
+    side_by_side pair "$arch-$precision" "$arch" "$precision"
   done
 done
 # LaX (issue 48): its crossing's kernels (kernels/cuda/lax.cu) and the chains' buffers on the
@@ -103,10 +105,11 @@ done
 sed 's/"arch": *"cola"/"arch": "lax"/' cola.json > lax.json
 grep -q '"lax"' lax.json || fail "lax.json: no arch to replace in cola.json"
 for precision in fp32 bf16; do
-  pair "lax-$precision" lax "$precision"
-  pair "lax-linear-$precision" lax "$precision" --lax-gate linear
-  pair "lax-nosigma-$precision" lax "$precision" --lax-latent-act off
+  side_by_side pair "lax-$precision" lax "$precision"
+  side_by_side pair "lax-linear-$precision" lax "$precision" --lax-gate linear
+  side_by_side pair "lax-nosigma-$precision" lax "$precision" --lax-latent-act off
 done
+side_by_side_wait
 # CUDA graphs (issue 47, --cuda-graph on by default): every one-process run above replays, from
 # its second step on, the whole step as one graph (train/step.h's whole_step; the emulated
 # runtime's stream capture refuses a host read, a synchronisation or an allocation outside the
@@ -140,12 +143,15 @@ print(f"ok   {name}: {d['replayed']} of {d['launches']} launches replayed in its
       f"{host} from the host")
 PY
 }
-for precision in fp32 bf16; do
-  train "cola-$precision-nograph" 1 cuda cola -b 2 --precision "$precision" --cuda-graph off &&
-    compare "--cuda-graph off, $precision" "cola-$precision-cuda" "cola-$precision-nograph" 0 \
+nograph() {  # nograph PRECISION
+  train "cola-$1-nograph" 1 cuda cola -b 2 --precision "$1" --cuda-graph off &&
+    compare "--cuda-graph off, $1" "cola-$1-cuda" "cola-$1-nograph" 0 \
       "the same kernels launched from the host or replayed: exact" &&
-    graphs "cola-$precision-cuda" 6 "cola-$precision-nograph"  # one graph launch, 5 copies
-done
+    graphs "cola-$1-cuda" 6 "cola-$1-nograph"  # one graph launch, 5 copies
+}
+side_by_side nograph fp32
+side_by_side nograph bf16
+side_by_side_wait
 echo "one process: $((SECONDS - started)) s so far"
 
 # Two ranks under the launcher: each group's collectives on the device (NCCL on the emulated NCCL
