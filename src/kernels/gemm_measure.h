@@ -22,4 +22,12 @@ double measure_gemm_gflops(int64_t M, int64_t N, int64_t K, DType compute, int r
 // call varies by up to 2× over tens of seconds; the fastest of many calls is the stable figure.
 double measure_peak_gemm_gflops(DType compute);
 
+struct KernelTable;
+// The same peak measured with `table`'s gemm on operands in host memory: --device cpu-checked's
+// entry, with the CPU backend's table. The checking mode's cost (every kernel opens the checked
+// arena) is no part of the machine's rate, and growing with n² against the product's n³ it made
+// every size look faster than the one before, so that its MFU peak took 2048³ products in every
+// run (issue 63).
+double measure_peak_gemm_gflops_on_host(const KernelTable& table, DType compute);
+
 }  // namespace boostlm

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/device.h"
+#include "kernels/gemm_measure.h"
 #include "kernels/cpu/kernels.h"
 
 namespace boostlm {
@@ -69,6 +70,9 @@ const KernelTable& cpu_checked_kernel_table() {
     t.gemm_path = &cpu::gemm_path;
     t.set_gemm_path = &cpu::set_gemm_path;
     t.gemm_keeps_threads = &cpu::gemm_keeps_threads;
+    t.measure_peak_gemm_gflops = [](DType compute) {
+      return measure_peak_gemm_gflops_on_host(cpu_kernel_table(), compute);
+    };
 #define BOOSTLM_CHECKED_ENTRY(ret, function, entry, params, args) t.entry = &checked_##entry;
     BOOSTLM_KERNEL_LIST(BOOSTLM_CHECKED_ENTRY)
 #undef BOOSTLM_CHECKED_ENTRY
