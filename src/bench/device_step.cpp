@@ -42,7 +42,9 @@ DeviceStepResult run_one(const DeviceStepOptions& o, ModelConfig config, const s
   DeviceStepResult r;
   try {
     Model model(config, dtype);
-    model.init_weights(1);
+    // Counted, not run, a step reads no weight: the 1B's initialisation alone (a normal draw per
+    // weight on the host) was ~40% of a count-only run's minutes (issue 63).
+    if (!o.count_only) model.init_weights(1);
     AdamW optimizer(model.params(), OptimizerConfig{});
     Pipeline pipeline(model);
     const MicroBatch batch{tokens.data(), targets.data()};
