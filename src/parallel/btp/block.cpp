@@ -292,6 +292,10 @@ class Btp final : public Layout {
     const ProjectionGroup group = members(layer, g);
     const int64_t width = group_width(group);
     const ConcatenatedA* cat = concatenated(layer, g);
+    if (latents_direct()) {
+      latents_forward_direct(g, group, cat, in, online, rstd, a);
+      return;
+    }
     // One packed buffer [N, Σr (+1)] per all-reduce: the whole group when grouped, else one per
     // projection; the statistic rides in the first.
     int64_t col = 0;
@@ -349,6 +353,29 @@ class Btp final : public Layout {
     }
     // LaX: the latent is replicated now, so its gate and norm run here with no collective.
     if (lax()) lax_forward(layer, g, lax_u_.data(), width);
+  }
+
+  // bf16 training on one rank (no TP group), without LaX: nothing to all-reduce, so the down
+  // GEMMs write the kept bf16 latents themselves, with no packing pass and no unpacking pass. The
+  // online norm's input was divided by its rows' rms already (group_input), which on one rank is
+  // the whole row's: the GEMM's output is Z = RMSNorm(x)·A itself, and 1/rms comes from Σx².
+  bool latents_direct() const { return compute_ == DType::bf16 && tp_.size() == 1 && !lax(); }
+  void latents_forward_direct(const Group& g, ProjectionGroup group, const ConcatenatedA* cat,
+                              GemmInput in, bool online, float* rstd, Kept& a) {
+    const int64_t N = batch_ * seq_len_, width = group_width(group), d_in = group[0].d_in;
+    bf16_t* z = a.z16[g.index].data();
+    if (cat) {
+      gemm_batched_bf16_out(Trans::N, Trans::N, N, width, d_in, 1.0f, in, cat->input(), z, width,
+                            GemmBatch{});
+    } else {
+      int64_t c0 = 0;
+      for (const ProjectionWeights& p : group) {
+        gemm_batched_bf16_out(Trans::N, Trans::N, N, p.rank, d_in, 1.0f, in,
+                              {p.a, p.a_bf16, p.rank}, z + c0, width, GemmBatch{});
+        c0 += p.rank;
+      }
+    }
+    if (online) online_norm_rstd(stat_.data(), 1, N, 0, config_.d_model, config_.rms_eps, rstd);
   }
 
   // y_m = σ(z_m) B_m for the group's members (column-parallel B; batched when grouping). Each
