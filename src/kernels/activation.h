@@ -31,6 +31,10 @@ void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_
 // as they are computed (only bf16 GEMMs read them).
 void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n,
                           bool gate_act, bf16_t* dg, bf16_t* du);
+// The same from SwiGLU's output gradient in bf16, as the down projection's input GEMM wrote it
+// where the layout has it whole (Layout::input_gradient_in_bf16).
+void swiglu_backward_bf16(const bf16_t* dh, const bf16_t* g, const bf16_t* u, int64_t n,
+                          bool gate_act, bf16_t* dg, bf16_t* du);
 // y = silu(x) rounded to bf16 ([rows, cols], contiguous): a latent that only a bf16 GEMM reads.
 void silu_forward_bf16(const float* x, int64_t rows, int64_t cols, bf16_t* y);
 // The same from a bf16 x (btp's latents kept in bf16), and silu_backward reading it.

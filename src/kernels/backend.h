@@ -256,6 +256,10 @@
     (const float* dh, const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act, bf16_t* dg,    \
      bf16_t* du),                                                                                \
     (dh, g, u, n, gate_act, dg, du))                                                             \
+  X(void, swiglu_backward_bf16, swiglu_backward_bf16_dh16,                                       \
+    (const bf16_t* dh, const bf16_t* g, const bf16_t* u, int64_t n, bool gate_act, bf16_t* dg,   \
+     bf16_t* du),                                                                                \
+    (dh, g, u, n, gate_act, dg, du))                                                             \
   X(void, silu_forward_bf16, silu_forward_bf16_from_f32,                                         \
     (const float* x, int64_t rows, int64_t cols, bf16_t* y), (x, rows, cols, y))                 \
   X(void, silu_forward_bf16, silu_forward_bf16,                                                  \

@@ -323,9 +323,11 @@ void group_up_backward(ProjectionGroup group, GemmInput latent, const GemmInput*
 namespace {
 
 // da_scratch: d_in · Σ rank elements when cat is given, else unused.
+// dx: fp32 (dx = dx_beta·dx + …), or dx16 in bf16 only (bf16 training, beta 0, one GEMM).
 void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                              GemmInput dz, int64_t N, float* dx, int64_t lddx, float dx_beta,
-                              float* da_scratch, DType compute) {
+                              GemmInput dz, int64_t N, float* dx, bf16_t* dx16, int64_t lddx,
+                              float dx_beta, float* da_scratch, DType compute) {
+  BOOSTLM_ASSERT(!dx16 || (compute == DType::bf16 && dx_beta == 0.0f && (cat || group.size() == 1)));
   const int64_t d_in = group[0].d_in;
   const int64_t width = group_width(group);
   const GemmInput grad = rounded_gradient(dz, N, width, compute);  // for both GEMMs
@@ -338,14 +340,23 @@ void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, G
       add_columns(da_scratch + c0, width, d_in, p.rank, p.da, p.rank);
       c0 += p.rank;
     }
-    gemm(Trans::N, Trans::T, N, d_in, width, 1.0f, grad, cat->input(), dx_beta, dx, lddx, compute);
+    if (dx16)
+      gemm_batched_bf16_out(Trans::N, Trans::T, N, d_in, width, 1.0f, grad, cat->input(), dx16,
+                            lddx, GemmBatch{});
+    else
+      gemm(Trans::N, Trans::T, N, d_in, width, 1.0f, grad, cat->input(), dx_beta, dx, lddx,
+           compute);
     return;
   }
   int64_t c0 = 0;
   for (const ProjectionWeights& p : group) {
     gemm(Trans::T, Trans::N, d_in, p.rank, N, 1.0f, x, grad.at(c0), 1.0f, p.da, p.rank, compute);
-    gemm(Trans::N, Trans::T, N, d_in, p.rank, 1.0f, grad.at(c0), {p.a, p.a_bf16, p.rank},
-         c0 == 0 ? dx_beta : 1.0f, dx, lddx, compute);
+    if (dx16)
+      gemm_batched_bf16_out(Trans::N, Trans::T, N, d_in, p.rank, 1.0f, grad.at(c0),
+                            {p.a, p.a_bf16, p.rank}, dx16, lddx, GemmBatch{});
+    else
+      gemm(Trans::N, Trans::T, N, d_in, p.rank, 1.0f, grad.at(c0), {p.a, p.a_bf16, p.rank},
+           c0 == 0 ? dx_beta : 1.0f, dx, lddx, compute);
     c0 += p.rank;
   }
 }
@@ -356,7 +367,16 @@ void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmIn
                          GemmInput dz, int64_t N, float* dx, int64_t lddx, float dx_beta,
                          Buffer<float>& da_scratch, DType compute) {
   if (cat) da_scratch.resize(group[0].d_in * cat->width);
-  group_down_backward_impl(group, cat, x, dz, N, dx, lddx, dx_beta, da_scratch.data(), compute);
+  group_down_backward_impl(group, cat, x, dz, N, dx, nullptr, lddx, dx_beta, da_scratch.data(),
+                           compute);
+}
+
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
+                         GemmInput dz, int64_t N, bf16_t* dx, int64_t lddx,
+                         Buffer<float>& da_scratch) {
+  if (cat) da_scratch.resize(group[0].d_in * cat->width);
+  group_down_backward_impl(group, cat, x, dz, N, nullptr, dx, lddx, 0.0f, da_scratch.data(),
+                           DType::bf16);
 }
 
 void dense_projection_forward(const ProjectionWeights& p, GemmInput x, int64_t N, float* y,
@@ -381,6 +401,15 @@ void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t 
   gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, grad, x, 1.0f, p.dweight, p.d_in, compute);
   gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, grad, {p.weight, p.weight_bf16, p.d_in},
        dx_beta, dx, lddx, compute);
+}
+
+void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,
+                               bf16_t* dx, int64_t lddx) {
+  BOOSTLM_ASSERT_MSG(p.rank == 0, "dense_projection_backward on a low-rank projection");
+  const GemmInput grad = rounded_gradient(dy, N, p.d_out, DType::bf16);
+  gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, grad, x, 1.0f, p.dweight, p.d_in, DType::bf16);
+  gemm_batched_bf16_out(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, grad,
+                        {p.weight, p.weight_bf16, p.d_in}, dx, lddx, GemmBatch{});
 }
 
 }  // namespace boostlm

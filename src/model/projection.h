@@ -64,6 +64,9 @@ void dense_projection_forward_bf16_out(const ProjectionWeights& p, GemmInput x, 
 // in bf16), or in bf16 already, as a producer that feeds only these GEMMs wrote it.
 void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,
                                float* dx, int64_t lddx, float dx_beta, DType compute);
+// The same in bf16 training with dx overwritten in bf16 only (see group_down_backward's).
+void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,
+                               bf16_t* dx, int64_t lddx);
 
 // Low-rank halves, for a group of projections that read one input (q|k|v, gate|up; o and down
 // alone).
@@ -123,5 +126,10 @@ GemmInput group_activate_backward_to_bf16(ProjectionGroup group, const bf16_t* z
 void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
                          GemmInput dz, int64_t N, float* dx, int64_t lddx, float dx_beta,
                          Buffer<float>& da_scratch, DType compute);
+// bf16 training with dx written in bf16 only (overwritten, as the fp32 result rounded): an input
+// gradient whose readers all take bf16 (SwiGLU's backward). One member, or the concatenation.
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
+                         GemmInput dz, int64_t N, bf16_t* dx, int64_t lddx,
+                         Buffer<float>& da_scratch);
 
 }  // namespace boostlm

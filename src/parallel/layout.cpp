@@ -70,27 +70,37 @@ void Layout::block_backward(int64_t layer, float* dx) {
   work_layer_ = -1;  // backward overwrites them
 
   // MLP. In bf16 SwiGLU's backward writes the gate|up gradients in bf16 only: the group's GEMMs
-  // are all that read them.
+  // are all that read them. Its own input, SwiGLU's output gradient, comes in bf16 where the
+  // layout has it whole: written over SwiGLU's output, which down's weight gradient has read by
+  // then (the GEMM that writes dh runs after the one that reads h).
   const bool bf16 = compute_ == DType::bf16;
   const bool act = config_.mlp_gate_act;
-  group_backward(layer, kDown, mlp_hidden(w, /*fresh=*/false), {{dx, rc}}, d_hidden_.data());
+  const GemmInput hidden = mlp_hidden(w, /*fresh=*/false);
+  const bool dh16 = bf16 && input_gradient_in_bf16(kDown);
+  if (dh16)
+    group_backward(layer, kDown, hidden, {{dx, rc}}, {nullptr, hidden_bf16_.data()});
+  else
+    group_backward(layer, kDown, hidden, {{dx, rc}}, {d_hidden_.data()});
   if (bf16) {
     const bf16_t *gate = w.gate_up16.data(), *up = gate + N * ff;
     bf16_t *d_gate = d_bf16_.data(), *d_up = d_gate + N * ff;
-    swiglu_backward_bf16(d_hidden_.data(), gate, up, N * ff, act, d_gate, d_up);
+    if (dh16)
+      swiglu_backward_bf16(hidden_bf16_.data(), gate, up, N * ff, act, d_gate, d_up);
+    else
+      swiglu_backward_bf16(d_hidden_.data(), gate, up, N * ff, act, d_gate, d_up);
     group_backward(layer, kGateUp, mid(a).input(rc),
-                   {{nullptr, d_gate, ff}, {nullptr, d_up, ff}}, dx);
+                   {{nullptr, d_gate, ff}, {nullptr, d_up, ff}}, {dx});
   } else {
     const float *gate = w.gate_up.data(), *up = gate + N * ff;
     float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ff;
     swiglu_backward(d_hidden_.data(), gate, up, N * ff, act, d_gate, d_up);
-    group_backward(layer, kGateUp, mid(a).input(rc), {{d_gate, ff}, {d_up, ff}}, dx);
+    group_backward(layer, kGateUp, mid(a).input(rc), {{d_gate, ff}, {d_up, ff}}, {dx});
   }
 
   // Attention.
   const GemmInput attn =
       bf16 ? GemmInput(nullptr, w.attn16.data(), ql) : GemmInput(w.attn.data(), ql);
-  group_backward(layer, kO, attn, {{dx, rc}}, d_attn_.data());
+  group_backward(layer, kO, attn, {{dx, rc}}, {d_attn_.data()});
   const Qkv d = split_qkv(d_qkv_.data());
   const AttentionShape shape{batch_, seq_len_, widths_.heads, widths_.kv_heads, hd, compute_};
   if (bf16) {
@@ -103,7 +113,7 @@ void Layout::block_backward(int64_t layer, float* dx) {
     rope_backward_bf16(d.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_, dk, kvl);
     round_to_bf16(d.v, N, kvl, kvl, dv);
     group_backward(layer, kQkv, a.x_in.input(rc),
-                   {{nullptr, dq, ql}, {nullptr, dk, kvl}, {nullptr, dv, kvl}}, dx);
+                   {{nullptr, dq, ql}, {nullptr, dk, kvl}, {nullptr, dv, kvl}}, {dx});
     return;
   }
   const Qkv qkv = split_qkv(w.qkv.data());
@@ -111,7 +121,7 @@ void Layout::block_backward(int64_t layer, float* dx) {
                      d_attn_.data(), ql, d.q, ql, d.k, kvl, d.v, kvl);
   rope_backward(d.q, ql, batch_, seq_len_, widths_.heads, rope_);
   rope_backward(d.k, kvl, batch_, seq_len_, widths_.kv_heads, rope_);
-  group_backward(layer, kQkv, a.x_in.input(rc), {{d.q, ql}, {d.k, kvl}, {d.v, kvl}}, dx);
+  group_backward(layer, kQkv, a.x_in.input(rc), {{d.q, ql}, {d.k, kvl}, {d.v, kvl}}, {dx});
 }
 
 // In bf16 the GEMMs' fp32 outputs are rounded into the kept copies at once, so their work areas

@@ -300,6 +300,11 @@ class Layout {
     const int t = tp_.size();
     return {config_.n_heads / t, config_.n_kv_heads / t, config_.d_ff / t};
   }
+  // A member's output: fp32 (f32), or in bf16 only (bf16), where the layout can write it so.
+  struct GroupOutput {
+    float* f32 = nullptr;
+    bf16_t* bf16 = nullptr;
+  };
   // Group g's forward on block `layer`: its input x [N, in] — the residual stream for a normed
   // group (fp32, x.f32; the layout applies the norm), else the attention output (o) or the SwiGLU
   // output (down), which in bf16 may come in bf16 only — and its members' outputs y_m
@@ -309,21 +314,23 @@ class Layout {
                              std::initializer_list<float*> y) = 0;
   // Its backward from the outputs' gradients dy_m (fp32, or in bf16 training bf16 only where the
   // skeleton's kernel wrote them so: SwiGLU's and RoPE's backward, since only the group's GEMMs
-  // read them): for o and down, dx = ∂L/∂x (overwritten); for a normed group, ∂L/∂x through the
-  // norm is added into dx (the residual's gradient).
+  // read them): for o and down, dx = ∂L/∂x (overwritten; in bf16 only, dx.bf16, where
+  // input_gradient_in_bf16 says so); for a normed group, ∂L/∂x through the norm is added into
+  // dx.f32 (the residual's gradient).
   virtual void group_backward(int64_t layer, const Group& g, GemmInput x,
-                              std::initializer_list<GemmInput> dy, float* dx) = 0;
+                              std::initializer_list<GemmInput> dy, GroupOutput dx) = 0;
+  // Whether, in bf16 training, the unnormed group g's input gradient can be written by its GEMM in
+  // bf16 only: where the rank's GEMM produces it whole, no collective summing it after (btp's and
+  // dense-tp's row-parallel down, whose input is this rank's d_ff slice; not naive-tp's, whose
+  // partial input gradients are all-reduced). The skeleton asks it for down, whose input gradient
+  // only SwiGLU's backward reads (issue 60: the MLP hidden's gradient in bf16).
+  virtual bool input_gradient_in_bf16(const Group&) const { return false; }
   // Whether backward rebuilds the intermediates (q, k, v, attention, gate, up, SwiGLU) instead of
   // keeping them per block (btp's lowrank recomputation), and the rebuilding of group g's outputs
   // from what the block kept, with no collective.
   virtual bool recomputes_intermediates() const { return false; }
   virtual void group_replay(int64_t layer, const Group& g, GemmInput x,
                             std::initializer_list<float*> y);
-  // A member's output: fp32 (f32), or in bf16 only (bf16), where the layout can write it so.
-  struct GroupOutput {
-    float* f32 = nullptr;
-    bf16_t* bf16 = nullptr;
-  };
   // Whether, in bf16 training, group g's outputs can be written by its GEMMs in bf16 only
   // (group_forward_mixed / group_replay_mixed: as group_forward / group_replay, each member in
   // fp32 or bf16 as the skeleton asks): where the rank's GEMMs produce them whole, nothing summing

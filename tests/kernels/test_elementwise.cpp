@@ -191,6 +191,19 @@ TEST(SwiGlu, Bf16FormsAreTheFp32KernelsOnRoundedValues) {
       ASSERT_EQ(dg_rounded[i], float_to_bf16(dg[i])) << i;
       ASSERT_EQ(du_rounded[i], float_to_bf16(du[i])) << i;
     }
+    // dh in bf16 (the down GEMM's bf16 output): the fp32-dh form on the widened dh, bit for bit.
+    std::vector<bf16_t> dh16(n), dg_from16(n), du_from16(n), dg_wide(n), du_wide(n);
+    std::vector<float> dh_wide(n);
+    for (int64_t i = 0; i < n; ++i) {
+      dh16[i] = float_to_bf16(dh[i]);
+      dh_wide[i] = bf16_to_float(dh16[i]);
+    }
+    swiglu_backward_bf16(dh16.data(), g16.data(), u16.data(), n, gate_act, dg_from16.data(),
+                         du_from16.data());
+    swiglu_backward_bf16(dh_wide.data(), g16.data(), u16.data(), n, gate_act, dg_wide.data(),
+                         du_wide.data());
+    EXPECT_EQ(dg_from16, dg_wide);
+    EXPECT_EQ(du_from16, du_wide);
   }
 }
 

@@ -74,8 +74,8 @@ inline void swiglu_run(const In* g, const In* u, int64_t n, bool gate_act, Out* 
 }
 
 // dg = dh ⊙ u ⊙ act'(g), du = dh ⊙ act(g) over one run.
-template <typename In, typename Out>
-inline void swiglu_grad_run(const float* dh, const In* g, const In* u, int64_t n, bool gate_act,
+template <typename Dh, typename In, typename Out>
+inline void swiglu_grad_run(const Dh* dh, const In* g, const In* u, int64_t n, bool gate_act,
                             Out* dg, Out* du) {
 #ifdef BOOSTLM_VEC16
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -97,11 +97,11 @@ inline void swiglu_grad_run(const float* dh, const In* g, const In* u, int64_t n
     const float gi = to_float(g[i]), ui = to_float(u[i]);
     if (gate_act) {
       const float s = sigmoid_vec(gi);
-      put(dg + i, dh[i] * ui * s * (1.0f + gi * (1.0f - s)));
-      put(du + i, dh[i] * gi * s);
+      put(dg + i, to_float(dh[i]) * ui * s * (1.0f + gi * (1.0f - s)));
+      put(du + i, to_float(dh[i]) * gi * s);
     } else {
-      put(dg + i, dh[i] * ui);
-      put(du + i, dh[i] * gi);
+      put(dg + i, to_float(dh[i]) * ui);
+      put(du + i, to_float(dh[i]) * gi);
     }
   }
 #endif
@@ -177,6 +177,14 @@ void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_
 }
 
 void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n,
+                          bool gate_act, bf16_t* dg, bf16_t* du) {
+  BOOSTLM_KERNEL("activation");
+  for_each_chunk(n, [&](int64_t i, int64_t count) {
+    swiglu_grad_run(dh + i, g + i, u + i, count, gate_act, dg + i, du + i);
+  });
+}
+
+void swiglu_backward_bf16(const bf16_t* dh, const bf16_t* g, const bf16_t* u, int64_t n,
                           bool gate_act, bf16_t* dg, bf16_t* du) {
   BOOSTLM_KERNEL("activation");
   for_each_chunk(n, [&](int64_t i, int64_t count) {

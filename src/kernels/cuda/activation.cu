@@ -51,12 +51,12 @@ __global__ void swiglu_forward_kernel(const In* g, const In* u, int64_t n, bool 
   }
 }
 
-template <typename In, typename Out>
-__global__ void swiglu_backward_kernel(const float* dh, const In* g, const In* u, int64_t n,
+template <typename Dh, typename In, typename Out>
+__global__ void swiglu_backward_kernel(const Dh* dh, const In* g, const In* u, int64_t n,
                                        bool gate_act, Out* dg, Out* du) {
   for (int64_t i = grid_index(); i < n; i += grid_stride()) {
     float dgi, dui;
-    math::swiglu_grad(dh[i], math::to_float(g[i]), math::to_float(u[i]), gate_act, dgi, dui);
+    math::swiglu_grad(math::to_float(dh[i]), math::to_float(g[i]), math::to_float(u[i]), gate_act, dgi, dui);
     math::store(dg + i, dgi);
     math::store(du + i, dui);
   }
@@ -100,12 +100,12 @@ void launch_swiglu(const In* g, const In* u, int64_t n, bool gate_act, Out* h, b
   BOOSTLM_CHECK_LAUNCH();
 }
 
-template <typename In, typename Out>
-void launch_swiglu_backward(const float* dh, const In* g, const In* u, int64_t n, bool gate_act,
+template <typename Dh, typename In, typename Out>
+void launch_swiglu_backward(const Dh* dh, const In* g, const In* u, int64_t n, bool gate_act,
                             Out* dg, Out* du, cudaStream_t stream) {
   const LaunchGeometry geometry = elements_launch(n);
   if (geometry.grid == 0) return;
-  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<float>(n) + bytes_of<In>(2 * n),
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<Dh>(n) + bytes_of<In>(2 * n),
                                     .bytes_written = bytes_of<Out>(2 * n)});
   swiglu_backward_kernel<<<grid_of(geometry.grid), geometry.block, 0, stream>>>(dh, g, u, n,
                                                                                 gate_act, dg, du);
@@ -169,6 +169,11 @@ void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_
 }
 
 void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n,
+                          bool gate_act, bf16_t* dg, bf16_t* du, cudaStream_t stream) {
+  launch_swiglu_backward(dh, g, u, n, gate_act, dg, du, stream);
+}
+
+void swiglu_backward_bf16(const bf16_t* dh, const bf16_t* g, const bf16_t* u, int64_t n,
                           bool gate_act, bf16_t* dg, bf16_t* du, cudaStream_t stream) {
   launch_swiglu_backward(dh, g, u, n, gate_act, dg, du, stream);
 }

@@ -68,6 +68,8 @@ void swiglu_forward_bf16(const bf16_t* g, const bf16_t* u, int64_t n, bool gate_
                          cudaStream_t stream);
 void swiglu_backward_bf16(const float* dh, const bf16_t* g, const bf16_t* u, int64_t n,
                           bool gate_act, bf16_t* dg, bf16_t* du, cudaStream_t stream);
+void swiglu_backward_bf16(const bf16_t* dh, const bf16_t* g, const bf16_t* u, int64_t n,
+                          bool gate_act, bf16_t* dg, bf16_t* du, cudaStream_t stream);
 
 // ---- AdamW and the gradient norm's pieces (kernels/adamw.h). The bias corrections are computed
 // on the host from h.step, as the CPU backend does; grad_scale is applied to g as it is read and

@@ -66,11 +66,16 @@ class Btp final : public Layout {
   // The latents' gradients are partial (B is column-parallel): their all-reduce(s), then dA and
   // the input gradient locally — through the online norm without any collective.
   void group_backward(int64_t layer, const Group& g, GemmInput x,
-                      std::initializer_list<GemmInput> dy, float* dx) override {
+                      std::initializer_list<GemmInput> dy, GroupOutput dx) override {
     Kept& a = kept_[slot(layer)];
     const Norm n = norm(layer, g);
     latents_backward(layer, g, dy, x, n.gamma, n.dgamma, n.rstd, a, dx, g.normed ? 1.0f : 0.0f,
                      n.out);
+  }
+
+  // down's input is this rank's d_ff slice (A row-parallel): its gradient is whole here.
+  bool input_gradient_in_bf16(const Group& g) const override {
+    return compute_ == DType::bf16 && g.index == kDown.index;
   }
 
   // lowrank (SPEC §3.6): the intermediates are rebuilt from the kept latents with local GEMMs.
@@ -417,10 +422,12 @@ class Btp final : public Layout {
   // Backward of a group: dB and the latents' (partial) gradients, their all-reduce(s), σ', then
   // dA and the input gradient — through the online norm locally, or the synchronous norm.
   // dy: ∂L/∂y_m, [N, d_out] each. x: the group's input (the residual for a normed group);
-  // dx = dx_beta·dx + ∂L/∂x.
+  // dx = dx_beta·dx + ∂L/∂x (dx.f32), or ∂L/∂x in bf16 only (dx.bf16: an unnormed group, beta 0).
   void latents_backward(int64_t layer, const Group& g, std::initializer_list<GemmInput> dy,
                         GemmInput input, const float* gamma, float* dgamma, const float* rstd,
-                        Kept& a, float* dx, float dx_beta, const float* norm_out = nullptr) {
+                        Kept& a, GroupOutput dx_out, float dx_beta,
+                        const float* norm_out = nullptr) {
+    float* dx = dx_out.f32;
     const int64_t N = batch_ * seq_len_;
     const ProjectionGroup group = members(layer, g);
     const ConcatenatedA* cat = concatenated(layer, g);
@@ -482,6 +489,12 @@ class Btp final : public Layout {
       in = {xg_.data(), in_cols};
     }
     // dA_i += inᵀ dP_i ;  g = Σ dP_i A_iᵀ  (one GEMM each when grouped).
+    if (dx_out.bf16) {
+      BOOSTLM_ASSERT(!g.normed && dx_beta == 0.0f);
+      group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), dp, N, dx_out.bf16,
+                          in_cols, concatenated_da_);
+      return;
+    }
     float* g_out = g.normed ? d_norm_.data() : dx;
     group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), dp, N, g_out, in_cols,
                         g.normed ? 0.0f : dx_beta, concatenated_da_, compute_);

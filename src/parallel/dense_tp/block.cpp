@@ -58,7 +58,7 @@ class DenseTp final : public Layout {
   }
 
   void group_backward(int64_t layer, const Group& g, GemmInput x,
-                      std::initializer_list<GemmInput> dy, float* dx) override {
+                      std::initializer_list<GemmInput> dy, GroupOutput dx_out) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;
     const BlockWeights& w = blocks_[layer];
     if (!g.normed) {  // dy (replicated) is ∂L/∂(output); the input is this rank's shard
@@ -66,9 +66,13 @@ class DenseTp final : public Layout {
       // dy is the residual's gradient: in bf16 as the norm's backward above left it.
       GemmInput d = dy.begin()[0];
       if (const bf16_t* copy = residual_gradient_bf16(layer, g, d.f32)) d.bf16 = copy;
-      dense_projection_backward(p, x, N, d, dx, p.d_in, 0.0f, compute_);
+      if (dx_out.bf16)
+        dense_projection_backward(p, x, N, d, dx_out.bf16, p.d_in);
+      else
+        dense_projection_backward(p, x, N, d, dx_out.f32, p.d_in, 0.0f, compute_);
       return;
     }
+    float* dx = dx_out.f32;
     const Norm n = norm(layer, g);
     const GemmInput in = replicated_norm_output(n);
     for (int m = 0; m < g.count; ++m) {
@@ -79,6 +83,11 @@ class DenseTp final : public Layout {
     // column-parallel inputs: Σ of partial gradients (f)
     all_reduce_activations(tp_, compute_, d_norm_.data(), N, d, d, wire_);
     replicated_norm_backward(layer, g, n, d_norm_.data(), x, dx);
+  }
+
+  // down is row-parallel (Megatron): its input gradient is this rank's d_ff slice, whole.
+  bool input_gradient_in_bf16(const Group& g) const override {
+    return compute_ == DType::bf16 && g.index == kDown.index;
   }
 
   // bf16 training: the residual add and the replicated norm that reads it in one pass.

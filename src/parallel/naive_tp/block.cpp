@@ -61,9 +61,11 @@ class NaiveTp final : public Layout {
   // The input gradient from this rank's rank slice is partial: one all-reduce per group (q, k and
   // v merged; gate and up merged), before the norm's backward where there is one.
   void group_backward(int64_t layer, const Group& g, GemmInput x,
-                      std::initializer_list<GemmInput> dy, float* dx) override {
+                      std::initializer_list<GemmInput> dy, GroupOutput dx_out) override {
     const int64_t N = batch_ * seq_len_, d = config_.d_model;
     Kept& a = kept_[slot(layer)];
+    float* dx = dx_out.f32;  // input_gradient_in_bf16: never (its partial dx are all-reduced)
+    BOOSTLM_ASSERT(dx);
     if (!g.normed) {
       const int64_t in_cols = members(layer, g)[0].d_in;
       // dy is the residual's gradient: in bf16 as the norm's backward above left it.

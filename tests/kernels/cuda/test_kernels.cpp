@@ -233,6 +233,18 @@ TEST_F(CudaActivation, SwiGluBf16FormsMatchTheCpuBackend) {
     EXPECT_TRUE(all_within_bf16_ulps(d_h.download(), h));
     EXPECT_TRUE(all_within_bf16_ulps(d_dg.download(), dg));
     EXPECT_TRUE(all_within_bf16_ulps(d_du.download(), du));
+
+    // dh in bf16: within 1 ulp of the CPU's form from the same bf16 dh.
+    std::vector<bf16_t> dh16(n), dg16(n), du16(n);
+    for (int64_t i = 0; i < n; ++i) dh16[i] = float_to_bf16(dh[i]);
+    swiglu_backward_bf16(dh16.data(), g_kept.data(), u_kept.data(), n, gate_act, dg16.data(),
+                         du16.data());
+    DeviceArray<bf16_t> d_dh16(dh16), d_dg16(n), d_du16(n);
+    cuda::swiglu_backward_bf16(d_dh16.get(), d_g_kept.get(), d_u_kept.get(), n, gate_act,
+                               d_dg16.get(), d_du16.get(), stream);
+    sync();
+    EXPECT_TRUE(all_within_bf16_ulps(d_dg16.download(), dg16));
+    EXPECT_TRUE(all_within_bf16_ulps(d_du16.download(), du16));
   }
 }
 
