@@ -186,6 +186,10 @@
     (const float* g, const bf16_t* x, const float* gamma, const float* ds, int64_t rows,         \
     int64_t D, float dx_beta, float* dx, float* dgamma, bf16_t* dx16),                           \
     (g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16))                                       \
+  X(void, online_norm_input_backward, online_norm_input_backward_g16,                            \
+    (const bf16_t* g, const bf16_t* x, const float* gamma, const float* ds, int64_t rows,        \
+    int64_t D, float dx_beta, float* dx, float* dgamma, bf16_t* dx16),                           \
+    (g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16))                                       \
   /* kernels/rope.h */                                                                           \
   X(void, rope_forward, rope_forward,                                                            \
     (float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, const RopeTable& table),         \

@@ -26,8 +26,8 @@ void rmsnorm_forward(const bf16_t* x, int64_t ldx, const float* gamma, int64_t r
 // The same with y rounded to bf16 as it is computed (a norm whose output only bf16 GEMMs read).
 void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
                           float eps, bf16_t* y, int64_t ldy, float* rstd);
-void rmsnorm_forward_bf16(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows,
-                          int64_t D, float eps, bf16_t* y, int64_t ldy, float* rstd);
+void rmsnorm_forward_bf16(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
+                          float eps, bf16_t* y, int64_t ldy, float* rstd);
 
 // dx = ∂L/∂x (overwritten, or added to when accumulate), dgamma += ∂L/∂γ. dx16 (bf16 training;
 // may be null): dx also written there rounded to bf16 ([rows, D] contiguous), in the same pass,
@@ -91,13 +91,12 @@ void online_norm_input_bf16(const bf16_t* x, const float* gamma, float* sum_sq, 
 // required).
 void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, const float* gamma,
                                    int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd);
-void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
-                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
-                                     float eps, bf16_t* out);
+void residual_online_norm_input_bf16(const float* x, const float* u, float* sum, const float* gamma,
+                                     float* sum_sq, int64_t rows, int64_t D, float eps,
+                                     bf16_t* out);
 // With a bf16 residual: sum = x + u rounded to bf16, and the norm of the rounded sum.
-void residual_rmsnorm_forward_bf16(const bf16_t* x, const float* u, bf16_t* sum,
-                                   const float* gamma, int64_t rows, int64_t D, float eps,
-                                   bf16_t* y, float* rstd);
+void residual_rmsnorm_forward_bf16(const bf16_t* x, const float* u, bf16_t* sum, const float* gamma,
+                                   int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd);
 void residual_online_norm_input_bf16(const bf16_t* x, const float* u, bf16_t* sum,
                                      const float* gamma, float* sum_sq, int64_t rows, int64_t D,
                                      float eps, bf16_t* out);
@@ -110,8 +109,8 @@ void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const f
 // to bf16 (rms_r from sum_sq when rescale, else 1), and stats[r·ld_stats] = sum_sq[r] in fp32 when
 // stats is given (the statistic rides exact beside the values, comm/bf16_sum.h). p is not written.
 void online_norm_pack_bf16(const float* p, int64_t ld, int64_t rows, int64_t width,
-                           const float* sum_sq, int64_t D, float eps, bool rescale,
-                           bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats);
+                           const float* sum_sq, int64_t D, float eps, bool rescale, bf16_t* values,
+                           int64_t ld_values, float* stats, int64_t ld_stats);
 void online_norm_rstd(const float* summed, int64_t ld, int64_t rows, int64_t stat_column,
                       int64_t D_total, float eps, float* rstd);
 // z[r, :] = summed[r, :width] · rstd[r] (or a plain copy when rstd is null), z with stride ldz.
@@ -147,6 +146,10 @@ void online_norm_input_backward(const float* g, const float* x, const float* gam
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 bf16_t* dx16 = nullptr);
 void online_norm_input_backward(const float* g, const bf16_t* x, const float* gamma,
+                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
+                                float* dgamma, bf16_t* dx16 = nullptr);
+// The same with g in bf16, as the latent GEMM wrote it (btp's online norm in bf16 training).
+void online_norm_input_backward(const bf16_t* g, const bf16_t* x, const float* gamma,
                                 const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
                                 float* dgamma, bf16_t* dx16 = nullptr);
 

@@ -327,7 +327,8 @@ namespace {
 void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
                               GemmInput dz, int64_t N, float* dx, bf16_t* dx16, int64_t lddx,
                               float dx_beta, float* da_scratch, DType compute) {
-  BOOSTLM_ASSERT(!dx16 || (compute == DType::bf16 && dx_beta == 0.0f && (cat || group.size() == 1)));
+  BOOSTLM_ASSERT(!dx16 ||
+                 (compute == DType::bf16 && dx_beta == 0.0f && (cat || group.size() == 1)));
   const int64_t d_in = group[0].d_in;
   const int64_t width = group_width(group);
   const GemmInput grad = rounded_gradient(dz, N, width, compute);  // for both GEMMs
@@ -363,17 +364,16 @@ void group_down_backward_impl(ProjectionGroup group, const ConcatenatedA* cat, G
 
 }  // namespace
 
-void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                         GemmInput dz, int64_t N, float* dx, int64_t lddx, float dx_beta,
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x, GemmInput dz,
+                         int64_t N, float* dx, int64_t lddx, float dx_beta,
                          Buffer<float>& da_scratch, DType compute) {
   if (cat) da_scratch.resize(group[0].d_in * cat->width);
   group_down_backward_impl(group, cat, x, dz, N, dx, nullptr, lddx, dx_beta, da_scratch.data(),
                            compute);
 }
 
-void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                         GemmInput dz, int64_t N, bf16_t* dx, int64_t lddx,
-                         Buffer<float>& da_scratch) {
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x, GemmInput dz,
+                         int64_t N, bf16_t* dx, int64_t lddx, Buffer<float>& da_scratch) {
   if (cat) da_scratch.resize(group[0].d_in * cat->width);
   group_down_backward_impl(group, cat, x, dz, N, nullptr, dx, lddx, 0.0f, da_scratch.data(),
                            DType::bf16);

@@ -123,13 +123,12 @@ GemmInput group_activate_backward_to_bf16(ProjectionGroup group, const bf16_t* z
 // (rounded here once for both GEMMs, in bf16), or in bf16 already, as its producer wrote it. Two
 // GEMMs on the concatenation `cat` when given (its dA, in `da_scratch`, added into each member's),
 // else two per member.
-void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                         GemmInput dz, int64_t N, float* dx, int64_t lddx, float dx_beta,
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x, GemmInput dz,
+                         int64_t N, float* dx, int64_t lddx, float dx_beta,
                          Buffer<float>& da_scratch, DType compute);
 // bf16 training with dx written in bf16 only (overwritten, as the fp32 result rounded): an input
 // gradient whose readers all take bf16 (SwiGLU's backward). One member, or the concatenation.
-void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x,
-                         GemmInput dz, int64_t N, bf16_t* dx, int64_t lddx,
-                         Buffer<float>& da_scratch);
+void group_down_backward(ProjectionGroup group, const ConcatenatedA* cat, GemmInput x, GemmInput dz,
+                         int64_t N, bf16_t* dx, int64_t lddx, Buffer<float>& da_scratch);
 
 }  // namespace boostlm

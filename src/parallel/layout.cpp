@@ -88,8 +88,8 @@ void Layout::block_backward(int64_t layer, float* dx) {
       swiglu_backward_bf16(hidden_bf16_.data(), gate, up, N * ff, act, d_gate, d_up);
     else
       swiglu_backward_bf16(d_hidden_.data(), gate, up, N * ff, act, d_gate, d_up);
-    group_backward(layer, kGateUp, mid(a).input(rc),
-                   {{nullptr, d_gate, ff}, {nullptr, d_up, ff}}, {dx});
+    group_backward(layer, kGateUp, mid(a).input(rc), {{nullptr, d_gate, ff}, {nullptr, d_up, ff}},
+                   {dx});
   } else {
     const float *gate = w.gate_up.data(), *up = gate + N * ff;
     float *d_gate = d_gate_up_.data(), *d_up = d_gate + N * ff;
@@ -286,8 +286,8 @@ GemmInput Layout::replicated_norm_output(const Norm& n) const {
   return compute_ == DType::bf16 ? GemmInput(nullptr, n.out16, d) : GemmInput(n.out, d);
 }
 
-void Layout::replicated_norm_backward(int64_t layer, const Group& g, const Norm& n,
-                                      const float* dy, GemmInput x, float* dx) {
+void Layout::replicated_norm_backward(int64_t layer, const Group& g, const Norm& n, const float* dy,
+                                      GemmInput x, float* dx) {
   const int64_t N = batch_ * seq_len_, d = config_.d_model;
   bf16_t* dx16 = keep_residual_gradient_bf16(layer, g, dx);
   visit_residual(x, [&](const auto* xv) {

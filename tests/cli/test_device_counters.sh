@@ -132,6 +132,10 @@ PY
 # iteration, the 1B CoLA under BTP 0.59 s). hardware/a100-80g.json's curves come from FA2's and
 # cuBLAS's published rates and the paper's 7B GEMM utilisation, not from these step times, so this
 # holds the whole prediction (the counted kernels and the roofline) to the one measured step there is.
+# The dense step is the calibration: within 10% both ways. The CoLA step is held to "no slower than
+# the paper's" (+10% at most) and to no more than 25% faster: issue 60 sets this engine's goal below
+# the paper's measurement (bf16 activations, fused passes, no latent packing on one rank: 0.50 s
+# against 0.59), so a faster prediction is the work showing, and the floor catches a miscount.
 "$boostlm" bench step --device cuda --shape 1b -b 4 -t 4096 --arch dense cola --precision bf16 \
   --count-only --hardware a100-80g --json paper.json > paper.log 2>&1 \
   || fail "paper: $(tail -3 paper.log)"
@@ -139,13 +143,13 @@ PY
 import json, sys
 results = {r["arch"]: r for r in json.load(open(sys.argv[1]))["results"]}
 bad = 0
-for arch, paper_s in (("dense", 0.85), ("cola", 0.59)):
+for arch, paper_s, low, high in (("dense", 0.85, -0.10, 0.10), ("cola", 0.59, -0.25, 0.10)):
     predicted = results[arch]["predicted_step_s"]
-    ok = abs(predicted / paper_s - 1) <= 0.10
+    ok = low <= predicted / paper_s - 1 <= high
     bad += not ok
     print(f"{'ok  ' if ok else 'FAIL'} 1B {arch} batch 4 x 4096 on a100-80g: predicted "
           f"{predicted:.3f} s, the paper {paper_s:.2f} s ({(predicted / paper_s - 1) * 100:+.1f}%, "
-          f"within 10%)")
+          f"within {low * 100:+.0f}% .. {high * 100:+.0f}%)")
 sys.exit(1 if bad else 0)
 PY
 

@@ -348,6 +348,23 @@ TEST(OnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
       EXPECT_EQ(dg, dg_w);
       EXPECT_EQ(d16, d16_w);
     }
+    {  // g in bf16 (btp's latent GEMM writes it so): the fp32-g form on the widened g
+      std::vector<bf16_t> g16(rows * D);
+      std::vector<float> gw(rows * D);
+      for (int64_t i = 0; i < rows * D; ++i) {
+        g16[i] = float_to_bf16(g[i]);
+        gw[i] = bf16_to_float(g16[i]);
+      }
+      std::vector<float> dx(rows * D, 0.5f), dx_w = dx, dg(D), dg_w(D);
+      std::vector<bf16_t> d16(rows * D), d16_w(rows * D);
+      online_norm_input_backward(g16.data(), c16.data(), gamma.data(), ds.data(), rows, D, 1.0f,
+                                 dx.data(), dg.data(), d16.data());
+      online_norm_input_backward(gw.data(), c16.data(), gamma.data(), ds.data(), rows, D, 1.0f,
+                                 dx_w.data(), dg_w.data(), d16_w.data());
+      EXPECT_EQ(dx, dx_w);
+      EXPECT_EQ(dg, dg_w);
+      EXPECT_EQ(d16, d16_w);
+    }
     // add onto a bf16 residual, and the fused adds: the sum rounded, then the norm of it.
     std::vector<bf16_t> sum(rows * D), want_sum(rows * D);
     add(c16.data(), u.data(), sum.data(), rows * D);

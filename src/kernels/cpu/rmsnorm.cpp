@@ -98,9 +98,8 @@ void partial_backward_dot(const float* dy, int64_t lddy, const X* x, int64_t ldx
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * lddy;
     const X* xr = x + r * ldx;
-    dot[r] = cpu::accurate_sum(D_local, [&](int64_t j) {
-      return dyr[j] * gamma[j] * cpu::to_float(xr[j]);
-    });
+    dot[r] = cpu::accurate_sum(D_local,
+                               [&](int64_t j) { return dyr[j] * gamma[j] * cpu::to_float(xr[j]); });
   }
 }
 
@@ -207,19 +206,20 @@ void residual_online_input_bf16(const X* x, const float* u, X* sum, const float*
   });
 }
 
-template <typename X>
-void online_input_backward(const float* g, const X* x, const float* gamma, const float* ds,
+template <typename G, typename X>
+void online_input_backward(const G* g, const X* x, const float* gamma, const float* ds,
                            int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                            bf16_t* dx16) {
   const DeviceAccess access("online_norm_input_backward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float two_ds = 2.0f * ds[r];
-    const float* gr = g + r * D;
+    const G* gr = g + r * D;
     const X* xr = x + r * D;
     float* dxr = dx + r * D;
     for (int64_t j = 0; j < D; ++j)
-      dxr[j] = math::online_norm_dx(dxr[j], dx_beta, gr[j], gamma[j], two_ds, cpu::to_float(xr[j]));
+      dxr[j] = math::online_norm_dx(dxr[j], dx_beta, cpu::to_float(gr[j]), gamma[j], two_ds,
+                                    cpu::to_float(xr[j]));
     if (dx16) cpu::round_row_bf16(dxr, D, dx16 + r * D);  // while the row is in cache
   }
   // Column blocks per thread, rows inner: contiguous reads, no two threads on one element.
@@ -230,9 +230,9 @@ void online_input_backward(const float* g, const X* x, const float* gamma, const
     float acc[kCols] = {};
     for (int64_t r = 0; r < rows; ++r) {
       const X* xr = x + r * D;
-      const float* gr = g + r * D;
+      const G* gr = g + r * D;
 #pragma omp simd
-      for (int64_t j = j0; j < j1; ++j) acc[j - j0] += cpu::to_float(xr[j]) * gr[j];
+      for (int64_t j = j0; j < j1; ++j) acc[j - j0] += cpu::to_float(xr[j]) * cpu::to_float(gr[j]);
     }
     for (int64_t j = j0; j < j1; ++j) dgamma[j] += acc[j - j0];
   }
@@ -280,8 +280,8 @@ void rmsnorm_forward_bf16(const float* x, int64_t ldx, const float* gamma, int64
                           float eps, bf16_t* y, int64_t ldy, float* rstd) {
   forward_bf16(x, ldx, gamma, rows, D, eps, y, ldy, rstd);
 }
-void rmsnorm_forward_bf16(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows,
-                          int64_t D, float eps, bf16_t* y, int64_t ldy, float* rstd) {
+void rmsnorm_forward_bf16(const bf16_t* x, int64_t ldx, const float* gamma, int64_t rows, int64_t D,
+                          float eps, bf16_t* y, int64_t ldy, float* rstd) {
   forward_bf16(x, ldx, gamma, rows, D, eps, y, ldy, rstd);
 }
 
@@ -347,15 +347,14 @@ void residual_rmsnorm_forward_bf16(const float* x, const float* u, float* sum, c
                                    int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd) {
   residual_forward_bf16(x, u, sum, gamma, rows, D, eps, y, rstd);
 }
-void residual_rmsnorm_forward_bf16(const bf16_t* x, const float* u, bf16_t* sum,
-                                   const float* gamma, int64_t rows, int64_t D, float eps,
-                                   bf16_t* y, float* rstd) {
+void residual_rmsnorm_forward_bf16(const bf16_t* x, const float* u, bf16_t* sum, const float* gamma,
+                                   int64_t rows, int64_t D, float eps, bf16_t* y, float* rstd) {
   residual_forward_bf16(x, u, sum, gamma, rows, D, eps, y, rstd);
 }
 
-void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
-                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
-                                     float eps, bf16_t* out) {
+void residual_online_norm_input_bf16(const float* x, const float* u, float* sum, const float* gamma,
+                                     float* sum_sq, int64_t rows, int64_t D, float eps,
+                                     bf16_t* out) {
   residual_online_input_bf16(x, u, sum, gamma, sum_sq, rows, D, eps, out);
 }
 void residual_online_norm_input_bf16(const bf16_t* x, const float* u, bf16_t* sum,
@@ -378,8 +377,8 @@ void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const f
 }
 
 void online_norm_pack_bf16(const float* p, int64_t ld, int64_t rows, int64_t width,
-                           const float* sum_sq, int64_t D, float eps, bool rescale,
-                           bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats) {
+                           const float* sum_sq, int64_t D, float eps, bool rescale, bf16_t* values,
+                           int64_t ld_values, float* stats, int64_t ld_stats) {
   BOOSTLM_KERNEL("rmsnorm");
   rounded_rows(rows, width, values, ld_values, [&](int64_t r, float* row) {
     const float s = rescale ? math::rms_of(sum_sq[r], D, eps) : 1.0f;
@@ -493,6 +492,11 @@ void online_norm_input_backward(const float* g, const float* x, const float* gam
   online_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16);
 }
 void online_norm_input_backward(const float* g, const bf16_t* x, const float* gamma,
+                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
+                                float* dgamma, bf16_t* dx16) {
+  online_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16);
+}
+void online_norm_input_backward(const bf16_t* g, const bf16_t* x, const float* gamma,
                                 const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
                                 float* dgamma, bf16_t* dx16) {
   online_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, dx16);

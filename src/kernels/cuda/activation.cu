@@ -56,7 +56,8 @@ __global__ void swiglu_backward_kernel(const Dh* dh, const In* g, const In* u, i
                                        bool gate_act, Out* dg, Out* du) {
   for (int64_t i = grid_index(); i < n; i += grid_stride()) {
     float dgi, dui;
-    math::swiglu_grad(math::to_float(dh[i]), math::to_float(g[i]), math::to_float(u[i]), gate_act, dgi, dui);
+    math::swiglu_grad(math::to_float(dh[i]), math::to_float(g[i]), math::to_float(u[i]), gate_act,
+                      dgi, dui);
     math::store(dg + i, dgi);
     math::store(du + i, dui);
   }
@@ -91,10 +92,10 @@ void launch_swiglu(const In* g, const In* u, int64_t n, bool gate_act, Out* h, b
                    bf16_t* u_kept, cudaStream_t stream) {
   const LaunchGeometry geometry = elements_launch(n);
   if (geometry.grid == 0) return;
-  BOOSTLM_DECLARE_LAUNCH(LaunchCost{
-      .bytes_read = bytes_of<In>(2 * n),
-      .bytes_written = bytes_of<Out>(n) + (g_kept ? bytes_of<bf16_t>(n) : 0) +
-                       (u_kept ? bytes_of<bf16_t>(n) : 0)});
+  BOOSTLM_DECLARE_LAUNCH(LaunchCost{.bytes_read = bytes_of<In>(2 * n),
+                                    .bytes_written = bytes_of<Out>(n) +
+                                                     (g_kept ? bytes_of<bf16_t>(n) : 0) +
+                                                     (u_kept ? bytes_of<bf16_t>(n) : 0)});
   swiglu_forward_kernel<<<grid_of(geometry.grid), geometry.block, 0, stream>>>(g, u, n, gate_act, h,
                                                                                g_kept, u_kept);
   BOOSTLM_CHECK_LAUNCH();
@@ -143,8 +144,8 @@ void silu_backward_to_bf16(const float* dy, const float* x, int64_t rows, int64_
   launch_silu_backward(dy, cols, x, cols, rows, cols, dx, cols, stream);
 }
 
-void silu_backward_to_bf16(const float* dy, const bf16_t* x, int64_t rows, int64_t cols,
-                           bf16_t* dx, cudaStream_t stream) {
+void silu_backward_to_bf16(const float* dy, const bf16_t* x, int64_t rows, int64_t cols, bf16_t* dx,
+                           cudaStream_t stream) {
   launch_silu_backward(dy, cols, x, cols, rows, cols, dx, cols, stream);
 }
 

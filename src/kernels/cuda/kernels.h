@@ -226,6 +226,10 @@ void online_norm_input_backward(const float* g, const bf16_t* x, const float* ga
                                 const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
                                 float* dgamma, void* workspace, size_t workspace_bytes,
                                 cudaStream_t stream, bf16_t* dx16 = nullptr);
+void online_norm_input_backward(const bf16_t* g, const bf16_t* x, const float* gamma,
+                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
+                                float* dgamma, void* workspace, size_t workspace_bytes,
+                                cudaStream_t stream, bf16_t* dx16 = nullptr);
 
 // ---- LaX's latent LayerNorm and Kronecker gate (kernels/lax.h; lax.cu). The row sums are one
 // block per row (double sums merged by CUB's BlockReduce); dw and db are a two-stage column sum in

@@ -169,9 +169,9 @@ struct OnlineUnpack {  // z = summed · rstd (or a copy)
 // Online-RMSNorm's input backward in one pass over x and g: the term of dγ's column sum, x ⊙ g,
 // and on the way dx = β·dx + g ⊙ γ + 2·ds·x for the same element (x and g read into registers
 // before dx is written: dx may be g). dx16 (may be null): dx rounded to bf16 as well.
-template <typename X>
+template <typename G, typename X>
 struct OnlineInputBackwardTerm {
-  const float* g;
+  const G* g;
   const X* x;
   const float *gamma, *ds;
   int64_t D;
@@ -180,7 +180,7 @@ struct OnlineInputBackwardTerm {
   bf16_t* dx16;
   __device__ float operator()(int64_t r, int64_t j) const {
     const int64_t e = r * D + j;
-    const float xe = math::to_float(x[e]), ge = g[e];
+    const float xe = math::to_float(x[e]), ge = math::to_float(g[e]);
     const float v = math::online_norm_dx(dx[e], dx_beta, ge, gamma[j], 2.0f * ds[r], xe);
     dx[e] = v;
     if (dx16) dx16[e] = math::round_to_bf16(v);
@@ -316,11 +316,10 @@ void backward_apply(const float* dy, int64_t lddy, const X* x, int64_t ldx, cons
                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   constexpr bool f32 = std::is_same_v<X, float>;
   // dγ first: it reads dy and x, which dx may alias (as rmsnorm_backward's).
-  column_sum_add(rows, D_local, DgammaTerm<X>{dy, x, rstd, lddy, ldx}, dgamma, workspace,
-                 workspace_bytes,
-                 f32 ? "column_partial_kernel<DgammaTerm>"
-                     : "column_partial_kernel<DgammaTerm<bf16>>",
-                 bytes_of<float>(rows * D_local + rows) + bytes_of<X>(rows * D_local), stream);
+  column_sum_add(
+      rows, D_local, DgammaTerm<X>{dy, x, rstd, lddy, ldx}, dgamma, workspace, workspace_bytes,
+      f32 ? "column_partial_kernel<DgammaTerm>" : "column_partial_kernel<DgammaTerm<bf16>>",
+      bytes_of<float>(rows * D_local + rows) + bytes_of<X>(rows * D_local), stream);
   for_each_element(
       rows, D_local,
       BackwardApplyRows<X>{dy, x, gamma, rstd, dot, lddy, ldx, D_total, dx, lddx, accumulate},
@@ -354,29 +353,31 @@ void residual_online_input_bf16(const X* x, const float* u, X* sum, const float*
   const LaunchGeometry g = rows_launch(rows, D);
   if (g.grid == 0) return;
   with_row_block(g.block, [&](auto block) {
-    BOOSTLM_DECLARE_LAUNCH(LaunchCost{
-        .bytes_read = bytes_of<X>(rows * D) + bytes_of<float>(rows * D + D),
-        .bytes_written =
-            bytes_of<X>(rows * D) + bytes_of<float>(rows) + bytes_of<bf16_t>(rows * D)});
+    BOOSTLM_DECLARE_LAUNCH(
+        LaunchCost{.bytes_read = bytes_of<X>(rows * D) + bytes_of<float>(rows * D + D),
+                   .bytes_written =
+                       bytes_of<X>(rows * D) + bytes_of<float>(rows) + bytes_of<bf16_t>(rows * D)});
     residual_online_input_bf16_kernel<block()>
         <<<grid_of(g.grid), block(), 0, stream>>>(x, u, sum, gamma, sum_sq, D, eps, out);
   });
   BOOSTLM_CHECK_LAUNCH();
 }
 
-template <typename X>
-void online_input_backward(const float* g, const X* x, const float* gamma, const float* ds,
+template <typename G, typename X>
+void online_input_backward(const G* g, const X* x, const float* gamma, const float* ds,
                            int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                            void* workspace, size_t workspace_bytes, cudaStream_t stream,
                            bf16_t* dx16) {
   // γ and ds are read once per column and row chunk, and per row: counted once each.
-  column_sum_add(rows, D, OnlineInputBackwardTerm<X>{g, x, gamma, ds, D, dx_beta, dx, dx16},
-                 dgamma, workspace, workspace_bytes,
-                 std::is_same_v<X, float> ? "column_partial_kernel<OnlineInputBackwardTerm>"
-                                          : "column_partial_kernel<OnlineInputBackwardTerm<bf16>>",
-                 bytes_of<float>((dx_beta != 0.0f ? 2 : 1) * rows * D + D + rows) +
-                     bytes_of<X>(rows * D),
-                 stream, bytes_of<float>(rows * D) + (dx16 ? bytes_of<bf16_t>(rows * D) : 0));
+  column_sum_add(
+      rows, D, OnlineInputBackwardTerm<G, X>{g, x, gamma, ds, D, dx_beta, dx, dx16}, dgamma,
+      workspace, workspace_bytes,
+      std::is_same_v<G, bf16_t>  ? "column_partial_kernel<OnlineInputBackwardTerm<bf16, bf16>>"
+      : std::is_same_v<X, float> ? "column_partial_kernel<OnlineInputBackwardTerm>"
+                                 : "column_partial_kernel<OnlineInputBackwardTerm<bf16>>",
+      bytes_of<float>((dx_beta != 0.0f ? 1 : 0) * rows * D + D + rows) + bytes_of<G>(rows * D) +
+          bytes_of<X>(rows * D),
+      stream, bytes_of<float>(rows * D) + (dx16 ? bytes_of<bf16_t>(rows * D) : 0));
 }
 
 }  // namespace
@@ -440,9 +441,9 @@ void online_norm_input_bf16(const bf16_t* x, const float* gamma, float* sum_sq, 
   online_input_bf16(x, gamma, sum_sq, rows, D, eps, out, stream);
 }
 
-void residual_online_norm_input_bf16(const float* x, const float* u, float* sum,
-                                     const float* gamma, float* sum_sq, int64_t rows, int64_t D,
-                                     float eps, bf16_t* out, cudaStream_t stream) {
+void residual_online_norm_input_bf16(const float* x, const float* u, float* sum, const float* gamma,
+                                     float* sum_sq, int64_t rows, int64_t D, float eps, bf16_t* out,
+                                     cudaStream_t stream) {
   residual_online_input_bf16(x, u, sum, gamma, sum_sq, rows, D, eps, out, stream);
 }
 void residual_online_norm_input_bf16(const bf16_t* x, const float* u, bf16_t* sum,
@@ -463,9 +464,8 @@ void online_norm_pack(float* p, int64_t ld, int64_t rows, int64_t width, const f
 }
 
 void online_norm_pack_bf16(const float* p, int64_t ld, int64_t rows, int64_t width,
-                           const float* sum_sq, int64_t D, float eps, bool rescale,
-                           bf16_t* values, int64_t ld_values, float* stats, int64_t ld_stats,
-                           cudaStream_t stream) {
+                           const float* sum_sq, int64_t D, float eps, bool rescale, bf16_t* values,
+                           int64_t ld_values, float* stats, int64_t ld_stats, cudaStream_t stream) {
   for_each_element(
       rows, width + 1,
       OnlinePackBf16{p, ld, width, sum_sq, D, eps, rescale, values, ld_values, stats, ld_stats},
@@ -500,22 +500,22 @@ void online_norm_unpack(const float* summed, int64_t ld, int64_t rows, int64_t w
 
 void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, float* z, int64_t ldz, cudaStream_t stream) {
-  for_each_element(rows, width, OnlineUnpack<bf16_t, float>{summed, ld, rstd, z, ldz},
-                   {.bytes_read =
-                        bytes_of<bf16_t>(rows * width) + (rstd ? bytes_of<float>(rows) : 0),
-                    .bytes_written = bytes_of<float>(rows * width),
-                    .name = "elements_2d_kernel<OnlineUnpack<bf16,float>>"},
-                   stream);
+  for_each_element(
+      rows, width, OnlineUnpack<bf16_t, float>{summed, ld, rstd, z, ldz},
+      {.bytes_read = bytes_of<bf16_t>(rows * width) + (rstd ? bytes_of<float>(rows) : 0),
+       .bytes_written = bytes_of<float>(rows * width),
+       .name = "elements_2d_kernel<OnlineUnpack<bf16,float>>"},
+      stream);
 }
 
 void online_norm_unpack(const bf16_t* summed, int64_t ld, int64_t rows, int64_t width,
                         const float* rstd, bf16_t* z, int64_t ldz, cudaStream_t stream) {
-  for_each_element(rows, width, OnlineUnpack<bf16_t, bf16_t>{summed, ld, rstd, z, ldz},
-                   {.bytes_read =
-                        bytes_of<bf16_t>(rows * width) + (rstd ? bytes_of<float>(rows) : 0),
-                    .bytes_written = bytes_of<bf16_t>(rows * width),
-                    .name = "elements_2d_kernel<OnlineUnpack<bf16,bf16>>"},
-                   stream);
+  for_each_element(
+      rows, width, OnlineUnpack<bf16_t, bf16_t>{summed, ld, rstd, z, ldz},
+      {.bytes_read = bytes_of<bf16_t>(rows * width) + (rstd ? bytes_of<float>(rows) : 0),
+       .bytes_written = bytes_of<bf16_t>(rows * width),
+       .name = "elements_2d_kernel<OnlineUnpack<bf16,bf16>>"},
+      stream);
 }
 
 void online_norm_latent_backward(const float* z, float* dz, int64_t rows, int64_t width,
@@ -540,8 +540,8 @@ void online_norm_latent_backward_to_bf16(const bf16_t* z, const float* dlatent, 
     BOOSTLM_DECLARE_LAUNCH(LaunchCost{
         .bytes_read = bytes_of<bf16_t>(rows * width) + bytes_of<float>(rows * width + rows),
         .bytes_written = bytes_of<bf16_t>(rows * width) + bytes_of<float>(rows)});
-    latent_backward_to_bf16_kernel<block()><<<grid_of(g.grid), block(), 0, stream>>>(
-        z, dlatent, silu, width, rstd, D_total, ds, dp);
+    latent_backward_to_bf16_kernel<block()>
+        <<<grid_of(g.grid), block(), 0, stream>>>(z, dlatent, silu, width, rstd, D_total, ds, dp);
   });
   BOOSTLM_CHECK_LAUNCH();
 }
@@ -558,6 +558,13 @@ void online_norm_input_backward(const float* g, const float* x, const float* gam
                         stream, dx16);
 }
 void online_norm_input_backward(const float* g, const bf16_t* x, const float* gamma,
+                                const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
+                                float* dgamma, void* workspace, size_t workspace_bytes,
+                                cudaStream_t stream, bf16_t* dx16) {
+  online_input_backward(g, x, gamma, ds, rows, D, dx_beta, dx, dgamma, workspace, workspace_bytes,
+                        stream, dx16);
+}
+void online_norm_input_backward(const bf16_t* g, const bf16_t* x, const float* gamma,
                                 const float* ds, int64_t rows, int64_t D, float dx_beta, float* dx,
                                 float* dgamma, void* workspace, size_t workspace_bytes,
                                 cudaStream_t stream, bf16_t* dx16) {

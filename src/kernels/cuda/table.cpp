@@ -100,8 +100,8 @@ void rmsnorm_backward_apply(const float* dy, int64_t lddy, const X* x, int64_t l
   cuda::rmsnorm_backward_apply(dy, lddy, x, ldx, gamma, rstd, dot, rows, D_local, D_total, dx, lddx,
                                dgamma, accumulate, w.data(), w.bytes(), s);
 }
-template <typename X>
-void online_norm_input_backward(const float* g, const X* x, const float* gamma, const float* ds,
+template <typename G, typename X>
+void online_norm_input_backward(const G* g, const X* x, const float* gamma, const float* ds,
                                 int64_t rows, int64_t D, float dx_beta, float* dx, float* dgamma,
                                 bf16_t* dx16, cudaStream_t s) {
   const Scratch w(online_norm_input_backward_workspace_bytes(rows, D), s);

@@ -114,9 +114,8 @@ class Btp final : public Layout {
     if (!g.normed || options_.online_norm) return;
     const Norm n = norm(layer, g);
     const int64_t N = batch_ * seq_len_;
-    visit_residual(x, [&](const auto* xv) {
-      rmsnorm_apply(xv, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_);
-    });
+    visit_residual(
+        x, [&](const auto* xv) { rmsnorm_apply(xv, dl_, n.gamma, n.rstd, N, dl_, n.out, dl_); });
   }
 
   // bf16 training with the online norm: the residual add and the norm input's pass (Σx², x ⊙ γ
@@ -171,6 +170,10 @@ class Btp final : public Layout {
     else
       xg_ = Buffer<float>();
     d_norm_.resize(N * dl_);
+    if (compute_ == DType::bf16 && options_.online_norm)
+      d_norm16_.resize(N * dl_);
+    else
+      d_norm16_ = Buffer<bf16_t>();
     int64_t widest = 0;
     for (const Group& g : kGroups) widest = std::max(widest, group_width(members(first_layer_, g)));
     packed_.resize(N * (widest + 1));  // + the norm statistic
@@ -322,12 +325,12 @@ class Btp final : public Layout {
                               m.stats_in(message), m.stats_ld);
         tp_.all_reduce_rows(message, m);
         if (with_stat)
-          online_norm_rstd(m.stats_in(message), m.stats_ld, N, 0, config_.d_model,
-                           config_.rms_eps, rstd);
+          online_norm_rstd(m.stats_in(message), m.stats_ld, N, 0, config_.d_model, config_.rms_eps,
+                           rstd);
         const bf16_t* summed = m.values_in(message);
         with_latents(a, g, [&](auto* z) {
-          online_norm_unpack(summed, m.values_ld, N, part_width, online ? rstd : nullptr,
-                             z + col, width);
+          online_norm_unpack(summed, m.values_ld, N, part_width, online ? rstd : nullptr, z + col,
+                             width);
         });
         if (lax())
           online_norm_unpack(summed, m.values_ld, N, part_width, online ? rstd : nullptr,
@@ -459,7 +462,8 @@ class Btp final : public Layout {
     GemmInput dp{d_packed_.data(), width};
     if (compute_ == DType::bf16) {
       const bf16_t* z = a.z16[g.index].data();
-      if (rounded_latent_.size() < static_cast<size_t>(N * width)) rounded_latent_.resize(N * width);
+      if (rounded_latent_.size() < static_cast<size_t>(N * width))
+        rounded_latent_.resize(N * width);
       bf16_t* dp16 = rounded_latent_.data();
       if (online) {
         online_norm_latent_backward_to_bf16(z, d_packed_.data(), !lax() && group[0].latent_act, N,
@@ -495,13 +499,29 @@ class Btp final : public Layout {
                           in_cols, concatenated_da_);
       return;
     }
-    float* g_out = g.normed ? d_norm_.data() : dx;
-    group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), dp, N, g_out, in_cols,
-                        g.normed ? 0.0f : dx_beta, concatenated_da_, compute_);
+    // In bf16 training with the online norm (and the bf16 residual), g = ∂L/∂(x ⊙ γ) is bf16 and
+    // the norm's backward reads it so: written so by the GEMM (grouped, or a group of one), else
+    // (the ungrouped ablation, its members' products summed in fp32) rounded once after the sum,
+    // so that grouping changes no value's precision.
+    const bool g16 = online && compute_ == DType::bf16 && input.bf16 != nullptr;
+    if (g16 && (cat || group.size() == 1)) {
+      group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), dp, N,
+                          d_norm16_.data(), in_cols, concatenated_da_);
+    } else {
+      float* g_out = g.normed ? d_norm_.data() : dx;
+      group_down_backward(group, cat, shared_input(in, N, in_cols, rounded_), dp, N, g_out,
+                          in_cols, g.normed ? 0.0f : dx_beta, concatenated_da_, compute_);
+      if (g16) round_to_bf16(d_norm_.data(), N, dl_, dl_, d_norm16_.data());
+    }
     if (!g.normed) return;
     if (online) {
       // dx += g ⊙ γ + 2·dS·x ;  dγ += Σ_rows x ⊙ g   (SPEC §3.4; no collective)
       bf16_t* dx16 = keep_residual_gradient_bf16(layer, g, dx);
+      if (g16) {
+        online_norm_input_backward(d_norm16_.data(), input.bf16, gamma, stat_.data(), N, dl_,
+                                   dx_beta, dx, dgamma, dx16);
+        return;
+      }
       visit_residual(input, [&](const auto* x) {
         online_norm_input_backward(d_norm_.data(), x, gamma, stat_.data(), N, dl_, dx_beta, dx,
                                    dgamma, dx16);
@@ -542,7 +562,8 @@ class Btp final : public Layout {
   const void* prenormed_input_ = nullptr;  // the residual whose norm input residual_add made
   Buffer<float> lax_u_;  // LaX: the group's whole latent u in fp32, before its crossing
   Buffer<bf16_t> rounded_, rounded_latent_;
-  Buffer<bf16_t> wire_;  // bf16 training: a latent message as it crosses the TP group
+  Buffer<bf16_t> d_norm16_;  // bf16 training, online norm: ∂L/∂(x ⊙ γ) as the GEMM wrote it
+  Buffer<bf16_t> wire_;      // bf16 training: a latent message as it crosses the TP group
 };
 
 }  // namespace

@@ -116,8 +116,7 @@ class DenseTp final : public Layout {
 
   // A normed group's forward: the replicated norm, then each member's column shard in fp32 or
   // bf16.
-  void columns_forward(int64_t layer, const Group& g, GemmInput x,
-                       std::span<const GroupOutput> y) {
+  void columns_forward(int64_t layer, const Group& g, GemmInput x, std::span<const GroupOutput> y) {
     const int64_t N = batch_ * seq_len_;
     const GemmInput in = replicated_norm_forward(norm(layer, g), x);
     for (int m = 0; m < g.count; ++m) {

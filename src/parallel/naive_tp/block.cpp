@@ -197,7 +197,8 @@ class NaiveTp final : public Layout {
     if (lax()) {
       lax_backward(layer, g, d_latent_.data());
     } else if (compute_ == DType::bf16) {
-      if (rounded_latent_.size() < static_cast<size_t>(N * width)) rounded_latent_.resize(N * width);
+      if (rounded_latent_.size() < static_cast<size_t>(N * width))
+        rounded_latent_.resize(N * width);
       dz = group_activate_backward_to_bf16(group, z, d_latent_.data(), N, rounded_latent_.data());
     } else {
       group_activate_backward(group, z, d_latent_.data(), N);

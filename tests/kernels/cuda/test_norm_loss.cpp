@@ -749,6 +749,25 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
       same(dx, dxw);
       same(dg, dgw);
       same(d16, d16w);
+      // g in bf16 (btp's latent GEMM writes it so): the fp32-g form on the widened g.
+      std::vector<bf16_t> g16(rows * D);
+      std::vector<float> gw(rows * D);
+      for (int64_t i = 0; i < rows * D; ++i) {
+        g16[i] = float_to_bf16(g[i]);
+        gw[i] = bf16_to_float(g16[i]);
+      }
+      DeviceArray<bf16_t> gg16(g16), e16(rows * D), e16w(rows * D);
+      DeviceArray<float> ggw(gw), ex(half), exw(half), eg(zeros), egw(zeros);
+      cuda::online_norm_input_backward(gg16.get(), gc16.get(), ggamma.get(), gds.get(), rows, D,
+                                       1.0f, ex.get(), eg.get(), work.get(), work.size(), stream,
+                                       e16.get());
+      cuda::online_norm_input_backward(ggw.get(), gc16.get(), ggamma.get(), gds.get(), rows, D,
+                                       1.0f, exw.get(), egw.get(), work.get(), work.size(), stream,
+                                       e16w.get());
+      sync();
+      same(ex, exw);
+      near(eg, egw);
+      same(e16, e16w);
     }
     {  // add onto a bf16 residual, and the fused adds
       DeviceArray<bf16_t> sum(rows * D), fsum(rows * D), fsum2(rows * D), y(rows * D),
