@@ -41,7 +41,9 @@ DeviceStepResult run_one(const DeviceStepOptions& o, ModelConfig config, const s
   if (o.count_only) hooks().set_count_only(true);
   DeviceStepResult r;
   try {
-    Model model(config, dtype);
+    BlockOptions options;
+    if (!o.residual_dtype.empty()) options.residual = parse_dtype(o.residual_dtype);
+    Model model(config, dtype, {}, nullptr, options);
     // Counted, not run, a step reads no weight: the 1B's initialisation alone (a normal draw per
     // weight on the host) was ~40% of a count-only run's minutes (issue 63).
     if (!o.count_only) model.init_weights(1);
@@ -173,6 +175,7 @@ nlohmann::json to_json(const DeviceStepOptions& o, const std::vector<DeviceStepR
                         {"batch", o.batch},
                         {"seq_len", o.seq_len},
                         {"count_only", o.count_only},
+                        {"residual_dtype", o.residual_dtype.empty() ? "default" : o.residual_dtype},
                         {"hardware", o.hardware},
                         {"prediction", true},
                         {"results", nlohmann::json::array()}};

@@ -25,7 +25,8 @@ struct DeviceStepOptions {
   int layers = 0;  // 0: the preset's
   bool count_only = false;
   std::string hardware = "h200";
-  int top = 25;  // kernels listed per configuration, the slowest first
+  int top = 25;                // kernels listed per configuration, the slowest first
+  std::string residual_dtype;  // as StepBenchOptions'
 };
 
 struct DeviceStepResult {

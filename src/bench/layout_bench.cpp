@@ -179,6 +179,7 @@ LayoutBenchReport run_layout_bench(Communicator& tp, const LayoutBenchOptions& o
     if (r.variant.options.overlap_chunks > 1) r.variant.options.overlap_chunks = o.overlap_chunks;
     r.config = layout_traits(r.variant.layout).low_rank ? low_rank : dense;
     r.model_flops = model_flops(r.config, o.batch, o.seq_len).training();
+    if (!o.residual_dtype.empty()) r.variant.options.residual = parse_dtype(o.residual_dtype);
     check_options(r.variant.layout, r.variant.options);
     tp.barrier();
     const int64_t heap_before = heap_live_bytes();
@@ -258,6 +259,7 @@ nlohmann::json to_json(const LayoutBenchReport& report) {
                         {"tp", report.tp},
                         {"steps", o.steps},
                         {"warmup", o.warmup},
+                        {"residual_dtype", o.residual_dtype.empty() ? "default" : o.residual_dtype},
                         {"peak_gflops_per_rank", report.peak_gflops},
                         {"results", nlohmann::json::array()}};
   for (const auto& r : report.results) {
@@ -302,9 +304,10 @@ namespace {
 void print_heading(const LayoutBenchReport& report) {
   const LayoutBenchOptions& o = report.options;
   std::printf(
-      "%s (%s), %s, batch %ld x seq %ld, TP %d, median of %d steps; GEMM peak %.0f GFLOP/s per "
-      "rank\n\n",
-      o.shape.c_str(), to_string(o.low_rank).c_str(), to_string(o.precision).c_str(), o.batch,
+      "%s (%s), %s%s%s, batch %ld x seq %ld, TP %d, median of %d steps; GEMM peak %.0f GFLOP/s "
+      "per rank\n\n",
+      o.shape.c_str(), to_string(o.low_rank).c_str(), to_string(o.precision).c_str(),
+      o.residual_dtype.empty() ? "" : ", residual stream ", o.residual_dtype.c_str(), o.batch,
       o.seq_len, report.tp, o.steps, report.peak_gflops);
 }
 

@@ -47,7 +47,8 @@ struct LayoutBenchOptions {
   int steps = 5;   // timed repetitions (median reported)
   int warmup = 1;  // untimed repetitions after the first step (which measures memory)
   std::vector<std::string> variants = layout_variant_names();
-  int overlap_chunks = 2;  // of the *-overlap variants (--tp-overlap-chunks)
+  int overlap_chunks = 2;      // of the *-overlap variants (--tp-overlap-chunks)
+  std::string residual_dtype;  // every variant's, as train's --residual-dtype (empty: the default)
 };
 
 struct VariantResult {
@@ -60,9 +61,9 @@ struct VariantResult {
   // the time waited for them).
   double comm_hidden_ms = 0;
   double tokens_per_s = 0, mfu = 0;
-  double mfu_now = 0;  // against the GEMM rate probed by every rank just before each step
-  double model_flops = 0;                  // of one training step, the whole model (SPEC §4)
-  CommCounts tp_comm;                      // one step's TP collectives, this rank
+  double mfu_now = 0;      // against the GEMM rate probed by every rank just before each step
+  double model_flops = 0;  // of one training step, the whole model (SPEC §4)
+  CommCounts tp_comm;      // one step's TP collectives, this rank
   std::map<std::string, double> phase_ms;  // mean ms per step in each profiled phase, rank 0
   // Heap high-water of the variant's first step over what was allocated before it was built (its
   // weights, gradients, optimizer moments, activations and workspace), the largest over the ranks.

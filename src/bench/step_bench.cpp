@@ -10,11 +10,11 @@
 #include "core/heap.h"
 #include "core/profile.h"
 #include "core/rng.h"
+#include "engine/model.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_counters.h"
 #include "kernels/gemm_measure.h"
 #include "model/flops.h"
-#include "engine/model.h"
 #include "plan/models.h"
 #include "train/optimizer.h"
 #include "train/step.h"
@@ -100,7 +100,9 @@ StepResult run_one(const StepBenchOptions& o, const ModelConfig& config, const s
   // Everything the step holds: weights, gradients, moments, activations and scratch.
   const int64_t heap_before = heap_live_bytes();
   heap_reset_peak();
-  Model model(config, dtype);
+  BlockOptions options;
+  if (!o.residual_dtype.empty()) options.residual = parse_dtype(o.residual_dtype);
+  Model model(config, dtype, {}, nullptr, options);
   model.init_weights(1);
   AdamW optimizer(model.params(), OptimizerConfig{});
   Pipeline pipeline(model);
@@ -173,8 +175,11 @@ std::vector<StepResult> run_step_bench(const StepBenchOptions& o) {
       "fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n",
       peak_fp32, peak_bf16);
   std::printf(
-      "shape %s, batch %ld x seq %ld = %ld tokens/step, median of %d steps after %d warm-up\n\n",
-      o.shape.c_str(), o.batch, o.seq_len, o.batch * o.seq_len, o.steps, o.warmup);
+      "shape %s, batch %ld x seq %ld = %ld tokens/step, median of %d steps after %d "
+      "warm-up%s%s\n\n",
+      o.shape.c_str(), o.batch, o.seq_len, o.batch * o.seq_len, o.steps, o.warmup,
+      o.residual_dtype.empty() ? "" : ", bf16 training's residual stream in ",
+      o.residual_dtype.c_str());
   std::printf("%-6s %-5s %8s %9s %10s %7s %6s %7s %8s %9s %8s %8s %8s\n", "arch", "prec", "params",
               "step_ms", "tokens/s", "GEMM%", "MFU", "peak", "MFU-now", "GEMM-eff", "act_MB",
               "peak_MB", "loss");
@@ -215,6 +220,7 @@ nlohmann::json to_json(const StepBenchOptions& o, const std::vector<StepResult>&
   nlohmann::json out = {{"shape", o.shape},     {"batch", o.batch},
                         {"seq_len", o.seq_len}, {"steps", o.steps},
                         {"warmup", o.warmup},   {"results", nlohmann::json::array()}};
+  if (!o.residual_dtype.empty()) out["residual_dtype"] = o.residual_dtype;
   for (const auto& r : results)
     out["results"].push_back({{"arch", r.arch},
                               {"precision", r.precision},

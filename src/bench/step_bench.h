@@ -24,6 +24,9 @@ struct StepBenchOptions {
   int64_t batch = 8, seq_len = 256;
   int steps = 5, warmup = 2;
   bool breakdown = false;  // also print ms per step in each profiled phase
+  // --residual-dtype: bf16 training's residual stream ("fp32": the ablation; empty: the engine's
+  // default, bf16), as train's (issue 60).
+  std::string residual_dtype;
 };
 
 struct StepResult {

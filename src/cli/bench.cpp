@@ -98,6 +98,10 @@ void add_layout_command(CLI::App& bench, const std::string& name, const std::str
                   "chunks per micro-batch of the *-overlap variants (a divisor of -b is used)")
       ->check(at_least(2))
       ->capture_default_str();
+  cmd->add_option("--residual-dtype", o.residual_dtype,
+                  "bf16 training's residual stream between blocks: bf16 (default) or fp32 (the "
+                  "ablation, as train's --residual-dtype)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_flag("--breakdown", f->breakdown, "also print ms per step in each kernel family");
   cmd->add_option("--json", f->json, "also write the results as JSON");
   cmd->add_option("--link-rate", f->link_rate,
@@ -182,6 +186,10 @@ void add_step_command(CLI::App& bench) {
   cmd->add_option("--warmup", o->warmup, "untimed steps first")
       ->check(at_least(0))
       ->capture_default_str();
+  cmd->add_option("--residual-dtype", o->residual_dtype,
+                  "bf16 training's residual stream between blocks: bf16 (default) or fp32 (the "
+                  "ablation, as train's --residual-dtype)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_flag("--breakdown", o->breakdown, "print ms per step in each kernel family");
   cmd->add_option("--json", *json, "also write the results as JSON");
   // On the emulated CUDA device: one step counted kernel by kernel and priced on a GPU.
@@ -207,13 +215,15 @@ void add_step_command(CLI::App& bench) {
       device->precisions = o->precisions;
       device->batch = o->batch;
       device->seq_len = o->seq_len;
+      device->residual_dtype = o->residual_dtype;
       const auto results = bench::run_device_step_bench(*device);
       write_json(*json, "step", bench::to_json(*device, results));
       return;
     }
     if (device->count_only || device->layers > 0)
-      throw error("bench step: --count-only and --layers need the emulated CUDA device "
-                  "(a -DBOOSTLM_CUDA=EMULATE build with --device cuda)");
+      throw error(
+          "bench step: --count-only and --layers need the emulated CUDA device "
+          "(a -DBOOSTLM_CUDA=EMULATE build with --device cuda)");
     const auto results = bench::run_step_bench(*o);
     write_json(*json, "step", bench::to_json(*o, results));
   });

@@ -73,6 +73,22 @@ check "step" "$work/s1.json" '
 assert [(r["arch"], r["precision"]) for r in j["results"]] == [("cola", "fp32"), ("cola", "bf16")]
 assert all(r["step_ms"] > 0 and r["tokens_per_s"] > 0 for r in j["results"])
 '
+# --residual-dtype fp32 (the ablation, as train's): the step keeps the residual stream in fp32, so
+# it holds more activation bytes than the default bf16 residual of the same bf16 step (the 60m at
+# 4 x 128 tokens: 66 against 57 MB).
+out=$("$boostlm" bench step --shape "$model" --arch cola --precision bf16 -b 4 -t 32 --steps 1 \
+      --warmup 0 --residual-dtype fp32 --json "$work/s2.json" 2>&1) || fail "bench step fp32: $out"
+check "step, fp32 residual" "$work/s2.json" '
+assert j["residual_dtype"] == "fp32", j
+'
+out=$("$boostlm" bench step --shape "$model" --arch cola --precision bf16 -b 4 -t 32 --steps 1 \
+      --warmup 0 --json "$work/s3.json" 2>&1) || fail "bench step bf16: $out"
+/usr/bin/python3 - "$work/s2.json" "$work/s3.json" <<'PY' || fail "--residual-dtype fp32 holds more"
+import json, sys
+fp32, bf16 = (json.load(open(p))["results"][0]["activation_mb"] for p in sys.argv[1:3])
+assert fp32 > bf16, (fp32, bf16)
+PY
+expect_error "bad residual dtype" "fp16" "$boostlm" bench step --shape "$model" --residual-dtype fp16
 
 out=$("$boostlm" bench metrics --dir "$work" --steps 50 --repeats 1 --json "$work/m1.json" 2>&1) ||
   fail "bench metrics: $out"
