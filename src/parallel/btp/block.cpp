@@ -176,7 +176,10 @@ class Btp final : public Layout {
       d_norm16_ = Buffer<bf16_t>();
     int64_t widest = 0;
     for (const Group& g : kGroups) widest = std::max(widest, group_width(members(first_layer_, g)));
-    packed_.resize(N * (widest + 1));  // + the norm statistic
+    if (latents_direct())  // the GEMMs write the latents themselves: nothing is packed
+      packed_ = Buffer<float>();
+    else
+      packed_.resize(N * (widest + 1));  // + the norm statistic
     d_packed_.resize(N * widest);
     if (lax())
       lax_u_.resize(N * widest);
