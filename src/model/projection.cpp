@@ -393,23 +393,33 @@ void dense_projection_forward_bf16_out(const ProjectionWeights& p, GemmInput x, 
                         {p.weight, p.weight_bf16, p.d_in}, y, ldy, GemmBatch{});
 }
 
-void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,
-                               float* dx, int64_t lddx, float dx_beta, DType compute) {
+namespace {
+
+// dW += dyᵀ x;  dx = dx_beta·dx + dy W (dx), or dy W in bf16 only (dx16: bf16 training, beta 0).
+void dense_projection_backward_impl(const ProjectionWeights& p, GemmInput x, int64_t N,
+                                    GemmInput dy, float* dx, bf16_t* dx16, int64_t lddx,
+                                    float dx_beta, DType compute) {
   BOOSTLM_ASSERT_MSG(p.rank == 0, "dense_projection_backward on a low-rank projection");
-  // dW += dyᵀ x;  dx = dx_beta·dx + dy W
   const GemmInput grad = rounded_gradient(dy, N, p.d_out, compute);
   gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, grad, x, 1.0f, p.dweight, p.d_in, compute);
-  gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, grad, {p.weight, p.weight_bf16, p.d_in},
-       dx_beta, dx, lddx, compute);
+  const GemmInput w{p.weight, p.weight_bf16, p.d_in};
+  if (dx16)
+    gemm_batched_bf16_out(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, grad, w, dx16, lddx,
+                          GemmBatch{});
+  else
+    gemm(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, grad, w, dx_beta, dx, lddx, compute);
+}
+
+}  // namespace
+
+void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,
+                               float* dx, int64_t lddx, float dx_beta, DType compute) {
+  dense_projection_backward_impl(p, x, N, dy, dx, nullptr, lddx, dx_beta, compute);
 }
 
 void dense_projection_backward(const ProjectionWeights& p, GemmInput x, int64_t N, GemmInput dy,
                                bf16_t* dx, int64_t lddx) {
-  BOOSTLM_ASSERT_MSG(p.rank == 0, "dense_projection_backward on a low-rank projection");
-  const GemmInput grad = rounded_gradient(dy, N, p.d_out, DType::bf16);
-  gemm(Trans::T, Trans::N, p.d_out, p.d_in, N, 1.0f, grad, x, 1.0f, p.dweight, p.d_in, DType::bf16);
-  gemm_batched_bf16_out(Trans::N, Trans::N, N, p.d_in, p.d_out, 1.0f, grad,
-                        {p.weight, p.weight_bf16, p.d_in}, dx, lddx, GemmBatch{});
+  dense_projection_backward_impl(p, x, N, dy, nullptr, dx, lddx, 0.0f, DType::bf16);
 }
 
 }  // namespace boostlm
