@@ -15,9 +15,12 @@ namespace cuda_emulator {
 
 // Enqueues `work` on `stream` (0: the legacy default stream). It never runs at the enqueue: it
 // runs later, in stream order, when the stream is drained (a synchronisation, an event wait, a
-// blocking copy). While it runs, device memory is reachable from the host thread running it.
-// `what` names the work in the emulator's error messages ("cublasLtMatmul", "ncclAllReduce").
-void enqueue(cudaStream_t stream, const char* what, std::function<void()> work);
+// blocking copy). While it runs, device memory is reachable from the host threads running it (an
+// allocation opens at its first access). `what` names the work in the emulator's error messages
+// ("cublasLtMatmul", "ncclAllReduce"). shares_memory: the work hands device memory to another
+// process or to the kernel (MPI): every allocation is opened before it runs.
+void enqueue(cudaStream_t stream, const char* what, std::function<void()> work,
+             bool shares_memory = false);
 
 // True when [p, p + bytes) lies inside one live device allocation (cudaMalloc).
 bool is_device_range(const void* p, std::size_t bytes);

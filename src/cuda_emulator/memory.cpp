@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -47,11 +48,25 @@ struct State {
   char* region = nullptr;
   std::size_t next = 0;  // offset of the next slot
   std::size_t allocated = 0;
-  bool open = false;  // live allocations readable and writable
+  // Device work runs: a live allocation it touches opens (readable and writable) at its first
+  // access, by the fault handler, and closes when the work is over (set_device_access(false)).
+  bool open = false;
+  bool all_open = false;  // every live allocation opened at once (open_all_device_memory())
   std::map<const char*, Allocation> live;   // by slot
   std::map<const char*, Allocation> freed;  // by slot: for the fault handler's message
   std::map<const char*, std::size_t> pinned;
 };
+
+// The allocations opened since device work began, as the fault handler found them (it runs on
+// whichever thread touched one: an OpenMP team's thread in cuBLASLt's emulation too); past the
+// table's size every live allocation is closed at the end instead.
+struct Opened {
+  char* slot;
+  std::size_t bytes;
+};
+constexpr int kMaxOpened = 4096;
+Opened g_opened[kMaxOpened];
+std::atomic<int> g_opened_count{0};
 
 State& state() {
   static State* s = [] {
@@ -126,7 +141,7 @@ cudaError_t allocate_device(void** pointer, std::size_t bytes) {
   // Fresh device memory holds what nothing wrote: 0xFF bytes (NaN) when poisoning is on.
   if (settings().poison && !count_only()) std::memset(a.begin, 0xFF, bytes);
   write_canaries(a);
-  if (!s.open) protect(a, false);
+  if (!s.all_open) protect(a, false);
   s.live.emplace(a.slot, a);
   s.allocated += bytes;
   *pointer = a.begin;
@@ -139,7 +154,7 @@ cudaError_t free_device(void* pointer) {
   const Allocation* found = slot_of(s.live, pointer);
   if (!found || found->begin != pointer) return cudaErrorInvalidValue;
   const Allocation a = *found;
-  if (!s.open && mprotect(a.slot, a.slot_bytes, PROT_READ) != 0) fault("mprotect failed");
+  if (!s.all_open && mprotect(a.slot, a.slot_bytes, PROT_READ) != 0) fault("mprotect failed");
   if (!canaries_intact(a)) canary_fault(a, "device work before this cudaFree");
   // Fresh PROT_NONE pages over the slot give its memory back; the addresses stay reserved.
   if (mmap(a.slot, a.slot_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
@@ -207,15 +222,40 @@ std::size_t allocated_bytes() {
 void set_device_access(bool open) {
   State& s = state();
   if (s.open == open) return;
-  for (const auto& [slot, a] : s.live) protect(a, open);
   s.open = open;
+  if (open) return;  // allocations open as the work touches them (open_on_device_access)
+  const int opened = g_opened_count.exchange(0);
+  if (s.all_open || opened > kMaxOpened) {
+    for (const auto& [slot, a] : s.live) protect(a, false);
+  } else {
+    for (int i = 0; i < opened; ++i)
+      if (mprotect(g_opened[i].slot, g_opened[i].bytes, PROT_NONE) != 0)
+        fault("mprotect of device memory failed");
+  }
+  s.all_open = false;
+}
+
+void open_all_device_memory() {
+  State& s = state();
+  s.open = true;
+  if (s.all_open) return;
+  for (const auto& [slot, a] : s.live) protect(a, true);
+  s.all_open = true;
 }
 
 void check_canaries(const char* after) {
   State& s = state();
   if (!s.open) return;
-  for (const auto& [slot, a] : s.live)
-    if (!canaries_intact(a)) canary_fault(a, after);
+  const int opened = g_opened_count.load();
+  if (s.all_open || opened > kMaxOpened) {
+    for (const auto& [slot, a] : s.live)
+      if (!canaries_intact(a)) canary_fault(a, after);
+    return;
+  }
+  // Only an allocation the work touched can have changed.
+  for (int i = 0; i < opened; ++i)
+    if (const Allocation* a = slot_of(s.live, g_opened[i].slot))
+      if (!canaries_intact(*a)) canary_fault(*a, after);
 }
 
 std::vector<Range> allocations_named_by(const std::vector<const void*>& pointers) {
@@ -284,7 +324,21 @@ bool explain(const void* address, char* text, std::size_t size) {
   return false;
 }
 
+// While device work runs, the first access to a live allocation's pages opens it (one mprotect for
+// the allocations the work touches, not for every live one at every drain: ~half the emulated
+// engine's time went to mprotect over all of them, issue 63); its guard page stays closed.
+bool open_on_device_access(const void* address) {
+  const State& s = state();
+  if (!s.open || !running_device_work() || !in_device_region(address)) return false;
+  const Allocation* a = slot_of(s.live, address);
+  if (!a || static_cast<const char*>(address) >= a->slot + a->slot_bytes) return false;
+  const int i = g_opened_count.fetch_add(1);
+  if (i < kMaxOpened) g_opened[i] = {a->slot, a->slot_bytes};
+  return mprotect(a->slot, a->slot_bytes, PROT_READ | PROT_WRITE) == 0;
+}
+
 void on_memory_fault(int signal_number, siginfo_t* info, void* context) {
+  if (!g_faulting && open_on_device_access(info->si_addr)) return;  // the access runs again
   char text[1024];
   if (!g_faulting && explain(info->si_addr, text, sizeof text)) {
     g_faulting = true;

@@ -1,5 +1,6 @@
 // The emulated device's memory spaces. Device memory (cudaMalloc) lives in one reserved region
-// that is PROT_NONE whenever no device work runs, so a host dereference faults; each allocation
+// that is PROT_NONE whenever no device work runs, so a host dereference faults (while device work
+// runs, an allocation opens at the work's first access to it); each allocation
 // starts 256-byte aligned and ends (rounded to 256 bytes) just before a PROT_NONE guard page, so a
 // kernel running past its end faults, and the few bytes between its end and the guard hold a
 // canary checked after every piece of device work. Freed addresses are never handed out again (a
@@ -33,8 +34,13 @@ bool is_pinned_range(const void* pointer, std::size_t bytes);
 bool in_device_region(const void* address);
 std::size_t allocated_bytes();
 
-// Opens the live allocations to the host thread (device work is about to run) or closes them.
+// Device work is about to run (true): each live allocation it touches opens, readable and
+// writable, at its first access (the fault handler opens it); or it is over (false): whatever was
+// opened closes.
 void set_device_access(bool open);
+// Opens every live allocation at once, for device work that hands device memory to the kernel or
+// to another process (MPI in the emulated NCCL: a peer's single-copy read cannot fault here).
+void open_all_device_memory();
 // Faults naming `after` when a canary next to an allocation was overwritten.
 void check_canaries(const char* after);
 

@@ -416,8 +416,9 @@ ncclResult_t launch(std::vector<Operation> operations, const char* name) {
       return refuse(ncclInvalidUsage, name,
                     "the emulator runs a group's operations on one stream; this group has "
                     "several");
-  cuda_emulator::enqueue(stream, name,
-                         [operations = std::move(operations), name] { run(operations, name); });
+  cuda_emulator::enqueue(
+      stream, name, [operations = std::move(operations), name] { run(operations, name); },
+      /*shares_memory=*/true);
   return ncclSuccess;
 }
 

@@ -385,7 +385,7 @@ void fault(const std::string& message) {
   std::abort();
 }
 
-void enqueue(cudaStream_t handle, const char* what, std::function<void()> work) {
+void enqueue(cudaStream_t handle, const char* what, std::function<void()> work, bool shares_memory) {
   Entry entry;
   std::shared_ptr<streams::Stream> stream = streams::find(handle);
   if (!stream) fault(std::string(what) + ": enqueued on a stream that does not exist");
@@ -393,7 +393,8 @@ void enqueue(cudaStream_t handle, const char* what, std::function<void()> work) 
     record_error(status);  // an invalidated capture: the work is dropped, the capture fails
     return;
   }
-  streams::enqueue(stream, what, streams::Kind::device, std::move(work));
+  streams::enqueue(stream, what, shares_memory ? streams::Kind::shared_device : streams::Kind::device,
+                   std::move(work));
 }
 
 bool is_device_range(const void* p, std::size_t bytes) {

@@ -65,8 +65,11 @@ Registry& registry() {
 int g_drain_depth = 0;
 
 void run(Item& item) {
-  if (item.kind == Kind::device) {
-    memory::set_device_access(true);
+  if (item.kind == Kind::device || item.kind == Kind::shared_device) {
+    if (item.kind == Kind::shared_device)
+      memory::open_all_device_memory();
+    else
+      memory::set_device_access(true);
     const char* previous = running_device_work();
     set_running_device_work(item.what);
     item.work();

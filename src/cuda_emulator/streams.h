@@ -34,7 +34,10 @@ namespace cuda_emulator::streams {
 
 // Device work opens device memory to the host thread running it; host work (cudaLaunchHostFunc)
 // runs with it closed, as host code; a marker (an event record, a wait) touches nothing.
-enum class Kind { device, host, marker };
+// device: kernels, copies, memsets, library calls (the allocations they touch open as they touch
+// them); shared_device: device work that hands device memory to another process (the emulated
+// NCCL's MPI calls), every allocation opened first; host: cudaLaunchHostFunc; marker: events.
+enum class Kind { device, shared_device, host, marker };
 
 struct Stream;
 // A place in a stream: done when the stream has run its work up to `position`.

@@ -264,6 +264,56 @@ TEST_F(EmulatedDeviceDeathTest, KernelWriteIntoTheSlackAfterAnAllocationIsCaught
       "kernel write_at_kernel.*wrote out of bounds of the device allocation of 40 bytes");
 }
 
+// Device work opens an allocation at its first access to it (the fault handler), not every live
+// one before it runs: an allocation the kernel already opened still ends at its guard page.
+__global__ void write_first_and_at_kernel(float* p, int index) {
+  p[0] = 1.0f;
+  p[index] = 1.0f;
+}
+
+TEST_F(EmulatedDeviceDeathTest, KernelWritePastAnAllocationItOpenedFaults) {
+  EXPECT_DEATH(
+      {
+        float* p = nullptr;
+        cudaMalloc(&p, 64 * sizeof(float));
+        write_first_and_at_kernel<<<1, 1>>>(p, 64);
+        cudaDeviceSynchronize();
+      },
+      "out-of-bounds device access by kernel write_first_and_at_kernel.*0 bytes past the end of "
+      "the device allocation of 256 bytes");
+}
+
+// And closes what it opened when it is over: the host's access after a kernel wrote there faults,
+// as does a host function's between two kernels.
+TEST_F(EmulatedDeviceDeathTest, HostDereferenceAfterAKernelTouchedTheAllocationFaults) {
+  EXPECT_DEATH(
+      {
+        float* p = nullptr;
+        cudaMalloc(&p, 16 * sizeof(float));
+        write_at_kernel<<<1, 1>>>(p, 3);
+        cudaDeviceSynchronize();
+        static_cast<volatile float*>(p)[3] = 1.0f;
+      },
+      "the host dereferenced device memory.*byte 12 of the device allocation of 64 bytes");
+}
+
+void read_device_value(void* p) {
+  (void)static_cast<volatile float*>(p)[1];
+}
+
+TEST_F(EmulatedDeviceDeathTest, HostFunctionBetweenKernelsCannotReachWhatTheyTouch) {
+  EXPECT_DEATH(
+      {
+        float* p = nullptr;
+        cudaMalloc(&p, 16 * sizeof(float));
+        write_at_kernel<<<1, 1>>>(p, 1);
+        cudaLaunchHostFunc(nullptr, read_device_value, p);
+        write_at_kernel<<<1, 1>>>(p, 2);
+        cudaDeviceSynchronize();
+      },
+      "the host dereferenced device memory.*byte 4 of the device allocation of 64 bytes");
+}
+
 TEST_F(EmulatedDeviceDeathTest, HostDereferenceOfDeviceMemoryFaults) {
   EXPECT_DEATH(
       {
