@@ -12,9 +12,11 @@ SECONDS=0
 # C++ compiles go through ccache (installed by setup.sh), its cache in the checkout (.ccache/, so a
 # fresh clone starts empty): build-emu/ compiles the host library (boostlm_core, _base, _formats,
 # the CPU kernels) with the same flags as build/, and takes those objects from build/'s compiles.
+# The checkout is ccache's base_dir: paths under it are hashed relative to the build directory, so
+# that the unity batches CMake generates in each build directory (CMakeLists.txt) match too.
 launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=)
 if command -v ccache > /dev/null; then
-  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_DIR=$PWD/.ccache;ccache")
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_DIR=$PWD/.ccache;CCACHE_BASEDIR=$PWD;ccache")
 fi
 # BOOSTLM_CUDA=AUTO: the CUDA backend is compiled and linked wherever the toolkit is (its tests,
 # label cuda, skip without a GPU); given explicitly, as the quickstart may have turned it off.

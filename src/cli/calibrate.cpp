@@ -37,6 +37,7 @@
 
 #include "cli/checks.h"
 #include "cli/commands.h"
+#include "cli/host.h"
 #include "comm/grid.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -50,13 +51,6 @@ struct CalibrateOptions {
   int ranks = 0;
 };
 
-int available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);)
@@ -69,13 +63,6 @@ std::string today() {
   const std::time_t now = std::time(nullptr);
   std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&now));
   return buf;
-}
-
-std::string this_executable() {
-  std::vector<char> path(4096);
-  const ssize_t n = readlink("/proc/self/exe", path.data(), path.size() - 1);
-  if (n <= 0) throw error("cannot find this program's path (/proc/self/exe)");
-  return std::string(path.data(), static_cast<size_t>(n));
 }
 
 // Under mpirun: every rank measures its device and the all-reduce; rank 0 writes `path`.
@@ -175,9 +162,10 @@ plan::Hardware calibrate_cluster(const CalibrateOptions& o, std::string& rate) {
   try {
     h = plan::load_hardware(o.from);
   } catch (const Error& e) {
-    throw error("calibrate --hostfile measures the device and the link across the hosts and "
-                "takes the rest from --from ",
-                o.from, " (", e.what(), "); run `boostlm calibrate` on this machine first");
+    throw error(
+        "calibrate --hostfile measures the device and the link across the hosts and "
+        "takes the rest from --from ",
+        o.from, " (", e.what(), "); run `boostlm calibrate` on this machine first");
   }
   const std::string path = std::filesystem::temp_directory_path() /
                            ("boostlm-link-" + std::to_string(getpid()) + ".json");

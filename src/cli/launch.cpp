@@ -69,6 +69,7 @@
 
 #include "cli/checks.h"
 #include "cli/commands.h"
+#include "cli/host.h"
 #include "cli/launch_restart.h"
 #include "comm/mpi_runtime.h"
 #include "comm/overlap.h"
@@ -120,13 +121,6 @@ constexpr const char* kEmulatedMarker = "# boostlm-emulated-cluster";
 // Every address scripts/cluster.sh gives out lies in this range (RFC 2544's benchmarking networks).
 constexpr const char* kEmulatedNetwork = "198.18.0.0/15";
 
-int available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 // The value of `key=value` among the words of a line, or "".
 std::string marker_value(const std::string& line, const std::string& key) {
   std::istringstream words(line);
@@ -176,13 +170,6 @@ void check_hosts_resolve(const std::string& path, bool restarts) {
     throw error("--hostfile ", path, " line ", e.line, ": host '", e.host, "' does not resolve (",
                 gai_strerror(status), "): correct the name, or add it to /etc/hosts or DNS");
   }
-}
-
-std::string this_executable() {
-  std::vector<char> path(4096);
-  const ssize_t n = readlink("/proc/self/exe", path.data(), path.size() - 1);
-  if (n <= 0) throw error("cannot find this program's path (/proc/self/exe)");
-  return std::string(path.data(), static_cast<size_t>(n));
 }
 
 // The mpirun flags for ranks spread over the hosts of a hostfile (see the top of this file).
@@ -240,8 +227,9 @@ MpirunCommand plan_srun(const LaunchOptions& o, const std::vector<std::string>& 
   plan.srun = true;
   plan.env = run_as_root_env();
   plan.env.emplace_back("OMP_NUM_THREADS", std::to_string(threads));  // srun passes the environment
-  plan.argv = {"srun", "--mpi=pmix", "--ntasks", std::to_string(ranks), "--kill-on-bad-exit=1",
-               "--input=none", this_executable()};
+  plan.argv = {
+      "srun",         "--mpi=pmix",     "--ntasks", std::to_string(ranks), "--kill-on-bad-exit=1",
+      "--input=none", this_executable()};
   plan.argv.insert(plan.argv.end(), command.begin(), command.end());
   return plan;
 }
@@ -420,8 +408,7 @@ void add_launch(CLI::App& app) {
     if (!o->hostfile.empty() && !emulated) check_hosts_resolve(o->hostfile, o->max_restarts > 0);
     // Restarts probe the hosts through the agent mpirun uses (launch_restart.cpp reads it from
     // Open MPI's environment variable): on an emulated cluster, the namespace agent.
-    if (emulated)
-      setenv("OMPI_MCA_plm_rsh_agent", (this_executable() + " netns-agent").c_str(), 1);
+    if (emulated) setenv("OMPI_MCA_plm_rsh_agent", (this_executable() + " netns-agent").c_str(), 1);
     const RestartPolicy policy{o->max_restarts, o->min_ranks, o->ranks, o->hostfile};
     exit_code() = run_with_restarts(
         policy, command,

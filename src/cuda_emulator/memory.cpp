@@ -71,8 +71,8 @@ std::atomic<int> g_opened_count{0};
 State& state() {
   static State* s = [] {
     auto* created = new State();
-    void* region = mmap(nullptr, kRegionBytes, PROT_NONE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* region =
+        mmap(nullptr, kRegionBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (region == MAP_FAILED) fault("cannot reserve the device memory region");
     created->region = static_cast<char*>(region);
     return created;
@@ -128,8 +128,7 @@ cudaError_t allocate_device(void** pointer, std::size_t bytes) {
   State& s = state();
   const std::size_t rounded = round_up(bytes, kAlignment);
   const std::size_t slot_bytes = round_up(rounded, page_bytes());
-  if (s.allocated + bytes > kDeviceMemoryBytes ||
-      s.next + slot_bytes + page_bytes() > kRegionBytes)
+  if (s.allocated + bytes > kDeviceMemoryBytes || s.next + slot_bytes + page_bytes() > kRegionBytes)
     return cudaErrorMemoryAllocation;
   Allocation a;
   a.slot = s.region + s.next;
@@ -206,7 +205,8 @@ bool is_pinned_range(const void* pointer, std::size_t bytes) {
   auto it = s.pinned.upper_bound(p);
   if (it == s.pinned.begin()) return false;
   --it;
-  return p >= it->first && bytes <= it->second && p - it->first <= static_cast<std::ptrdiff_t>(it->second - bytes);
+  return p >= it->first && bytes <= it->second &&
+         p - it->first <= static_cast<std::ptrdiff_t>(it->second - bytes);
 }
 
 bool in_device_region(const void* address) {
@@ -263,7 +263,8 @@ std::vector<Range> allocations_named_by(const std::vector<const void*>& pointers
   for (const void* pointer : pointers) {
     const Range r = device_allocation_of(pointer);
     if (!r.begin) continue;
-    if (std::none_of(found.begin(), found.end(), [&](const Range& f) { return f.begin == r.begin; }))
+    if (std::none_of(found.begin(), found.end(),
+                     [&](const Range& f) { return f.begin == r.begin; }))
       found.push_back(r);
   }
   return found;
@@ -302,8 +303,8 @@ bool explain(const void* address, char* text, std::size_t size) {
                       static_cast<const void*>(a->begin));
     } else if (const Allocation* f = slot_of(s.freed, address)) {
       std::snprintf(text, size, "%s %p, inside the freed device allocation of %zu bytes at %p",
-                    work ? "a device access of freed memory at" : "the host dereferenced",
-                    address, f->bytes, static_cast<const void*>(f->begin));
+                    work ? "a device access of freed memory at" : "the host dereferenced", address,
+                    f->bytes, static_cast<const void*>(f->begin));
     } else {
       std::snprintf(text, size, "%s device address %p, which no allocation holds",
                     work ? "a device access of the" : "the host dereferenced the", address);

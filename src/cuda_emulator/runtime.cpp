@@ -289,8 +289,8 @@ cudaError_t set(void* dst, int value, std::size_t count, cudaStream_t handle, bo
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
   if (count == 0) return cudaSuccess;
   if (!memory::is_device_range(dst, count)) return fail(cudaErrorInvalidValue);
-  if (const cudaError_t status = capture_checks(stream, blocking, cudaMemcpyDeviceToDevice, dst,
-                                                dst, count);
+  if (const cudaError_t status =
+          capture_checks(stream, blocking, cudaMemcpyDeviceToDevice, dst, dst, count);
       status != cudaSuccess)
     return fail(status);
   const streams::Ticket ticket =
@@ -385,7 +385,8 @@ void fault(const std::string& message) {
   std::abort();
 }
 
-void enqueue(cudaStream_t handle, const char* what, std::function<void()> work, bool shares_memory) {
+void enqueue(cudaStream_t handle, const char* what, std::function<void()> work,
+             bool shares_memory) {
   Entry entry;
   std::shared_ptr<streams::Stream> stream = streams::find(handle);
   if (!stream) fault(std::string(what) + ": enqueued on a stream that does not exist");
@@ -393,7 +394,8 @@ void enqueue(cudaStream_t handle, const char* what, std::function<void()> work, 
     record_error(status);  // an invalidated capture: the work is dropped, the capture fails
     return;
   }
-  streams::enqueue(stream, what, shares_memory ? streams::Kind::shared_device : streams::Kind::device,
+  streams::enqueue(stream, what,
+                   shares_memory ? streams::Kind::shared_device : streams::Kind::device,
                    std::move(work));
 }
 
@@ -427,9 +429,9 @@ void submit_launch(KernelLaunch launch) {
     fail(status);
     return;
   }
-  auto description = std::make_shared<std::string>(std::string("kernel ") + launch.name + " (" +
-                                                   launch.file + ":" +
-                                                   std::to_string(launch.line) + ")");
+  auto description =
+      std::make_shared<std::string>(std::string("kernel ") + launch.name + " (" + launch.file +
+                                    ":" + std::to_string(launch.line) + ")");
   auto shared = std::make_shared<KernelLaunch>(std::move(launch));
   streams::enqueue(stream, description->c_str(), streams::Kind::device, [shared, description] {
     execute_kernel(*shared);
@@ -639,7 +641,8 @@ cudaError_t cudaDeviceSynchronize() {
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   Entry entry;
   if (!event) return fail(cudaErrorInvalidValue);
-  constexpr unsigned kKnown = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+  constexpr unsigned kKnown =
+      cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
   if (flags & ~kKnown) return fail(cudaErrorInvalidValue);
   auto e = std::make_shared<CUevent_st>();
   e->flags = flags;
@@ -673,12 +676,11 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
     return cudaSuccess;
   }
   e->captured.reset();
-  e->recorded = streams::enqueue(stream, "cudaEventRecord", streams::Kind::marker,
-                                 [e, generation] {
-                                   if (e->generation != generation) return;
-                                   e->time_ms = now_ms();
-                                   e->timed_generation = generation;
-                                 });
+  e->recorded = streams::enqueue(stream, "cudaEventRecord", streams::Kind::marker, [e, generation] {
+    if (e->generation != generation) return;
+    e->time_ms = now_ms();
+    e->timed_generation = generation;
+  });
   return cudaSuccess;
 }
 

@@ -50,7 +50,7 @@ struct Registry {
     s->legacy = true;
     return s;
   }();
-  std::vector<std::shared_ptr<Stream>> live;  // in creation order: drains are deterministic
+  std::vector<std::shared_ptr<Stream>> live;       // in creation order: drains are deterministic
   std::vector<std::shared_ptr<Capture>> captures;  // in progress
   unsigned long long capture_ids = 0;
 };
@@ -305,8 +305,8 @@ cudaError_t check_unsafe_call() {
   for (const auto& c : registry().captures) {
     if (c->mode == cudaStreamCaptureModeRelaxed) continue;
     const bool mine = c->thread == std::this_thread::get_id();
-    const bool global = t_capture_mode == cudaStreamCaptureModeGlobal &&
-                        c->mode == cudaStreamCaptureModeGlobal;
+    const bool global =
+        t_capture_mode == cudaStreamCaptureModeGlobal && c->mode == cudaStreamCaptureModeGlobal;
     if (mine || global) {
       if (c->error == cudaSuccess) c->error = cudaErrorStreamCaptureUnsupported;
       status = cudaErrorStreamCaptureUnsupported;

@@ -11,15 +11,15 @@
 //
 // Stream capture (cudaStreamBeginCapture): work enqueued on a capturing stream does not run: it
 // becomes a node of the capture, in enqueue order, and cudaGraphLaunch later enqueues the nodes,
-// in that order, as ordinary work (runtime.cpp's graph calls). Nodes keep their arguments as enqueued (a kernel's
-// pointers and scalars, a copy's addresses), which is what a GPU's graph bakes in. A stream joins a
-// capture by waiting on an event recorded in it (a fork) and must be joined back (the origin
-// waits on an event recorded on it after its last node) before the capture ends. What a GPU
-// refuses while capturing is refused here with its error, and the capture is invalidated where a
-// GPU invalidates it: synchronising or querying a capturing stream, the legacy stream's work
-// while a blocking stream captures, a dependency on work outside the capture, and, for a thread
-// the capture modes prohibit (cudaThreadExchangeStreamCaptureMode), the potentially unsafe calls
-// (allocation, freeing, synchronous copies and fills, device synchronisation).
+// in that order, as ordinary work (runtime.cpp's graph calls). Nodes keep their arguments as
+// enqueued (a kernel's pointers and scalars, a copy's addresses), which is what a GPU's graph bakes
+// in. A stream joins a capture by waiting on an event recorded in it (a fork) and must be joined
+// back (the origin waits on an event recorded on it after its last node) before the capture ends.
+// What a GPU refuses while capturing is refused here with its error, and the capture is invalidated
+// where a GPU invalidates it: synchronising or querying a capturing stream, the legacy stream's
+// work while a blocking stream captures, a dependency on work outside the capture, and, for a
+// thread the capture modes prohibit (cudaThreadExchangeStreamCaptureMode), the potentially unsafe
+// calls (allocation, freeing, synchronous copies and fills, device synchronisation).
 #pragma once
 
 #include <cuda_runtime_api.h>
