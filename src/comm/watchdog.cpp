@@ -30,14 +30,14 @@ int64_t now_ns() {
 // The exchange in progress. start_ns is written last on entry (release) and is 0 while idle; the
 // monitor reads it first (acquire) and again after the other fields, so it never reports a mix of
 // two exchanges (each start gets a distinct timestamp).
-struct InFlight {
+struct PendingOperation {
   std::atomic<int64_t> start_ns{0};
   std::atomic<const char*> group{nullptr};
   std::atomic<const char*> operation{nullptr};
   std::atomic<int64_t> bytes{0};
 };
 
-InFlight g_in_flight;
+PendingOperation g_in_flight;
 std::atomic<int64_t> g_step{-1};
 std::atomic<int64_t> g_timeout_ns{0};
 std::atomic<int> g_rank{0};

@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/profile.h"
 #include "core/rng.h"
 #include "data/shard.h"
 
@@ -35,10 +36,6 @@ constexpr size_t kBatchTextBytes = size_t{64} << 10;
 constexpr int kBatchesInFlightPerThread = 8;
 constexpr int kSplits = 2;  // 0 train, 1 val
 const char* const kSplitNames[kSplits] = {"train", "val"};
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string shard_name(int split, int64_t index) {
   char name[32];
@@ -72,7 +69,7 @@ struct PipelineRecord {
   int64_t line = 0;
   int64_t ordinal = 0;  // among all records of the inputs, in order: a resume position
   // Set by the encoder.
-  int split = -1;               // 0 train, 1 val; -1 a bad record, for `reason`
+  int split = -1;  // 0 train, 1 val; -1 a bad record, for `reason`
   std::string reason;
   std::vector<int32_t> tokens;  // EOS appended, resume skip applied; empty: already in a shard
   int64_t skip_tokens = 0;      // the document's first tokens, left out: in a complete shard
@@ -185,7 +182,7 @@ class CorpusReader {
 
   void read(std::vector<PrepareFileSummary>* files,
             const std::function<void(InputRecord&&, int32_t file)>& on_record) {
-    const double start = now_seconds();
+    const double start = now_s();
     RecordReaderOptions reader_options;
     reader_options.format = options_.format;
     for (size_t i = 0; i < paths_.size(); ++i) {
@@ -223,7 +220,7 @@ class CorpusReader {
       current_ = nullptr;
       warn_if_not_text(paths_[i], stats);
     }
-    times_.total = now_seconds() - start;
+    times_.total = now_s() - start;
   }
 
   // Bytes of the input files consumed so far (approximate while a file is being read).
@@ -268,7 +265,8 @@ std::vector<PrepareFileSummary> file_entries(const std::vector<std::string>& pat
 
 // --on-bad-record for one bad record: under error, an Error naming it; under skip, a warning (for
 // the first five of its file) and one more in *skipped, its file's count.
-void handle_bad_record(const PrepareOptions& options, const BadRecord& record, int64_t* skipped_in_file) {
+void handle_bad_record(const PrepareOptions& options, const BadRecord& record,
+                       int64_t* skipped_in_file) {
   if (options.on_bad_record == BadRecordPolicy::error)
     throw error("prepare: ", record.describe(),
                 "; fix the record, or give --on-bad-record skip to leave such records out");
@@ -287,9 +285,9 @@ double read_batches(CorpusReader& reader, std::vector<PrepareFileSummary>* files
   int64_t ordinal = 0;
   double submit_seconds = 0;
   auto submit_timed = [&](WorkBatch&& full) {
-    const double begin = now_seconds();
+    const double begin = now_s();
     const bool go_on = submit(std::move(full));
-    submit_seconds += now_seconds() - begin;
+    submit_seconds += now_s() - begin;
     return go_on;
   };
   try {
@@ -376,7 +374,7 @@ class SplitWriter {
   int split_;
   fs::path dir_;
   int64_t shard_tokens_, vocab_size_, next_shard_;
-  std::vector<int64_t> file_tokens_;                // per input file, in this split's shards
+  std::vector<int64_t> file_tokens_;              // per input file, in this split's shards
   std::map<int32_t, int64_t> shard_file_tokens_;  // per input file, in the current shard
   std::function<void(PrepareShardSummary&&)> on_commit_;
   std::unique_ptr<ShardWriter> current_;
@@ -433,7 +431,6 @@ void remove_earlier_output(const fs::path& dir, const std::vector<std::string>& 
       fs::remove(entry.path());
   }
 }
-
 
 void check_enough_documents(int64_t documents, double val_fraction) {
   if (val_fraction > 0 && documents < 2)
@@ -612,7 +609,7 @@ class CorpusEncoder {
   // Parses (JSON Lines), splits and tokenizes each record of the batch, adding the seconds of
   // parsing and of tokenizing to the two counters.
   void encode_batch(WorkBatch& batch, double* parse_seconds, double* tokenize_seconds) const {
-    const double begin = now_seconds();
+    const double begin = now_s();
     std::vector<std::string> documents(batch.records.size());
     for (size_t i = 0; i < batch.records.size(); ++i) {
       PipelineRecord& record = batch.records[i];
@@ -622,7 +619,7 @@ class CorpusEncoder {
       record.split =
           document_goes_to_val(documents[i], options_.val_fraction, options_.seed) ? 1 : 0;
     }
-    const double parsed = now_seconds();
+    const double parsed = now_s();
     for (size_t i = 0; i < batch.records.size(); ++i) {
       PipelineRecord& record = batch.records[i];
       if (record.split < 0) continue;
@@ -633,18 +630,19 @@ class CorpusEncoder {
       if (record.ordinal == from.record) {
         record.skip_tokens =
             static_cast<int64_t>(std::min<size_t>(record.tokens.size(), from.offset));
-        record.tokens.erase(record.tokens.begin(),
-                            record.tokens.begin() + static_cast<std::ptrdiff_t>(record.skip_tokens));
+        record.tokens.erase(
+            record.tokens.begin(),
+            record.tokens.begin() + static_cast<std::ptrdiff_t>(record.skip_tokens));
       }
     }
     *parse_seconds += parsed - begin;
-    *tokenize_seconds += now_seconds() - parsed;
+    *tokenize_seconds += now_s() - parsed;
   }
 
   // Counts the batch's documents and bad records and appends its tokens to the shards; then
   // rethrows the reader's failure that ended the batch, if one did.
   void write_batch(WorkBatch& batch) {
-    const double begin = now_seconds();
+    const double begin = now_s();
     for (const PipelineRecord& record : batch.records) {
       FileCounts& counts = file_counts_[static_cast<size_t>(record.file)];
       records_ = record.ordinal + 1;
@@ -658,7 +656,7 @@ class CorpusEncoder {
       writers_[record.split]->write(record.tokens, record.ordinal, record.skip_tokens, record.file);
       tokens_written_ += static_cast<int64_t>(record.tokens.size());
     }
-    write_seconds_ += now_seconds() - begin;
+    write_seconds_ += now_s() - begin;
     if (batch.failure) std::rethrow_exception(batch.failure);
   }
 
@@ -883,7 +881,7 @@ namespace {
 
 PrepareSummary prepare_into(const PrepareOptions& options, const std::vector<std::string>& paths,
                             const fs::path& out) {
-  const double start = now_seconds();
+  const double start = now_s();
   const double start_cpu = process_cpu_seconds();
 
   PrepareSummary summary;
@@ -901,7 +899,7 @@ PrepareSummary prepare_into(const PrepareOptions& options, const std::vector<std
     if (!options.resume) remove_earlier_output(out, {});
     choice = obtain_tokenizer(options, paths, out);
   }
-  summary.tokenizer_seconds = now_seconds() - start;
+  summary.tokenizer_seconds = now_s() - start;
   summary.tokenizer_path = choice.path;
   summary.trained_tokenizer = choice.trained;
   const Tokenizer tokenizer = Tokenizer::load(choice.path);
@@ -935,11 +933,11 @@ PrepareSummary prepare_into(const PrepareOptions& options, const std::vector<std
 
   CorpusReader reader(options, paths);
   CorpusEncoder encoder(options, paths, tokenizer, resume, writers);
-  const double write_start = now_seconds();
+  const double write_start = now_s();
   double last_progress = write_start;
   auto show_progress = [&](bool final_line) {
-    if (!options.progress || (!final_line && now_seconds() - last_progress < 1.0)) return;
-    last_progress = now_seconds();
+    if (!options.progress || (!final_line && now_s() - last_progress < 1.0)) return;
+    last_progress = now_s();
     print_progress(final_line ? summary.input_bytes : reader.bytes_done(), summary.input_bytes,
                    encoder.documents(), encoder.tokens_written(), last_progress - write_start,
                    final_line);
@@ -1043,15 +1041,14 @@ PrepareSummary prepare_into(const PrepareOptions& options, const std::vector<std
   const ReadTimes& times = reader.times();
   summary.read_seconds = times.read;
   summary.decompress_seconds = times.decompress;
-  summary.cut_seconds =
-      std::max(0.0, times.total - times.read - times.decompress - submit_seconds);
+  summary.cut_seconds = std::max(0.0, times.total - times.read - times.decompress - submit_seconds);
   for (const std::array<double, 2>& seconds : encode_seconds) {
     summary.parse_seconds += seconds[0];
     summary.encode_seconds += seconds[1];
   }
   summary.write_seconds = encoder.write_seconds();
   write_meta(summary, options, tokenizer);
-  summary.total_seconds = now_seconds() - start;
+  summary.total_seconds = now_s() - start;
   summary.cpu_seconds = process_cpu_seconds() - start_cpu;
   return summary;
 }

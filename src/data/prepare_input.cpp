@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "data/json_record.h"
 
 namespace boostlm {
@@ -22,10 +23,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kChunkBytes = size_t{1} << 20;
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
@@ -170,12 +167,12 @@ bool ByteStream::fill() {
   if (file_end_) return false;
   if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
   if (in_end_ == in_.size()) return true;
-  const double start = now_seconds();
+  const double start = now_s();
   ssize_t got;
   do {
     got = ::read(fd_, in_.data() + in_end_, in_.size() - in_end_);
   } while (got < 0 && errno == EINTR);
-  read_seconds_ += now_seconds() - start;
+  read_seconds_ += now_s() - start;
   if (got < 0)
     throw error(path_, ": read error at byte ", file_offset_, ": ", std::strerror(errno));
   if (got == 0) {
@@ -205,7 +202,7 @@ size_t ByteStream::read(char* out, size_t capacity) {
                     " (an interrupted download or copy? fetch the file again, or leave it out)");
       return 0;
     }
-    const double start = now_seconds();
+    const double start = now_s();
     const size_t offset_before = in_begin_;
     if (compression_ == Compression::gzip) {
       z_stream& z = decoder_->gzip;
@@ -239,7 +236,7 @@ size_t ByteStream::read(char* out, size_t capacity) {
       produced = output.pos;
       decoder_->member_ended = status == 0;
     }
-    decompress_seconds_ += now_seconds() - start;
+    decompress_seconds_ += now_s() - start;
     if (produced == 0 && in_begin_ == offset_before && in_begin_ < in_end_)
       throw error(path_, ": the ", compression_name(compression_),
                   " decoder made no progress at byte ",

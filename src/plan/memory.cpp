@@ -9,10 +9,6 @@ namespace boostlm::plan {
 
 namespace {
 
-BlockSetting block_setting(const MicroBatchShape& mb) {
-  return {mb.config, mb.options, mb.tokens(), mb.tp};
-}
-
 // LaX's crossing state of one block (Layout::lax_kept_bytes / 4): kept for every block.
 int64_t lax_kept_elements(const MicroBatchShape& mb) {
   const int64_t cols = latent_columns(mb.config);

@@ -12,6 +12,4 @@ set(BOOSTLM_PLAN_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/enumerate.cpp
   ${CMAKE_CURRENT_LIST_DIR}/calibration.cpp
 )
-target_sources(boostlm_core PRIVATE ${BOOSTLM_PLAN_SOURCES})
-set_source_files_properties(${BOOSTLM_PLAN_SOURCES} PROPERTIES
-  COMPILE_DEFINITIONS "BOOSTLM_PLAN_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")
+target_sources(boostlm_core PRIVATE ${BOOSTLM_PLAN_SOURCES})  # the definition: CMakeLists.txt

@@ -45,10 +45,6 @@ struct Builder final : WorkSink {
   }
 };
 
-BlockSetting block_setting(const MicroBatchShape& mb) {
-  return {mb.config, mb.options, mb.tokens(), mb.tp};
-}
-
 // One block's forward or backward as its layout describes it, with its collectives.
 Work block_work(const MicroBatchShape& mb, bool backward) {
   Builder b(mb);
@@ -84,6 +80,10 @@ Work& Work::operator+=(const Work& o) {
   return *this;
 }
 
+BlockSetting block_setting(const MicroBatchShape& mb) {
+  return {mb.config, mb.options, mb.tokens(), mb.tp};
+}
+
 Work block_forward_work(const MicroBatchShape& mb) {
   return block_work(mb, false);
 }
@@ -112,11 +112,11 @@ Work lax_crossing_work(const MicroBatchShape& mb, bool backward) {
   for (const auto& p : block_projections(c)) {
     const int64_t r = p.rank, rl = split ? r / mb.tp : r;
     if (!backward) {
-      b.gemm(N, rl, r);  // s = u + h_{l−1} G
+      b.gemm(N, rl, r);                               // s = u + h_{l−1} G
       b.elementwise(static_cast<double>(N) * rl, 4);  // h_{l−1}, the norm, z
     } else {
-      b.gemm(r, rl, N);  // ∂G = h_{l−1}ᵀ ∂s
-      b.gemm(N, r, rl);  // ∂h_{l−1} = ∂s Gᵀ
+      b.gemm(r, rl, N);                               // ∂G = h_{l−1}ᵀ ∂s
+      b.gemm(N, r, rl);                               // ∂h_{l−1} = ∂s Gᵀ
       b.elementwise(static_cast<double>(N) * rl, 6);  // the carry, σ', h_{l−1}, the norm
     }
   }
@@ -166,9 +166,9 @@ Work head_work(const MicroBatchShape& mb, bool weight_gradient) {
     const int64_t rows = std::min(chunk, b.N - r0);
     b.gemm(rows, vocab, b.d);  // logits
     b.elementwise(static_cast<double>(rows) * vocab,
-                  mb.tp > 1 ? 5 : 3);  // max, Σexp, gradient in place
+                  mb.tp > 1 ? 5 : 3);               // max, Σexp, gradient in place
     if (weight_gradient) b.gemm(vocab, b.d, rows);  // dW_head
-    b.gemm(rows, b.d, vocab);          // dx
+    b.gemm(rows, b.d, vocab);                       // dx
   }
   // The head's collectives are outer_tp_comm's minus the embedding's.
   CommCounts outer = outer_tp_comm(mb.layout, mb.config, b.N, mb.tp, (b.N + chunk - 1) / chunk,
@@ -182,7 +182,8 @@ Work head_work(const MicroBatchShape& mb, bool weight_gradient) {
 Work whole_model_work(const MicroBatchShape& mb) {
   Work w = embedding_work(mb);
   w += head_work(mb);
-  const Work fwd = block_forward_work(mb), bwd = block_backward_work(mb), re = block_recompute_work(mb);
+  const Work fwd = block_forward_work(mb), bwd = block_backward_work(mb),
+             re = block_recompute_work(mb);
   const int64_t L = mb.config.n_layers;
   const Work lax_fwd = lax_crossing_work(mb, false), lax_bwd = lax_crossing_work(mb, true);
   for (int64_t l = 0; l < L; ++l) {

@@ -14,6 +14,7 @@
 #include "kernels/cross_entropy.h"
 #include "model/config.h"
 #include "parallel/layout.h"
+#include "parallel/layout_cost.h"
 
 namespace boostlm::plan {
 
@@ -55,6 +56,8 @@ struct MicroBatchShape {
   int64_t logits_chunk_elements = kDeviceLogitsChunkElements;
   int64_t tokens() const { return batch * seq_len; }
 };
+// Its block as parallel/layout_cost.h's models take it.
+BlockSetting block_setting(const MicroBatchShape& mb);
 
 // One block's forward; its backward, without recomputation; what recomputation adds to the
 // backward of one block (lowrank: local B GEMMs, attention, SwiGLU; block: the whole forward,
