@@ -154,7 +154,7 @@ TEST_P(ModelGradTest, EveryTensorMatchesFiniteDifferences) {
   for (const auto& p : model.params().entries()) {
     float* w = model.weights().view(p);
     const float* g = model.grads().view(p);
-    const auto u = testing::random_vector(p.numel, hash_name(p.name));
+    const auto u = test_support::random_vector(p.numel, hash_name(p.name));
     std::vector<float> saved(w, w + p.numel);
     auto loss_at = [&](float t) {
       for (int64_t i = 0; i < p.numel; ++i) w[i] = saved[i] + t * u[i];
@@ -164,7 +164,7 @@ TEST_P(ModelGradTest, EveryTensorMatchesFiniteDifferences) {
     const double d_half = (loss_at(h / 2) - loss_at(-h / 2)) / h;
     const double fd = (4 * d_half - d_h) / 3;
     std::copy(saved.begin(), saved.end(), w);
-    const double analytic = testing::dot(g, u.data(), p.numel);
+    const double analytic = test_support::dot(g, u.data(), p.numel);
     EXPECT_NEAR(fd, analytic, 3e-4 + 1e-2 * std::abs(analytic)) << p.name;
   }
 }
@@ -225,9 +225,9 @@ TEST(Model, Bf16LossAndGradientsAgreeWithFp32) {
     const float loss16 = model.forward_backward(tokens.data(), targets.data(), 2, 64);
     EXPECT_NEAR(loss16, loss32, 1e-3 * loss32) << to_string(arch);
     const double cos =
-        testing::dot(g32.data(), model.grads().data(), g32.size()) /
-        std::sqrt(testing::dot(g32.data(), g32.data(), g32.size()) *
-                  testing::dot(model.grads().data(), model.grads().data(), g32.size()));
+        test_support::dot(g32.data(), model.grads().data(), g32.size()) /
+        std::sqrt(test_support::dot(g32.data(), g32.data(), g32.size()) *
+                  test_support::dot(model.grads().data(), model.grads().data(), g32.size()));
     EXPECT_GT(cos, 0.999) << to_string(arch);
   }
 }

@@ -5,7 +5,7 @@
 
 #include "core/rng.h"
 
-namespace boostlm::testing {
+namespace boostlm::test_support {
 
 ::testing::AssertionResult check_gradient(const std::function<double()>& loss, float* x,
                                           const float* analytic, int64_t n,
@@ -49,4 +49,4 @@ double dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-}  // namespace boostlm::testing
+}  // namespace boostlm::test_support

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-namespace boostlm::testing {
+namespace boostlm::test_support {
 
 struct GradCheckOptions {
   float eps = 1e-2f;   // perturbation
@@ -28,4 +28,4 @@ std::vector<float> random_vector(int64_t n, uint64_t seed, float scale = 1.0f);
 // Σ a ⊙ b in double: the "loss" L = Σ out ⊙ w makes ∂L/∂out = w.
 double dot(const float* a, const float* b, int64_t n);
 
-}  // namespace boostlm::testing
+}  // namespace boostlm::test_support

@@ -11,9 +11,9 @@
 namespace boostlm {
 namespace {
 
-using testing::check_gradient;
-using testing::dot;
-using testing::random_vector;
+using test_support::check_gradient;
+using test_support::dot;
+using test_support::random_vector;
 
 // Naive causal softmax attention in double, contiguous layouts.
 void reference_attention(const AttentionShape& s, const float* q, const float* k, const float* v,

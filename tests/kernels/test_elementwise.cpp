@@ -22,9 +22,9 @@
 namespace boostlm {
 namespace {
 
-using testing::check_gradient;
-using testing::dot;
-using testing::random_vector;
+using test_support::check_gradient;
+using test_support::dot;
+using test_support::random_vector;
 
 TEST(RmsNorm, ForwardMatchesDefinition) {
   const int64_t rows = 3, D = 10;
@@ -486,7 +486,7 @@ namespace {
 
 TEST(CrossEntropy, FusedForwardBackwardMatchesSeparateKernels) {
   const int64_t rows = 5, V = 300;
-  auto logits = testing::random_vector(rows * V, 4, 5.0f);
+  auto logits = test_support::random_vector(rows * V, 4, 5.0f);
   std::vector<int32_t> targets = {0, 299, 7, 7, 150};
   std::vector<float> losses(rows), lse(rows), dlogits(rows * V), fused_losses(rows);
   cross_entropy_forward(logits.data(), V, targets.data(), rows, V, losses.data(), lse.data());
@@ -502,7 +502,7 @@ TEST(CrossEntropy, FusedForwardBackwardMatchesSeparateKernels) {
 // bit, and the fp32 gradient is unchanged by asking for it; so for the shard version.
 TEST(CrossEntropy, Bf16GradientIsTheRoundedFp32Gradient) {
   const int64_t rows = 3, V = 301;  // not a multiple of 16: the vector loop's tail too
-  const auto logits = testing::random_vector(rows * V, 6, 5.0f);
+  const auto logits = test_support::random_vector(rows * V, 6, 5.0f);
   const std::vector<int32_t> targets = {0, 300, 17};
   std::vector<float> plain = logits, fused = logits, losses(rows), fused_losses(rows);
   std::vector<bf16_t> grad16(rows * V);
@@ -534,7 +534,7 @@ TEST(CrossEntropy, Bf16GradientIsTheRoundedFp32Gradient) {
 // bf16 gradient is the same, row r at r·2·ld in bf16 elements; so for the shard version.
 TEST(CrossEntropy, Bf16GradientOverTheLogitsIsTheSame) {
   const int64_t rows = 4, V = 301;
-  const auto logits = testing::random_vector(rows * V, 7, 5.0f);
+  const auto logits = test_support::random_vector(rows * V, 7, 5.0f);
   const std::vector<int32_t> targets = {0, 300, 17, 150};
   std::vector<float> plain = logits, over = logits, losses(rows), over_losses(rows);
   cross_entropy_forward_backward(plain.data(), V, targets.data(), rows, V, 0.5f, losses.data());

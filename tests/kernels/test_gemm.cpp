@@ -11,7 +11,7 @@
 namespace boostlm {
 namespace {
 
-using testing::random_vector;
+using test_support::random_vector;
 
 // Reference C = alpha·op(A)·op(B) + beta·C in double; `round` rounds inputs to bf16 first.
 void reference_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,

@@ -17,9 +17,9 @@
 namespace boostlm {
 namespace {
 
-using testing::check_gradient;
-using testing::dot;
-using testing::random_vector;
+using test_support::check_gradient;
+using test_support::dot;
+using test_support::random_vector;
 
 constexpr int64_t kRows = 5, kD = 70, kRank = 6;  // D > 64: two column blocks of dγ
 constexpr float kEps = 1e-5f;
@@ -102,8 +102,8 @@ TEST(OnlineNorm, GradientsMatchFiniteDifferences) {
 // online_norm_input's, checked above).
 TEST(OnlineNorm, Bf16InputIsTheRoundedInputAndItsStatistic) {
   const int64_t rows = 7, D = 37;
-  const auto x = testing::random_vector(rows * D, 11, 2.0f);
-  const auto gamma = testing::random_vector(D, 12);
+  const auto x = test_support::random_vector(rows * D, 11, 2.0f);
+  const auto gamma = test_support::random_vector(D, 12);
   std::vector<float> sum_sq(rows), fused_sum(rows), plain(rows * D);
   std::vector<bf16_t> fused(rows * D);
   rmsnorm_partial_sum_squares(x.data(), D, rows, D, sum_sq.data());
@@ -127,9 +127,9 @@ TEST(OnlineNorm, ResidualAddFusedIntoTheNormIsTheAddThenTheNorm) {
   for (const int64_t D : {1, 37, 512}) {
     SCOPED_TRACE(D);
     const int64_t rows = 9;
-    const auto x = testing::random_vector(rows * D, 21, 2.0f);
-    const auto u = testing::random_vector(rows * D, 22, 1.5f);
-    const auto gamma = testing::random_vector(D, 23);
+    const auto x = test_support::random_vector(rows * D, 21, 2.0f);
+    const auto u = test_support::random_vector(rows * D, 22, 1.5f);
+    const auto gamma = test_support::random_vector(D, 23);
     std::vector<float> sum(rows * D), fused_sum(rows * D, -1.0f);
     add(x.data(), u.data(), sum.data(), rows * D);
     std::vector<float> sum_sq(rows), fused_sq(rows);
@@ -157,8 +157,8 @@ TEST(OnlineNorm, ResidualAddFusedIntoTheNormIsTheAddThenTheNorm) {
 // backward on them is the fp32 one on their values.
 TEST(OnlineNorm, Bf16LatentsAreTheRoundedLatents) {
   const int64_t rows = 5, width = 24, ld = width + 1;
-  const auto summed = testing::random_vector(rows * ld, 13, 3.0f);
-  const auto rstd = testing::random_vector(rows, 14);
+  const auto summed = test_support::random_vector(rows * ld, 13, 3.0f);
+  const auto rstd = test_support::random_vector(rows, 14);
   std::vector<float> z(rows * width), zr(rows * width);
   std::vector<bf16_t> z16(rows * width);
   online_norm_unpack(summed.data(), ld, rows, width, rstd.data(), z.data(), width);
@@ -167,7 +167,7 @@ TEST(OnlineNorm, Bf16LatentsAreTheRoundedLatents) {
     ASSERT_EQ(z16[i], float_to_bf16(z[i])) << i;
     zr[i] = bf16_to_float(z16[i]);
   }
-  auto dz = testing::random_vector(rows * width, 15), dz16 = dz;
+  auto dz = test_support::random_vector(rows * width, 15), dz16 = dz;
   std::vector<float> ds(rows), ds16(rows);
   online_norm_latent_backward(zr.data(), dz.data(), rows, width, rstd.data(), 64, ds.data());
   online_norm_latent_backward(z16.data(), dz16.data(), rows, width, rstd.data(), 64, ds16.data());
@@ -181,9 +181,9 @@ TEST(OnlineNorm, Bf16LatentsAreTheRoundedLatents) {
 TEST(OnlineNorm, LatentBackwardToBf16IsTheUnfusedPassesRounded) {
   for (int64_t width : {1, 24, 37}) {
     const int64_t rows = 6;
-    const auto zf = testing::random_vector(rows * width, 31, 3.0f);
-    const auto rstd = testing::random_vector(rows, 32);
-    const auto dlatent = testing::random_vector(rows * width, 33);
+    const auto zf = test_support::random_vector(rows * width, 31, 3.0f);
+    const auto rstd = test_support::random_vector(rows, 32);
+    const auto dlatent = test_support::random_vector(rows * width, 33);
     std::vector<bf16_t> z(rows * width);
     for (int64_t i = 0; i < rows * width; ++i) z[i] = float_to_bf16(zf[i]);
     for (bool silu : {true, false}) {
@@ -209,8 +209,8 @@ TEST(OnlineNorm, Bf16MessagePackAndUnpackAreTheFp32OnesRounded) {
   const int64_t rows = 7, width = 9, ld = width + 1, D = 32;
   const int64_t ld_values = width + 3, ld_stats = 2;  // a message's strides (comm/bf16_sum.h)
   const float eps = 1e-5f;
-  const auto p = testing::random_vector(rows * ld, 21, 2.0f);
-  auto sum_sq = testing::random_vector(rows, 22, 4.0f);
+  const auto p = test_support::random_vector(rows * ld, 21, 2.0f);
+  auto sum_sq = test_support::random_vector(rows, 22, 4.0f);
   for (float& v : sum_sq) v = std::abs(v) + 0.5f;
   for (bool rescale : {false, true}) {
     std::vector<float> packed = p;
@@ -231,7 +231,7 @@ TEST(OnlineNorm, Bf16MessagePackAndUnpackAreTheFp32OnesRounded) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < width; ++c)
         ASSERT_EQ(widened[r * ld + c], bf16_to_float(values[r * ld_values + c]));
-    const auto rstd = testing::random_vector(rows, 23);
+    const auto rstd = test_support::random_vector(rows, 23);
     std::vector<float> want(rows * width), got(rows * width);
     std::vector<bf16_t> want16(rows * width), got16(rows * width);
     online_norm_unpack(widened.data(), ld, rows, width, rstd.data(), want.data(), width);

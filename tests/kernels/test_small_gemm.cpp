@@ -37,12 +37,12 @@ TEST(SmallGemm, CausalPartsEqualTheWholeProductWhereTheyPromise) {
   for (const Case c : {Case{64, 128, 64}, Case{64, 64, 128}, Case{128, 64, 64}, Case{37, 48, 30}})
     for (const int64_t offset : {-20, 0, 5, 64, 200}) {
       const int64_t M = c.M, N = c.N, K = c.K;
-      const auto b = pack_pairs(rounded(testing::random_vector(K * N, 2)), K, N);
-      const auto init = testing::random_vector(M * N, 3);
+      const auto b = pack_pairs(rounded(test_support::random_vector(K * N, 2)), K, N);
+      const auto init = test_support::random_vector(M * N, 3);
       // A as each part presumes it: whole (cols), zero past k = i + offset (k_upto), zero before
       // k = i − offset (k_from).
       auto a_for = [&](CausalPart::Kind kind) {
-        auto a = rounded(testing::random_vector(M * K, 1));
+        auto a = rounded(test_support::random_vector(M * K, 1));
         for (int64_t i = 0; i < M; ++i)
           for (int64_t k = 0; k < K; ++k)
             if ((kind == CausalPart::k_upto && k > i + offset) ||

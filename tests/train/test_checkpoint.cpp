@@ -22,8 +22,8 @@ namespace boostlm {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::fresh_dir;
-using testing::tiny_config;
+using test_support::fresh_dir;
+using test_support::tiny_config;
 
 void expect_error(const std::function<void()>& f, const std::string& fragment) {
   try {

@@ -22,7 +22,7 @@ namespace boostlm {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::fresh_dir;
+using test_support::fresh_dir;
 
 void touch_checkpoint(const fs::path& checkpoints, const std::string& name) {
   fs::create_directories(checkpoints / name);

@@ -24,9 +24,9 @@ namespace boostlm {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::fresh_dir;
-using testing::make_data_dir;
-using testing::tiny_config;
+using test_support::fresh_dir;
+using test_support::make_data_dir;
+using test_support::tiny_config;
 
 std::string write_config(const std::string& name) {
   const auto path = fresh_dir(name + "_config") / "config.json";
@@ -596,7 +596,7 @@ namespace {
 // consecutive windows: a window that double-counted or skipped its already-scored prefix would
 // not be. With attention on, context changes the loss.
 TEST(Trainer, EvalTextSlidingWindowsScoreEveryTokenOnce) {
-  Model model(testing::tiny_config(), DType::f32);
+  Model model(test_support::tiny_config(), DType::f32);
   model.init_weights(3);
   std::vector<int32_t> tokens(101);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + i / 5) % 64);

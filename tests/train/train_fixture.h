@@ -8,7 +8,7 @@
 #include "data/shard.h"
 #include "model/config.h"
 
-namespace boostlm::testing {
+namespace boostlm::test_support {
 
 inline ModelConfig tiny_config(Arch arch = Arch::cola) {
   ModelConfig c;
@@ -46,4 +46,4 @@ inline std::string make_data_dir(const std::string& name, int64_t vocab, int64_t
   return dir.string();
 }
 
-}  // namespace boostlm::testing
+}  // namespace boostlm::test_support
