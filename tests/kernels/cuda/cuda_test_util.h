@@ -114,4 +114,23 @@ inline std::vector<bf16_t> rounded(const std::vector<float>& v) {
   return out;
 }
 
+// Shapes for the row kernels' tests (row stride D + pad): each block size of launch.h's
+// kRowBlockSizes (128, 256, 512, 1024, and 1024 with several columns per thread), odd widths,
+// padded strides, and many rows for dγ's chunks.
+struct RowShape {
+  int64_t rows, D, pad;
+};
+inline constexpr RowShape kRowShapes[] = {{1, 1, 0},     {3, 7, 5},    {17, 100, 3}, {5, 513, 0},
+                                          {4, 1500, 11}, {2, 4099, 1}, {300, 64, 2}, {1000, 33, 0}};
+
+// ‖x − y‖ / ‖y‖ in double (‖x − y‖ where y is all zeros).
+inline double relative_error(const std::vector<float>& x, const std::vector<float>& y) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    den += static_cast<double>(y[i]) * y[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
 }  // namespace boostlm::cuda::testing

@@ -52,14 +52,7 @@ const AttentionShape kShapes[] = {
     {2, 65, 4, 4, 32},                        // tensor cores: one row past their 64-row tile
 };
 
-double relative_error(const std::vector<float>& x, const std::vector<float>& y) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-    den += static_cast<double>(y[i]) * y[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
+using cuda::testing::relative_error;
 
 std::vector<float> widened(const std::vector<bf16_t>& v) {
   std::vector<float> out(v.size());
@@ -362,8 +355,8 @@ TEST_F(CudaAttention, TensorCoreKernelsRunTheirEstimatedFlopsAsMma) {
   EXPECT_EQ(stored.dq, 0u);
   EXPECT_EQ(stored.other, 0u);
   EXPECT_EQ(stored.dq_ds * 2, stored.forward);  // one product of the forward's two
-  EXPECT_EQ(stored.dkdv_written, 2 * in.N * in.kd * sizeof(float) +
-                                     4 * attention_ds_unit_bytes(s));  // dK, dV and dS
+  EXPECT_EQ(stored.dkdv_written,
+            2 * in.N * in.kd * sizeof(float) + 4 * attention_ds_unit_bytes(s));  // dK, dV and dS
   // Several chunks: their launches' counts add up to one's.
   cuda::set_attention_ds_scratch_bytes(2 * attention_ds_unit_bytes(s));
   cuda_emulator::reset_kernel_counters();

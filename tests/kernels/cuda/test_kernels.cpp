@@ -50,13 +50,8 @@ using CudaAdamW = DeviceTest;
 using CudaEmbedding = DeviceTest;
 using CudaRope = DeviceTest;
 
-struct RowShape {
-  int64_t rows, D, pad;  // row stride D + pad
-};
-// Widths that take each block size of launch.h's kRowBlockSizes (128, 256, 512, 1024, and 1024
-// with several columns per thread), odd widths, padded strides, and many rows for dγ's chunks.
-const RowShape kRowShapes[] = {{1, 1, 0},     {3, 7, 5},    {17, 100, 3}, {5, 513, 0},
-                               {4, 1500, 11}, {2, 4099, 1}, {300, 64, 2}, {1000, 33, 0}};
+using cuda::testing::kRowShapes;
+using cuda::testing::RowShape;
 
 TEST_F(CudaRmsNorm, ForwardMatchesTheCpuBackend) {
   const float eps = 1e-5f;

@@ -39,12 +39,8 @@ using CudaSplitNorm = DeviceTest;
 using CudaOnlineNorm = DeviceTest;
 using CudaCrossEntropy = DeviceTest;
 
-struct RowShape {
-  int64_t rows, D, pad;
-};
-// Each row-kernel block size (128 … 1024 and wider), odd widths, padded strides, many rows.
-const RowShape kRowShapes[] = {{1, 1, 0},     {3, 7, 5},    {17, 100, 3}, {5, 513, 0},
-                               {4, 1500, 11}, {2, 4099, 1}, {300, 64, 2}, {1000, 33, 0}};
+using cuda::testing::kRowShapes;
+using cuda::testing::RowShape;
 
 std::vector<int32_t> random_targets(int64_t n, int64_t V, uint64_t seed) {
   Rng rng(seed);
@@ -172,8 +168,8 @@ TEST_F(CudaOnlineNorm, ForwardPiecesMatchTheCpuBackend) {
       DeviceArray<bf16_t> gy(s.rows * D), gfy(s.rows * D);
       cuda::rmsnorm_forward_bf16(gsum.get(), D, ggamma.get(), s.rows, D, eps, gy.get(), D,
                                  grs.get(), stream);
-      cuda::residual_rmsnorm_forward_bf16(gx.get(), gu.get(), gfsum2.get(), ggamma.get(), s.rows,
-                                          D, eps, gfy.get(), gfrs.get(), stream);
+      cuda::residual_rmsnorm_forward_bf16(gx.get(), gu.get(), gfsum2.get(), ggamma.get(), s.rows, D,
+                                          eps, gfy.get(), gfrs.get(), stream);
       sync();
       EXPECT_TRUE(all_near(gfsum2.download(), sum, 0, 0));
       EXPECT_TRUE(all_near(gfrs.download(), grs.download(), 0, 0));
@@ -308,8 +304,8 @@ TEST_F(CudaOnlineNorm, BackwardPiecesMatchTheCpuBackend) {
       DeviceArray<float> gdl(dz), gdz(dz), gds(s.rows), gfused_ds(s.rows);
       DeviceArray<bf16_t> gdp(s.rows * width), gdp_unfused(s.rows * width);
       if (silu) cuda::silu_backward(gdl.get(), gz16.get(), s.rows, width, gdz.get(), stream);
-      cuda::online_norm_latent_backward(gz16.get(), gdz.get(), s.rows, width, grstd.get(),
-                                        D_total, gds.get(), stream);
+      cuda::online_norm_latent_backward(gz16.get(), gdz.get(), s.rows, width, grstd.get(), D_total,
+                                        gds.get(), stream);
       cuda::round_to_bf16(gdz.get(), s.rows, width, width, gdp_unfused.get(), stream);
       cuda::online_norm_latent_backward_to_bf16(gz16.get(), gdl.get(), silu, s.rows, width,
                                                 grstd.get(), D_total, gfused_ds.get(), gdp.get(),
@@ -545,14 +541,7 @@ HeadResult cpu_head(const std::vector<float>& x, const std::vector<float>& w,
   return r;
 }
 
-double relative_error(const std::vector<float>& x, const std::vector<float>& y) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-    den += static_cast<double>(y[i]) * y[i];
-  }
-  return std::sqrt(num / den);
-}
+using cuda::testing::relative_error;
 
 TEST_F(CudaCrossEntropy, ChunkedLinearCrossEntropyMatchesTheCpuHead) {
   const int64_t rows = 37, d = 24, V = 301;
@@ -623,8 +612,8 @@ TEST_F(CudaCrossEntropy, ChunkedLinearCrossEntropyMatchesTheCpuHead) {
 // sum.
 TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
   const float eps = 1e-5f;
-  for (const RowShape& s : {RowShape{3, 7, 5}, RowShape{17, 100, 3}, RowShape{4, 1500, 11},
-                            RowShape{300, 64, 2}}) {
+  for (const RowShape& s :
+       {RowShape{3, 7, 5}, RowShape{17, 100, 3}, RowShape{4, 1500, 11}, RowShape{300, 64, 2}}) {
     SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.D << "+" << s.pad);
     const int64_t rows = s.rows, D = s.D, ld = s.D + s.pad;
     const std::vector<bf16_t> x16 = rounded(random_floats(rows * ld, 61));
@@ -658,10 +647,10 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
                             stream);
       DeviceArray<bf16_t> b(zeros16), bw(zeros16);
       DeviceArray<float> r3(rows), r4(rows);
-      cuda::rmsnorm_forward_bf16(gx16.get(), ld, ggamma.get(), rows, D, eps, b.get(), ld,
-                                 r3.get(), stream);
-      cuda::rmsnorm_forward_bf16(gxw.get(), ld, ggamma.get(), rows, D, eps, bw.get(), ld,
-                                 r4.get(), stream);
+      cuda::rmsnorm_forward_bf16(gx16.get(), ld, ggamma.get(), rows, D, eps, b.get(), ld, r3.get(),
+                                 stream);
+      cuda::rmsnorm_forward_bf16(gxw.get(), ld, ggamma.get(), rows, D, eps, bw.get(), ld, r4.get(),
+                                 stream);
       sync();
       same(y, yw);
       same(r1, r2);
@@ -739,12 +728,12 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
       const std::vector<float> zeros(D, 0.0f);
       DeviceArray<float> dx(half), dxw(half), dg(zeros), dgw(zeros);
       DeviceArray<bf16_t> d16(rows * D), d16w(rows * D);
-      cuda::online_norm_input_backward(gg.get(), gc16.get(), ggamma.get(), gds.get(), rows, D,
-                                       1.0f, dx.get(), dg.get(), work.get(), work.size(), stream,
+      cuda::online_norm_input_backward(gg.get(), gc16.get(), ggamma.get(), gds.get(), rows, D, 1.0f,
+                                       dx.get(), dg.get(), work.get(), work.size(), stream,
                                        d16.get());
-      cuda::online_norm_input_backward(gg.get(), gcw.get(), ggamma.get(), gds.get(), rows, D,
-                                       1.0f, dxw.get(), dgw.get(), work.get(), work.size(),
-                                       stream, d16w.get());
+      cuda::online_norm_input_backward(gg.get(), gcw.get(), ggamma.get(), gds.get(), rows, D, 1.0f,
+                                       dxw.get(), dgw.get(), work.get(), work.size(), stream,
+                                       d16w.get());
       sync();
       same(dx, dxw);
       same(dg, dgw);
@@ -770,18 +759,18 @@ TEST_F(CudaOnlineNorm, Bf16ResidualFormsAreTheFp32FormsOnTheWidenedResidual) {
       same(e16, e16w);
     }
     {  // add onto a bf16 residual, and the fused adds
-      DeviceArray<bf16_t> sum(rows * D), fsum(rows * D), fsum2(rows * D), y(rows * D),
-          yw(rows * D), out(rows * D), outw(rows * D);
+      DeviceArray<bf16_t> sum(rows * D), fsum(rows * D), fsum2(rows * D), y(rows * D), yw(rows * D),
+          out(rows * D), outw(rows * D);
       DeviceArray<float> r1(rows), r2(rows), ss(rows), ssw(rows);
       cuda::add(gc16.get(), gu.get(), sum.get(), rows * D, stream);
       cuda::residual_rmsnorm_forward_bf16(gc16.get(), gu.get(), fsum.get(), ggamma.get(), rows, D,
                                           eps, y.get(), r1.get(), stream);
-      cuda::rmsnorm_forward_bf16(gsum_w.get(), D, ggamma.get(), rows, D, eps, yw.get(), D,
-                                 r2.get(), stream);
+      cuda::rmsnorm_forward_bf16(gsum_w.get(), D, ggamma.get(), rows, D, eps, yw.get(), D, r2.get(),
+                                 stream);
       cuda::residual_online_norm_input_bf16(gc16.get(), gu.get(), fsum2.get(), ggamma.get(),
                                             ss.get(), rows, D, eps, out.get(), stream);
-      cuda::online_norm_input_bf16(gsum_w.get(), ggamma.get(), ssw.get(), rows, D, eps,
-                                   outw.get(), stream);
+      cuda::online_norm_input_bf16(gsum_w.get(), ggamma.get(), ssw.get(), rows, D, eps, outw.get(),
+                                   stream);
       sync();
       EXPECT_TRUE(sum.download() == want_sum);
       EXPECT_TRUE(fsum.download() == want_sum);
